@@ -1,0 +1,78 @@
+"""One exception tree for all of trioha.
+
+Every message says what was wrong and where (an offset, a file, a peer address), so that an
+operator reading one log line knows what to look at. The shape follows h11: a protocol error
+is either ours (``LocalProtocolError``) or the peer's (``RemoteProtocolError``), decided at
+the one place bytes come in.
+"""
+
+from __future__ import annotations
+
+
+class TriohaError(Exception):
+    """Base of every error trioha raises on purpose."""
+
+
+class ConfigError(TriohaError):
+    """A setting, flag or configuration file is wrong; the message names the key and why."""
+
+
+# --- replication protocol -------------------------------------------------------------
+
+
+class ProtocolError(TriohaError):
+    """The HA or remoting protocol was broken; the connection concerned must be closed."""
+
+
+class LocalProtocolError(ProtocolError):
+    """We were asked to do something the protocol does not allow (a bug on our side)."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent something the protocol does not allow (garbage, a hostile size, ...)."""
+
+
+# --- storage ---------------------------------------------------------------------------
+
+
+class StorageError(TriohaError):
+    """The commit log or the store directory cannot be used as asked."""
+
+
+class CorruptLogError(StorageError):
+    """Stored bytes are not a valid RocketMQ record where one was expected."""
+
+
+class StoreLayoutError(StorageError):
+    """The store directory is not laid out as RocketMQ lays it out (wrong file size, gap, ...)."""
+
+
+class StoreLockedError(StorageError):
+    """Another process holds the store's ``lock`` file."""
+
+
+class OffsetMismatchError(StorageError):
+    """Replicated bytes were offered somewhere other than exactly the end of the log."""
+
+
+class MessageTooLargeError(StorageError):
+    """A message does not fit a segment or exceeds a RocketMQ limit."""
+
+
+# --- other subsystems ------------------------------------------------------------------
+
+
+class ReplicationError(TriohaError):
+    """Replication cannot proceed (for example the slave's offset no longer exists)."""
+
+
+class PipelineError(TriohaError):
+    """The Spark pipeline cannot run (pyspark or Java missing, bad input directory, ...)."""
+
+
+class RemotingError(TriohaError):
+    """A RocketMQ remoting request failed; carries RocketMQ's response code and remark."""
+
+    def __init__(self, message: str, *, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
