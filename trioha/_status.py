@@ -1,0 +1,80 @@
+"""Put statuses and results, with RocketMQ's names and response codes.
+
+Mirrors ``org.apache.rocketmq.store.PutMessageStatus`` (spec §5.2, §5.3) and the mapping in
+``SendMessageProcessor.handlePutMessageResult``: four statuses mean the message *is stored* on
+the master (the producer sees SEND_OK, FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT or
+SLAVE_NOT_AVAILABLE); the rest are failures.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+
+class PutStatus(enum.Enum):
+    """RocketMQ's ``PutMessageStatus`` names (5.x spellings where they were renamed)."""
+
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
+    IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+    @property
+    def is_stored(self) -> bool:
+        """True when the message is in the master's commit log (the broker's ``sendOK``)."""
+        return self in _STORED
+
+    @property
+    def response_code(self) -> int:
+        """The remoting response code the broker answers a send with (spec §5.2)."""
+        return _RESPONSE_CODES.get(self, 1)
+
+
+_STORED = frozenset(
+    {
+        PutStatus.PUT_OK,
+        PutStatus.FLUSH_DISK_TIMEOUT,
+        PutStatus.FLUSH_SLAVE_TIMEOUT,
+        PutStatus.SLAVE_NOT_AVAILABLE,
+    }
+)
+
+# ResponseCode values: SUCCESS 0, SYSTEM_ERROR 1, FLUSH_DISK_TIMEOUT 10, SLAVE_NOT_AVAILABLE 11,
+# FLUSH_SLAVE_TIMEOUT 12, MESSAGE_ILLEGAL 13, SERVICE_NOT_AVAILABLE 14.
+_RESPONSE_CODES = {
+    PutStatus.PUT_OK: 0,
+    PutStatus.FLUSH_DISK_TIMEOUT: 10,
+    PutStatus.SLAVE_NOT_AVAILABLE: 11,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: 12,
+    PutStatus.MESSAGE_ILLEGAL: 13,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: 13,
+    PutStatus.SERVICE_NOT_AVAILABLE: 14,
+}
+
+
+@attrs.frozen
+class PutResult:
+    """What a put returns: the status and, when stored, where.
+
+    ``offset`` is the physical offset of the (first) record, ``end_offset`` the end of the
+    (last) one; both are -1 when nothing was stored.
+    """
+
+    status: PutStatus
+    offset: int = -1
+    end_offset: int = -1
+    queue_offset: int = -1
+    msg_id: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutStatus.PUT_OK
