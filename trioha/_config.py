@@ -189,7 +189,7 @@ class BrokerConfig:
             where = f"{path}:{lineno}"
             if name not in fields:
                 if key in IGNORED_ROCKETMQ_KEYS:
-                    log.info("%s: %s is a RocketMQ setting trioha does not use; ignored", where, key)
+                    log.info("%s: %s is a RocketMQ setting trioha has no use for", where, key)
                     continue
                 raise ConfigError(f"{where}: unknown key {key!r}{_nearest(key, fields)}")
             values[name] = _convert(fields[name], raw, where, key)
@@ -236,7 +236,7 @@ IGNORED_ROCKETMQ_KEYS = frozenset(
 
 
 def _parse_properties(text: str) -> list[tuple[int, str, str]]:
-    """Java ``.properties`` lines: ``key=value``, ``key: value`` or ``key value``; # and ! comments."""
+    """Java ``.properties`` lines: ``k=v``, ``k: v`` or ``k v``; ``#`` and ``!`` start comments."""
     out = []
     for lineno, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()

@@ -1,0 +1,140 @@
+"""The master side of one HA connection, from bytes and clock readings to actions.
+
+Mirrors ``HAConnection`` (its ``ReadSocketService`` and ``WriteSocketService``) without any IO:
+the Trio layer feeds what it read and asks what to write; this object keeps the read buffer and
+the two timestamps, turns them into events for :func:`trioha.proto._state.master_step`, and
+returns the actions to execute in order.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from trioha._errors import ProtocolError
+from trioha.proto._buffer import ReportWords
+from trioha.proto._frames import Report, encode_header
+from trioha.proto._state import (
+    Close,
+    ConnectionLost,
+    FrameWritten,
+    LogView,
+    MasterAction,
+    MasterEvent,
+    MasterOptions,
+    MasterPhase,
+    MasterState,
+    ReadIdle,
+    ReportReceived,
+    SendHeartbeat,
+    SendReady,
+    SendTransfer,
+    master_step,
+)
+
+
+@attrs.frozen
+class Timing:
+    """Heartbeat and housekeeping intervals in seconds (RocketMQ's are in milliseconds)."""
+
+    heartbeat: float = 5.0
+    housekeeping: float = 20.0
+
+    @classmethod
+    def from_millis(cls, heartbeat_ms: int, housekeeping_ms: int) -> Timing:
+        return cls(heartbeat_ms / 1000, housekeeping_ms / 1000)
+
+
+class MasterConnection:
+    """One slave as the master sees it; sans-IO."""
+
+    def __init__(
+        self,
+        *,
+        now: float,
+        options: MasterOptions | None = None,
+        timing: Timing | None = None,
+        peer: str = "?",
+    ) -> None:
+        self.options = options or MasterOptions()
+        self.timing = timing or Timing()
+        self.peer = peer
+        self.state = MasterState()
+        self.last_read = now
+        self.last_write = now
+        self.bytes_received = 0
+        self._words = ReportWords()
+
+    # --- queries ----------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self.state.phase is MasterPhase.CLOSED
+
+    @property
+    def read_deadline(self) -> float:
+        """When the connection is dropped if nothing more is read (housekeeping)."""
+        return self.last_read + self.timing.housekeeping
+
+    @property
+    def heartbeat_deadline(self) -> float:
+        """After this moment an idle writer sends a heartbeat (strictly after, as RocketMQ)."""
+        return self.last_write + self.timing.heartbeat
+
+    # --- inputs -----------------------------------------------------------------------------
+    def receive_data(self, data: bytes | bytearray | memoryview, *, now: float, log: LogView
+                     ) -> tuple[MasterAction, ...]:
+        """Bytes read from the slave. Only the newest complete report of this read counts."""
+        if self.closed:
+            return ()
+        if data:
+            self.last_read = now
+            self.bytes_received += len(data)
+        word = self._words.feed(data)
+        if word is None:
+            return ()
+        try:
+            report = Report.from_bytes(word)
+        except ProtocolError as exc:
+            return self._close(str(exc))
+        return self._step(ReportReceived(report.offset, log))
+
+    def next_send(self, *, now: float, log: LogView) -> SendTransfer | SendHeartbeat | None:
+        """What the writer should send now, or None to wait (for data, a report or a deadline)."""
+        if self.closed or self.state.write_pending:
+            return None
+        due = now > self.heartbeat_deadline
+        for action in self._step(SendReady(log, heartbeat_due=due)):
+            if isinstance(action, SendTransfer | SendHeartbeat):
+                return action
+        return None
+
+    def frame_written(self, *, now: float) -> None:
+        """The frame returned by ``next_send`` is fully written."""
+        self.last_write = now
+        if not self.closed:
+            self._step(FrameWritten())
+
+    def tick(self, *, now: float) -> tuple[MasterAction, ...]:
+        """Check housekeeping; returns a Close if the slave has been silent too long."""
+        if not self.closed and now > self.read_deadline:
+            return self._step(ReadIdle())
+        return ()
+
+    def connection_lost(self) -> None:
+        self._words.clear()
+        self._step(ConnectionLost())
+
+    # --- helpers ----------------------------------------------------------------------------
+    def _close(self, reason: str) -> tuple[MasterAction, ...]:
+        self.state = attrs.evolve(self.state, phase=MasterPhase.CLOSED, write_pending=False)
+        return (Close(reason),)
+
+    def _step(self, event: MasterEvent) -> tuple[MasterAction, ...]:
+        self.state, actions = master_step(self.state, event, self.options)
+        return actions
+
+
+def frame_header(action: SendTransfer | SendHeartbeat) -> bytes:
+    """The 12 header bytes for a transfer or heartbeat action."""
+    if isinstance(action, SendHeartbeat):
+        return encode_header(action.offset, 0)
+    return encode_header(action.offset, action.size)

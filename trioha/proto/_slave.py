@@ -1,0 +1,150 @@
+"""The slave side of HA replication, from bytes and clock readings to actions.
+
+Mirrors ``HAService.HAClient`` (spec §1.6, §2.3) without any IO. One :class:`SlaveConnection`
+lives exactly as long as one TCP connection, so no partial frame or buffered byte can survive a
+reconnect (RocketMQ's ``closeMaster`` resets its buffers for the same reason).
+"""
+
+from __future__ import annotations
+
+from trioha._errors import ProtocolError
+from trioha.proto._buffer import ReceiveBuffer
+from trioha.proto._frames import HEADER_SIZE, MAX_BODY_SIZE, TransferHeader
+from trioha.proto._master import Timing
+from trioha.proto._state import (
+    Append,
+    AppendConfirmed,
+    BodyReceived,
+    Close,
+    Connected,
+    ConnectionLost,
+    HeaderReceived,
+    HeartbeatDue,
+    ReadIdle,
+    SlaveAction,
+    SlaveEvent,
+    SlavePhase,
+    SlaveState,
+    slave_step,
+)
+
+
+class SlaveConnection:
+    """One connection of the slave's HA client to its master; sans-IO.
+
+    Created when the TCP connection opens, with the end of the local log. Its first action is
+    the report of that offset: the slave asks at once (RocketMQ's client waits a heartbeat
+    interval first; spec §1.2).
+    """
+
+    def __init__(
+        self,
+        *,
+        log_max: int,
+        now: float,
+        timing: Timing | None = None,
+        max_body: int = MAX_BODY_SIZE,
+        peer: str = "?",
+    ) -> None:
+        self.timing = timing or Timing()
+        self.max_body = max_body
+        self.peer = peer
+        self.last_read = now
+        self.last_write = now
+        self.bytes_received = 0
+        self._buffer = ReceiveBuffer()
+        self.state, first = slave_step(SlaveState(), Connected(log_max))
+        self._initial: tuple[SlaveAction, ...] = first
+
+    # --- queries ----------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self.state.phase is SlavePhase.DISCONNECTED
+
+    @property
+    def read_deadline(self) -> float:
+        return self.last_read + self.timing.housekeeping
+
+    @property
+    def heartbeat_deadline(self) -> float:
+        return self.last_write + self.timing.heartbeat
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet turned into actions (at most one frame's worth)."""
+        return len(self._buffer)
+
+    # --- inputs -----------------------------------------------------------------------------
+    def initial_actions(self) -> tuple[SlaveAction, ...]:
+        """The report to send right after connecting (returned once)."""
+        first, self._initial = self._initial, ()
+        return first
+
+    def receive_data(self, data: bytes | bytearray | memoryview, *, now: float
+                     ) -> list[SlaveAction]:
+        """Bytes read from the master; returns Appends (with their bodies) and maybe a Close."""
+        if self.closed:
+            return []
+        if data:
+            self.last_read = now
+            self.bytes_received += len(data)
+            self._buffer.feed(data)
+        actions: list[SlaveAction] = []
+        buf = self._buffer
+        while not self.closed:
+            receiving = self.state.receiving
+            if receiving is None:
+                if len(buf) < HEADER_SIZE:
+                    break
+                try:
+                    header = TransferHeader.from_bytes(
+                        buf.peek(HEADER_SIZE), max_body=self.max_body
+                    )
+                except ProtocolError as exc:
+                    actions.append(self._close(str(exc)))
+                    break
+                buf.skip(HEADER_SIZE)
+                actions.extend(self._step(HeaderReceived(header.offset, header.size)))
+            else:
+                size = receiving[1]
+                if len(buf) < size:
+                    break
+                body = buf.take(size)
+                actions.extend(
+                    Append(a.offset, a.size, body) if isinstance(a, Append) else a
+                    for a in self._step(BodyReceived())
+                )
+        return actions
+
+    def appended(self, offset: int, *, now: float) -> tuple[SlaveAction, ...]:
+        """The store holds the log up to *offset*; returns the report to send, if any."""
+        return self._step(AppendConfirmed(offset))
+
+    def report_written(self, *, now: float) -> None:
+        self.last_write = now
+
+    def tick(self, *, now: float) -> tuple[SlaveAction, ...]:
+        """Heartbeat and housekeeping: a report to repeat, or a Close for a silent master."""
+        if self.closed:
+            return ()
+        if now > self.read_deadline:
+            return self._step(ReadIdle())
+        if now > self.heartbeat_deadline:
+            return self._step(HeartbeatDue())
+        return ()
+
+    def connection_lost(self) -> None:
+        self._buffer.clear()
+        self._step(ConnectionLost())
+
+    # --- helpers ----------------------------------------------------------------------------
+    def _close(self, reason: str) -> Close:
+        self._buffer.clear()
+        self.state = SlaveState(phase=SlavePhase.DISCONNECTED, expected=self.state.expected)
+        return Close(reason)
+
+    def _step(self, event: SlaveEvent) -> tuple[SlaveAction, ...]:
+        self.state, actions = slave_step(self.state, event)
+        if self.closed:
+            self._buffer.clear()
+        return actions

@@ -1,0 +1,545 @@
+"""The replication protocol's transition rules: one table, pure functions, frozen values.
+
+Theory of operation
+===================
+
+RocketMQ's classic HA has two ends per connection (spec §1, §2):
+
+* the **master side** (``HAConnection``): it waits for the slave's first 8-byte report, which is
+  the slave's *request offset*; it then chooses ``nextTransferFromWhere`` once for the life of
+  the connection (a report of 0 means "start of the master's last segment", or with
+  ``sync_from_oldest`` the oldest offset) and streams frames from there without ever rewinding.
+  Every later report is an *ack*: it only moves ``slaveAckOffset``, which sync replication
+  waits on. A frame is handed to the IO layer and nothing else is sent until it is written
+  (RocketMQ's ``lastWriteOver``). On an idle link a heartbeat (a header with size 0) goes out
+  after ``haSendHeartbeatInterval`` of write silence.
+* the **slave side** (``HAClient``): it reports its max offset as soon as it connects (RocketMQ
+  waits a heartbeat interval first; we do not, and a Java master is served the same way),
+  checks every frame header against the end of its log (skipped only while its log is empty),
+  appends each complete body at exactly that end, and reports again once the store confirms
+  the append (etcd raft's "ack after durable" rule). It heartbeats its last report after
+  ``haSendHeartbeatInterval`` of write silence.
+
+Either side closes a connection that has been silent for ``haHousekeepingInterval``.
+
+The functions here are *pure*: a frozen, hashable state and an event go in; a new state and a
+tuple of actions come out. They never see bytes, sockets or clocks: the byte-level wrappers in
+``_master.py`` and ``_slave.py`` turn bytes and time into events, and the Trio layer executes
+the actions in order. ``model/`` explores exactly these functions, so what the model checker
+proves is what production runs.
+
+The table at the bottom is the single place where (phase, event) pairs are allowed; anything
+else is a :class:`LocalProtocolError` (the IO layer fed an event that cannot happen).
+``transition_table_mermaid`` draws it for ``docs/replication.md``.
+
+Where trioha deliberately differs from RocketMQ (docs/replication.md says why):
+
+* a report beyond what this connection has sent, beyond the master's end, or going backwards
+  closes the connection and never counts as an ack (RocketMQ #3015/#1155; 5.x dropped even
+  the 4.9 check);
+* a first report beyond the master's end (the slave holds data the master does not) and a
+  request offset that no longer exists on the master (RocketMQ #3388) close the connection with
+  a reason that says so, instead of heartbeating forever.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from typing import TypeAlias
+
+import attrs
+
+from trioha._errors import LocalProtocolError
+
+# --- inputs the core needs to know about the log --------------------------------------------
+
+
+@attrs.frozen
+class LogView:
+    """What the master side needs to know about its commit log, as plain numbers.
+
+    ``min_offset`` is the start of the oldest segment still present, ``max_offset`` the end of
+    written data; a message never crosses ``segment_size`` boundaries and neither may a frame.
+    """
+
+    min_offset: int
+    max_offset: int
+    segment_size: int
+
+    def segment_start(self, offset: int) -> int:
+        return offset - offset % self.segment_size
+
+    def readable_end(self, offset: int) -> int:
+        """End of what one frame starting at *offset* may carry (``getCommitLogData``)."""
+        return min(self.max_offset, self.segment_start(offset) + self.segment_size)
+
+
+@attrs.frozen
+class MasterOptions:
+    """The settings that shape the master side's decisions."""
+
+    #: ``haTransferBatchSize``: the most body bytes in one frame.
+    batch_size: int = 32 * 1024
+    #: Serve a slave reporting 0 from the oldest offset, not the last segment (RocketMQ #3661).
+    sync_from_oldest: bool = False
+
+
+# --- phases --------------------------------------------------------------------------------
+
+
+class MasterPhase(enum.Enum):
+    """Where one master-side connection is in its life."""
+
+    #: Connected; ``slaveRequestOffset == -1``: nothing is sent until the first report.
+    AWAIT_REPORT = "AWAIT_REPORT"
+    #: ``nextTransferFromWhere`` is chosen; frames and heartbeats flow.
+    TRANSFER = "TRANSFER"
+    #: Closed; the IO layer tears the connection down.
+    CLOSED = "CLOSED"
+
+
+class SlavePhase(enum.Enum):
+    """Where the slave's HA client is."""
+
+    DISCONNECTED = "DISCONNECTED"
+    #: Connected and reported; receiving frames.
+    TRANSFER = "TRANSFER"
+
+
+# --- events ----------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class ReportReceived:
+    """Master: a complete report arrived (the newest complete 8-byte word of a read)."""
+
+    offset: int
+    log: LogView
+
+
+@attrs.frozen
+class SendReady:
+    """Master: the writer is idle and asks what to send now."""
+
+    log: LogView
+    heartbeat_due: bool = False
+
+
+@attrs.frozen
+class FrameWritten:
+    """Master: the frame last handed out is completely written (``lastWriteOver``)."""
+
+
+@attrs.frozen
+class Connected:
+    """Slave: a connection to the master is open; *log_max* is where the log ends."""
+
+    log_max: int
+
+
+@attrs.frozen
+class HeaderReceived:
+    """Slave: a frame's 12-byte header has arrived (its body may still be on the way)."""
+
+    offset: int
+    size: int
+
+
+@attrs.frozen
+class BodyReceived:
+    """Slave: the body of the frame whose header came last is complete."""
+
+
+@attrs.frozen
+class AppendConfirmed:
+    """Slave: the store holds everything up to *offset* (written, or flushed when acks must be)."""
+
+    offset: int
+
+
+@attrs.frozen
+class HeartbeatDue:
+    """Slave: ``haSendHeartbeatInterval`` passed without a report written."""
+
+
+@attrs.frozen
+class ReadIdle:
+    """Either side: nothing was read for ``haHousekeepingInterval``."""
+
+
+@attrs.frozen
+class ConnectionLost:
+    """Either side: the transport ended (EOF, reset, or the IO layer closed it)."""
+
+
+MasterEvent: TypeAlias = ReportReceived | SendReady | FrameWritten | ReadIdle | ConnectionLost
+SlaveEvent: TypeAlias = (
+    Connected
+    | HeaderReceived
+    | BodyReceived
+    | AppendConfirmed
+    | HeartbeatDue
+    | ReadIdle
+    | ConnectionLost
+)
+
+# --- actions ---------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class SendTransfer:
+    """Master: send the header ``(offset, size)`` and commit log bytes ``[offset, offset+size)``."""
+
+    offset: int
+    size: int
+
+
+@attrs.frozen
+class SendHeartbeat:
+    """Master: send the header ``(offset, 0)`` with no body."""
+
+    offset: int
+
+
+@attrs.frozen
+class AckAdvanced:
+    """Master: this slave now holds the log up to *offset* (``notifyTransferSome``)."""
+
+    offset: int
+
+
+@attrs.frozen
+class SendReport:
+    """Slave: send the 8-byte report *offset*."""
+
+    offset: int
+
+
+@attrs.frozen
+class Append:
+    """Slave: append the frame body at exactly *offset* (the end of the log).
+
+    The pure core knows only the size; the byte-level wrapper fills in ``data``.
+    """
+
+    offset: int
+    size: int
+    data: bytes = attrs.field(default=b"", repr=False, eq=False)
+
+
+@attrs.frozen
+class Close:
+    """Either side: tear the connection down; *reason* says why, *remote* whose fault it was."""
+
+    reason: str
+    remote: bool = True
+
+
+MasterAction: TypeAlias = SendTransfer | SendHeartbeat | AckAdvanced | Close
+SlaveAction: TypeAlias = SendReport | Append | Close
+
+# --- states ----------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class MasterState:
+    """One master-side connection (``HAConnection``'s fields), hashable for model checking."""
+
+    phase: MasterPhase = MasterPhase.AWAIT_REPORT
+    #: ``slaveRequestOffset``: the first report; -1 until it arrives. Set once per connection.
+    request_offset: int = -1
+    #: ``slaveAckOffset``: the newest accepted report; what sync replication trusts.
+    ack_offset: int = -1
+    #: ``nextTransferFromWhere``: the offset of the next byte to send; -1 until chosen.
+    next_transfer: int = -1
+    #: A frame is handed to the IO layer and not yet written (``!lastWriteOver``).
+    write_pending: bool = False
+
+
+@attrs.frozen
+class SlaveState:
+    """The slave's HA client (``HAClient``'s fields), hashable for model checking."""
+
+    phase: SlavePhase = SlavePhase.DISCONNECTED
+    #: End of the log once every Append handed out is done (``dispatchPosition`` in log terms):
+    #: where the next frame must start. 0 means the log is empty, and the offset check is off.
+    expected: int = 0
+    #: ``currentReportedOffset``: the last offset reported on this connection.
+    reported: int = -1
+    #: The header of the frame whose body is still arriving.
+    receiving: tuple[int, int] | None = None
+
+
+MasterStep: TypeAlias = tuple[MasterState, tuple[MasterAction, ...]]
+SlaveStep: TypeAlias = tuple[SlaveState, tuple[SlaveAction, ...]]
+
+# --- master rules ------------------------------------------------------------------------------
+
+
+def choose_start(request: int, log: LogView, options: MasterOptions) -> int:
+    """``nextTransferFromWhere`` for a request offset (``WriteSocketService.run``, spec §2.2).
+
+    A slave reporting 0 has nothing; RocketMQ serves it from the start of the master's last
+    segment (``max - max % segmentSize``); with ``sync_from_oldest`` we serve the oldest offset.
+    """
+    if request == 0:
+        if options.sync_from_oldest:
+            return log.min_offset
+        return max(0, log.segment_start(log.max_offset))
+    return request
+
+
+def _closed(state: MasterState, reason: str, *, remote: bool = True) -> MasterStep:
+    return attrs.evolve(state, phase=MasterPhase.CLOSED, write_pending=False), (
+        Close(reason, remote),
+    )
+
+
+def _master_first_report(
+    state: MasterState, event: ReportReceived, options: MasterOptions
+) -> MasterStep:
+    offset, log = event.offset, event.log
+    if offset > log.max_offset:
+        return _closed(
+            state,
+            f"slave requests offset {offset} but the master's log ends at {log.max_offset}: "
+            "the slave holds data this master does not (diverged history or a wrong master)",
+        )
+    start = choose_start(offset, log, options)
+    if start < log.min_offset:
+        return _closed(
+            state,
+            f"slave requests offset {offset}, which no longer exists on the master "
+            f"(oldest offset {log.min_offset}); the slave cannot catch up and must be "
+            "re-seeded (RocketMQ #3388)",
+        )
+    new = attrs.evolve(
+        state,
+        phase=MasterPhase.TRANSFER,
+        request_offset=offset,
+        ack_offset=offset,
+        next_transfer=start,
+    )
+    return new, (AckAdvanced(offset),)
+
+
+def _master_report(state: MasterState, event: ReportReceived, options: MasterOptions) -> MasterStep:
+    offset = event.offset
+    if offset > state.next_transfer:
+        return _closed(
+            state,
+            f"slave acks offset {offset}, beyond what was sent to it ({state.next_transfer}; "
+            f"master's log ends at {event.log.max_offset}); the ack is not trusted "
+            "(RocketMQ #3015)",
+        )
+    if offset < state.ack_offset:
+        return _closed(
+            state, f"slave's report went backwards from {state.ack_offset} to {offset}"
+        )
+    if offset == state.ack_offset:
+        return state, ()
+    return attrs.evolve(state, ack_offset=offset), (AckAdvanced(offset),)
+
+
+def _master_await_send(
+    state: MasterState, event: SendReady, options: MasterOptions
+) -> MasterStep:
+    # RocketMQ's writer sleeps until the first report; no heartbeat either.
+    return state, ()
+
+
+def _master_send(state: MasterState, event: SendReady, options: MasterOptions) -> MasterStep:
+    if state.write_pending:
+        raise LocalProtocolError("asked what to send while a frame is still being written")
+    log, start = event.log, state.next_transfer
+    if start < log.min_offset:
+        return _closed(
+            state,
+            f"offset {start} was deleted on the master while the slave still needed it "
+            f"(oldest offset now {log.min_offset}); the slave must be re-seeded (RocketMQ #3388)",
+        )
+    if start < log.max_offset:
+        size = min(log.readable_end(start) - start, options.batch_size)
+        new = attrs.evolve(state, next_transfer=start + size, write_pending=True)
+        return new, (SendTransfer(start, size),)
+    if event.heartbeat_due:
+        return attrs.evolve(state, write_pending=True), (SendHeartbeat(start),)
+    return state, ()
+
+
+def _master_written(
+    state: MasterState, event: FrameWritten, options: MasterOptions
+) -> MasterStep:
+    if not state.write_pending:
+        raise LocalProtocolError("a frame was reported written but none was handed out")
+    return attrs.evolve(state, write_pending=False), ()
+
+
+def _master_idle(state: MasterState, event: ReadIdle, options: MasterOptions) -> MasterStep:
+    return _closed(state, "nothing read from the slave within the housekeeping interval")
+
+
+def _master_lost(
+    state: MasterState, event: ConnectionLost, options: MasterOptions
+) -> MasterStep:
+    return attrs.evolve(state, phase=MasterPhase.CLOSED, write_pending=False), ()
+
+
+# --- slave rules -------------------------------------------------------------------------------
+
+
+def _slave_connected(state: SlaveState, event: Connected) -> SlaveStep:
+    new = SlaveState(phase=SlavePhase.TRANSFER, expected=event.log_max, reported=event.log_max)
+    return new, (SendReport(event.log_max),)
+
+
+def _slave_header(state: SlaveState, event: HeaderReceived) -> SlaveStep:
+    if state.receiving is not None:
+        raise LocalProtocolError("a header was fed while a body was still expected")
+    if state.expected not in (0, event.offset):
+        # HAClient.dispatchReadRequest: "master pushed offset not equal the max phy offset in
+        # slave"; nothing of this frame is appended.
+        return SlaveState(phase=SlavePhase.DISCONNECTED, expected=state.expected), (
+            Close(
+                f"master pushed offset {event.offset} but the slave's log ends at "
+                f"{state.expected}; nothing appended"
+            ),
+        )
+    if event.size == 0:
+        return state, ()
+    return attrs.evolve(state, receiving=(event.offset, event.size)), ()
+
+
+def _slave_body(state: SlaveState, event: BodyReceived) -> SlaveStep:
+    if state.receiving is None:
+        raise LocalProtocolError("a body was fed with no header before it")
+    offset, size = state.receiving
+    new = attrs.evolve(state, expected=offset + size, receiving=None)
+    return new, (Append(offset, size),)
+
+
+def _slave_confirmed(state: SlaveState, event: AppendConfirmed) -> SlaveStep:
+    if event.offset > state.expected:
+        raise LocalProtocolError(
+            f"append confirmed up to {event.offset}, beyond what was handed out ({state.expected})"
+        )
+    if event.offset <= state.reported:
+        return state, ()
+    return attrs.evolve(state, reported=event.offset), (SendReport(event.offset),)
+
+
+def _slave_heartbeat(state: SlaveState, event: HeartbeatDue) -> SlaveStep:
+    return state, (SendReport(state.reported),)
+
+
+def _slave_idle(state: SlaveState, event: ReadIdle) -> SlaveStep:
+    return SlaveState(phase=SlavePhase.DISCONNECTED, expected=state.expected), (
+        Close("nothing read from the master within the housekeeping interval"),
+    )
+
+
+def _slave_lost(state: SlaveState, event: ConnectionLost) -> SlaveStep:
+    return SlaveState(phase=SlavePhase.DISCONNECTED, expected=state.expected), ()
+
+
+# --- the table ---------------------------------------------------------------------------------
+
+MasterRule: TypeAlias = Callable[[MasterState, "MasterEvent", MasterOptions], MasterStep]
+SlaveRule: TypeAlias = Callable[[SlaveState, "SlaveEvent"], SlaveStep]
+
+
+@attrs.frozen
+class Rule:
+    """One allowed (phase, event) pair: the function and the phases it can lead to."""
+
+    apply: Callable[..., tuple[object, tuple[object, ...]]]
+    targets: tuple[enum.Enum, ...]
+
+
+_AWAIT, _XFER, _CLOSED = MasterPhase.AWAIT_REPORT, MasterPhase.TRANSFER, MasterPhase.CLOSED
+_DISC, _SXFER = SlavePhase.DISCONNECTED, SlavePhase.TRANSFER
+
+MASTER_TABLE: dict[tuple[MasterPhase, type], Rule] = {
+    (_AWAIT, ReportReceived): Rule(_master_first_report, (_XFER, _CLOSED)),
+    (_AWAIT, SendReady): Rule(_master_await_send, (_AWAIT,)),
+    (_AWAIT, ReadIdle): Rule(_master_idle, (_CLOSED,)),
+    (_AWAIT, ConnectionLost): Rule(_master_lost, (_CLOSED,)),
+    (_XFER, ReportReceived): Rule(_master_report, (_XFER, _CLOSED)),
+    (_XFER, SendReady): Rule(_master_send, (_XFER, _CLOSED)),
+    (_XFER, FrameWritten): Rule(_master_written, (_XFER,)),
+    (_XFER, ReadIdle): Rule(_master_idle, (_CLOSED,)),
+    (_XFER, ConnectionLost): Rule(_master_lost, (_CLOSED,)),
+    (_CLOSED, ConnectionLost): Rule(_master_lost, (_CLOSED,)),
+}
+
+SLAVE_TABLE: dict[tuple[SlavePhase, type], Rule] = {
+    (_DISC, Connected): Rule(_slave_connected, (_SXFER,)),
+    (_SXFER, HeaderReceived): Rule(_slave_header, (_SXFER, _DISC)),
+    (_SXFER, BodyReceived): Rule(_slave_body, (_SXFER,)),
+    (_SXFER, AppendConfirmed): Rule(_slave_confirmed, (_SXFER,)),
+    (_SXFER, HeartbeatDue): Rule(_slave_heartbeat, (_SXFER,)),
+    (_SXFER, ReadIdle): Rule(_slave_idle, (_DISC,)),
+    (_SXFER, ConnectionLost): Rule(_slave_lost, (_DISC,)),
+    (_DISC, ConnectionLost): Rule(_slave_lost, (_DISC,)),
+    # Appends handed out before a close may still complete; they change nothing on the wire.
+    (_DISC, AppendConfirmed): Rule(lambda s, e: (s, ()), (_DISC,)),
+}
+
+
+def master_step(state: MasterState, event: MasterEvent, options: MasterOptions) -> MasterStep:
+    """Apply *event* to one master-side connection; return the new state and its actions."""
+    rule = MASTER_TABLE.get((state.phase, type(event)))
+    if rule is None:
+        raise LocalProtocolError(
+            f"master side cannot handle {type(event).__name__} in phase {state.phase.value}"
+        )
+    return rule.apply(state, event, options)  # type: ignore[return-value]
+
+
+def slave_step(state: SlaveState, event: SlaveEvent) -> SlaveStep:
+    """Apply *event* to the slave's client; return the new state and its actions."""
+    rule = SLAVE_TABLE.get((state.phase, type(event)))
+    if rule is None:
+        raise LocalProtocolError(
+            f"slave side cannot handle {type(event).__name__} in phase {state.phase.value}"
+        )
+    return rule.apply(state, event)  # type: ignore[return-value]
+
+
+# --- sync replication (GroupTransferService), over every live connection's ack ----------------
+
+
+def replicated_offset(acks: Iterable[int], needed: int) -> int:
+    """The highest offset that at least *needed* slaves have acked; -1 if too few slaves.
+
+    RocketMQ 4.x uses the maximum ack ever seen from any slave (``push2SlaveMaxOffset``), which
+    a departed slave or a bogus report keeps inflated (spec §2.1, §8 #3015). trioha counts only
+    live connections' accepted acks, and needs *needed* of them (5.x ``inSyncReplicas`` - 1).
+    """
+    if needed <= 0:
+        raise ValueError("needed must be positive")
+    ordered = sorted(acks, reverse=True)
+    if len(ordered) < needed:
+        return -1
+    return ordered[needed - 1]
+
+
+def slaves_available(acks: Iterable[int], needed: int, end: int, fallbehind_max: int) -> bool:
+    """``HAService.isSlaveOK`` per slave: are *needed* live slaves within ``fallbehind_max``?"""
+    close_enough = sum(1 for ack in acks if end - ack < fallbehind_max)
+    return close_enough >= needed
+
+
+def transition_table_mermaid() -> str:
+    """The two tables as a Mermaid state diagram (what ``docs/replication.md`` shows)."""
+    lines = ["stateDiagram-v2"]
+    for title, table in (("master", MASTER_TABLE), ("slave", SLAVE_TABLE)):
+        lines.append(f"    state {title} {{")
+        for (phase, event), rule in table.items():
+            for target in rule.targets:
+                lines.append(
+                    f"        {title}_{phase.value} --> {title}_{target.value}: {event.__name__}"
+                )
+        lines.append("    }")
+    return "\n".join(lines) + "\n"
