@@ -1,0 +1,205 @@
+"""RemotingConnection, the server and the client: matching, oneway, errors, hostile peers."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+import trio
+import trio.testing
+
+from trioha import RemotingError
+from trioha.remoting._client import RemotingClientPool, open_client_pool, open_remoting_client
+from trioha.remoting._codec import FrameDecoder, HeaderError, RemotingCommand, encode
+from trioha.remoting._connection import NO_RESPONSE, RemotingConnection
+from trioha.remoting._server import serve_remoting
+
+
+class Echo:
+    """Answers code 1 with the body reversed after ``delay``; code 2 raises; 3 waits forever."""
+
+    def __init__(self) -> None:
+        self.oneways: list[RemotingCommand] = []
+
+    async def handle_request(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand | None:
+        if request.is_oneway:
+            self.oneways.append(request)
+            return None
+        if request.code == 1:
+            await trio.sleep(request.int_field("delay", 0) / 1000)
+            return request.response(0, body=request.body[::-1])
+        if request.code == 2:
+            raise RuntimeError("processor bug")
+        if request.code == 4:
+            raise HeaderError("the custom field <topic> is null")
+        await trio.sleep_forever()
+
+
+async def test_responses_match_requests_out_of_order(autojump_clock: trio.abc.Clock) -> None:
+    a, b = trio.testing.memory_stream_pair()
+    server = RemotingConnection(a, peer="client", handler=Echo())
+    client = RemotingConnection(b, peer="server")
+    results: dict[bytes, bytes] = {}
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.run)
+        nursery.start_soon(client.run)
+
+        async def ask(body: bytes, delay: int) -> None:
+            response = await client.request(RemotingCommand.request(1, {"delay": delay}, body))
+            results[body] = response.body
+
+        async with trio.open_nursery() as asks:
+            asks.start_soon(ask, b"slow", 300)
+            asks.start_soon(ask, b"fast", 10)
+        client.close()
+    assert results == {b"slow": b"wols", b"fast": b"tsaf"}
+
+
+async def test_handler_errors_become_responses(autojump_clock: trio.abc.Clock) -> None:
+    a, b = trio.testing.memory_stream_pair()
+    server = RemotingConnection(a, peer="client", handler=Echo())
+    client = RemotingConnection(b, peer="server")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.run)
+        nursery.start_soon(client.run)
+        bug = await client.request(RemotingCommand.request(2))
+        header = await client.request(RemotingCommand.request(4))
+        ok = await client.request(RemotingCommand.request(1, body=b"ab"))
+        client.close()
+    assert (bug.code, bug.remark) == (1, "RuntimeError: processor bug")
+    assert (header.code, header.remark) == (1, "the custom field <topic> is null")
+    assert ok.body == b"ba"
+
+
+async def test_oneway_gets_no_response(autojump_clock: trio.abc.Clock) -> None:
+    a, b = trio.testing.memory_stream_pair()
+    echo = Echo()
+    server = RemotingConnection(a, peer="client", handler=echo)
+    client = RemotingConnection(b, peer="server")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.run)
+        nursery.start_soon(client.run)
+        await client.oneway(RemotingCommand.request(1, body=b"x", oneway=True))
+        await client.request(RemotingCommand.request(1, body=b"sync"))  # ordered after it
+        client.close()
+    assert [c.body for c in echo.oneways] == [b"x"]
+
+
+async def test_timeout_then_late_response_is_dropped(autojump_clock: trio.abc.Clock) -> None:
+    a, b = trio.testing.memory_stream_pair()
+    server = RemotingConnection(a, peer="client", handler=Echo())
+    client = RemotingConnection(b, peer="server")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.run)
+        nursery.start_soon(client.run)
+        with pytest.raises(trio.TooSlowError), trio.fail_after(0.1):
+            await client.request(RemotingCommand.request(1, {"delay": 500}))
+        await trio.sleep(1)  # the late response arrives and is dropped
+        again = await client.request(RemotingCommand.request(1, body=b"ok"))
+        client.close()
+    assert again.body == b"ko"
+
+
+async def test_pending_requests_fail_when_the_connection_closes(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    a, b = trio.testing.memory_stream_pair()
+    server = RemotingConnection(a, peer="client", handler=Echo())
+    client = RemotingConnection(b, peer="server")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.run)
+        nursery.start_soon(client.run)
+
+        async def close_soon() -> None:
+            await trio.sleep(1)
+            server.close()
+
+        nursery.start_soon(close_soon)
+        with pytest.raises(RemotingError, match="no response") as info:
+            await client.request(RemotingCommand.request(3))
+        assert info.value.code == NO_RESPONSE
+        with pytest.raises(RemotingError, match="closed"):
+            await client.request(RemotingCommand.request(1))
+
+
+async def test_hostile_frame_closes_only_that_connection(caplog: pytest.LogCaptureFixture) -> None:
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            host, port = await nursery.start(serve_remoting, Echo(), "127.0.0.1", 0)
+            assert host == "127.0.0.1"
+            assert port > 0
+            # A 1 GiB length prefix: the server must close without trying to buffer it.
+            evil = await trio.open_tcp_stream(host, port)
+            await evil.send_all(struct.pack(">i", 1 << 30) + b"junk")
+            assert await evil.receive_some(10) == b""
+            await evil.aclose()
+            # Garbage JSON in a well-formed frame closes too.
+            junk = await trio.open_tcp_stream(host, port)
+            await junk.send_all(struct.pack(">ii", 8, 4) + b"{{{{")
+            assert await junk.receive_some(10) == b""
+            await junk.aclose()
+            # The server still serves others.
+            async with open_remoting_client((host, port)) as client:
+                response = await client.request(RemotingCommand.request(1, body=b"abc"))
+                assert response.body == b"cba"
+            nursery.cancel_scope.cancel()
+    assert "outside 4..16777216" in caplog.text
+    assert "not valid JSON" in caplog.text
+
+
+async def test_raw_socket_sees_rocketmq_frames() -> None:
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            host, port = await nursery.start(serve_remoting, Echo(), "127.0.0.1", 0)
+            stream = await trio.open_tcp_stream(host, port)
+            request = RemotingCommand.request(1, body=b"xyz").with_opaque(77)
+            data = encode(request)
+            for i in range(len(data)):  # one byte at a time over TCP
+                await stream.send_all(data[i : i + 1])
+            decoder = FrameDecoder()
+            response = None
+            while response is None:
+                decoder.receive_data(await stream.receive_some(100))
+                response = decoder.next_command()
+            assert (response.opaque, response.is_response, response.body) == (77, True, b"zyx")
+            await stream.aclose()
+            nursery.cancel_scope.cancel()
+
+
+async def test_pool_reconnects_after_the_server_restarts() -> None:
+    with trio.fail_after(10):
+        async with trio.open_nursery() as outer, open_client_pool() as pool:
+            scope = trio.CancelScope()
+
+            async def run_server(task_status: trio.TaskStatus[tuple[str, int]]) -> None:
+                with scope:
+                    await serve_remoting(Echo(), host="127.0.0.1", port=0, task_status=task_status)
+
+            address = await outer.start(run_server)
+            first = await pool.request(address, RemotingCommand.request(1, body=b"12"))
+            assert first.body == b"21"
+            scope.cancel()
+            await until_refused(pool, address)
+            with pytest.raises(RemotingError, match="cannot connect"):
+                await pool.request(address, RemotingCommand.request(1))
+
+
+async def until_refused(pool: RemotingClientPool, address: tuple[str, int]) -> None:
+    """Send until the pool notices the closed connection (bounded by the caller's fail_after)."""
+    while True:
+        try:
+            await pool.request(address, RemotingCommand.request(1, body=b"x"))
+        except RemotingError:
+            return
+        await trio.sleep(0.01)
+
+
+async def test_connect_failure_is_a_remoting_error() -> None:
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    await listener.aclose()
+    with pytest.raises(RemotingError, match=f"cannot connect to 127.0.0.1:{port}"):
+        async with open_remoting_client(("127.0.0.1", port)):
+            pass

@@ -1,0 +1,404 @@
+"""The RocketMQ remoting frame, sans IO: bytes in, commands out, and back.
+
+Mirrors ``org.apache.rocketmq.remoting.protocol.RemotingCommand`` (``encode``/``decode``),
+``RocketMQSerializable`` and Netty's ``LengthFieldBasedFrameDecoder`` as RocketMQ configures
+it (spec §6.1)::
+
+    int32 length        4 + header length + body length (the length field itself excluded)
+    int32 header info   high byte: serialize type (0 JSON, 1 ROCKETMQ); low 3 bytes: header length
+    header              JSON object, or RocketMQ's binary form
+    body                the rest
+
+The JSON header holds ``code``, ``language``, ``version``, ``opaque``, ``flag`` (bit 0:
+response, bit 1: oneway), ``remark`` and ``extFields`` (a string map; the C++ client also
+sends numbers there, which are read as their decimal text). A response is written in the
+request's serialize type, as RocketMQ does. Nothing here does IO; ``FrameDecoder`` buffers
+arbitrarily split input and refuses a length above :data:`MAX_FRAME_LENGTH` before buffering.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import struct
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import attrs
+
+from trioha._errors import LocalProtocolError, RemoteProtocolError
+from trioha.remoting._codes import (
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    LANGUAGE_CODES,
+    LANGUAGE_NAMES,
+    VERSION_4_9_4,
+)
+
+#: ``NettySystemConfig.frameMaxLength`` (``com.rocketmq.remoting.frameMaxLength``): 16 MiB.
+MAX_FRAME_LENGTH = 16 * 1024 * 1024
+
+_INT = struct.Struct(">i")
+_PREFIX = struct.Struct(">ii")
+_BINARY_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
+
+
+class SerializeType(enum.IntEnum):
+    """``SerializeType``: how the header is encoded (the high byte of the header info)."""
+
+    JSON = 0
+    ROCKETMQ = 1
+
+
+def _fields(value: Mapping[str, object] | None) -> dict[str, str]:
+    """extFields as RocketMQ sees them: a map of strings (``HashMap<String, String>``)."""
+    if not value:
+        return {}
+    out: dict[str, str] = {}
+    for key, item in value.items():
+        if item is None:
+            continue
+        if isinstance(item, bool):
+            out[str(key)] = "true" if item else "false"
+        elif isinstance(item, str | int | float):
+            out[str(key)] = str(item)
+        else:
+            raise TypeError(f"extFields[{key!r}] must be a string or a number, got {item!r}")
+    return out
+
+
+@attrs.frozen
+class RemotingCommand:
+    """One request or response (``RemotingCommand``).
+
+    ``ext_fields`` is the custom header, always strings; read it with :meth:`field`,
+    :meth:`int_field` and :meth:`require`.
+    """
+
+    code: int
+    opaque: int = 0
+    flag: int = 0
+    remark: str | None = None
+    ext_fields: dict[str, str] = attrs.field(factory=dict, converter=_fields, hash=False)
+    body: bytes = b""
+    language: str = "JAVA"
+    version: int = VERSION_4_9_4
+    serialize_type: SerializeType = SerializeType.JSON
+
+    # --- construction -------------------------------------------------------------------
+    @classmethod
+    def request(
+        cls,
+        code: int,
+        fields: Mapping[str, object] | None = None,
+        body: bytes = b"",
+        *,
+        opaque: int = 0,
+        oneway: bool = False,
+    ) -> RemotingCommand:
+        return cls(
+            code=int(code),
+            opaque=opaque,
+            flag=FLAG_ONEWAY if oneway else 0,
+            ext_fields=fields,
+            body=body,
+        )
+
+    def response(
+        self,
+        code: int,
+        remark: str | None = None,
+        fields: Mapping[str, object] | None = None,
+        body: bytes = b"",
+    ) -> RemotingCommand:
+        """The response to this request: same opaque and serialize type, response flag set."""
+        return RemotingCommand(
+            code=int(code),
+            opaque=self.opaque,
+            flag=FLAG_RESPONSE,
+            remark=remark,
+            ext_fields=fields,
+            body=body,
+            serialize_type=self.serialize_type,
+        )
+
+    def with_opaque(self, opaque: int) -> RemotingCommand:
+        return attrs.evolve(self, opaque=opaque)
+
+    # --- reading ------------------------------------------------------------------------
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & FLAG_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & FLAG_ONEWAY)
+
+    def field(self, name: str, default: str | None = None) -> str | None:
+        return self.ext_fields.get(name, default)
+
+    def require(self, name: str) -> str:
+        """A mandatory header field; :class:`HeaderError` names it when it is absent."""
+        value = self.ext_fields.get(name)
+        if value is None:
+            raise HeaderError(f"the custom field <{name}> is null")
+        return value
+
+    def int_field(self, name: str, default: int | None = None) -> int:
+        """A numeric header field (RocketMQ sends numbers as decimal strings)."""
+        value = self.ext_fields.get(name)
+        if value is None or value == "":
+            if default is None:
+                raise HeaderError(f"the custom field <{name}> is null")
+            return default
+        try:
+            return int(value)
+        except ValueError:
+            pass
+        try:  # a client that sent a JSON number with a fraction
+            number = float(value)
+        except ValueError:
+            raise HeaderError(f"the custom field <{name}> is not a number: {value!r}") from None
+        if not number.is_integer():
+            raise HeaderError(f"the custom field <{name}> is not an integer: {value!r}")
+        return int(number)
+
+    def bool_field(self, name: str, default: bool = False) -> bool:
+        value = self.ext_fields.get(name)
+        if value is None:
+            return default
+        return value.strip().lower() == "true"
+
+
+class HeaderError(ValueError):
+    """A request's custom header lacks a field or has a malformed one.
+
+    The broker answers such a request with SYSTEM_ERROR naming the field, as RocketMQ does
+    for a ``RemotingCommandException`` from ``decodeCommandCustomHeader``; the connection
+    stays open.
+    """
+
+
+# --- encoding ---------------------------------------------------------------------------
+
+
+def encode(command: RemotingCommand) -> bytes:
+    """The whole frame, length prefix included."""
+    if command.serialize_type is SerializeType.JSON:
+        header = _json_header(command)
+    else:
+        header = _binary_header(command)
+    if len(header) > 0xFFFFFF:
+        raise LocalProtocolError(f"remoting header of {len(header)} bytes does not fit 24 bits")
+    length = 4 + len(header) + len(command.body)
+    if length > MAX_FRAME_LENGTH:
+        raise LocalProtocolError(
+            f"remoting frame of {length} bytes exceeds the {MAX_FRAME_LENGTH}-byte limit"
+        )
+    prefix = _PREFIX.pack(length, (int(command.serialize_type) << 24) | len(header))
+    return b"".join((prefix, header, command.body))
+
+
+def _json_header(command: RemotingCommand) -> bytes:
+    # Keys in fastjson's order (sorted); remark and extFields left out when empty, as
+    # fastjson drops nulls. extFields values are always strings: the C++ client ignores
+    # a response field that is not a JSON string.
+    header: dict[str, Any] = {"code": command.code}
+    if command.ext_fields:
+        header["extFields"] = command.ext_fields
+    header["flag"] = command.flag
+    header["language"] = command.language
+    header["opaque"] = command.opaque
+    if command.remark is not None:
+        header["remark"] = command.remark
+    header["serializeTypeCurrentRPC"] = "JSON"
+    header["version"] = command.version
+    return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _binary_header(command: RemotingCommand) -> bytes:
+    remark = (command.remark or "").encode("utf-8")
+    parts = [
+        _BINARY_FIXED.pack(
+            command.code,
+            LANGUAGE_CODES.get(command.language, LANGUAGE_CODES["OTHER"]),
+            command.version,
+            command.opaque,
+            command.flag,
+        ),
+        _INT.pack(len(remark)),
+        remark,
+    ]
+    ext = bytearray()
+    for key, value in command.ext_fields.items():
+        key_bytes, value_bytes = key.encode("utf-8"), value.encode("utf-8")
+        ext += struct.pack(">h", len(key_bytes)) + key_bytes
+        ext += _INT.pack(len(value_bytes)) + value_bytes
+    parts += [_INT.pack(len(ext)), bytes(ext)]
+    return b"".join(parts)
+
+
+# --- decoding ---------------------------------------------------------------------------
+
+
+def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
+    """One frame without its 4-byte length prefix (``RemotingCommand.decode``)."""
+    if len(frame) < 4:
+        raise RemoteProtocolError(f"remoting frame of {len(frame)} bytes has no header length")
+    (info,) = _INT.unpack_from(frame, 0)
+    kind, header_length = (info >> 24) & 0xFF, info & 0xFFFFFF
+    if header_length > len(frame) - 4:
+        raise RemoteProtocolError(
+            f"remoting header length {header_length} exceeds the frame ({len(frame) - 4} bytes)"
+        )
+    header = bytes(frame[4 : 4 + header_length])
+    body = bytes(frame[4 + header_length :])
+    if kind == SerializeType.JSON:
+        return _decode_json_header(header, body)
+    if kind == SerializeType.ROCKETMQ:
+        return _decode_binary_header(header, body)
+    raise RemoteProtocolError(f"unknown remoting serialize type {kind}")
+
+
+def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
+    try:
+        obj = json.loads(header.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise RemoteProtocolError(f"remoting JSON header is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise RemoteProtocolError(f"remoting JSON header is not an object: {header[:80]!r}")
+    ext = obj.get("extFields")
+    if ext is not None and not isinstance(ext, dict):
+        raise RemoteProtocolError(f"remoting extFields is not an object: {ext!r:.80}")
+    try:
+        fields = _fields(ext)
+    except TypeError as exc:
+        raise RemoteProtocolError(f"remoting header: {exc}") from None
+    remark = obj.get("remark")
+    language = obj.get("language", "JAVA")
+    return RemotingCommand(
+        code=_int_member(obj, "code", required=True),
+        opaque=_int_member(obj, "opaque"),
+        flag=_int_member(obj, "flag"),
+        remark=None if remark is None else str(remark),
+        ext_fields=fields,
+        body=body,
+        language=str(language),
+        version=_int_member(obj, "version"),
+        serialize_type=SerializeType.JSON,
+    )
+
+
+def _int_member(obj: dict[str, Any], name: str, *, required: bool = False) -> int:
+    value = obj.get(name)
+    if value is None:
+        if required:
+            raise RemoteProtocolError(f"remoting header has no {name!r}")
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RemoteProtocolError(f"remoting header {name!r} is not an integer: {value!r:.40}")
+    if not -(2**31) <= value < 2**31:
+        raise RemoteProtocolError(f"remoting header {name!r} does not fit 32 bits: {value}")
+    return value
+
+
+def _decode_binary_header(header: bytes, body: bytes) -> RemotingCommand:
+    view = memoryview(header)
+    try:
+        code, language, version, opaque, flag = _BINARY_FIXED.unpack_from(view, 0)
+        pos = _BINARY_FIXED.size
+        remark, pos = _binary_chunk(view, pos, "remark")
+        ext_raw, pos = _binary_chunk(view, pos, "extFields")
+        fields: dict[str, str] = {}
+        ext_pos = 0
+        while ext_pos < len(ext_raw):
+            (key_len,) = struct.unpack_from(">h", ext_raw, ext_pos)
+            ext_pos += 2
+            key = ext_raw[ext_pos : ext_pos + key_len]
+            ext_pos += key_len
+            (value_len,) = _INT.unpack_from(ext_raw, ext_pos)
+            ext_pos += 4
+            if key_len < 0 or value_len < 0 or ext_pos + value_len > len(ext_raw):
+                raise RemoteProtocolError("remoting binary extFields entry overruns the header")
+            fields[key.decode("utf-8")] = ext_raw[ext_pos : ext_pos + value_len].decode("utf-8")
+            ext_pos += value_len
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise RemoteProtocolError(f"remoting binary header is malformed: {exc}") from None
+    return RemotingCommand(
+        code=code,
+        opaque=opaque,
+        flag=flag,
+        remark=remark.decode("utf-8", "replace") if remark else None,
+        ext_fields=fields,
+        body=body,
+        language=LANGUAGE_NAMES.get(language, "OTHER"),
+        version=version,
+        serialize_type=SerializeType.ROCKETMQ,
+    )
+
+
+def _binary_chunk(view: memoryview, pos: int, what: str) -> tuple[bytes, int]:
+    (length,) = _INT.unpack_from(view, pos)
+    pos += 4
+    if length < 0 or pos + length > len(view):
+        raise RemoteProtocolError(
+            f"remoting binary {what} length {length} exceeds the header ({len(view)} bytes)"
+        )
+    return bytes(view[pos : pos + length]), pos + length
+
+
+class FrameDecoder:
+    """Incremental frame reader: feed bytes as they come, take whole commands out.
+
+    A length prefix above ``max_frame_length`` (or below 4) raises
+    :class:`RemoteProtocolError` as soon as its 4 bytes are in, so a hostile peer cannot
+    make us buffer more than one legitimate frame. After an error the decoder stays broken:
+    the connection must be closed.
+    """
+
+    def __init__(self, max_frame_length: int = MAX_FRAME_LENGTH) -> None:
+        self._max = max_frame_length
+        self._buffer = bytearray()
+        self._start = 0
+        self._error: RemoteProtocolError | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet returned as a command."""
+        return len(self._buffer) - self._start
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        if self._start and self._start * 2 >= len(self._buffer):
+            del self._buffer[: self._start]  # compact once the consumed part dominates
+            self._start = 0
+        self._buffer += data
+
+    def next_command(self) -> RemotingCommand | None:
+        """The next complete command, or None until more bytes arrive."""
+        if self._error is not None:
+            raise self._error
+        if self.buffered < 4:
+            return None
+        (length,) = _INT.unpack_from(self._buffer, self._start)
+        if not 4 <= length <= self._max:
+            self._error = RemoteProtocolError(
+                f"remoting frame length {length} is outside 4..{self._max}"
+            )
+            raise self._error
+        if self.buffered < 4 + length:
+            return None
+        begin = self._start + 4
+        frame = memoryview(self._buffer)[begin : begin + length]
+        try:
+            command = decode_frame(frame)
+        except RemoteProtocolError as exc:
+            self._error = exc
+            raise
+        finally:
+            frame.release()
+        self._start = begin + length
+        return command
+
+    def commands(self) -> Iterator[RemotingCommand]:
+        while (command := self.next_command()) is not None:
+            yield command

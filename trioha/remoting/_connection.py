@@ -1,0 +1,247 @@
+"""One remoting connection on Trio, used by both the server and the client side.
+
+Mirrors ``NettyRemotingAbstract``: either end may send requests; a response is matched to
+its request by ``opaque``; a oneway request gets no response. The connection owns one
+nursery: a reader task (bytes → :class:`FrameDecoder` → commands), a writer task (the only
+one that writes to the stream) and one task per inbound request, so a long-polling pull
+never holds up the requests behind it. When the reader or writer ends, the nursery is
+cancelled, pending requests fail with :class:`RemotingError` (code :data:`NO_RESPONSE`) and
+the ``on_close`` callback runs in a ``finally``.
+
+A peer that sends a broken or hostile frame gets its connection closed with one log line; the
+error never leaves :meth:`RemotingConnection.run`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+import trio
+
+from trioha._errors import ProtocolError, RemotingError
+from trioha.remoting._codec import FrameDecoder, HeaderError, RemotingCommand, encode
+from trioha.remoting._codes import ResponseCode
+
+log = logging.getLogger("trioha.remoting")
+
+#: :attr:`RemotingError.code` when no response came at all (timeout, connection closed).
+NO_RESPONSE = -1
+
+#: Requests one connection may have in progress at once; more wait (back pressure on that
+#: peer only). RocketMQ bounds its processor thread pools' queues the same way.
+MAX_IN_FLIGHT = 1024
+
+_RECEIVE_SIZE = 65536
+_opaque_counter = itertools.count(1)
+
+
+class RequestHandler(Protocol):
+    """Answers the requests that arrive on a connection (a ``NettyRequestProcessor``)."""
+
+    async def handle_request(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand | None:
+        """The response, or None to send none (a oneway request's response is dropped)."""
+
+
+class RejectAllRequests:
+    """The handler of a pure client: every inbound request is answered "not supported"."""
+
+    async def handle_request(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand | None:
+        return request.response(
+            ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+            f" request type {request.code} not supported",
+        )
+
+
+class _Pending:
+    __slots__ = ("done", "response")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.response: RemotingCommand | None = None
+
+
+class RemotingConnection:
+    """A remoting peer over one stream; call :meth:`run` in a nursery to start it."""
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        *,
+        peer: str,
+        handler: RequestHandler | None = None,
+        on_close: Callable[[RemotingConnection], None] | None = None,
+        max_in_flight: int = MAX_IN_FLIGHT,
+    ) -> None:
+        self.peer = peer
+        self._stream = stream
+        self._handler = handler or RejectAllRequests()
+        self._on_close = on_close
+        self._decoder = FrameDecoder()
+        self._send, self._outgoing = trio.open_memory_channel[bytes](256)
+        self._pending: dict[int, _Pending] = {}
+        self._limiter = trio.CapacityLimiter(max_in_flight)
+        self._closed = trio.Event()
+        self._cancel: trio.CancelScope | None = None
+        self.close_reason: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<RemotingConnection {self.peer}>"
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+
+    # --- life cycle ---------------------------------------------------------------------
+    async def run(self) -> None:
+        """Serve the connection until either side closes it; never raises for peer errors."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._cancel = nursery.cancel_scope
+                nursery.start_soon(self._writer)
+                await self._reader(nursery)
+                nursery.cancel_scope.cancel()
+        finally:
+            self._closed.set()
+            self._outgoing.close()
+            for pending in self._pending.values():
+                pending.done.set()  # response stays None: the waiter raises
+            self._pending.clear()
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(self._stream)
+            if self._on_close is not None:
+                self._on_close(self)
+
+    def close(self, reason: str = "closed locally") -> None:
+        """Close the connection soon (from any task); pending requests fail."""
+        if self.close_reason is None:
+            self.close_reason = reason
+        if self._cancel is not None:
+            self._cancel.cancel()
+
+    async def _reader(self, nursery: trio.Nursery) -> None:
+        while True:
+            try:
+                data = await self._stream.receive_some(_RECEIVE_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                self.close_reason = self.close_reason or f"connection lost: {exc or 'reset'}"
+                return
+            if not data:
+                self.close_reason = self.close_reason or "closed by the peer"
+                return
+            self._decoder.receive_data(data)
+            try:
+                for command in self._decoder.commands():
+                    if command.is_response:
+                        self._complete(command)
+                    else:
+                        await self._limiter.acquire_on_behalf_of(command)
+                        nursery.start_soon(self._serve_request, command)
+            except ProtocolError as exc:
+                self.close_reason = f"protocol error: {exc}"
+                log.warning("closing remoting connection %s: %s", self.peer, exc)
+                return
+
+    async def _writer(self) -> None:
+        async with self._outgoing:
+            async for frame in self._outgoing:
+                try:
+                    await self._stream.send_all(frame)
+                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    self.close_reason = self.close_reason or f"connection lost: {exc or 'reset'}"
+                    self.close()
+                    return
+
+    def _complete(self, response: RemotingCommand) -> None:
+        pending = self._pending.pop(response.opaque, None)
+        if pending is None:
+            # A response after its request timed out: RocketMQ logs and drops it too.
+            log.debug("%s: response for unknown opaque %d dropped", self.peer, response.opaque)
+            return
+        pending.response = response
+        pending.done.set()
+
+    async def _serve_request(self, request: RemotingCommand) -> None:
+        try:
+            response = await self._answer(request)
+            if response is not None and not request.is_oneway:
+                await self._enqueue(encode(response))
+        finally:
+            self._limiter.release_on_behalf_of(request)
+
+    async def _answer(self, request: RemotingCommand) -> RemotingCommand | None:
+        try:
+            return await self._handler.handle_request(request, self)
+        except HeaderError as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        except RemotingError as exc:
+            return request.response(exc.code, str(exc))
+        except ProtocolError as exc:
+            log.warning("%s: request code %d rejected: %s", self.peer, request.code, exc)
+            return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        except Exception as exc:
+            # A bug in one processor must not take the connection (or broker) down; the
+            # client gets SYSTEM_ERROR, as RocketMQ answers an exception in processRequest.
+            log.exception("%s: request code %d failed", self.peer, request.code)
+            return request.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+    async def _enqueue(self, frame: bytes) -> None:
+        try:
+            await self._send.send(frame)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise RemotingError(f"connection to {self.peer} is closed", code=NO_RESPONSE) from None
+
+    # --- sending --------------------------------------------------------------------------
+    async def request(self, command: RemotingCommand) -> RemotingCommand:
+        """Send a request and wait for its response (``invokeSync``).
+
+        Bound the wait with ``trio.fail_after`` as usual in Trio; a late response is then
+        dropped. Raises :class:`RemotingError` with code :data:`NO_RESPONSE` when the
+        connection closes first. The response may carry any code; the caller checks it.
+        """
+        if self.closed:
+            raise RemotingError(f"connection to {self.peer} is closed", code=NO_RESPONSE)
+        opaque = next(_opaque_counter) & 0x7FFFFFFF
+        pending = self._pending[opaque] = _Pending()
+        try:
+            await self._enqueue(encode(command.with_opaque(opaque)))
+            await pending.done.wait()
+        finally:
+            self._pending.pop(opaque, None)
+        if pending.response is None:
+            why = self.close_reason or "closed"
+            raise RemotingError(
+                f"no response from {self.peer} to request code {command.code}: {why}",
+                code=NO_RESPONSE,
+            )
+        return pending.response
+
+    async def oneway(self, command: RemotingCommand) -> None:
+        """Send a request that gets no response (``invokeOneway``)."""
+        opaque = next(_opaque_counter) & 0x7FFFFFFF
+        await self._enqueue(encode(command.with_opaque(opaque)))
+
+    async def send_frame(self, command: RemotingCommand) -> None:
+        """Send a command as it is (opaque and flags untouched)."""
+        await self._enqueue(encode(command))
+
+
+def peer_name(stream: trio.abc.Stream) -> str:
+    """``host:port`` of a socket stream's peer, or a placeholder for in-memory streams."""
+    socket = getattr(stream, "socket", None)
+    if socket is None:
+        return "<stream>"
+    try:
+        host, port = socket.getpeername()[:2]
+    except OSError:
+        return "<unconnected>"
+    return f"{host}:{port}"
