@@ -1,0 +1,355 @@
+"""The stored-message codec against spec §4.1 ([494] CommitLog.MessageExtEncoder.encode,
+checkMessageAndReturnSize, MessageDecoder.messageProperties2String/string2messageProperties).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trioha import CorruptLogError, MessageTooLargeError
+from trioha.store import (
+    BLANK_MAGIC,
+    BLANK_RECORD_SIZE,
+    MESSAGE_MAGIC,
+    MESSAGE_MAGIC_V2,
+    DecodedBlank,
+    DecodedIncomplete,
+    DecodedInvalid,
+    DecodedMessage,
+    HostAddress,
+    InvalidReason,
+    PropertiesForm,
+    StoredMessage,
+    decode_message,
+    decode_record,
+    encode_blank,
+    encode_message,
+    make_msg_id,
+    message_length,
+    properties_to_string,
+    string_to_properties,
+)
+from trioha.testing.strategies import properties, stored_messages
+
+# DefaultMessageStoreTest / HATest: "Once, there was a chance for me!", topic FooBar,
+# bornHost 127.0.0.1:0, storeHost <local>:8123, keys = currentTimeMillis, tags TAG1.
+BODY = b"Once, there was a chance for me!"
+BORN = HostAddress("127.0.0.1", 0)
+STORE = HostAddress("127.0.0.1", 8123)
+NOW = 1_700_000_000_000
+
+
+def java_record(props: str, *, queue_offset: int = 0, physical_offset: int = 0) -> bytes:
+    """The record built field by field from the spec table, the way Java's encoder does."""
+    topic = b"FooBar"
+    props_b = props.encode()
+    total = 84 + 4 + len(BODY) + 1 + len(topic) + 2 + len(props_b)
+    out = struct.pack(">i", total)
+    out += struct.pack(">i", -626843481)  # MESSAGE_MAGIC_CODE as a Java int
+    out += struct.pack(">i", zlib.crc32(BODY) & 0x7FFFFFFF)
+    out += struct.pack(">iiqq", 0, 0, queue_offset, physical_offset)
+    out += struct.pack(">iq", 0, NOW)
+    out += bytes([127, 0, 0, 1]) + struct.pack(">i", 0)
+    out += struct.pack(">q", NOW + 5)
+    out += bytes([127, 0, 0, 1]) + struct.pack(">i", 8123)
+    out += struct.pack(">iq", 0, 0)
+    out += struct.pack(">i", len(BODY)) + BODY
+    out += bytes([len(topic)]) + topic
+    out += struct.pack(">h", len(props_b)) + props_b
+    return out
+
+
+def foobar(form: PropertiesForm = PropertiesForm.V4_9, **kw: int) -> bytes:
+    return encode_message(
+        topic="FooBar",
+        body=BODY,
+        born_host=BORN,
+        store_host=STORE,
+        born_timestamp=NOW,
+        store_timestamp=NOW + 5,
+        properties=[("KEYS", str(NOW)), ("TAGS", "TAG1")],
+        properties_form=form,
+        **kw,
+    )
+
+
+def test_rocketmq_test_message_is_157_bytes_in_the_4_9_form() -> None:
+    record = foobar()
+    assert len(record) == 157
+    assert record == java_record(f"KEYS\x01{NOW}\x02TAGS\x01TAG1")
+
+
+def test_rocketmq_test_message_is_158_bytes_in_the_5_x_form() -> None:
+    record = foobar(PropertiesForm.V5)
+    assert len(record) == 158
+    assert record == java_record(f"KEYS\x01{NOW}\x02TAGS\x01TAG1\x02")
+
+
+def test_decode_of_a_java_record() -> None:
+    raw = java_record(f"TAGS\x01TAG1\x02KEYS\x01{NOW}", queue_offset=7, physical_offset=1570)
+    msg = decode_message(raw)
+    assert msg == StoredMessage(
+        total_size=157,
+        magic=MESSAGE_MAGIC,
+        body_crc=zlib.crc32(BODY) & 0x7FFFFFFF,
+        queue_id=0,
+        flag=0,
+        queue_offset=7,
+        physical_offset=1570,
+        sysflag=0,
+        born_timestamp=NOW,
+        born_host=BORN,
+        store_timestamp=NOW + 5,
+        store_host=STORE,
+        reconsume_times=0,
+        prepared_transaction_offset=0,
+        body=BODY,
+        topic="FooBar",
+        properties=(("TAGS", "TAG1"), ("KEYS", str(NOW))),
+        properties_form=PropertiesForm.V4_9,
+    )
+    assert msg.tags == "TAG1"
+    assert msg.keys == str(NOW)
+    assert msg.end_offset == 1570 + 157
+    assert msg.encode() == raw
+
+
+# --- fed three ways (whole, one byte at a time, with trailing data) -----------------------
+
+
+def test_whole_buffer_decodes_to_a_message() -> None:
+    record = foobar()
+    result = decode_record(record)
+    assert isinstance(result, DecodedMessage)
+    assert result.size == 157
+
+
+def test_every_prefix_is_incomplete() -> None:
+    record = foobar()
+    for n in range(len(record)):
+        result = decode_record(record[:n], base_offset=100)
+        assert result == DecodedIncomplete(100, n, 8 if n < 8 else 157)
+
+
+def test_trailing_data_is_left_alone() -> None:
+    record = foobar()
+    buf = b"\xff" * 5 + record + foobar(physical_offset=157) + b"garbage"
+    first = decode_record(buf, 5, base_offset=1000)
+    assert isinstance(first, DecodedMessage)
+    assert first.size == 157
+    second = decode_record(buf, 5 + 157)
+    assert isinstance(second, DecodedMessage)
+    assert second.message.physical_offset == 157
+    assert decode_record(buf, 5 + 314) == DecodedIncomplete(319, 7, 8)
+
+
+def test_end_bounds_the_record() -> None:
+    record = foobar() + b"\0" * 10
+    assert isinstance(decode_record(record, end=156), DecodedIncomplete)
+    assert isinstance(decode_record(record, end=157), DecodedMessage)
+
+
+# --- blank record ---------------------------------------------------------------------
+
+
+def test_blank_record() -> None:
+    blank = encode_blank(4000)
+    assert len(blank) == BLANK_RECORD_SIZE
+    assert blank == struct.pack(">ii", 4000, -875286124)
+    assert struct.unpack(">I", blank[4:])[0] == BLANK_MAGIC
+    assert decode_record(b"\0" * 16 + blank, 16, base_offset=4096) == DecodedBlank(4112, 4000)
+
+
+# --- invalid records (checkMessageAndReturnSize) ----------------------------------------
+
+
+def _invalid(buf: bytes, **kw: bool) -> InvalidReason:
+    result = decode_record(buf, **kw)
+    assert isinstance(result, DecodedInvalid), result
+    assert result.offset == 0
+    assert result.detail
+    return result.reason
+
+
+def test_zeros_read_as_bad_magic() -> None:
+    assert _invalid(b"\0" * 200) is InvalidReason.BAD_MAGIC
+
+
+def test_bad_magic() -> None:
+    record = bytearray(foobar())
+    record[7] ^= 0x01
+    assert _invalid(bytes(record)) is InvalidReason.BAD_MAGIC
+
+
+def test_total_size_smaller_than_any_record() -> None:
+    record = bytearray(foobar())
+    struct.pack_into(">i", record, 0, 20)
+    assert _invalid(bytes(record)) is InvalidReason.BAD_TOTAL_SIZE
+
+
+@pytest.mark.parametrize("delta", [-1, 1, -40])
+def test_total_size_mismatch(delta: int) -> None:
+    record = bytearray(foobar() + b"\0" * 64)
+    struct.pack_into(">i", record, 0, 157 + delta)
+    assert _invalid(bytes(record)) is InvalidReason.SIZE_MISMATCH
+
+
+def test_crc_mismatch_and_check_crc_off() -> None:
+    record = bytearray(foobar())
+    record[88 + 3] ^= 0x20  # a body byte
+    assert _invalid(bytes(record)) is InvalidReason.CRC_MISMATCH
+    assert isinstance(decode_record(bytes(record), check_crc=False), DecodedMessage)
+
+
+def test_empty_body_crc_is_not_checked_like_java() -> None:
+    record = bytearray(encode_message(topic="T", body=b"", born_host=BORN, store_host=STORE))
+    record[8:12] = b"\x00\x00\x00\x07"
+    assert isinstance(decode_record(bytes(record)), DecodedMessage)
+
+
+def test_negative_body_length() -> None:
+    record = bytearray(foobar())
+    struct.pack_into(">i", record, 84, -1)
+    assert _invalid(bytes(record)) is InvalidReason.BAD_LENGTH
+
+
+def test_v1_topic_length_is_a_signed_byte() -> None:
+    record = bytearray(foobar())
+    record[88 + len(BODY)] = 0x80
+    assert _invalid(bytes(record)) is InvalidReason.BAD_LENGTH
+
+
+def test_flipped_host_family_bit_is_a_size_mismatch() -> None:
+    record = bytearray(foobar())
+    record[39] |= 0x10
+    assert _invalid(bytes(record)) is InvalidReason.SIZE_MISMATCH
+
+
+def test_decode_message_is_strict() -> None:
+    record = bytearray(foobar())
+    record[100] ^= 0xFF
+    with pytest.raises(CorruptLogError, match=r"at 4096 \(crc-mismatch\)"):
+        decode_message(bytes(record), base_offset=4096)
+    with pytest.raises(CorruptLogError, match="truncated record at 0"):
+        decode_message(foobar()[:100])
+    with pytest.raises(CorruptLogError, match="blank record"):
+        decode_message(encode_blank(10))
+
+
+# --- hosts, versions, limits ----------------------------------------------------------
+
+
+def test_ipv6_hosts_set_the_sysflag_bits_and_widen_the_record() -> None:
+    v6 = HostAddress("2001:db8::1", 10911)
+    record = encode_message(topic="FooBar", body=BODY, born_host=v6, store_host=v6, sysflag=1)
+    msg = decode_message(record)
+    assert msg.sysflag == 0x31
+    assert msg.total_size == 129 + 24
+    assert msg.born_host == msg.store_host == v6
+    assert message_length(0x30, len(BODY), 6, 0) == msg.total_size
+
+
+def test_sysflag_host_bits_follow_the_hosts() -> None:
+    record = encode_message(topic="T", body=b"", born_host=BORN, store_host=STORE, sysflag=0x30)
+    assert decode_message(record).sysflag == 0
+
+
+def test_long_topic_uses_the_v2_magic_and_a_short_length() -> None:
+    topic = "t" * 128
+    record = encode_message(topic=topic, body=b"x", born_host=BORN, store_host=STORE)
+    assert struct.unpack_from(">I", record, 4)[0] == MESSAGE_MAGIC_V2
+    assert struct.unpack_from(">h", record, 89)[0] == 128
+    assert decode_message(record).topic == topic
+    short = encode_message(topic="t" * 127, body=b"x", born_host=BORN, store_host=STORE)
+    assert struct.unpack_from(">I", short, 4)[0] == MESSAGE_MAGIC
+
+
+def test_limits_raise_message_too_large() -> None:
+    with pytest.raises(MessageTooLargeError, match="128 bytes; the V1 record allows 127"):
+        encode_message(
+            topic="t" * 128, body=b"", born_host=BORN, store_host=STORE, magic=MESSAGE_MAGIC
+        )
+    with pytest.raises(MessageTooLargeError, match="properties are 32770 bytes"):
+        encode_message(
+            topic="t", body=b"", born_host=BORN, store_host=STORE, properties={"k": "v" * 32768}
+        )
+
+
+def test_out_of_range_fields_are_value_errors() -> None:
+    with pytest.raises(ValueError, match="queue_id=2147483648"):
+        encode_message(topic="t", body=b"", born_host=BORN, store_host=STORE, queue_id=2**31)
+
+
+def test_host_address_validation_and_normalisation() -> None:
+    assert HostAddress("0:0::0001", 1).host == "::1"
+    assert str(HostAddress("::1", 5)) == "[::1]:5"
+    assert str(HostAddress("10.1.2.3", 5)) == "10.1.2.3:5"
+    with pytest.raises(ValueError, match="not an IPv4 or IPv6 address"):
+        HostAddress("localhost", 1)
+
+
+def test_msg_id_is_store_host_port_and_offset_in_upper_hex() -> None:
+    assert make_msg_id(HostAddress("10.0.0.1", 10911), 1570) == "0A00000100002A9F0000000000000622"
+    v6 = make_msg_id(HostAddress("::1", 1), 0)
+    assert len(v6) == 56
+    assert v6.endswith("00000001" + "0" * 16)
+
+
+# --- properties -----------------------------------------------------------------------
+
+
+def test_properties_forms() -> None:
+    props = {"KEYS": "k1 k2", "TAGS": "a"}
+    assert properties_to_string(props) == "KEYS\x01k1 k2\x02TAGS\x01a"
+    assert properties_to_string(props, PropertiesForm.V5) == "KEYS\x01k1 k2\x02TAGS\x01a\x02"
+    assert properties_to_string({}, PropertiesForm.V5) == ""
+    expected = (("KEYS", "k1 k2"), ("TAGS", "a"))
+    assert string_to_properties("KEYS\x01k1 k2\x02TAGS\x01a") == expected
+    assert string_to_properties("KEYS\x01k1 k2\x02TAGS\x01a\x02") == expected
+
+
+def test_parser_skips_what_java_skips() -> None:
+    # string2messageProperties keeps a pair only with a non-empty key and value.
+    text = "\x02a\x01\x02\x01b\x02xy\x02k\x01v\x01w\x02\x02"
+    assert string_to_properties(text) == (("k", "v\x01w"),)
+
+
+@pytest.mark.parametrize(
+    "pair", [("", "v"), ("k", ""), ("k\x01", "v"), ("k", "v\x02"), ("k", "\x01")]
+)
+def test_unrepresentable_properties_are_rejected(pair: tuple[str, str]) -> None:
+    with pytest.raises(ValueError, match="property"):
+        properties_to_string([pair])
+
+
+@given(properties(), st.sampled_from(PropertiesForm))
+def test_properties_round_trip(props: tuple[tuple[str, str], ...], form: PropertiesForm) -> None:
+    assert string_to_properties(properties_to_string(props, form)) == props
+
+
+# --- round trips ----------------------------------------------------------------------
+
+
+@settings(max_examples=200)
+@given(stored_messages())
+def test_round_trip(msg: StoredMessage) -> None:
+    record = msg.encode()
+    assert len(record) == msg.total_size
+    assert decode_message(record) == msg
+
+
+@settings(max_examples=25)
+@given(stored_messages(max_body=64, long_topics=False), st.binary(max_size=20))
+def test_round_trip_fed_byte_by_byte_and_with_trailing_data(
+    msg: StoredMessage, trailing: bytes
+) -> None:
+    record = msg.encode()
+    for n in range(len(record)):
+        assert isinstance(decode_record(record[:n]), DecodedIncomplete)
+    result = decode_record(record + trailing)
+    assert result == DecodedMessage(msg)

@@ -1,0 +1,57 @@
+"""The RocketMQ commit log: record codec, segment files, recovery, store layout.
+
+The codec (``_message``) is pure; everything else follows RocketMQ's ``CommitLog``,
+``MappedFileQueue`` and ``DefaultMessageStore`` (spec §4).
+"""
+
+from trioha.store._message import (
+    BLANK_MAGIC,
+    BLANK_RECORD_SIZE,
+    MESSAGE_MAGIC,
+    MESSAGE_MAGIC_V2,
+    MIN_RECORD_SIZE,
+    Decoded,
+    DecodedBlank,
+    DecodedIncomplete,
+    DecodedInvalid,
+    DecodedMessage,
+    HostAddress,
+    InvalidReason,
+    PropertiesForm,
+    StoredMessage,
+    body_crc,
+    decode_message,
+    decode_record,
+    encode_blank,
+    encode_message,
+    make_msg_id,
+    message_length,
+    properties_to_string,
+    string_to_properties,
+)
+
+__all__ = [
+    "BLANK_MAGIC",
+    "BLANK_RECORD_SIZE",
+    "MESSAGE_MAGIC",
+    "MESSAGE_MAGIC_V2",
+    "MIN_RECORD_SIZE",
+    "Decoded",
+    "DecodedBlank",
+    "DecodedIncomplete",
+    "DecodedInvalid",
+    "DecodedMessage",
+    "HostAddress",
+    "InvalidReason",
+    "PropertiesForm",
+    "StoredMessage",
+    "body_crc",
+    "decode_message",
+    "decode_record",
+    "encode_blank",
+    "encode_message",
+    "make_msg_id",
+    "message_length",
+    "properties_to_string",
+    "string_to_properties",
+]
