@@ -1,18 +1,185 @@
-"""Command line: ``python -m trioha COMMAND``."""
+"""Command line: ``python -m trioha COMMAND``.
+
+Every bad flag or file becomes one line on stderr and a non-zero exit; Ctrl-C and SIGTERM stop a
+running broker cleanly (its store closed, the ``abort`` marker removed).
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import signal
 import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from trioha._config import BrokerConfig, BrokerRole, FlushDiskType, parse_address
+from trioha._errors import ConfigError, TriohaError
+
+log = logging.getLogger("trioha")
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one line, not the whole usage
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _size(text: str) -> int:
+    """Bytes, with an optional K/M/G suffix (binary)."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    text = text.strip().lower().removesuffix("ib").removesuffix("b")
+    try:
+        if text and text[-1] in units:
+            return int(float(text[:-1]) * units[text[-1]])
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 1073741824 or 64M)") from None
+
+
+def _addr(text: str) -> str:
+    try:
+        parse_address(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _add_broker_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store-dir", type=Path, required=True, help="store root (commitlog/ inside)")
+    p.add_argument("-c", "--config", type=Path, metavar="broker.conf",
+                   help="a RocketMQ broker.conf (camelCase keys); flags override it")
+    p.add_argument("--mapped-file-size", type=_size, metavar="BYTES",
+                   help="commit log segment size (mappedFileSizeCommitLog; default 1G)")
+    p.add_argument("--flush-disk-type", choices=[t.value for t in FlushDiskType])
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="trioha",
-        description="RocketMQ master-slave HA replication on Trio.",
+        description="RocketMQ master-slave HA replication on Trio, wire- and disk-compatible.",
     )
-    parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    master = sub.add_parser("master", help="run a master broker (serves slaves on its HA port)")
+    _add_broker_options(master)
+    master.add_argument("--ha-listen", type=_addr, metavar="HOST:PORT",
+                        help="HA listen address (default 127.0.0.1:10912; port 0 picks one)")
+    master.add_argument("--role", choices=["SYNC_MASTER", "ASYNC_MASTER"])
+    master.set_defaults(handler=_run_master)
+
+    slave = sub.add_parser("slave", help="run a slave broker replicating from a master")
+    _add_broker_options(slave)
+    slave.add_argument("--master-ha", type=_addr, metavar="HOST:PORT",
+                       help="the master's HA address (haMasterAddress)")
+    slave.add_argument("--ack-flushed", action="store_true",
+                       help="ack only what is flushed to disk (ha_slave_ack_flushed)")
+    slave.set_defaults(handler=_run_slave)
+
+    demo = sub.add_parser("demo", help="run a master and a slave on loopback with a sync workload")
+    demo.add_argument("--messages", type=int, default=20000, help="messages to put (default 20000)")
+    demo.add_argument("--size", type=_size, default=1024, help="body size (default 1K)")
+    demo.add_argument("--producers", type=int, default=16, help="concurrent producers")
+    demo.add_argument("--mapped-file-size", type=_size, default=8 << 20,
+                      help="segment size (default 8M, so the workload spans segments)")
+    demo.add_argument("--dir", type=Path, help="keep the stores here instead of a temp dir")
+    demo.set_defaults(handler=_run_demo)
+
+    for module in ("trioha.pipeline._cli", "trioha.remoting._cli"):
+        try:
+            register = __import__(module, fromlist=["register_commands"]).register_commands
+        except (ImportError, AttributeError):
+            continue
+        register(sub)
     return parser
+
+
+def _configure_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+
+
+def _broker_config(args: argparse.Namespace, role: BrokerRole | None, **extra: Any
+                   ) -> BrokerConfig:
+    overrides: dict[str, Any] = {"store_path_root_dir": str(args.store_dir)}
+    if role is not None:
+        overrides["broker_role"] = role
+    if args.mapped_file_size is not None:
+        overrides["mapped_file_size_commit_log"] = args.mapped_file_size
+    if args.flush_disk_type is not None:
+        overrides["flush_disk_type"] = FlushDiskType(args.flush_disk_type)
+    overrides.update({k: v for k, v in extra.items() if v is not None})
+    if args.config is not None:
+        return BrokerConfig.from_properties(args.config, **overrides)
+    return BrokerConfig(**overrides)
+
+
+def _run_master(args: argparse.Namespace) -> int:
+    extra: dict[str, Any] = {}
+    if args.ha_listen is not None:
+        host, port = parse_address(args.ha_listen, what="--ha-listen")
+        extra.update(ha_listen_host=host, ha_listen_port=port)
+    role = BrokerRole(args.role) if args.role else None
+    config = _broker_config(args, role, **extra)
+    if not config.broker_role.is_master:
+        raise ConfigError(f"{args.config}: brokerRole is SLAVE; use `trioha slave` for a slave")
+    trio.run(_serve, config)
+    return 0
+
+
+def _run_slave(args: argparse.Namespace) -> int:
+    config = _broker_config(
+        args,
+        BrokerRole.SLAVE,
+        ha_master_address=args.master_ha,
+        ha_slave_ack_flushed=True if args.ack_flushed else None,
+    )
+    if config.ha_master is None:
+        raise ConfigError("a slave needs --master-ha HOST:PORT (or haMasterAddress in -c)")
+    trio.run(_serve, config)
+    return 0
+
+
+async def _serve(config: BrokerConfig) -> None:
+    from trioha.broker import open_broker
+
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with open_broker(config) as broker, trio.open_nursery() as nursery:
+            nursery.start_soon(_report_progress, broker)
+            async for signum in signals:
+                log.info("%s received; stopping", signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+                break
+
+
+async def _report_progress(broker: Any) -> None:
+    """Log lag figures every 10 s (RocketMQ logs 'Slave fall behind master' every 60 s)."""
+    while True:
+        await trio.sleep(10)
+        stats = broker.statistics()
+        if stats.ha is not None:
+            for slave in stats.ha.slaves:
+                log.info("slave %s acked %d, behind by %d bytes", slave.peer, slave.ack_offset,
+                         slave.lag)
+            if not stats.ha.slaves:
+                log.info("no slave connected; log ends at %d", stats.max_offset)
+        elif stats.client is not None:
+            state = "connected to" if stats.client.connected else "waiting for"
+            log.info("%s master %s; log ends at %d", state, stats.client.master, stats.max_offset)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from trioha._demo import run_demo
+
+    return trio.run(run_demo, args)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -21,3 +188,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.command is None:
         parser.print_help()
         sys.exit(2)
+    _configure_logging(getattr(args, "verbose", False))
+    handler: Handler = args.handler
+    try:
+        code = handler(args)
+    except TriohaError as exc:
+        print(f"trioha {args.command}: error: {exc}", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)

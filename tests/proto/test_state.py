@@ -1,0 +1,302 @@
+"""Parity tests for the transition rules, one per RocketMQ behaviour (spec §1-§2, §9, §11)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import trioha.proto
+from trioha import LocalProtocolError
+from trioha.proto import (
+    AckAdvanced,
+    Append,
+    Close,
+    FrameWritten,
+    LogView,
+    MasterConnection,
+    MasterOptions,
+    MasterPhase,
+    MasterState,
+    SendHeartbeat,
+    SendReport,
+    SendTransfer,
+    SlaveConnection,
+    Timing,
+    encode_header,
+    encode_report,
+    master_step,
+    replicated_offset,
+    slaves_available,
+)
+
+SEG = 1000
+TIMING = Timing(heartbeat=5.0, housekeeping=20.0)
+
+
+def view(max_offset: int, min_offset: int = 0) -> LogView:
+    return LogView(min_offset, max_offset, SEG)
+
+
+def master(batch: int = 300, oldest: bool = False) -> MasterConnection:
+    return MasterConnection(
+        now=0.0, options=MasterOptions(batch_size=batch, sync_from_oldest=oldest), timing=TIMING
+    )
+
+
+def first_transfer(conn: MasterConnection, report: int, log: LogView) -> object:
+    conn.receive_data(encode_report(report), now=0.0, log=log)
+    return conn.next_send(now=0.0, log=log)
+
+
+# --- HAConnection.WriteSocketService ----------------------------------------------------------
+
+
+def test_master_sends_nothing_before_the_first_report() -> None:
+    conn = master()
+    # Even a due heartbeat waits: the writer sleeps while slaveRequestOffset == -1.
+    assert conn.next_send(now=100.0, log=view(2500)) is None
+    assert conn.state.phase is MasterPhase.AWAIT_REPORT
+
+
+def test_slave_reporting_zero_is_served_from_the_start_of_the_last_segment() -> None:
+    assert first_transfer(master(), 0, view(2500)) == SendTransfer(2000, 300)
+
+
+def test_slave_reporting_zero_on_an_empty_master_starts_at_zero() -> None:
+    conn = master()
+    assert first_transfer(conn, 0, view(0)) is None
+    assert conn.state.next_transfer == 0
+
+
+def test_sync_from_oldest_serves_a_full_copy() -> None:
+    assert first_transfer(master(oldest=True), 0, view(2500, 1000)) == SendTransfer(1000, 300)
+
+
+def test_request_inside_a_file_is_served_from_exactly_there() -> None:
+    # Observed against the Java master (spec §11): no alignment to messages.
+    assert first_transfer(master(), 1234, view(2500)) == SendTransfer(1234, 300)
+
+
+def test_frames_never_cross_a_segment_boundary() -> None:
+    conn = master(batch=10_000)
+    assert first_transfer(conn, 1800, view(2500)) == SendTransfer(1800, 200)
+    conn.frame_written(now=0.0)
+    assert conn.next_send(now=0.0, log=view(2500)) == SendTransfer(2000, 500)
+
+
+def test_no_new_frame_until_the_last_one_is_written() -> None:
+    # lastWriteOver: an unfinished transfer is resumed before anything else.
+    conn = master()
+    assert first_transfer(conn, 0, view(2900)) == SendTransfer(2000, 300)
+    assert conn.next_send(now=0.0, log=view(2900)) is None
+    conn.frame_written(now=0.0)
+    assert conn.next_send(now=0.0, log=view(2900)) == SendTransfer(2300, 300)
+
+
+def test_the_transfer_position_is_chosen_once_per_connection() -> None:
+    conn = master()
+    first_transfer(conn, 2000, view(2900))
+    conn.frame_written(now=0.0)
+    conn.receive_data(encode_report(2100), now=0.0, log=view(2900))
+    assert conn.state.request_offset == 2000
+    assert conn.state.next_transfer == 2300  # later acks never re-seek
+    assert conn.next_send(now=0.0, log=view(2900)) == SendTransfer(2300, 300)
+
+
+def test_heartbeat_after_write_silence_carries_the_next_offset() -> None:
+    conn = master()
+    assert first_transfer(conn, 2500, view(2500)) is None
+    assert conn.next_send(now=4.9, log=view(2500)) is None
+    assert conn.next_send(now=5.0, log=view(2500)) == SendHeartbeat(2500)
+    conn.frame_written(now=5.0)
+    assert conn.next_send(now=9.0, log=view(2500)) is None
+
+
+def test_every_report_is_an_ack_and_advances_once() -> None:
+    conn = master()
+    log = view(2900)
+    assert conn.receive_data(encode_report(2000), now=0.0, log=log) == (AckAdvanced(2000),)
+    conn.next_send(now=0.0, log=log)
+    assert conn.receive_data(encode_report(2300), now=0.0, log=log) == (AckAdvanced(2300),)
+    assert conn.receive_data(encode_report(2300), now=0.0, log=log) == ()
+    assert conn.state.ack_offset == 2300
+
+
+# --- where trioha is stricter than RocketMQ (§8) ----------------------------------------------
+
+
+def test_an_ack_beyond_what_was_sent_closes_and_never_counts() -> None:
+    # RocketMQ #3015/#1155: any client could inflate push2SlaveMaxOffset with 8 bytes.
+    conn = master()
+    log = view(2900)
+    first_transfer(conn, 2000, log)
+    (action,) = conn.receive_data(encode_report(2301), now=0.0, log=log)
+    assert isinstance(action, Close) and "beyond what was sent" in action.reason
+    assert conn.state.ack_offset == 2000
+    assert conn.closed
+
+
+def test_a_first_report_beyond_the_masters_end_closes() -> None:
+    conn = master()
+    (action,) = conn.receive_data(encode_report(5000), now=0.0, log=view(2500))
+    assert isinstance(action, Close) and "diverged" in action.reason
+    assert conn.state.ack_offset == -1
+
+
+def test_a_request_offset_deleted_on_the_master_is_reported_not_looped() -> None:
+    # RocketMQ #3388: the Java master heartbeats such a slave forever.
+    conn = master()
+    (action,) = conn.receive_data(encode_report(500), now=0.0, log=view(2500, 1000))
+    assert isinstance(action, Close) and "#3388" in action.reason
+
+
+def test_a_segment_deleted_under_a_streaming_slave_closes() -> None:
+    conn = master()
+    first_transfer(conn, 1000, view(2500, 1000))
+    conn.frame_written(now=0.0)
+    action = conn.next_send(now=0.0, log=view(2500, 2000))
+    assert isinstance(action, Close) and "#3388" in action.reason
+
+
+def test_reports_going_backwards_close() -> None:
+    conn = master()
+    log = view(2900)
+    first_transfer(conn, 2000, log)
+    conn.receive_data(encode_report(2200), now=0.0, log=log)
+    (action,) = conn.receive_data(encode_report(2100), now=0.0, log=log)
+    assert isinstance(action, Close) and "backwards" in action.reason
+
+
+def test_master_drops_a_silent_slave_after_housekeeping() -> None:
+    conn = master()
+    assert conn.tick(now=19.9) == ()
+    (action,) = conn.tick(now=20.0)
+    assert isinstance(action, Close) and "housekeeping" in action.reason
+
+
+def test_a_closed_connection_ignores_late_bytes() -> None:
+    conn = master()
+    conn.tick(now=30.0)
+    assert conn.receive_data(encode_report(1), now=31.0, log=view(10)) == ()
+    assert conn.next_send(now=31.0, log=view(10)) is None
+
+
+def test_a_frame_written_with_none_pending_is_our_bug() -> None:
+    conn = master()
+    first_transfer(conn, 0, view(0))
+    with pytest.raises(LocalProtocolError, match="none was handed out"):
+        master_step(conn.state, FrameWritten(), conn.options)
+
+
+def test_an_event_the_table_does_not_allow_is_our_bug() -> None:
+    with pytest.raises(LocalProtocolError, match="cannot handle FrameWritten in phase"):
+        master_step(MasterState(), FrameWritten(), MasterOptions())
+
+
+# --- HAClient ---------------------------------------------------------------------------------
+
+
+def slave(log_max: int) -> SlaveConnection:
+    return SlaveConnection(log_max=log_max, now=0.0, timing=TIMING)
+
+
+def frame(offset: int, body: bytes) -> bytes:
+    return encode_header(offset, len(body)) + body
+
+
+def test_slave_reports_its_max_offset_at_once() -> None:
+    # RocketMQ waits haSendHeartbeatInterval before the first report (spec §1.2); we don't.
+    assert slave(1500).initial_actions() == (SendReport(1500),)
+
+
+def test_slave_appends_complete_frames_and_reports_after_the_store_confirms() -> None:
+    conn = slave(1500)
+    actions = conn.receive_data(frame(1500, b"abc") + frame(1503, b"de"), now=0.0)
+    assert actions == [Append(1500, 3), Append(1503, 2)]
+    assert [a.data for a in actions if isinstance(a, Append)] == [b"abc", b"de"]
+    assert conn.appended(1505, now=0.0) == (SendReport(1505),)
+    assert conn.appended(1505, now=0.0) == ()
+
+
+def test_slave_offset_mismatch_closes_with_nothing_appended() -> None:
+    conn = slave(1500)
+    actions = conn.receive_data(frame(1600, b"xyz"), now=0.0)
+    assert len(actions) == 1 and isinstance(actions[0], Close)
+    assert "master pushed offset 1600" in actions[0].reason
+    assert conn.closed and conn.buffered == 0
+
+
+def test_the_offset_check_is_checked_on_the_header_before_the_body_arrives() -> None:
+    conn = slave(1500)
+    actions = conn.receive_data(encode_header(1499, 1_000_000), now=0.0)
+    assert len(actions) == 1 and isinstance(actions[0], Close)
+
+
+def test_the_offset_check_is_skipped_only_while_the_log_is_empty() -> None:
+    conn = slave(0)
+    assert conn.receive_data(frame(2000, b"ab"), now=0.0) == [Append(2000, 2)]
+    actions = conn.receive_data(frame(2003, b"c"), now=0.0)
+    assert isinstance(actions[0], Close)
+
+
+def test_slave_reassembles_frames_split_anywhere() -> None:
+    data = frame(0, b"hello") + frame(5, b"") + frame(5, b"world!")
+    conn = slave(0)
+    got: list[Append] = []
+    for i in range(len(data)):
+        got += [a for a in conn.receive_data(data[i : i + 1], now=0.0) if isinstance(a, Append)]
+    assert [(a.offset, a.data) for a in got] == [(0, b"hello"), (5, b"world!")]
+
+
+def test_slave_heartbeats_its_last_report() -> None:
+    conn = slave(700)
+    conn.initial_actions()
+    conn.report_written(now=0.0)
+    assert conn.tick(now=4.0) == ()
+    assert conn.tick(now=5.0) == (SendReport(700),)
+
+
+def test_slave_drops_a_master_silent_past_housekeeping() -> None:
+    conn = slave(700)
+    conn.receive_data(b"", now=0.0)
+    conn.report_written(now=19.0)
+    (action,) = conn.tick(now=20.0)
+    assert isinstance(action, Close)
+
+
+# --- GroupTransferService / HAService (HAServerTest) -----------------------------------------
+
+
+def test_replicated_offset_needs_the_required_number_of_slaves() -> None:
+    assert replicated_offset([123, 124, 125], 1) == 125
+    assert replicated_offset([123, 124, 125], 2) == 124
+    assert replicated_offset([123, 124, 125], 3) == 123
+    assert replicated_offset([125], 2) == -1
+
+
+def test_slaves_available_is_strictly_within_the_gap() -> None:
+    gap = 256 << 20
+    assert slaves_available([124], 1, 122 + gap, gap)
+    assert slaves_available([124], 1, 123 + gap, gap)
+    assert not slaves_available([124], 1, 124 + gap, gap)
+    assert not slaves_available([], 1, 0, gap)
+
+
+# --- structure --------------------------------------------------------------------------------
+
+
+def test_the_protocol_core_does_no_io() -> None:
+    forbidden = {"trio", "socket", "os", "time", "asyncio", "selectors"}
+    package = Path(trioha.proto.__file__).parent
+    for path in package.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                assert name.split(".")[0] not in forbidden, f"{path.name} imports {name}"

@@ -1,0 +1,309 @@
+"""A broker: a commit log store, HA replication by role, and the put API, as one Trio service.
+
+``async with open_broker(config) as broker`` runs a master (ASYNC_MASTER or SYNC_MASTER: the HA
+service plus puts) or a slave (the HA client; puts are refused) until the block exits, then
+stops every task and closes the store cleanly (its ``abort`` marker removed).
+
+The put path mirrors ``CommitLog.asyncPutMessage`` (spec §5.1): append under the (here: the
+event loop's) put lock, then a flush request by ``flush_disk_type`` and a replica request by
+role, the two waited on together; the replica status wins when both fail.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+
+from trioha._config import BrokerConfig, BrokerRole, FlushDiskType
+from trioha._errors import MessageTooLargeError, StorageError
+from trioha._status import PutResult, PutStatus
+from trioha.net import HAClient, HAClientStatistics, HAService, HAServiceStatistics
+from trioha.net._wakeup import Wakeup
+from trioha.store import Store, open_store
+from trioha.store._message import PROPERTY_KEYS, PROPERTY_TAGS
+
+log = logging.getLogger("trioha.broker")
+
+
+@attrs.frozen
+class BrokerStatistics:
+    """A snapshot of a broker (``Broker.statistics()``)."""
+
+    role: BrokerRole
+    min_offset: int
+    max_offset: int
+    flushed_offset: int
+    puts: int
+    ha: HAServiceStatistics | None
+    client: HAClientStatistics | None
+
+
+@attrs.define
+class _FlushWaiter:
+    end: int
+    event: trio.Event
+
+
+class _GroupFlusher:
+    """SYNC_FLUSH's ``GroupCommitService``: one fsync serves every put waiting for it."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.waiters: list[_FlushWaiter] = []
+        self.wakeup = Wakeup()
+
+    async def wait_flushed(self, end: int) -> PutStatus:
+        commitlog = self.broker.store.commitlog
+        if commitlog.flushed_offset >= end:
+            return PutStatus.PUT_OK
+        waiter = _FlushWaiter(end, trio.Event())
+        self.waiters.append(waiter)
+        self.wakeup.notify()
+        with trio.move_on_after(self.broker.config.sync_flush_timeout / 1000):
+            await waiter.event.wait()
+            return PutStatus.PUT_OK
+        return PutStatus.FLUSH_DISK_TIMEOUT
+
+    async def run(self) -> None:
+        commitlog = self.broker.store.commitlog
+        while True:
+            if not self.waiters:
+                await self.wakeup.wait()
+                continue
+            flushed = await trio.to_thread.run_sync(commitlog.flush)
+            still = []
+            for waiter in self.waiters:
+                if waiter.end <= flushed:
+                    waiter.event.set()
+                else:
+                    still.append(waiter)
+            self.waiters = still
+
+
+class Broker:
+    """A running broker; obtain one from :func:`open_broker`."""
+
+    def __init__(self, config: BrokerConfig, store: Store) -> None:
+        self.config = config
+        self.store = store
+        self.role = config.broker_role
+        self.ha_service: HAService | None = None
+        self.ha_client: HAClient | None = None
+        self.ha_address: tuple[str, int] | None = None
+        self._flusher = _GroupFlusher(self)
+        self._log_grew = Wakeup()
+        self._puts = 0
+        self._closed = False
+
+    # --- the put API ------------------------------------------------------------------------
+    async def put(
+        self,
+        *,
+        topic: str,
+        body: bytes,
+        tags: str | None = None,
+        keys: str | Sequence[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+        queue_id: int = 0,
+        flag: int = 0,
+        sysflag: int = 0,
+        born_timestamp: int | None = None,
+        born_host: tuple[str, int] | None = None,
+        reconsume_times: int = 0,
+    ) -> PutResult:
+        """Store one message; returns when the flush and replication policies are satisfied."""
+        return await self.put_batch(
+            [
+                {
+                    "topic": topic,
+                    "body": body,
+                    "tags": tags,
+                    "keys": keys,
+                    "properties": properties,
+                    "queue_id": queue_id,
+                    "flag": flag,
+                    "sysflag": sysflag,
+                    "born_timestamp": born_timestamp,
+                    "born_host": born_host,
+                    "reconsume_times": reconsume_times,
+                }
+            ]
+        )
+
+    async def put_batch(self, messages: Sequence[Mapping[str, Any]]) -> PutResult:
+        """Store several messages as consecutive records (RocketMQ's batch put)."""
+        if self._closed or not self.role.is_master:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
+        if not messages:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL)
+        try:
+            results = self.store.commitlog.append_batch(
+                [self._record(message) for message in messages]
+            )
+        except MessageTooLargeError as exc:
+            log.warning("put refused: %s", exc)
+            status = (
+                PutStatus.PROPERTIES_SIZE_EXCEEDED
+                if "propert" in str(exc)
+                else PutStatus.MESSAGE_ILLEGAL
+            )
+            return PutResult(status)
+        except (ValueError, TypeError) as exc:
+            log.warning("put refused: %s", exc)
+            return PutResult(PutStatus.MESSAGE_ILLEGAL)
+        except StorageError as exc:
+            log.error("put failed: %s", exc)
+            return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED)
+        self._puts += len(results)
+        self._on_log_grew()
+        first, last = results[0], results[-1]
+        status = await self._wait_policies(last.end_offset)
+        return PutResult(
+            status,
+            offset=first.physical_offset,
+            end_offset=last.end_offset,
+            queue_offset=first.queue_offset,
+            msg_id=first.msg_id,
+        )
+
+    def _record(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        props = dict(message.get("properties") or {})
+        keys = message.get("keys")
+        if keys:
+            props[PROPERTY_KEYS] = keys if isinstance(keys, str) else " ".join(keys)
+        if message.get("tags"):
+            props[PROPERTY_TAGS] = message["tags"]
+        record: dict[str, Any] = {
+            "topic": message["topic"],
+            "body": bytes(message["body"]),
+            "queue_id": message.get("queue_id", 0),
+            "flag": message.get("flag", 0),
+            "sysflag": message.get("sysflag", 0),
+            "properties": props,
+            "born_timestamp": message.get("born_timestamp") or int(time.time() * 1000),
+            "reconsume_times": message.get("reconsume_times", 0),
+        }
+        if message.get("born_host") is not None:
+            record["born_host"] = message["born_host"]
+        return record
+
+    async def _wait_policies(self, end: int) -> PutStatus:
+        sync_flush = self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        sync_replica = self.role is BrokerRole.SYNC_MASTER and self.ha_service is not None
+        if not sync_flush and not sync_replica:
+            return PutStatus.PUT_OK
+        if not sync_flush:
+            assert self.ha_service is not None
+            return await self.ha_service.wait_replicated(end)
+        if not sync_replica:
+            return await self._flusher.wait_flushed(end)
+        assert self.ha_service is not None
+        statuses: dict[str, PutStatus] = {}
+
+        async def flush() -> None:
+            statuses["flush"] = await self._flusher.wait_flushed(end)
+
+        async def replica() -> None:
+            assert self.ha_service is not None
+            statuses["replica"] = await self.ha_service.wait_replicated(end)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(flush)
+            nursery.start_soon(replica)
+        # handleDiskFlushAndHA: a failed replica status overrides a failed flush status.
+        if statuses["replica"] is not PutStatus.PUT_OK:
+            return statuses["replica"]
+        return statuses["flush"]
+
+    # --- log growth -------------------------------------------------------------------------
+    def _on_log_grew(self) -> None:
+        if self.ha_service is not None:
+            self.ha_service.notify_log_grew()
+        self._log_grew.notify()
+
+    async def wait_log_grew(self, beyond_offset: int, deadline: float = math.inf) -> bool:
+        """Wait until the commit log ends beyond *beyond_offset*; False at *deadline*."""
+        with trio.move_on_at(deadline):
+            while self.store.commitlog.max_offset <= beyond_offset:
+                await self._log_grew.wait()
+            return True
+        return False
+
+    # --- running ----------------------------------------------------------------------------
+    async def _run_async_flusher(self) -> None:
+        """ASYNC_FLUSH's ``FlushRealTimeService``: flush what is written every interval."""
+        commitlog = self.store.commitlog
+        interval = self.config.flush_interval_commit_log / 1000
+        while True:
+            await trio.sleep(interval)
+            if commitlog.max_offset > commitlog.flushed_offset:
+                await trio.to_thread.run_sync(commitlog.flush)
+
+    async def _start(self, nursery: trio.Nursery) -> None:
+        if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH and self.role.is_master:
+            nursery.start_soon(self._flusher.run)
+        else:
+            nursery.start_soon(self._run_async_flusher)
+        if self.role.is_master:
+            self.ha_service = HAService(self.config, self.store.commitlog)
+            self.ha_address = await nursery.start(self.ha_service.serve)
+            if self.role is BrokerRole.SYNC_MASTER and self.config.required_slave_acks == 0:
+                log.warning(
+                    "SYNC_MASTER with in_sync_replicas=%d waits for no slave (as RocketMQ 5.x)",
+                    self.config.in_sync_replicas,
+                )
+        else:
+            self.ha_client = HAClient(
+                self.config, self.store.commitlog, on_appended=self._on_log_grew
+            )
+            await nursery.start(self.ha_client.run)
+
+    def statistics(self) -> BrokerStatistics:
+        commitlog = self.store.commitlog
+        return BrokerStatistics(
+            role=self.role,
+            min_offset=commitlog.min_offset,
+            max_offset=commitlog.max_offset,
+            flushed_offset=commitlog.flushed_offset,
+            puts=self._puts,
+            ha=self.ha_service.statistics() if self.ha_service else None,
+            client=self.ha_client.statistics() if self.ha_client else None,
+        )
+
+
+@asynccontextmanager
+async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
+    """Open the store under ``config.store_path_root_dir`` and run the broker by role."""
+    store = await trio.to_thread.run_sync(
+        lambda: open_store(
+            config.store_root,
+            segment_size=config.mapped_file_size_commit_log,
+            flush_disk_type=config.flush_disk_type,
+        )
+    )
+    try:
+        broker = Broker(config, store)
+        async with trio.open_nursery() as nursery:
+            await broker._start(nursery)
+            log.info(
+                "%s started: store %s, log [%d, %d)",
+                config.broker_role.value,
+                config.store_root,
+                store.commitlog.min_offset,
+                store.commitlog.max_offset,
+            )
+            try:
+                yield broker
+            finally:
+                broker._closed = True
+                nursery.cancel_scope.cancel()
+    finally:
+        await trio.to_thread.run_sync(store.close)
+        log.info("%s stopped; store closed cleanly", config.broker_role.value)

@@ -1,0 +1,261 @@
+"""The slave's HA client: connect, report, receive, append, report, and reconnect.
+
+Mirrors ``HAService.HAClient`` (4.x) / ``DefaultHAClient`` (5.x) (spec §1.2, §1.6, §2.3), with
+these differences on purpose (docs/replication.md):
+
+* the first report goes out the moment the connection opens (RocketMQ waits a heartbeat
+  interval, so a new slave sat idle for 5 s);
+* a master silent for ``ha_housekeeping_interval`` is dropped, measured from the last byte
+  *read* (5.x; 4.x measured from its own last write and so never noticed a silent master);
+* an offset mismatch or a failed append closes the connection with nothing appended (RocketMQ
+  ignored the append's result);
+* reconnects back off from 100 ms doubling to ``ha_reconnect_backoff_max``;
+* with ``ha_slave_ack_flushed`` the slave reports only what it has flushed, so an acked message
+  survives a slave restart.
+
+Per connection, one nursery owns a reader task (receive, append) and a writer task (the only
+one that sends: reports after appends and heartbeats); either ending cancels the other.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, NoReturn
+
+import attrs
+import trio
+
+from trioha._config import BrokerConfig
+from trioha._errors import ConfigError, StorageError
+from trioha.net._wakeup import Wakeup
+from trioha.proto import (
+    Append,
+    Close,
+    SendReport,
+    SlaveAction,
+    SlaveConnection,
+    Timing,
+    encode_report,
+)
+
+if TYPE_CHECKING:
+    from trioha.store import CommitLog
+
+log = logging.getLogger("trioha.ha")
+
+READ_SIZE = 256 * 1024
+CONNECT_TIMEOUT = 5.0  # RemotingUtil.connect's 5000 ms
+INITIAL_BACKOFF = 0.1
+
+Connector = Callable[[str, int], Awaitable[trio.abc.Stream]]
+
+
+@attrs.frozen
+class HAClientStatistics:
+    master: str
+    connected: bool
+    reported_offset: int
+    bytes_received: int
+    connects: int
+    last_close_reason: str | None
+
+
+class _Session:
+    """One connection's reader and writer around a sans-IO :class:`SlaveConnection`."""
+
+    def __init__(self, client: HAClient, stream: trio.abc.Stream, proto: SlaveConnection) -> None:
+        self.client = client
+        self.stream = stream
+        self.proto = proto
+        self.wakeup = Wakeup()
+        self.report: int | None = None
+        self.close_reason: str | None = None
+        self.received_data = False
+
+    def _end(self, reason: str, scope: trio.CancelScope) -> None:
+        if self.close_reason is None:
+            self.close_reason = reason
+        scope.cancel()
+
+    def _apply(self, actions: tuple[SlaveAction, ...] | list[SlaveAction],
+               scope: trio.CancelScope) -> bool:
+        """Queue reports and note closes; returns False when the session must end."""
+        for action in actions:
+            if isinstance(action, SendReport):
+                self.report = action.offset
+                self.wakeup.notify()
+            elif isinstance(action, Close):
+                self._end(action.reason, scope)
+                return False
+        return True
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            self._apply(self.proto.initial_actions(), nursery.cancel_scope)
+            nursery.start_soon(self._reader, nursery.cancel_scope)
+            nursery.start_soon(self._writer, nursery.cancel_scope)
+
+    async def _reader(self, scope: trio.CancelScope) -> None:
+        commitlog = self.client.commitlog
+        try:
+            while True:
+                data = await self.stream.receive_some(READ_SIZE)
+                if not data:
+                    self._end("master closed the connection", scope)
+                    return
+                actions = self.proto.receive_data(data, now=trio.current_time())
+                appended = False
+                for action in actions:
+                    if isinstance(action, Append):
+                        try:
+                            commitlog.append_raw(action.offset, action.data)
+                        except StorageError as exc:
+                            self._end(f"cannot append {action.size} bytes at {action.offset}: "
+                                      f"{exc}", scope)
+                            return
+                        appended = True
+                        self.received_data = True
+                    elif not self._apply((action,), scope):
+                        return
+                if appended:
+                    self.client.on_appended()
+                    ack = await self.client.ack_offset()
+                    if not self._apply(self.proto.appended(ack, now=trio.current_time()), scope):
+                        return
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self._end(f"connection broken while reading: {exc or type(exc).__name__}", scope)
+
+    async def _writer(self, scope: trio.CancelScope) -> None:
+        try:
+            while True:
+                if self.report is not None:
+                    offset, self.report = self.report, None
+                    await self.stream.send_all(encode_report(offset))
+                    self.proto.report_written(now=trio.current_time())
+                    self.client.reported_offset = offset
+                    continue
+                if not self._apply(self.proto.tick(now=trio.current_time()), scope):
+                    return
+                if self.report is None:
+                    deadline = min(self.proto.heartbeat_deadline, self.proto.read_deadline)
+                    await self.wakeup.wait(deadline)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self._end(f"connection broken while writing: {exc or type(exc).__name__}", scope)
+
+
+class HAClient:
+    """Keeps the slave connected to its master and its commit log following the master's."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        commitlog: CommitLog,
+        *,
+        connect: Connector | None = None,
+        on_appended: Callable[[], None] | None = None,
+    ) -> None:
+        master = config.ha_master
+        if master is None:
+            raise ConfigError("a slave needs ha_master_address (HOST:PORT of the master's HA port)")
+        self.config = config
+        self.commitlog = commitlog
+        self.master_host, self.master_port = master
+        self._connect = connect or _open_tcp
+        self._on_appended = on_appended
+        self.timing = Timing.from_millis(
+            config.ha_send_heartbeat_interval, config.ha_housekeeping_interval
+        )
+        self.connected = False
+        self.connects = 0
+        self.reported_offset = -1
+        self.bytes_received = 0
+        self.last_close_reason: str | None = None
+        self._state_change = trio.lowlevel.ParkingLot()
+
+    @property
+    def master(self) -> str:
+        return f"{self.master_host}:{self.master_port}"
+
+    def on_appended(self) -> None:
+        if self._on_appended is not None:
+            self._on_appended()
+
+    async def ack_offset(self) -> int:
+        """What to report after an append: the written end, or the flushed end if acks must be."""
+        if self.config.ha_slave_ack_flushed:
+            return await trio.to_thread.run_sync(self.commitlog.flush)
+        return self.commitlog.max_offset
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> NoReturn:
+        """Connect, replicate, and reconnect with a capped backoff, forever."""
+        task_status.started()
+        backoff = INITIAL_BACKOFF
+        cap = self.config.ha_reconnect_backoff_max / 1000
+        while True:
+            try:
+                with trio.fail_after(CONNECT_TIMEOUT):
+                    stream = await self._connect(self.master_host, self.master_port)
+            except (OSError, trio.TooSlowError) as exc:
+                reason = "timed out" if isinstance(exc, trio.TooSlowError) else str(exc)
+                log.warning("cannot connect to master %s: %s; retrying in %.1f s",
+                            self.master, reason, backoff)
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, cap)
+                continue
+            if await self.session(stream):
+                backoff = INITIAL_BACKOFF
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, cap)
+
+    async def session(self, stream: trio.abc.Stream) -> bool:
+        """Replicate over one connection until it ends; True if any data was received."""
+        try:
+            if self.config.ha_slave_ack_flushed:
+                await trio.to_thread.run_sync(self.commitlog.flush)
+            log_max = self.commitlog.max_offset
+            proto = SlaveConnection(log_max=log_max, now=trio.current_time(), timing=self.timing,
+                                    peer=self.master)
+            session = _Session(self, stream, proto)
+            self.connects += 1
+            self._set_connected(True)
+            log.info("connected to master %s; requesting from offset %d", self.master, log_max)
+            try:
+                await session.run()
+            finally:
+                self.bytes_received += proto.bytes_received
+                proto.connection_lost()
+                self._set_connected(False)
+                self.last_close_reason = session.close_reason
+                log.info("disconnected from master %s: %s", self.master,
+                         session.close_reason or "cancelled")
+            return session.received_data
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    def _set_connected(self, value: bool) -> None:
+        self.connected = value
+        self._state_change.unpark_all()
+
+    async def wait_connected(self, deadline: float = math.inf) -> bool:
+        with trio.move_on_at(deadline):
+            while not self.connected:
+                await self._state_change.park()
+            return True
+        return False
+
+    def statistics(self) -> HAClientStatistics:
+        return HAClientStatistics(
+            master=self.master,
+            connected=self.connected,
+            reported_offset=self.reported_offset,
+            bytes_received=self.bytes_received,
+            connects=self.connects,
+            last_close_reason=self.last_close_reason,
+        )
+
+
+async def _open_tcp(host: str, port: int) -> trio.abc.Stream:
+    return await trio.open_tcp_stream(host, port)

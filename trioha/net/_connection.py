@@ -1,0 +1,149 @@
+"""One slave connection on the master: a reader task and a writer task in one nursery.
+
+Mirrors ``HAConnection`` with its ``ReadSocketService`` and ``WriteSocketService`` (spec §2.2).
+The two tasks share nothing but the sans-IO :class:`~trioha.proto.MasterConnection`; either one
+ending or failing cancels the other, and the owner (``HAService``) removes the connection from
+its registry in a ``finally``, so a connection can never leak (RocketMQ #8875).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING, Protocol
+
+import trio
+
+from trioha.net._wakeup import Wakeup
+from trioha.proto import (
+    AckAdvanced,
+    Close,
+    LogView,
+    MasterConnection,
+    MasterOptions,
+    MasterPhase,
+    SendTransfer,
+    Timing,
+    frame_header,
+)
+
+if TYPE_CHECKING:
+    from trioha.store import CommitLog
+
+log = logging.getLogger("trioha.ha")
+
+#: Bytes asked of the transport per read. Reports are 8 bytes; a burst is coalesced anyway.
+READ_SIZE = 64 * 1024
+
+
+class AckListener(Protocol):
+    def on_ack(self, connection: HAConnection, offset: int) -> None: ...
+
+
+def log_view(commitlog: CommitLog) -> LogView:
+    return LogView(commitlog.min_offset, commitlog.max_offset, commitlog.segment_size)
+
+
+class HAConnection:
+    """The master's side of one slave connection."""
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        *,
+        commitlog: CommitLog,
+        listener: AckListener,
+        options: MasterOptions,
+        timing: Timing,
+        peer: str,
+    ) -> None:
+        self.stream = stream
+        self.commitlog = commitlog
+        self.listener = listener
+        self.peer = peer
+        self.proto = MasterConnection(
+            now=trio.current_time(), options=options, timing=timing, peer=peer
+        )
+        self.wakeup = Wakeup()
+        self.close_reason: str | None = None
+        self.bytes_sent = 0
+        self.frames_sent = 0
+        self.heartbeats_sent = 0
+        self.connected_at = trio.current_time()
+
+    @property
+    def ack_offset(self) -> int:
+        """The slave's accepted ack, or -1 before its first report."""
+        return self.proto.state.ack_offset
+
+    @property
+    def transferring(self) -> bool:
+        return self.proto.state.phase is MasterPhase.TRANSFER
+
+    async def run(self) -> None:
+        """Serve the slave until either task ends; ``close_reason`` says why."""
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._reader, nursery.cancel_scope)
+                nursery.start_soon(self._writer, nursery.cancel_scope)
+        finally:
+            self.proto.connection_lost()
+
+    def _end(self, reason: str, scope: trio.CancelScope) -> None:
+        if self.close_reason is None:
+            self.close_reason = reason
+        scope.cancel()
+
+    async def _reader(self, scope: trio.CancelScope) -> None:
+        try:
+            while True:
+                with trio.move_on_at(self.proto.read_deadline):
+                    data = await self.stream.receive_some(READ_SIZE)
+                    if not data:
+                        self._end("slave closed the connection", scope)
+                        return
+                    actions = self.proto.receive_data(
+                        data, now=trio.current_time(), log=log_view(self.commitlog)
+                    )
+                    for action in actions:
+                        if isinstance(action, AckAdvanced):
+                            self.listener.on_ack(self, action.offset)
+                        elif isinstance(action, Close):
+                            self._end(action.reason, scope)
+                            return
+                    self.wakeup.notify()  # the first report lets the writer start
+                    continue
+                self._end(
+                    f"nothing read from the slave for {self.proto.timing.housekeeping:g} s "
+                    "(housekeeping)",
+                    scope,
+                )
+                return
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self._end(f"connection broken while reading: {exc or type(exc).__name__}", scope)
+
+    async def _writer(self, scope: trio.CancelScope) -> None:
+        try:
+            while True:
+                now = trio.current_time()
+                action = self.proto.next_send(now=now, log=log_view(self.commitlog))
+                if isinstance(action, Close):
+                    self._end(action.reason, scope)
+                    return
+                if action is None:
+                    deadline = self.proto.heartbeat_deadline if self.transferring else math.inf
+                    await self.wakeup.wait(deadline)
+                    continue
+                header = frame_header(action)
+                if isinstance(action, SendTransfer):
+                    body = self.commitlog.read(action.offset, action.size)
+                    await self.stream.send_all(header + body)
+                    self.frames_sent += 1
+                    self.bytes_sent += len(header) + action.size
+                else:
+                    await self.stream.send_all(header)
+                    self.heartbeats_sent += 1
+                    self.bytes_sent += len(header)
+                self.proto.frame_written(now=trio.current_time())
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self._end(f"connection broken while writing: {exc or type(exc).__name__}", scope)

@@ -1,0 +1,233 @@
+"""The master's HA service: accept slaves, keep a registry, wait for replication.
+
+Mirrors ``HAService`` with ``AcceptSocketService`` and ``GroupTransferService`` (spec §2.1,
+§2.4). Differences, on purpose (docs/replication.md):
+
+* a connection is added to the registry *before* its tasks start and removed in a ``finally``
+  (RocketMQ #8875 leaked connections added after they had already failed);
+* acks are tracked per live connection, and a sync put needs ``in_sync_replicas - 1`` of them
+  (5.x semantics), not the maximum ack ever seen from anyone (``push2SlaveMaxOffset``);
+* waiting puts sit in a heap ordered by the offset they need; one ack releases every put it
+  covers at once (group commit), with no polling; each put's ``slave_timeout`` is its own.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import math
+from typing import TYPE_CHECKING, NoReturn
+
+import attrs
+import trio
+
+from trioha._config import BrokerConfig
+from trioha._errors import ConfigError
+from trioha._status import PutStatus
+from trioha.net._connection import HAConnection
+from trioha.proto import MasterOptions, Timing, replicated_offset, slaves_available
+
+if TYPE_CHECKING:
+    from trioha.store import CommitLog
+
+log = logging.getLogger("trioha.ha")
+
+
+@attrs.frozen
+class SlaveStatistics:
+    """One connected slave as the master sees it."""
+
+    peer: str
+    ack_offset: int
+    lag: int
+    bytes_sent: int
+    frames_sent: int
+    heartbeats_sent: int
+    connected_seconds: float
+
+
+@attrs.frozen
+class HAServiceStatistics:
+    """A snapshot of the master's HA service (``statistics()``, Trio style)."""
+
+    address: tuple[str, int] | None
+    slaves: tuple[SlaveStatistics, ...]
+    replicated_offset: int
+    waiting_puts: int
+    connections_accepted: int
+    connections_closed: int
+
+
+@attrs.define(order=True)
+class _Waiter:
+    end: int
+    seq: int
+    event: trio.Event = attrs.field(order=False)
+    done: bool = attrs.field(default=False, order=False)
+
+
+class HAService:
+    """Accepts slave connections and answers "is this offset replicated?"."""
+
+    def __init__(self, config: BrokerConfig, commitlog: CommitLog) -> None:
+        self.config = config
+        self.commitlog = commitlog
+        self.options = MasterOptions(
+            batch_size=config.ha_transfer_batch_size,
+            sync_from_oldest=config.ha_sync_from_oldest,
+        )
+        self.timing = Timing.from_millis(
+            config.ha_send_heartbeat_interval, config.ha_housekeeping_interval
+        )
+        self.address: tuple[str, int] | None = None
+        self.connections: dict[int, HAConnection] = {}
+        self._ids = itertools.count(1)
+        self._waiters: list[_Waiter] = []
+        self._seq = itertools.count()
+        self._accepted = 0
+        self._closed = 0
+        self._connection_change = trio.lowlevel.ParkingLot()
+
+    # --- serving ----------------------------------------------------------------------------
+    async def serve(
+        self,
+        *,
+        task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+    ) -> NoReturn:
+        """Listen on ``ha_listen_host:ha_listen_port`` (port 0 picks one) and serve slaves."""
+        host, port = self.config.ha_listen_host, self.config.ha_listen_port
+        try:
+            listeners = await trio.open_tcp_listeners(port, host=host)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot listen for slaves on {host}:{port}: {exc.strerror or exc}"
+            ) from None
+        sockname = listeners[0].socket.getsockname()
+        self.address = (sockname[0], sockname[1])
+        log.info("HA service listening on %s:%d", *self.address)
+        task_status.started(self.address)
+        await trio.serve_listeners(self.handle_stream, listeners)
+
+    async def handle_stream(self, stream: trio.abc.Stream, peer: str | None = None) -> None:
+        """Serve one slave on *stream* until the connection ends; never raises."""
+        if peer is None:
+            peer = _peer_name(stream)
+        conn = HAConnection(
+            stream,
+            commitlog=self.commitlog,
+            listener=self,
+            options=self.options,
+            timing=self.timing,
+            peer=peer,
+        )
+        conn_id = next(self._ids)
+        self.connections[conn_id] = conn
+        self._accepted += 1
+        self._connection_change.unpark_all()
+        log.info("slave connected from %s", peer)
+        try:
+            await conn.run()
+        except Exception:
+            conn.close_reason = conn.close_reason or "internal error"
+            log.exception("HA connection with %s failed", peer)
+        finally:
+            del self.connections[conn_id]
+            self._closed += 1
+            self._connection_change.unpark_all()
+            await trio.aclose_forcefully(stream)
+            log.info("slave %s disconnected: %s", peer, conn.close_reason or "cancelled")
+
+    # --- acks and sync replication ----------------------------------------------------------
+    def live_acks(self) -> list[int]:
+        return [c.ack_offset for c in self.connections.values() if c.transferring]
+
+    @property
+    def required_acks(self) -> int:
+        return self.config.required_slave_acks
+
+    def replicated_offset(self) -> int:
+        """The offset the required number of live slaves have all acked (-1: not enough)."""
+        return replicated_offset(self.live_acks(), max(1, self.required_acks))
+
+    def on_ack(self, connection: HAConnection, offset: int) -> None:
+        self._connection_change.unpark_all()  # a first report makes a connection "streaming"
+        done_upto = self.replicated_offset()
+        waiters = self._waiters
+        while waiters and waiters[0].end <= done_upto:
+            waiter = heapq.heappop(waiters)
+            if not waiter.done:
+                waiter.done = True
+                waiter.event.set()
+
+    def notify_log_grew(self) -> None:
+        """Wake every writer at once (RocketMQ's async path polls every 100 ms; we don't)."""
+        for conn in self.connections.values():
+            conn.wakeup.notify()
+
+    async def wait_replicated(self, end: int) -> PutStatus:
+        """Wait until *end* is on enough slaves; PUT_OK, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE.
+
+        ``CommitLog.submitReplicaRequest`` + ``GroupTransferService`` (spec §5.1): a put that no
+        slave can take in time is answered SLAVE_NOT_AVAILABLE at once; one that waits gets
+        ``slave_timeout`` of its own.
+        """
+        needed = self.required_acks
+        if needed == 0:
+            return PutStatus.PUT_OK
+        acks = self.live_acks()
+        if not slaves_available(acks, needed, end, self.config.ha_slave_fallbehind_max):
+            return PutStatus.SLAVE_NOT_AVAILABLE
+        if replicated_offset(acks, needed) >= end:
+            return PutStatus.PUT_OK
+        waiter = _Waiter(end, next(self._seq), trio.Event())
+        heapq.heappush(self._waiters, waiter)
+        self.notify_log_grew()
+        with trio.move_on_after(self.config.slave_timeout / 1000):
+            await waiter.event.wait()
+            return PutStatus.PUT_OK
+        waiter.done = True  # lazily dropped from the heap when it reaches the top
+        return PutStatus.FLUSH_SLAVE_TIMEOUT
+
+    async def wait_connections(self, count: int, deadline: float = math.inf) -> bool:
+        """Wait until at least *count* slaves are streaming; False at *deadline*."""
+        with trio.move_on_at(deadline):
+            while sum(1 for c in self.connections.values() if c.transferring) < count:
+                await self._connection_change.park()
+            return True
+        return False
+
+    def statistics(self) -> HAServiceStatistics:
+        now = trio.current_time()
+        max_offset = self.commitlog.max_offset
+        slaves = tuple(
+            SlaveStatistics(
+                peer=c.peer,
+                ack_offset=c.ack_offset,
+                lag=max_offset - c.ack_offset if c.ack_offset >= 0 else max_offset,
+                bytes_sent=c.bytes_sent,
+                frames_sent=c.frames_sent,
+                heartbeats_sent=c.heartbeats_sent,
+                connected_seconds=now - c.connected_at,
+            )
+            for c in self.connections.values()
+        )
+        return HAServiceStatistics(
+            address=self.address,
+            slaves=slaves,
+            replicated_offset=self.replicated_offset(),
+            waiting_puts=sum(1 for w in self._waiters if not w.done),
+            connections_accepted=self._accepted,
+            connections_closed=self._closed,
+        )
+
+
+def _peer_name(stream: trio.abc.Stream) -> str:
+    sock = getattr(stream, "socket", None)
+    if sock is None:
+        return "?"
+    try:
+        host, port = sock.getpeername()[:2]
+    except OSError:
+        return "?"
+    return f"{host}:{port}"

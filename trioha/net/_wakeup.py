@@ -1,0 +1,27 @@
+"""A broadcast "something changed" signal for tasks that wait on a condition or a deadline."""
+
+from __future__ import annotations
+
+import math
+
+import trio
+
+
+class Wakeup:
+    """Tasks park on it; ``notify`` wakes them all at once.
+
+    A waiter checks its condition, then waits; Trio runs one task at a time and nothing awaits
+    between the check and the park, so no notification can fall in between (unlike RocketMQ's
+    ``WaitNotifyObject``, whose unregistered threads miss wakeups, spec §2.5).
+    """
+
+    def __init__(self) -> None:
+        self._lot = trio.lowlevel.ParkingLot()
+
+    def notify(self) -> None:
+        self._lot.unpark_all()
+
+    async def wait(self, deadline: float = math.inf) -> None:
+        """Return at the next ``notify`` or at *deadline* (Trio clock), whichever is first."""
+        with trio.move_on_at(deadline):
+            await self._lot.park()
