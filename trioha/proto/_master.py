@@ -71,12 +71,16 @@ class MasterConnection:
 
     @property
     def read_deadline(self) -> float:
-        """When the connection is dropped if nothing more is read (housekeeping)."""
+        """When the connection is dropped if nothing more is read (housekeeping).
+
+        RocketMQ drops strictly *after* the interval; a deadline is reached *at* it, which on a
+        millisecond clock is the same thing and keeps a mock clock from spinning.
+        """
         return self.last_read + self.timing.housekeeping
 
     @property
     def heartbeat_deadline(self) -> float:
-        """After this moment an idle writer sends a heartbeat (strictly after, as RocketMQ)."""
+        """From this moment an idle writer sends a heartbeat."""
         return self.last_write + self.timing.heartbeat
 
     # --- inputs -----------------------------------------------------------------------------
@@ -97,13 +101,18 @@ class MasterConnection:
             return self._close(str(exc))
         return self._step(ReportReceived(report.offset, log))
 
-    def next_send(self, *, now: float, log: LogView) -> SendTransfer | SendHeartbeat | None:
-        """What the writer should send now, or None to wait (for data, a report or a deadline)."""
+    def next_send(
+        self, *, now: float, log: LogView
+    ) -> SendTransfer | SendHeartbeat | Close | None:
+        """What the writer should send now, a Close, or None to wait.
+
+        None means: wait for the log to grow, a report to arrive, or ``heartbeat_deadline``.
+        """
         if self.closed or self.state.write_pending:
             return None
-        due = now > self.heartbeat_deadline
+        due = now >= self.heartbeat_deadline
         for action in self._step(SendReady(log, heartbeat_due=due)):
-            if isinstance(action, SendTransfer | SendHeartbeat):
+            if isinstance(action, SendTransfer | SendHeartbeat | Close):
                 return action
         return None
 
@@ -115,7 +124,7 @@ class MasterConnection:
 
     def tick(self, *, now: float) -> tuple[MasterAction, ...]:
         """Check housekeeping; returns a Close if the slave has been silent too long."""
-        if not self.closed and now > self.read_deadline:
+        if not self.closed and now >= self.read_deadline:
             return self._step(ReadIdle())
         return ()
 

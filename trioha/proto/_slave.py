@@ -127,9 +127,9 @@ class SlaveConnection:
         """Heartbeat and housekeeping: a report to repeat, or a Close for a silent master."""
         if self.closed:
             return ()
-        if now > self.read_deadline:
+        if now >= self.read_deadline:
             return self._step(ReadIdle())
-        if now > self.heartbeat_deadline:
+        if now >= self.heartbeat_deadline:
             return self._step(HeartbeatDue())
         return ()
 
