@@ -1,0 +1,252 @@
+"""The name server (RouteInfoManager, DefaultRequestProcessor), one test per behaviour."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+
+from trioha.remoting._client import open_remoting_client
+from trioha.remoting._codec import RemotingCommand
+from trioha.remoting._codes import RequestCode, ResponseCode
+from trioha.remoting._json import loads_lenient
+from trioha.remoting._namesrv import (
+    BROKER_CHANNEL_EXPIRED_TIME,
+    NamesrvProcessor,
+    RouteInfoManager,
+    serve_namesrv,
+)
+
+
+def wrapper(counter: int, **topics: int) -> dict[str, Any]:
+    return {
+        "dataVersion": {"counter": counter, "timestamp": 1000},
+        "topicConfigTable": {
+            name: {"topicName": name, "readQueueNums": n, "writeQueueNums": n, "perm": 6}
+            for name, n in topics.items()
+        },
+    }
+
+
+def register(
+    routes: RouteInfoManager, broker_id: int, addr: str, now: int = 0, **topics: int
+) -> Any:
+    return routes.register_broker(
+        cluster="DefaultCluster",
+        broker_addr=addr,
+        broker_name="broker-a",
+        broker_id=broker_id,
+        ha_server_addr=addr.replace("10911", "10912"),
+        topic_config=wrapper(1, **topics),
+        channel=addr,
+        now=now,
+    )
+
+
+def test_route_lists_master_and_slave_addresses() -> None:
+    routes = RouteInfoManager()
+    register(routes, 0, "m:10911", T=4)
+    result = register(routes, 1, "s:10911", T=4)
+    # RegisterBrokerResult for a slave: the master's HA address and broker address.
+    assert (result.ha_server_addr, result.master_addr) == ("m:10912", "m:10911")
+    route = routes.route("T")
+    assert route == {
+        "brokerDatas": [
+            {
+                "brokerAddrs": {"0": "m:10911", "1": "s:10911"},
+                "brokerName": "broker-a",
+                "cluster": "DefaultCluster",
+            }
+        ],
+        "filterServerTable": {},
+        "queueDatas": [
+            {
+                "brokerName": "broker-a",
+                "perm": 6,
+                "readQueueNums": 4,
+                "topicSysFlag": 0,
+                "writeQueueNums": 4,
+            }
+        ],
+    }
+
+
+def test_only_a_master_defines_topic_queues() -> None:
+    routes = RouteInfoManager()
+    register(routes, 1, "s:10911", T=4)
+    assert routes.route("T") is None
+
+
+def test_a_master_result_has_no_master_address() -> None:
+    routes = RouteInfoManager()
+    assert register(routes, 0, "m:10911", T=1).master_addr is None
+
+
+def test_master_gone_leaves_the_slave_in_the_route() -> None:
+    routes = RouteInfoManager()
+    register(routes, 0, "m:10911", T=4)
+    register(routes, 1, "s:10911", T=4)
+    assert routes.on_channel_destroy("m:10911") == ["m:10911"]
+    route = routes.route("T")
+    assert route is not None
+    assert route["brokerDatas"][0]["brokerAddrs"] == {"1": "s:10911"}
+    assert route["queueDatas"][0]["readQueueNums"] == 4
+
+
+def test_last_broker_gone_removes_the_topics() -> None:
+    routes = RouteInfoManager()
+    register(routes, 0, "m:10911", T=4)
+    routes.unregister_broker(
+        cluster="DefaultCluster", broker_addr="m:10911", broker_name="broker-a", broker_id=0
+    )
+    assert routes.route("T") is None
+    assert routes.cluster_info() == {"brokerAddrTable": {}, "clusterAddrTable": {}}
+
+
+def test_broker_not_reregistered_within_120_s_expires() -> None:
+    routes = RouteInfoManager()
+    register(routes, 0, "m:10911", now=0, T=4)
+    register(routes, 1, "s:10911", now=60_000, T=4)
+    assert routes.scan_not_active(BROKER_CHANNEL_EXPIRED_TIME) == []
+    assert routes.scan_not_active(BROKER_CHANNEL_EXPIRED_TIME + 1) == ["m:10911"]
+    register(routes, 1, "s:10911", now=150_000, T=4)  # the slave keeps re-registering
+    assert routes.scan_not_active(200_000) == []
+    route = routes.route("T")
+    assert route is not None
+    assert route["brokerDatas"][0]["brokerAddrs"] == {"1": "s:10911"}
+
+
+def test_new_data_version_updates_queue_data() -> None:
+    routes = RouteInfoManager()
+    register(routes, 0, "m:10911", T=4)
+    routes.register_broker(
+        cluster="DefaultCluster",
+        broker_addr="m:10911",
+        broker_name="broker-a",
+        broker_id=0,
+        ha_server_addr="",
+        topic_config=wrapper(2, T=8, U=1),
+        channel=None,
+        now=1,
+    )
+    assert routes.route("T")["queueDatas"][0]["writeQueueNums"] == 8  # type: ignore[index]
+    assert routes.route("U") is not None
+    assert routes.topic_list() == {"topicList": ["T", "U"]}
+
+
+def test_slave_switched_to_master_replaces_its_old_id() -> None:
+    routes = RouteInfoManager()
+    register(routes, 1, "s:10911", T=4)
+    register(routes, 0, "s:10911", T=4)
+    assert routes.brokers["broker-a"].broker_addrs == {0: "s:10911"}
+
+
+def register_request(broker_id: int, addr: str, **topics: int) -> RemotingCommand:
+    body = json.dumps({"topicConfigSerializeWrapper": wrapper(1, **topics), "filterServerList": []})
+    return RemotingCommand.request(
+        RequestCode.REGISTER_BROKER,
+        {
+            "brokerName": "broker-a",
+            "brokerAddr": addr,
+            "clusterName": "DefaultCluster",
+            "haServerAddr": addr + "-ha",
+            "brokerId": broker_id,
+            "compressed": "false",
+        },
+        body.encode(),
+    )
+
+
+async def test_name_server_over_tcp_and_connection_close_unregisters() -> None:
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            address = await nursery.start(serve_namesrv, "127.0.0.1", 0)
+            async with open_remoting_client(address) as client:
+                async with open_remoting_client(address) as master:
+                    reply = await master.request(register_request(0, "m:1", T=2))
+                    assert reply.code == ResponseCode.SUCCESS
+                    reply = await client.request(register_request(1, "s:1", T=2))
+                    assert reply.ext_fields == {"haServerAddr": "m:1-ha", "masterAddr": "m:1"}
+                    route = await client.request(
+                        RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})
+                    )
+                    assert route.code == ResponseCode.SUCCESS
+                    assert loads_lenient(route.body)["brokerDatas"][0]["brokerAddrs"] == {
+                        "0": "m:1",
+                        "1": "s:1",
+                    }
+                # The master's connection closed: BrokerHousekeepingService drops it at once.
+                with trio.fail_after(5):
+                    while True:
+                        route = await client.request(
+                            RemotingCommand.request(
+                                RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}
+                            )
+                        )
+                        addrs = loads_lenient(route.body)["brokerDatas"][0]["brokerAddrs"]
+                        if addrs == {"1": "s:1"}:
+                            break
+                        await trio.sleep(0.01)
+                missing = await client.request(
+                    RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "nope"})
+                )
+                assert missing.code == ResponseCode.TOPIC_NOT_EXIST
+                assert missing.remark == "No topic route info in name server for the topic: nope"
+                cluster = await client.request(
+                    RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+                )
+                assert loads_lenient(cluster.body)["clusterAddrTable"] == {
+                    "DefaultCluster": ["broker-a"]
+                }
+                unknown = await client.request(RemotingCommand.request(9999))
+                assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+            nursery.cancel_scope.cancel()
+
+
+async def test_register_with_bad_crc_is_refused() -> None:
+    processor = NamesrvProcessor()
+    request = register_request(0, "m:1", T=1)
+    bad = RemotingCommand.request(
+        request.code, {**request.ext_fields, "bodyCrc32": "12345"}, request.body
+    )
+    reply = await processor.handle_request(bad, None)  # type: ignore[arg-type]
+    assert reply is not None
+    assert reply.code == ResponseCode.SYSTEM_ERROR
+    assert "crc32 not match" in (reply.remark or "")
+    assert processor.routes.route("T") is None
+
+
+async def test_kv_config_round_trip() -> None:
+    processor = NamesrvProcessor()
+
+    async def call(code: int, **fields: str) -> RemotingCommand:
+        reply = await processor.handle_request(
+            RemotingCommand.request(code, fields),
+            None,  # type: ignore[arg-type]
+        )
+        assert reply is not None
+        return reply
+
+    missing = await call(RequestCode.GET_KV_CONFIG, namespace="ORDER_TOPIC_CONFIG", key="T")
+    assert missing.code == ResponseCode.QUERY_NOT_FOUND
+    await call(RequestCode.PUT_KV_CONFIG, namespace="ORDER_TOPIC_CONFIG", key="T", value="a:4")
+    found = await call(RequestCode.GET_KV_CONFIG, namespace="ORDER_TOPIC_CONFIG", key="T")
+    assert found.ext_fields == {"value": "a:4"}
+    register_reply = await processor.handle_request(register_request(0, "m:1", T=4), None)  # type: ignore[arg-type]
+    assert register_reply is not None
+    assert loads_lenient(register_reply.body) == {"table": {"T": "a:4"}}
+    assert processor.routes.route("T")["orderTopicConf"] == "a:4"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("header_missing", ["brokerName", "brokerAddr", "clusterName"])
+async def test_register_without_mandatory_field_names_it(header_missing: str) -> None:
+    request = register_request(0, "m:1", T=1)
+    fields = {k: v for k, v in request.ext_fields.items() if k != header_missing}
+    processor = NamesrvProcessor()
+    with pytest.raises(ValueError, match=f"<{header_missing}> is null"):
+        await processor.handle_request(
+            RemotingCommand.request(request.code, fields, request.body),
+            None,  # type: ignore[arg-type]
+        )
