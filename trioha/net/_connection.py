@@ -137,6 +137,14 @@ class HAConnection:
                 header = frame_header(action)
                 if isinstance(action, SendTransfer):
                     body = self.commitlog.read(action.offset, action.size)
+                    if len(body) != action.size:
+                        # Never put a header on the wire that its body would contradict.
+                        self._end(
+                            f"commit log returned {len(body)} bytes at {action.offset}, "
+                            f"expected {action.size}",
+                            scope,
+                        )
+                        return
                     await self.stream.send_all(header + body)
                     self.frames_sent += 1
                     self.bytes_sent += len(header) + action.size
