@@ -1,9 +1,23 @@
 """The RocketMQ commit log: record codec, segment files, recovery, store layout.
 
 The codec (``_message``) is pure; everything else follows RocketMQ's ``CommitLog``,
-``MappedFileQueue`` and ``DefaultMessageStore`` (spec §4).
+``MappedFileQueue`` and ``DefaultMessageStore`` (spec §4). ``CommitLog`` is the interface;
+``FileCommitLog`` and ``MemoryCommitLog`` implement it; ``open_store`` opens a store root.
 """
 
+from trioha._config import FlushDiskType
+from trioha.store._base import (
+    DEFAULT_MAX_MESSAGE_SIZE,
+    DEFAULT_STORE_HOST,
+    AppendResult,
+    CommitLog,
+    FlushPolicy,
+    NewMessage,
+    SetAside,
+)
+from trioha.store._checkpoint import CHECKPOINT_SIZE, Checkpoint, read_checkpoint, write_checkpoint
+from trioha.store._commitlog import FileCommitLog, RecoveryReport
+from trioha.store._memory import MemoryCommitLog
 from trioha.store._message import (
     BLANK_MAGIC,
     BLANK_RECORD_SIZE,
@@ -29,21 +43,39 @@ from trioha.store._message import (
     properties_to_string,
     string_to_properties,
 )
+from trioha.store._segment import DEFAULT_SEGMENT_SIZE, MIN_SEGMENT_SIZE, segment_name
+from trioha.store._store import Store, open_store
 
 __all__ = [
     "BLANK_MAGIC",
     "BLANK_RECORD_SIZE",
+    "CHECKPOINT_SIZE",
+    "DEFAULT_MAX_MESSAGE_SIZE",
+    "DEFAULT_SEGMENT_SIZE",
+    "DEFAULT_STORE_HOST",
     "MESSAGE_MAGIC",
     "MESSAGE_MAGIC_V2",
     "MIN_RECORD_SIZE",
+    "MIN_SEGMENT_SIZE",
+    "AppendResult",
+    "Checkpoint",
+    "CommitLog",
     "Decoded",
     "DecodedBlank",
     "DecodedIncomplete",
     "DecodedInvalid",
     "DecodedMessage",
+    "FileCommitLog",
+    "FlushDiskType",
+    "FlushPolicy",
     "HostAddress",
     "InvalidReason",
+    "MemoryCommitLog",
+    "NewMessage",
     "PropertiesForm",
+    "RecoveryReport",
+    "SetAside",
+    "Store",
     "StoredMessage",
     "body_crc",
     "decode_message",
@@ -52,6 +84,10 @@ __all__ = [
     "encode_message",
     "make_msg_id",
     "message_length",
+    "open_store",
     "properties_to_string",
+    "read_checkpoint",
+    "segment_name",
     "string_to_properties",
+    "write_checkpoint",
 ]

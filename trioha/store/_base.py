@@ -1,0 +1,796 @@
+"""The commit log contract and the logic both commit logs share.
+
+``CommitLog`` is the one interface the replication layer, the broker and the pipeline code
+against. Two implementations pass the same contract tests: the file log (``_commitlog``)
+and an in-memory log (``_memory``) for fast protocol tests. They share :class:`LogCore`,
+which holds RocketMQ's placement rules (``CommitLog.DefaultAppendMessageCallback.doAppend``,
+``MappedFileQueue.getLastMappedFile``, ``CommitLog.appendData``); the two differ only in where
+a segment's bytes live.
+
+Threading: every method belongs to one owner thread (the Trio thread) except :meth:`flush`,
+which may run in a worker thread (``trio.to_thread.run_sync``) while the owner appends. A
+``threading.Lock`` guards the segment list and write positions; it is never held across an
+fsync.
+"""
+
+from __future__ import annotations
+
+import abc
+import bisect
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Final, Generic, Protocol, TypeVar
+
+import attrs
+
+from trioha._config import FlushDiskType
+from trioha._errors import CorruptLogError, MessageTooLargeError, OffsetMismatchError, StorageError
+from trioha.store._message import (
+    BLANK_RECORD_SIZE,
+    DecodedBlank,
+    DecodedIncomplete,
+    DecodedInvalid,
+    HostAddress,
+    PreparedMessage,
+    PropertiesForm,
+    PropertiesInput,
+    ReadableBuffer,
+    RecordLayout,
+    StoredMessage,
+    _decode_topic,
+    build_message,
+    encode_blank,
+    make_msg_id,
+    parse_record,
+)
+
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_SIZE",
+    "DEFAULT_STORE_HOST",
+    "AppendResult",
+    "CommitLog",
+    "FlushDiskType",
+    "FlushPolicy",
+    "LogCore",
+    "NewMessage",
+]
+
+log = logging.getLogger("trioha.store")
+
+DEFAULT_MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024
+"""``maxMessageSize``: the largest body accepted (4 MiB)."""
+DEFAULT_STORE_HOST: Final = HostAddress("127.0.0.1", 10911)
+
+
+def system_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# --- values ----------------------------------------------------------------------------
+
+
+def _to_host(value: HostAddress | tuple[str, int] | None) -> HostAddress | None:
+    if value is None or isinstance(value, HostAddress):
+        return value
+    host, port = value
+    return HostAddress(host, port)
+
+
+def _to_properties(value: PropertiesInput) -> tuple[tuple[str, str], ...]:
+    items = value.items() if isinstance(value, Mapping) else value
+    return tuple((str(k), str(v)) for k, v in items)
+
+
+@attrs.frozen
+class NewMessage:
+    """A message to append (``MessageExtBrokerInner`` before the store fills in offsets).
+
+    ``None`` means "the log decides": the born and store timestamps default to now, the
+    born host to the store host, the store host and properties form to the log's own.
+    """
+
+    topic: str
+    body: bytes = attrs.field(converter=bytes)
+    queue_id: int = 0
+    flag: int = 0
+    properties: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_to_properties)
+    sysflag: int = 0
+    born_timestamp: int | None = None
+    born_host: HostAddress | None = attrs.field(default=None, converter=_to_host)
+    store_host: HostAddress | None = attrs.field(default=None, converter=_to_host)
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    store_timestamp: int | None = None
+    properties_form: PropertiesForm | None = None
+
+
+@attrs.frozen
+class AppendResult:
+    """Where an appended message went (``AppendMessageResult``)."""
+
+    physical_offset: int
+    size: int
+    queue_offset: int
+    store_timestamp: int
+    store_host: HostAddress
+    topic: str
+    queue_id: int
+
+    @property
+    def end_offset(self) -> int:
+        return self.physical_offset + self.size
+
+    @property
+    def msg_id(self) -> str:
+        return make_msg_id(self.store_host, self.physical_offset)
+
+
+@attrs.frozen
+class FlushPolicy:
+    """When the Trio layer should call ``flush()`` (``FlushRealTimeService``/``GroupCommit``).
+
+    The store starts no threads or tasks; a broker task asks :meth:`due` on its timer.
+    ASYNC_FLUSH flushes every ``interval_ms`` once ``least_pages`` 4 KiB pages are dirty, and
+    at least every ``thorough_interval_ms`` whatever is dirty. SYNC_FLUSH is driven by puts
+    (the caller groups waiters and calls ``flush()`` once per group).
+    """
+
+    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
+    interval_ms: int = 500  # flushIntervalCommitLog
+    least_pages: int = 4  # flushCommitLogLeastPages
+    thorough_interval_ms: int = 10_000  # flushCommitLogThoroughInterval
+
+    def due(self, *, now_ms: int, last_flush_ms: int, unflushed_bytes: int) -> bool:
+        if unflushed_bytes <= 0:
+            return False
+        if self.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            return True
+        if now_ms - last_flush_ms >= self.thorough_interval_ms:
+            return True
+        return unflushed_bytes >= self.least_pages * 4096
+
+
+class CommitLog(Protocol):
+    """What the rest of trioha needs from a commit log (file or memory)."""
+
+    @property
+    def segment_size(self) -> int:
+        """Bytes per segment file (``mappedFileSizeCommitLog``)."""
+
+    @property
+    def min_offset(self) -> int:
+        """First readable offset: the first segment's start (0 for a log never written)."""
+
+    @property
+    def max_offset(self) -> int:
+        """End of written data (a segment closed by a blank record counts as full)."""
+
+    @property
+    def flushed_offset(self) -> int:
+        """Everything below this offset is durable."""
+
+    def append(
+        self,
+        *,
+        topic: str,
+        body: bytes,
+        queue_id: int = 0,
+        flag: int = 0,
+        properties: PropertiesInput = (),
+        sysflag: int = 0,
+        born_timestamp: int | None = None,
+        born_host: HostAddress | None = None,
+        store_host: HostAddress | None = None,
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+        store_timestamp: int | None = None,
+    ) -> AppendResult:
+        """Append one message at the end of the log."""
+
+    def append_batch(
+        self, messages: Iterable[NewMessage | Mapping[str, Any]]
+    ) -> list[AppendResult]:
+        """Append consecutive records with one write, all in one segment."""
+
+    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> int:
+        """Append replicated bytes exactly at the end of the log; returns the new end."""
+
+    def read(self, offset: int, max_bytes: int) -> memoryview | bytes:
+        """Up to ``max_bytes`` written bytes from ``offset``, within one segment."""
+
+    def iter_messages(self, start: int | None = None) -> Iterator[StoredMessage]:
+        """Messages from ``start`` (default: the first), blank records skipped."""
+
+    def next_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The queue offset the next message for this queue will get."""
+
+    def flush(self) -> int:
+        """Make everything written durable; returns the new flushed offset."""
+
+    def truncate(self, offset: int) -> None:
+        """Drop everything at and after ``offset`` (kept aside, never discarded)."""
+
+    def delete_segments_before(self, offset: int) -> int:
+        """Delete whole oldest segments that end at or before ``offset``; returns how many."""
+
+    def close(self) -> None:
+        """Flush and release the log; idempotent."""
+
+
+# --- the shared core -------------------------------------------------------------------
+
+
+class SegmentLike(Protocol):
+    start: int
+    size: int
+    wrote: int
+    flushed: int
+    data_start: int
+
+    def buffer(self) -> ReadableBuffer: ...
+    def write(self, pos: int, data: bytes | bytearray | memoryview) -> None: ...
+    def view(self, pos: int, end: int) -> memoryview | bytes: ...
+    def zero(self, pos: int, end: int) -> None: ...
+    def close(self) -> None: ...
+
+
+S = TypeVar("S", bound=SegmentLike)
+
+RecordEvent = tuple[ReadableBuffer, int, int, RecordLayout]  # buffer, pos, segment start, layout
+
+
+class RecordScan:
+    """Walk records from an offset across segments (``checkMessageAndReturnSize`` loop).
+
+    Iterating yields ``(buffer, pos, segment_start, layout)`` for each valid message; blank
+    records move to the next segment. When iteration ends, ``end`` is the offset where the
+    walk stopped (just after the last good record, or a segment end after a blank) and
+    ``problem`` says why it stopped early (``None``: it reached the written end).
+    ``check_crc_from`` turns CRC checks on for segments starting at or after that offset.
+    """
+
+    __slots__ = ("check_crc_from", "end", "problem", "segment_size", "segments", "start")
+
+    def __init__(
+        self,
+        segments: Sequence[SegmentLike],
+        start: int,
+        segment_size: int,
+        *,
+        check_crc_from: int = 0,
+    ) -> None:
+        self.segments = segments
+        self.start = start
+        self.segment_size = segment_size
+        self.check_crc_from = check_crc_from
+        self.end = start
+        self.problem: DecodedIncomplete | DecodedInvalid | None = None
+
+    def __iter__(self) -> Iterator[RecordEvent]:
+        segments = self.segments
+        size = self.segment_size
+        offset = self.start
+        starts = [s.start for s in segments]
+        i = bisect.bisect_right(starts, offset) - 1
+        if i < 0:
+            return
+        while i < len(segments):
+            seg = segments[i]
+            buf = seg.buffer()
+            base = seg.start
+            pos = offset - base
+            end = seg.wrote
+            check_crc = base >= self.check_crc_from
+            while pos < end:
+                r = parse_record(buf, pos, end, check_crc, base)
+                if type(r) is RecordLayout:
+                    yield buf, pos, base, r
+                    pos += r.fields[0]
+                    self.end = base + pos
+                elif type(r) is DecodedBlank:
+                    pos = size
+                    break
+                else:
+                    self.end = base + pos
+                    self.problem = r  # type: ignore[assignment]
+                    return
+            offset = base + max(pos, end)
+            self.end = offset
+            i += 1
+
+
+@attrs.frozen
+class SetAside:
+    """Bytes a commit log refused to keep in place, and where they went."""
+
+    offset: int
+    size: int
+    reason: str
+    where: str  # a path for the file log, a label for the memory log
+
+
+class QueueOffsets:
+    """Next queue offset per (topic, queue id), rebuilt by scanning (no ConsumeQueue yet).
+
+    ``cursor`` is the physical offset up to which records have been counted; replicated
+    bytes are counted lazily (only a promoted slave appends and needs them).
+    """
+
+    __slots__ = ("cursor", "last_store_timestamp", "next")
+
+    def __init__(self, cursor: int) -> None:
+        self.next: dict[tuple[str, int], int] = {}
+        self.cursor = cursor
+        self.last_store_timestamp = 0
+
+    def count(self, scan: RecordScan) -> int:
+        """Count every record ``scan`` yields; returns how many."""
+        nxt = self.next
+        n = 0
+        ts = self.last_store_timestamp
+        for buf, _pos, _base, layout in scan:
+            f = layout.fields
+            nxt[(_decode_topic(bytes(buf[layout.topic_start : layout.topic_end])), f[3])] = f[5] + 1
+            ts = f[11]
+            n += 1
+        self.last_store_timestamp = ts
+        self.cursor = scan.end
+        return n
+
+
+class LogCore(abc.ABC, Generic[S]):
+    """RocketMQ's commit log rules over segments whose storage a subclass provides."""
+
+    def __init__(
+        self,
+        *,
+        segment_size: int,
+        store_host: HostAddress = DEFAULT_STORE_HOST,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        properties_form: PropertiesForm = PropertiesForm.V4_9,
+        clock_ms: Callable[[], int] = system_clock_ms,
+    ) -> None:
+        self._segment_size = segment_size
+        self.store_host = store_host
+        self.max_message_size = max_message_size
+        self.properties_form = properties_form
+        self._clock_ms = clock_ms
+        self._segments: list[S] = []
+        self._lock = threading.Lock()
+        self._generation = 0  # bumped by truncate: a racing flush must not claim cut bytes
+        self._flushed = 0
+        self._queues = QueueOffsets(0)
+        self._closed = False
+        self.set_aside: list[SetAside] = []
+
+    # --- storage hooks --------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _create_segment(self, start: int) -> S:
+        """A new empty segment starting at ``start``."""
+
+    @abc.abstractmethod
+    def _keep_aside(self, seg: S, pos: int, end: int, reason: str) -> SetAside:
+        """Save bytes [pos, end) of ``seg`` before they are overwritten."""
+
+    @abc.abstractmethod
+    def _move_aside(self, seg: S, reason: str) -> SetAside:
+        """Take a whole segment out of the log, keeping its bytes."""
+
+    @abc.abstractmethod
+    def _delete(self, seg: S) -> None:
+        """Delete a segment (retention)."""
+
+    @abc.abstractmethod
+    def _record_start(self, offset: int | None) -> None:
+        """Remember (or forget, with None) that the log starts inside its first segment."""
+
+    def _sync_handles(self, segments: list[S]) -> list[Any]:
+        """Called under the lock: what :meth:`_sync` needs to make ``segments`` durable."""
+        return []
+
+    def _sync(self, handles: list[Any]) -> None:
+        """Called without the lock, possibly in a worker thread."""
+
+    def _after_truncate(self, seg: S) -> None:
+        """Make the zeroed tail of ``seg`` durable (so that cut records cannot come back)."""
+
+    # --- offsets --------------------------------------------------------------------------
+
+    @property
+    def segment_size(self) -> int:
+        return self._segment_size
+
+    @property
+    def min_offset(self) -> int:
+        segs = self._segments
+        return segs[0].start + segs[0].data_start if segs else 0
+
+    @property
+    def max_offset(self) -> int:
+        segs = self._segments
+        if not segs:
+            return 0
+        last = segs[-1]
+        return last.start + last.wrote
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._flushed
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def last_store_timestamp(self) -> int:
+        """Store timestamp of the last message counted (appended, recovered or caught up)."""
+        return self._queues.last_store_timestamp
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError(f"{self!r} is closed")
+
+    def _segment_at(self, offset: int) -> int:
+        """Index of the segment holding ``offset`` (callers check the range)."""
+        starts = [s.start for s in self._segments]
+        return bisect.bisect_right(starts, offset) - 1
+
+    def _add_segment(self, start: int) -> S:
+        seg = self._create_segment(start)
+        with self._lock:
+            self._segments.append(seg)
+        return seg
+
+    # --- appending ------------------------------------------------------------------------
+
+    def append(
+        self,
+        *,
+        topic: str,
+        body: bytes,
+        queue_id: int = 0,
+        flag: int = 0,
+        properties: PropertiesInput = (),
+        sysflag: int = 0,
+        born_timestamp: int | None = None,
+        born_host: HostAddress | None = None,
+        store_host: HostAddress | None = None,
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+        store_timestamp: int | None = None,
+    ) -> AppendResult:
+        now = self._clock_ms()
+        store_host = store_host or self.store_host
+        prepared = PreparedMessage(
+            topic=topic,
+            body=body,
+            queue_id=queue_id,
+            flag=flag,
+            sysflag=sysflag,
+            born_timestamp=now if born_timestamp is None else born_timestamp,
+            born_host=born_host or store_host,
+            store_host=store_host,
+            reconsume_times=reconsume_times,
+            prepared_transaction_offset=prepared_transaction_offset,
+            properties=properties,
+            properties_form=self.properties_form,
+            max_body_size=self.max_message_size,
+        )
+        return self._append_prepared(
+            [prepared], [now if store_timestamp is None else store_timestamp]
+        )[0]
+
+    def append_batch(
+        self, messages: Iterable[NewMessage | Mapping[str, Any]]
+    ) -> list[AppendResult]:
+        """Append a batch as consecutive records in one write (``MessageExtBatch``).
+
+        As in RocketMQ the whole batch goes into one segment: if it does not fit the current
+        one, a blank record closes it and the batch starts the next. Every message is
+        validated before anything is written.
+        """
+        now = self._clock_ms()
+        prepared: list[PreparedMessage] = []
+        stamps: list[int] = []
+        for m in messages:
+            msg = m if isinstance(m, NewMessage) else NewMessage(**m)
+            store_host = msg.store_host or self.store_host
+            prepared.append(
+                PreparedMessage(
+                    topic=msg.topic,
+                    body=msg.body,
+                    queue_id=msg.queue_id,
+                    flag=msg.flag,
+                    sysflag=msg.sysflag,
+                    born_timestamp=now if msg.born_timestamp is None else msg.born_timestamp,
+                    born_host=msg.born_host or store_host,
+                    store_host=store_host,
+                    reconsume_times=msg.reconsume_times,
+                    prepared_transaction_offset=msg.prepared_transaction_offset,
+                    properties=msg.properties,
+                    properties_form=msg.properties_form or self.properties_form,
+                    max_body_size=self.max_message_size,
+                )
+            )
+            stamps.append(now if msg.store_timestamp is None else msg.store_timestamp)
+        if not prepared:
+            return []
+        return self._append_prepared(prepared, stamps)
+
+    def _append_prepared(
+        self, prepared: list[PreparedMessage], stamps: list[int]
+    ) -> list[AppendResult]:
+        self._check_open()
+        self._catch_up()
+        size = self._segment_size
+        total = sum(p.length for p in prepared)
+        if total + BLANK_RECORD_SIZE > size:
+            what = "message" if len(prepared) == 1 else f"batch of {len(prepared)} messages"
+            raise MessageTooLargeError(
+                f"{what} of {total} bytes does not fit a segment of {size} bytes "
+                f"(a segment keeps {BLANK_RECORD_SIZE} bytes for its end marker)"
+            )
+        seg = self._segments[-1] if self._segments else self._add_segment(0)
+        pos = seg.wrote
+        if total + BLANK_RECORD_SIZE > size - pos:
+            # doAppend's END_OF_FILE: the blank marker closes the file, the message moves on.
+            if size - pos >= BLANK_RECORD_SIZE:
+                seg.write(pos, encode_blank(size - pos))
+            with self._lock:
+                seg.wrote = size
+            seg = self._add_segment(seg.start + size)
+            pos = 0
+        buf = bytearray(total)
+        queues = self._queues.next
+        pending: dict[tuple[str, int], int] = {}
+        results: list[AppendResult] = []
+        p = 0
+        base = seg.start + pos
+        for msg, ts in zip(prepared, stamps, strict=True):
+            key = (msg.topic_str, msg.queue_id)
+            qo = pending.get(key)
+            if qo is None:
+                qo = queues.get(key, 0)
+            pending[key] = qo + 1
+            msg.write_into(buf, p, queue_offset=qo, physical_offset=base + p, store_timestamp=ts)
+            results.append(
+                AppendResult(
+                    base + p, msg.length, qo, ts, msg.store_host, msg.topic_str, msg.queue_id
+                )
+            )
+            p += msg.length
+        seg.write(pos, buf)
+        with self._lock:
+            seg.wrote = pos + total
+        queues.update(pending)
+        self._queues.cursor = base + total
+        self._queues.last_store_timestamp = stamps[-1]
+        return results
+
+    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> int:
+        """Append replicated bytes at exactly the end of the log (``CommitLog.appendData``).
+
+        An empty log starts wherever the first bytes say. Its first segment is the one
+        RocketMQ would create (``offset - offset % segment_size``) but, unlike RocketMQ, the
+        bytes go to their true position inside it, so the file stays byte-identical to the
+        master's from ``offset`` on; the start is remembered so that recovery knows where
+        data begins. Bytes crossing a segment end are split (the HA master never sends
+        such a frame, but nothing here relies on it). An empty ``data`` on an empty log
+        creates the first segment, as RocketMQ's heartbeat append does.
+        """
+        self._check_open()
+        if offset < 0:
+            raise OffsetMismatchError(f"replicated bytes offered at negative offset {offset}")
+        size = self._segment_size
+        if not self._segments:
+            inner = offset % size
+            if inner:
+                self._record_start(offset)
+            seg = self._create_segment(offset - inner)
+            seg.data_start = seg.wrote = seg.flushed = inner
+            with self._lock:
+                self._segments.append(seg)
+            self._queues.cursor = offset
+            self._flushed = offset
+        elif offset != self.max_offset:
+            raise OffsetMismatchError(
+                f"replicated bytes offered at offset {offset}, but the log ends at "
+                f"{self.max_offset}"
+            )
+        view = memoryview(data).cast("B")
+        n = view.nbytes
+        done = 0
+        while done < n:
+            seg = self._segments[-1]
+            if seg.wrote >= size:
+                seg = self._add_segment(seg.start + size)
+            k = min(n - done, size - seg.wrote)
+            seg.write(seg.wrote, view[done : done + k])
+            with self._lock:
+                seg.wrote += k
+            done += k
+        return self.max_offset
+
+    def _catch_up(self) -> None:
+        """Count replicated records not yet counted (before an append needs queue offsets)."""
+        queues = self._queues
+        if queues.cursor >= self.max_offset or not self._segments:
+            return
+        start = max(queues.cursor, self.min_offset)
+        scan = RecordScan(self._segments, start, self._segment_size, check_crc_from=0)
+        queues.count(scan)
+        if scan.problem is not None and not isinstance(scan.problem, DecodedIncomplete):
+            log.warning("queue offsets are counted up to %d only: %s", scan.end, scan.problem)
+            queues.cursor = self.max_offset
+
+    def next_queue_offset(self, topic: str, queue_id: int) -> int:
+        self._check_open()
+        self._catch_up()
+        return self._queues.next.get((topic, queue_id), 0)
+
+    # --- reading --------------------------------------------------------------------------
+
+    def _check_range(self, offset: int) -> None:
+        if not self.min_offset <= offset <= self.max_offset:
+            raise StorageError(
+                f"offset {offset} is outside the commit log [{self.min_offset}, {self.max_offset}]"
+            )
+
+    def read(self, offset: int, max_bytes: int) -> memoryview | bytes:
+        """Written bytes from ``offset``, at most ``max_bytes``, never past a segment end.
+
+        This is what the HA master sends (``getData``/``selectMappedBuffer``); a segment
+        closed by a blank record is read up to its end, padding included.
+        """
+        self._check_open()
+        self._check_range(offset)
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must not be negative, got {max_bytes}")
+        if offset == self.max_offset or max_bytes == 0:
+            return b""
+        seg = self._segments[self._segment_at(offset)]
+        pos = offset - seg.start
+        return seg.view(pos, min(seg.wrote, pos + max_bytes))
+
+    def iter_messages(self, start: int | None = None) -> Iterator[StoredMessage]:
+        """Messages from ``start`` (a record boundary; default the first message).
+
+        Blank records are skipped and a partial message at the very end (a slave mid-way
+        through receiving it) ends the iteration quietly. Anything else that is not a valid
+        record raises :class:`CorruptLogError` naming the offset. Appends made while
+        iterating are seen; a truncate or deletion while iterating is not supported.
+        """
+        self._check_open()
+        begin = self.min_offset if start is None else start
+        self._check_range(begin)
+        return self._iter_messages(begin)
+
+    def _iter_messages(self, begin: int) -> Iterator[StoredMessage]:
+        scan = RecordScan(self._segments, begin, self._segment_size, check_crc_from=0)
+        for buf, pos, _base, layout in scan:
+            yield build_message(buf, pos, layout)
+        problem = scan.problem
+        if problem is None:
+            return
+        if isinstance(problem, DecodedIncomplete) and self._is_last_written(problem.offset):
+            return
+        detail = (
+            f"{problem.reason.value}: {problem.detail}"
+            if isinstance(problem, DecodedInvalid)
+            else f"a record of {problem.needed} bytes runs past the written end"
+        )
+        raise CorruptLogError(f"commit log record at {problem.offset} is not valid ({detail})")
+
+    def _is_last_written(self, offset: int) -> bool:
+        last = self._segments[-1]
+        return offset >= last.start
+
+    # --- durability -----------------------------------------------------------------------
+
+    def flush(self) -> int:
+        """fsync everything written so far; safe from a worker thread during appends."""
+        with self._lock:
+            if self._closed:
+                return self._flushed
+            generation = self._generation
+            target = self.max_offset
+            dirty = [s for s in self._segments if s.flushed < s.wrote]
+            positions = [s.wrote for s in dirty]
+            handles = self._sync_handles(dirty)
+        self._sync(handles)
+        with self._lock:
+            if generation == self._generation:
+                for seg, wrote in zip(dirty, positions, strict=True):
+                    seg.flushed = max(seg.flushed, wrote)
+                self._flushed = max(self._flushed, target)
+            return self._flushed
+
+    # --- cutting --------------------------------------------------------------------------
+
+    def truncate(self, offset: int) -> None:
+        """Drop everything at and after ``offset`` (``MappedFileQueue.truncateDirtyFiles``).
+
+        The cut bytes of the segment holding ``offset`` are kept aside, then zeroed in
+        place (files keep their size); later segments are moved aside whole. Queue offsets
+        are rolled back to the first cut message of each queue.
+        """
+        self._check_open()
+        self._check_range(offset)
+        if offset == self.max_offset:
+            return
+        self._roll_back_queues(offset)
+        i = self._segment_at(offset)
+        seg = self._segments[i]
+        pos = offset - seg.start
+        later = self._segments[i + 1 :]
+        if pos < seg.wrote:
+            self.set_aside.append(self._keep_aside(seg, pos, seg.wrote, "truncated"))
+        for s in later:
+            self.set_aside.append(self._move_aside(s, "truncated"))
+        with self._lock:
+            del self._segments[i + 1 :]
+            old = seg.wrote
+            seg.wrote = pos
+            seg.flushed = min(seg.flushed, pos)
+            self._generation += 1
+            self._flushed = min(self._flushed, offset)
+        if pos < old:
+            seg.zero(pos, old)
+            self._after_truncate(seg)
+        log.warning("commit log truncated at %d (was up to %d)", offset, old + seg.start)
+
+    def _roll_back_queues(self, offset: int) -> None:
+        queues = self._queues
+        if queues.cursor <= offset:
+            return
+        scan = RecordScan(self._segments, offset, self._segment_size, check_crc_from=1 << 63)
+        first: dict[tuple[str, int], int] = {}
+        for buf, pos, base, layout in scan:
+            if base + pos >= queues.cursor:  # beyond what was counted
+                break
+            topic = _decode_topic(bytes(buf[layout.topic_start : layout.topic_end]))
+            first.setdefault((topic, layout.fields[3]), layout.fields[5])
+        if scan.end < min(queues.cursor, self.max_offset) and scan.problem is not None:
+            # Not a record boundary, or unreadable bytes: count everything again.
+            queues.next.clear()
+            queues.cursor = self.min_offset
+            queues.last_store_timestamp = 0
+            return
+        queues.next.update(first)
+        queues.cursor = offset
+
+    def delete_segments_before(self, offset: int) -> int:
+        """Retention (``deleteExpiredFileByOffset``): delete whole segments ending at or
+        before ``offset``, oldest first, never the last one. Returns how many."""
+        self._check_open()
+        self._catch_up()
+        size = self._segment_size
+        doomed: list[S] = []
+        with self._lock:
+            while len(self._segments) > 1 and self._segments[0].start + size <= offset:
+                doomed.append(self._segments.pop(0))
+        if doomed:
+            self._record_start(None)
+            for seg in doomed:
+                self._delete(seg)
+            self._queues.cursor = max(self._queues.cursor, self.min_offset)
+            log.info(
+                "deleted %d commit log segment(s) below %d; the log now starts at %d",
+                len(doomed),
+                offset,
+                self.min_offset,
+            )
+        return len(doomed)
+
+    def close(self) -> None:
+        """Flush and release the segments; offsets stay readable, IO raises afterwards."""
+        if self._closed:
+            return
+        self.flush()
+        with self._lock:
+            self._closed = True
+        for seg in self._segments:
+            seg.close()
