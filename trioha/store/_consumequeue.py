@@ -295,10 +295,15 @@ class ConsumeQueue:
         return [CQUnit(*_UNIT.unpack_from(data, p)) for p in range(0, len(data), CQ_UNIT_SIZE)]
 
     def flush(self) -> None:
+        for fd in self.dirty_handles():
+            os.fdatasync(fd)
+
+    def dirty_handles(self) -> list[int]:
+        """File descriptors written since the last call, for a worker thread to fsync."""
+        fds = [f.fd for f in self._files if f.dirty]
         for cq_file in self._files:
-            if cq_file.dirty:
-                os.fdatasync(cq_file.fd)
-                cq_file.dirty = False
+            cq_file.dirty = False
+        return fds
 
     def close(self) -> None:
         for cq_file in self._files:
@@ -355,6 +360,9 @@ class ConsumeQueueStore:
     def flush(self) -> None:
         for queue in list(self._queues.values()):
             queue.flush()
+
+    def dirty_handles(self) -> list[int]:
+        return [fd for queue in list(self._queues.values()) for fd in queue.dirty_handles()]
 
     def close(self) -> None:
         for queue in self._queues.values():

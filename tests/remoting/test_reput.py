@@ -1,0 +1,169 @@
+"""The consume queue builder (ReputMessageService) over a real commit log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from trioha.remoting._reput import ReputService
+from trioha.store._consumequeue import ConsumeQueueStore, tags_code
+from trioha.store._memory import MemoryCommitLog
+
+SEGMENT = 4096
+
+
+def fill(
+    log: MemoryCommitLog, n: int, *, topics: tuple[str, ...] = ("T",), queues: int = 2
+) -> None:
+    for i in range(n):
+        log.append(
+            topic=topics[i % len(topics)],
+            body=b"m%04d" % i + b"x" * 100,
+            queue_id=i % queues,
+            properties={"TAGS": "TagA" if i % 2 else "TagB"},
+        )
+
+
+def service(log: MemoryCommitLog, root: Path) -> ReputService:
+    reput = ReputService(log, ConsumeQueueStore(root, file_size=200), checkpoint=root / "cp.json")
+    reput.recover()
+    return reput
+
+
+def test_builds_every_queue_across_segments(tmp_path: Path) -> None:
+    log = MemoryCommitLog(segment_size=SEGMENT)
+    fill(log, 120, topics=("T", "U"), queues=3)  # several segments, each closed by a blank record
+    assert log.max_offset > 3 * SEGMENT
+    reput = service(log, tmp_path)
+    while reput.dispatch_available(max_records=7):
+        pass
+    assert reput.reput_from == log.max_offset
+    assert reput.behind == 0
+    messages = list(log.iter_messages())
+    for topic in ("T", "U"):
+        for queue_id in (0, 1, 2):
+            queue = reput.queues.get(topic, queue_id)
+            assert queue is not None
+            expected = [m for m in messages if (m.topic, m.queue_id) == (topic, queue_id)]
+            assert queue.max_offset == len(expected)
+            for unit_index, message in enumerate(expected):
+                unit = queue.get(unit_index)
+                assert unit is not None
+                assert (unit.commitlog_offset, unit.size, unit.tags_code) == (
+                    message.physical_offset,
+                    message.total_size,
+                    tags_code(message.tags),
+                )
+
+
+def test_half_replicated_message_waits_never_skips(tmp_path: Path) -> None:
+    master = MemoryCommitLog(segment_size=SEGMENT)
+    fill(master, 3)
+    data = bytes(master.read(0, master.max_offset))
+    slave = MemoryCommitLog(segment_size=SEGMENT)
+    cut = len(data) - 50  # the last message only partly received
+    slave.append_raw(0, data[:cut])
+    reput = service(slave, tmp_path)
+    assert reput.dispatch_available() == 2
+    third = list(master.iter_messages())[2]
+    assert reput.reput_from == third.physical_offset
+    assert reput.dispatch_available() == 0  # still partial: nothing happens
+    slave.append_raw(cut, data[cut:])
+    assert reput.dispatch_available() == 1
+    queue = reput.queues.get("T", 0)
+    assert queue is not None
+    assert queue.max_offset == 2  # messages 0 and 2 went to queue 0
+
+
+def test_restart_resumes_and_truncates(tmp_path: Path) -> None:
+    log = MemoryCommitLog(segment_size=SEGMENT)
+    fill(log, 10)
+    reput = service(log, tmp_path)
+    reput.dispatch_available()
+    reput.queues.close()
+    # The commit log lost its last 3 messages (recovery cut them): their units must go.
+    cut = list(log.iter_messages())[7].physical_offset
+    log.truncate(cut)
+    again = service(log, tmp_path)
+    q0, q1 = again.queues.get("T", 0), again.queues.get("T", 1)
+    assert q0 is not None
+    assert q1 is not None
+    assert (q0.max_offset, q1.max_offset) == (4, 3)
+    assert again.reput_from == cut
+    fill(log, 2)
+    again.dispatch_available()
+    assert (q0.max_offset, q1.max_offset) == (5, 4)
+
+
+def test_checkpoint_makes_a_restart_redispatch_lost_units(tmp_path: Path) -> None:
+    log = MemoryCommitLog(segment_size=SEGMENT)
+    fill(log, 6, queues=2)
+    reput = service(log, tmp_path)
+    reput.dispatch_available()
+    (tmp_path / "cp.json").write_text('{"dispatchedOffset": 0}')
+    # Queue 1's last unit was lost (an unflushed page): zero it on disk.
+    queue1 = reput.queues.get("T", 1)
+    assert queue1 is not None
+    reput.queues.close()
+    path = tmp_path / "consumequeue" / "T" / "1" / f"{0:020d}"
+    raw = bytearray(path.read_bytes())
+    raw[40:60] = bytes(20)
+    path.write_bytes(bytes(raw))
+    again = service(log, tmp_path)
+    assert again.reput_from == 0  # the checkpoint is older than the furthest unit
+    again.dispatch_available()
+    restored = again.queues.get("T", 1)
+    assert restored is not None
+    assert restored.max_offset == 3
+
+
+def test_invalid_record_stops_with_one_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = MemoryCommitLog(segment_size=SEGMENT)
+    fill(log, 2)
+    good_end = log.max_offset
+    log.append_raw(good_end, b"\x00\x00\x00\x60" + b"\xde\xad\xbe\xef" + bytes(88))
+    reput = service(log, tmp_path)
+    assert reput.dispatch_available() == 2
+    assert reput.dispatch_available() == 0
+    assert reput.reput_from == good_end
+    assert caplog.text.count("consume queue building stopped") == 1
+
+
+async def test_long_poll_wakes_on_arrival(autojump_clock: trio.abc.Clock, tmp_path: Path) -> None:
+    log = MemoryCommitLog(segment_size=SEGMENT)
+    grew = trio.Event()
+
+    async def wait_log_grew(beyond: int) -> None:
+        nonlocal grew
+        while log.max_offset <= beyond:
+            await grew.wait()
+            grew = trio.Event()
+
+    reput = service(log, tmp_path)
+    woke_at: list[float] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(reput.run, wait_log_grew)
+
+        async def poll() -> None:
+            await reput.wait_arrival("T", 1, 0)
+            woke_at.append(trio.current_time())
+
+        nursery.start_soon(poll)
+        await trio.sleep(5)
+        fill(log, 1)  # queue 0: the poller of queue 1 keeps waiting
+        grew.set()
+        await trio.sleep(5)
+        assert woke_at == []
+        fill(log, 1, queues=1)
+        log.append(topic="T", body=b"q1", queue_id=1)
+        grew.set()
+        await trio.sleep(1)
+        assert len(woke_at) == 1
+        await reput.wait_dispatched(log.max_offset)
+        nursery.cancel_scope.cancel()
+    assert (tmp_path / "cp.json").exists()  # flushed and checkpointed on the way out

@@ -1,0 +1,249 @@
+"""The consume queue builder: follows the commit log and indexes each message.
+
+Mirrors ``DefaultMessageStore.ReputMessageService`` with
+``CommitLogDispatcherBuildConsumeQueue`` and the long-polling wake-up
+(``NotifyMessageArrivingListener``). It runs on a master and on a slave alike:
+
+* it reads records from ``reput_from`` up to the commit log's end and writes one unit per
+  message into the message's queue (queue offset, physical offset and size, tag hash);
+* a blank record moves it to the next segment;
+* a record that is not complete yet (a slave that has received half of it, spec §1.7)
+  stops it until the log grows; it is never skipped, whatever the broker id;
+* an invalid record stops it with an error log: the commit log's recovery is what removes
+  bad bytes, skipping them here would hide the problem;
+* consumers long-polling a queue are woken when units are added to it.
+
+On start, units pointing past the commit log's end are truncated (``truncateDirtyLogicFiles``)
+and building resumes from a checkpoint written after each flush of the queues, so a crash that
+loses unflushed queue pages only costs a re-dispatch (units already present are skipped).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import NoReturn
+
+import trio
+
+from trioha.remoting._json import dumps, loads_lenient
+from trioha.remoting._metadata import write_config_file
+from trioha.remoting._types import CommitLogLike
+from trioha.store._consumequeue import ConsumeQueueStore, tags_code
+from trioha.store._message import (
+    DecodedBlank,
+    DecodedIncomplete,
+    DecodedInvalid,
+    DecodedMessage,
+    decode_record,
+)
+
+log = logging.getLogger("trioha.remoting.reput")
+
+#: ``MessageSysFlag`` transaction bits: only plain and committed messages are indexed.
+_TRANSACTION_MASK = 0xC
+_TRANSACTION_NOT_TYPE = 0x0
+_TRANSACTION_COMMIT = 0x8
+
+#: Bytes read per step, and records dispatched before yielding to other tasks.
+READ_CHUNK = 1 << 20
+BATCH_RECORDS = 2048
+#: ``flushIntervalConsumeQueue``: 1 s.
+FLUSH_INTERVAL = 1.0
+CHECKPOINT_FILE = "consumeQueueCheckpoint.json"
+
+
+class ReputService:
+    """Builds ``queues`` from ``commitlog``; see the module docstring."""
+
+    def __init__(
+        self,
+        commitlog: CommitLogLike,
+        queues: ConsumeQueueStore,
+        *,
+        checkpoint: Path,
+    ) -> None:
+        self.commitlog = commitlog
+        self.queues = queues
+        self.checkpoint = checkpoint
+        self.reput_from = 0
+        self._arrivals: dict[tuple[str, int], trio.Event] = {}
+        self._any_arrival = trio.Event()
+        self._stuck_at: int | None = None
+
+    # --- start --------------------------------------------------------------------------
+    def recover(self) -> None:
+        """Load the queues, cut what the commit log no longer holds, pick the start."""
+        commitlog = self.commitlog
+        self.queues.load()
+        self.queues.truncate_dirty(commitlog.max_offset)
+        start = max(self.queues.max_physical_offset(), commitlog.min_offset)
+        saved = self._read_checkpoint()
+        if saved is not None:
+            start = min(start, saved)
+        self.reput_from = min(max(start, commitlog.min_offset), commitlog.max_offset)
+        log.info(
+            "consume queues resume from commit log offset %d (log [%d, %d))",
+            self.reput_from,
+            commitlog.min_offset,
+            commitlog.max_offset,
+        )
+
+    def _read_checkpoint(self) -> int | None:
+        try:
+            value = loads_lenient(self.checkpoint.read_text(encoding="utf-8"))
+            return int(value["dispatchedOffset"])
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("ignoring unreadable %s: %s", self.checkpoint, exc)
+            return None
+
+    # --- dispatching --------------------------------------------------------------------
+    @property
+    def behind(self) -> int:
+        """Commit log bytes not indexed yet (``dispatchBehindBytes``)."""
+        return max(0, self.commitlog.max_offset - self.reput_from)
+
+    def dispatch_available(self, max_records: int = BATCH_RECORDS) -> int:
+        """Index complete records from ``reput_from``; returns how many were dispatched.
+
+        Stops at the end of the log, at a partial record, at an invalid one, or after
+        ``max_records`` (call again).
+        """
+        commitlog = self.commitlog
+        done = 0
+        touched: set[tuple[str, int]] = set()
+        while done < max_records and self.reput_from < commitlog.max_offset:
+            if self.reput_from < commitlog.min_offset:
+                self.reput_from = commitlog.min_offset  # old segments were deleted
+                continue
+            offset = self.reput_from
+            buf = commitlog.read(offset, READ_CHUNK)
+            pos = 0
+            while pos < len(buf) and done < max_records:
+                result = decode_record(buf, pos, check_crc=False, base_offset=offset)
+                match result:
+                    case DecodedMessage(message):
+                        if message.sysflag & _TRANSACTION_MASK in (
+                            _TRANSACTION_NOT_TYPE,
+                            _TRANSACTION_COMMIT,
+                        ):
+                            queue = self.queues.find_or_create(message.topic, message.queue_id)
+                            queue.put(
+                                message.queue_offset,
+                                message.physical_offset,
+                                message.total_size,
+                                tags_code(message.tags),
+                            )
+                            touched.add((message.topic, message.queue_id))
+                        pos += message.total_size
+                        done += 1
+                    case DecodedBlank():
+                        size = commitlog.segment_size
+                        self.reput_from = (offset + pos) // size * size + size
+                        break
+                    case DecodedIncomplete(at, _available, needed):
+                        if at + needed <= commitlog.max_offset and pos == 0:
+                            # A record larger than one read: read it whole.
+                            buf = commitlog.read(at, needed)
+                            if len(buf) >= needed:
+                                continue
+                        self.reput_from = offset + pos
+                        self._wake(touched)
+                        return done
+                    case DecodedInvalid(at, reason, detail):
+                        self.reput_from = offset + pos
+                        if self._stuck_at != at:
+                            self._stuck_at = at
+                            log.error(
+                                "consume queue building stopped at commit log offset %d: %s (%s)",
+                                at,
+                                detail,
+                                reason.value,
+                            )
+                        self._wake(touched)
+                        return done
+            else:
+                self.reput_from = offset + pos
+        self._wake(touched)
+        return done
+
+    def _wake(self, touched: set[tuple[str, int]]) -> None:
+        if not touched:
+            return
+        for key in touched:
+            event = self._arrivals.pop(key, None)
+            if event is not None:
+                event.set()
+        self._any_arrival.set()
+        self._any_arrival = trio.Event()
+
+    async def wait_arrival(self, topic: str, queue_id: int, beyond: int) -> None:
+        """Return once queue ``topic``/``queue_id`` has a unit at offset ``beyond`` or later.
+
+        Long polling's wait (``PullRequestHoldService``); bound it with a Trio timeout.
+        """
+        while True:
+            queue = self.queues.get(topic, queue_id)
+            if queue is not None and queue.max_offset > beyond:
+                return
+            event = self._arrivals.get((topic, queue_id))
+            if event is None:
+                event = self._arrivals[(topic, queue_id)] = trio.Event()
+            await event.wait()
+
+    async def wait_dispatched(self, offset: int) -> None:
+        """Return once everything below commit log ``offset`` is indexed (tests, shutdown)."""
+        while self.reput_from < offset:
+            await self._any_arrival.wait()
+
+    # --- running ------------------------------------------------------------------------
+    async def run(
+        self,
+        wait_log_grew: Callable[[int], Awaitable[object]],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> NoReturn:
+        """Follow the log forever (``ReputMessageService.run``), flushing every second."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._flush_loop)
+            task_status.started()
+            while True:
+                while self.dispatch_available():
+                    await trio.lowlevel.checkpoint()
+                # Wait for growth past what is in the log now: a partial record at the
+                # end stays partial until more bytes arrive.
+                await wait_log_grew(self.commitlog.max_offset)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _flush_loop(self) -> None:
+        last = -1
+        try:
+            while True:
+                await trio.sleep(FLUSH_INTERVAL)
+                if self.reput_from != last:
+                    last = await self.flush()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.flush()
+
+    async def flush(self) -> int:
+        """fsync the queues, then record how far they are complete; returns that offset."""
+        dispatched = self.reput_from
+        fds = self.queues.dirty_handles()
+        await trio.to_thread.run_sync(_sync_all, fds)
+        await trio.to_thread.run_sync(
+            write_config_file, self.checkpoint, dumps({"dispatchedOffset": dispatched})
+        )
+        return dispatched
+
+
+def _sync_all(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.fdatasync(fd)
+        except OSError as exc:  # a file closed meanwhile (truncation); the next flush retries
+            log.debug("consume queue fsync of fd %d failed: %s", fd, exc)

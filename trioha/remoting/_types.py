@@ -1,0 +1,76 @@
+"""What the client side needs from a broker: exactly this, and nothing more.
+
+``trioha.broker.Broker`` satisfies :class:`BrokerLike`; the tests use a small fake over a real
+commit log. Keeping the surface this narrow lets the remoting layer be tested without HA.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from trioha._config import BrokerConfig
+from trioha._status import PutResult
+
+
+class CommitLogLike(Protocol):
+    """The reading half of ``trioha.store.CommitLog``."""
+
+    @property
+    def segment_size(self) -> int: ...
+
+    @property
+    def min_offset(self) -> int: ...
+
+    @property
+    def max_offset(self) -> int: ...
+
+    def read(self, offset: int, max_bytes: int) -> memoryview | bytes:
+        """Up to ``max_bytes`` written bytes from ``offset``, within one segment."""
+
+
+class StoreLike(Protocol):
+    @property
+    def root(self) -> Path: ...
+
+    @property
+    def commitlog(self) -> CommitLogLike: ...
+
+
+class BrokerLike(Protocol):
+    """The broker as the client side uses it (see ``trioha.broker.Broker``)."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def store(self) -> StoreLike: ...
+
+    @property
+    def ha_address(self) -> tuple[str, int] | None:
+        """Where the HA service listens (a master), advertised to the name server."""
+
+    async def put(
+        self,
+        *,
+        topic: str,
+        body: bytes,
+        tags: str | None = None,
+        keys: str | None = None,
+        properties: Mapping[str, str] | None = None,
+        queue_id: int = 0,
+        flag: int = 0,
+        sysflag: int = 0,
+        born_timestamp: int | None = None,
+        born_host: tuple[str, int] | None = None,
+        reconsume_times: int = 0,
+    ) -> PutResult: ...
+
+    async def put_batch(self, messages: Sequence[Mapping[str, Any]]) -> PutResult: ...
+
+    async def wait_log_grew(self, beyond_offset: int) -> Any:
+        """Return once the commit log's max offset exceeds ``beyond_offset``."""
+
+    def statistics(self) -> Any:
+        """A frozen attrs record of the broker's figures (reported by ``status``)."""
