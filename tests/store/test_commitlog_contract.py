@@ -1,0 +1,400 @@
+"""The CommitLog contract, run against the file log and the in-memory log alike.
+
+Each test names the RocketMQ behaviour it mirrors (spec §1.7, §4.1, §4.3, §4.5).
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+import threading
+from typing import Any
+
+import pytest
+
+from trioha import CorruptLogError, MessageTooLargeError, OffsetMismatchError, StorageError
+from trioha.store import (
+    BLANK_MAGIC,
+    DecodedBlank,
+    HostAddress,
+    NewMessage,
+    StoredMessage,
+    decode_record,
+)
+from trioha.store._base import LogCore
+
+from .conftest import FakeClock, LogFactory
+
+Log = LogCore[Any]
+REC = 197  # an appended record: topic FooBar, 100-byte body, no properties
+
+
+def fill(log: Log, n: int, *, body: bytes = b"b" * 100, topic: str = "FooBar") -> list[int]:
+    return [log.append(topic=topic, body=body, queue_id=i % 2).physical_offset for i in range(n)]
+
+
+def all_bytes(log: Log) -> bytes:
+    out = bytearray()
+    offset = log.min_offset
+    while offset < log.max_offset:
+        chunk = log.read(offset, 1 << 20)
+        out += chunk
+        offset += len(chunk)
+    return bytes(out)
+
+
+# --- empty log ------------------------------------------------------------------------
+
+
+def test_an_empty_log(make_log: LogFactory) -> None:
+    log = make_log()
+    assert (log.min_offset, log.max_offset, log.flushed_offset) == (0, 0, 0)
+    assert log.read(0, 100) == b""
+    assert list(log.iter_messages()) == []
+    assert log.next_queue_offset("t", 0) == 0
+    assert log.flush() == 0
+
+
+# --- append (DefaultAppendMessageCallback.doAppend) -----------------------------------
+
+
+def test_append_assigns_offsets_queue_offsets_and_store_time(make_log: LogFactory) -> None:
+    clock = FakeClock(1000)
+    log = make_log(clock_ms=clock)
+    a = log.append(topic="A", body=b"one", queue_id=3, properties={"TAGS": "x"})
+    b = log.append(topic="A", body=b"two", queue_id=3)
+    c = log.append(topic="B", body=b"three", queue_id=3, store_timestamp=42)
+    d = log.append(topic="A", body=b"four", queue_id=4)
+    assert [r.physical_offset for r in (a, b, c, d)] == [
+        0,
+        a.end_offset,
+        b.end_offset,
+        c.end_offset,
+    ]
+    assert [r.queue_offset for r in (a, b, c, d)] == [0, 1, 0, 0]
+    assert (a.store_timestamp, c.store_timestamp) == (1001, 42)
+    assert log.max_offset == d.end_offset
+    msgs = list(log.iter_messages())
+    assert [m.body for m in msgs] == [b"one", b"two", b"three", b"four"]
+    assert msgs[0].tags == "x"
+    assert msgs[0].born_timestamp == 1001  # defaults to now
+    assert msgs[0].store_host == log.store_host
+    assert msgs[1].physical_offset == b.physical_offset
+    assert a.msg_id == msgs[0].msg_id
+    assert log.next_queue_offset("A", 3) == 2
+
+
+def test_hosts_and_sysflag(make_log: LogFactory) -> None:
+    log = make_log()
+    born = HostAddress("2001:db8::7", 5555)
+    r = log.append(topic="t", body=b"", born_host=born, sysflag=0x4)
+    (m,) = log.iter_messages()
+    assert (m.born_host, m.sysflag, m.total_size) == (born, 0x14, r.size)
+
+
+def test_a_record_never_spans_two_segments(make_log: LogFactory) -> None:
+    """doAppend: msgLen + 8 > remaining writes a blank of maxBlank bytes (spec §4.3)."""
+    log = make_log(segment_size=1024)
+    offsets = fill(log, 12)  # 197-byte records: 5 per segment, 39 bytes left
+    assert offsets[5] == 1024
+    blank_at = offsets[4] + REC
+    assert blank_at == 985
+    raw = bytes(log.read(blank_at, 1024))
+    assert len(raw) == 1024 - blank_at  # read stops at the segment end
+    assert struct.unpack(">iI", raw[:8]) == (1024 - blank_at, BLANK_MAGIC)
+    assert raw[8:] == bytes(len(raw) - 8)
+    assert decode_record(raw) == DecodedBlank(0, 1024 - blank_at)
+    assert [m.physical_offset for m in log.iter_messages()] == offsets
+
+
+def test_a_full_segment_counts_as_full(make_log: LogFactory) -> None:
+    log = make_log(segment_size=1024)
+    fill(log, 5)
+    end = log.max_offset
+    log.append(topic="FooBar", body=b"b" * 100)
+    assert log.max_offset == 1024 + REC
+    assert end == 5 * REC
+    assert len(log.read(end, 4096)) == 1024 - end
+
+
+def test_append_batch_is_consecutive_and_in_one_segment(make_log: LogFactory) -> None:
+    log = make_log(segment_size=1024)
+    fill(log, 3)
+    before = log.max_offset
+    results = log.append_batch(
+        [NewMessage(topic="FooBar", body=b"b" * 100, queue_id=0) for _ in range(3)]
+    )
+    # 3 records do not fit after 3 records: the batch moves to the next segment, whole.
+    assert before == 3 * REC
+    assert [r.physical_offset for r in results] == [1024, 1024 + REC, 1024 + 2 * REC]
+    assert [r.queue_offset for r in results] == [2, 3, 4]
+    mixed = log.append_batch([{"topic": "X", "body": b"1"}, {"topic": "X", "body": b"2"}])
+    assert [r.queue_offset for r in mixed] == [0, 1]
+    assert mixed[1].physical_offset == mixed[0].end_offset
+    assert log.append_batch([]) == []
+
+
+def test_a_batch_fails_whole(make_log: LogFactory) -> None:
+    log = make_log(segment_size=1024, max_message_size=200)
+    fill(log, 1)
+    end = log.max_offset
+    with pytest.raises(MessageTooLargeError, match="201 bytes, more than maxMessageSize 200"):
+        log.append_batch(
+            [NewMessage(topic="t", body=b"ok"), NewMessage(topic="t", body=b"x" * 201)]
+        )
+    with pytest.raises(MessageTooLargeError, match="batch of 6 messages of 1182 bytes"):
+        log.append_batch([NewMessage(topic="FooBar", body=b"b" * 100) for _ in range(6)])
+    with pytest.raises(ValueError, match="property"):
+        log.append_batch([NewMessage(topic="t", body=b"", properties={"a\x01": "b"})])
+    assert log.max_offset == end
+    assert log.next_queue_offset("t", 0) == 0
+
+
+def test_limits(make_log: LogFactory) -> None:
+    log = make_log(segment_size=1024)
+    with pytest.raises(MessageTooLargeError, match="message of 1116 bytes does not fit a segment"):
+        log.append(topic="t", body=b"x" * 1024)
+    with pytest.raises(MessageTooLargeError, match="properties are 32770 bytes"):
+        log.append(topic="t", body=b"", properties={"k": "v" * 32768})
+    long_topic = log.append(topic="t" * 200, body=b"")  # V2 record
+    assert next(log.iter_messages()).topic == "t" * 200
+    assert long_topic.queue_offset == 0
+    assert log.max_offset == long_topic.end_offset
+
+
+# --- read (getData / selectMappedBuffer) ----------------------------------------------
+
+
+def test_read_stays_inside_one_segment_and_the_written_bytes(make_log: LogFactory) -> None:
+    log = make_log(segment_size=1024)
+    fill(log, 8)
+    assert len(log.read(0, 10_000)) == 1024
+    assert len(log.read(1000, 10_000)) == 24
+    assert len(log.read(1024, 10_000)) == log.max_offset - 1024
+    assert len(log.read(1030, 5)) == 5
+    assert log.read(log.max_offset, 10) == b""
+    assert log.read(0, 0) == b""
+    with pytest.raises(StorageError, match=r"offset 99999 is outside the commit log \[0, 1615\]"):
+        log.read(99999, 1)
+    with pytest.raises(ValueError, match="max_bytes"):
+        log.read(0, -1)
+
+
+def test_a_read_view_survives_later_appends(make_log: LogFactory) -> None:
+    log = make_log(segment_size=1024)
+    fill(log, 2)
+    held = log.read(0, 378)
+    snapshot = bytes(held)
+    fill(log, 20)
+    assert bytes(held) == snapshot
+
+
+# --- append_raw (CommitLog.appendData, spec §1.7) -------------------------------------
+
+
+def test_replicating_through_read_and_append_raw_gives_identical_bytes(
+    make_log: LogFactory,
+) -> None:
+    master = make_log(segment_size=1024)
+    fill(master, 30)
+    slave = make_log(segment_size=1024)
+    rng = random.Random(7)
+    offset = 0
+    while offset < master.max_offset:
+        chunk = master.read(offset, rng.randint(1, 700))
+        offset = slave.append_raw(offset, chunk)
+        assert offset == slave.max_offset
+    assert all_bytes(slave) == all_bytes(master)
+    assert list(slave.iter_messages()) == list(master.iter_messages())
+    assert slave.next_queue_offset("FooBar", 0) == 15
+    # A promoted slave continues the queues.
+    assert slave.append(topic="FooBar", body=b"x", queue_id=1).queue_offset == 15
+
+
+def test_append_raw_elsewhere_than_the_end_is_refused(make_log: LogFactory) -> None:
+    master = make_log()
+    fill(master, 3)
+    slave = make_log()
+    slave.append_raw(0, master.read(0, 100))
+    with pytest.raises(OffsetMismatchError, match="offered at offset 50, but the log ends at 100"):
+        slave.append_raw(50, b"x")
+    with pytest.raises(OffsetMismatchError, match="at offset 101, but the log ends at 100"):
+        slave.append_raw(101, b"x")
+    with pytest.raises(OffsetMismatchError, match="negative"):
+        make_log().append_raw(-1, b"")
+    assert slave.max_offset == 100
+
+
+def test_append_raw_splits_at_segment_boundaries(make_log: LogFactory) -> None:
+    master = make_log(segment_size=1024)
+    fill(master, 20)
+    data = all_bytes(master)
+    slave = make_log(segment_size=1024)
+    assert slave.append_raw(0, memoryview(data)) == master.max_offset
+    assert all_bytes(slave) == data
+    assert len(slave.read(0, 1 << 20)) == 1024
+
+
+def test_an_empty_log_starts_where_the_first_bytes_say(make_log: LogFactory) -> None:
+    master = make_log(segment_size=1024)
+    offsets = fill(master, 20)
+    start = offsets[7]  # inside the second segment
+    slave = make_log(segment_size=1024)
+    slave.append_raw(start, master.read(start, 1 << 20))
+    assert (slave.min_offset, slave.max_offset) == (start, 2048)
+    assert [m.physical_offset for m in slave.iter_messages()] == offsets[7:10]
+    assert bytes(slave.read(start, 50)) == bytes(master.read(start, 50))
+    with pytest.raises(StorageError, match="outside"):
+        slave.read(1024, 10)
+    assert slave.next_queue_offset("FooBar", 1) == 5
+
+
+def test_a_heartbeat_creates_the_first_segment(make_log: LogFactory) -> None:
+    slave = make_log(segment_size=1024)
+    assert slave.append_raw(3000, b"") == 3000
+    assert (slave.min_offset, slave.max_offset) == (3000, 3000)
+    with pytest.raises(OffsetMismatchError):
+        slave.append_raw(0, b"x")
+
+
+def test_a_partial_trailing_message_is_tolerated(make_log: LogFactory) -> None:
+    master = make_log()
+    offsets = fill(master, 3)
+    slave = make_log()
+    slave.append_raw(0, master.read(0, offsets[2] + 50))
+    assert [m.physical_offset for m in slave.iter_messages()] == offsets[:2]
+    assert slave.next_queue_offset("FooBar", 0) == 1
+    slave.append_raw(offsets[2] + 50, master.read(offsets[2] + 50, 1000))
+    assert [m.physical_offset for m in slave.iter_messages()] == offsets
+    assert slave.next_queue_offset("FooBar", 0) == 2
+
+
+def test_garbage_inside_the_log_is_a_corrupt_log_error(make_log: LogFactory) -> None:
+    log = make_log()
+    log.append_raw(0, b"\x00\x00\x00\x64" + b"\xab" * 200)
+    with pytest.raises(CorruptLogError, match=r"record at 0 is not valid \(bad-magic"):
+        list(log.iter_messages())
+    with pytest.raises(StorageError, match="outside"):
+        log.iter_messages(10_000)
+
+
+# --- flush ----------------------------------------------------------------------------
+
+
+def test_flush_moves_the_flushed_offset(make_log: LogFactory) -> None:
+    log = make_log()
+    fill(log, 5)
+    assert log.flushed_offset == 0
+    assert log.flush() == log.max_offset == log.flushed_offset
+
+
+def test_flush_from_another_thread_while_appending(make_log: LogFactory) -> None:
+    log = make_log(segment_size=4096)
+    stop = threading.Event()
+    seen: list[int] = []
+    errors: list[BaseException] = []
+
+    def flusher() -> None:
+        try:
+            while not stop.is_set():
+                seen.append(log.flush())
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=flusher)
+    thread.start()
+    try:
+        fill(log, 300)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert not errors
+    assert seen == sorted(seen)
+    assert all(s <= log.max_offset for s in seen)
+    assert log.flush() == log.max_offset
+
+
+# --- truncate (truncateDirtyFiles) ----------------------------------------------------
+
+
+def test_truncate_drops_the_tail_keeps_it_aside_and_rolls_back_queues(
+    make_log: LogFactory,
+) -> None:
+    log = make_log(segment_size=1024)
+    offsets = fill(log, 14)
+    before = all_bytes(log)
+    log.flush()
+    log.truncate(offsets[6])
+    assert log.max_offset == offsets[6]
+    assert log.flushed_offset == offsets[6]
+    assert [m.physical_offset for m in log.iter_messages()] == offsets[:6]
+    assert log.next_queue_offset("FooBar", 0) == 3
+    assert log.next_queue_offset("FooBar", 1) == 3
+    assert [(s.offset, s.reason) for s in log.set_aside] == [
+        (offsets[6], "truncated"),
+        (2048, "truncated"),
+    ]
+    again = log.append(topic="FooBar", body=b"b" * 100, queue_id=0)
+    assert (again.physical_offset, again.queue_offset) == (offsets[6], 3)
+    assert all_bytes(log)[: offsets[6]] == before[: offsets[6]]
+
+
+def test_truncate_at_the_end_does_nothing_and_outside_is_an_error(make_log: LogFactory) -> None:
+    log = make_log()
+    fill(log, 3)
+    log.truncate(log.max_offset)
+    assert log.set_aside == []
+    with pytest.raises(StorageError, match="outside"):
+        log.truncate(log.max_offset + 1)
+
+
+def test_truncate_to_the_start_empties_the_log(make_log: LogFactory) -> None:
+    log = make_log()
+    fill(log, 3)
+    log.truncate(0)
+    assert (log.min_offset, log.max_offset) == (0, 0)
+    assert list(log.iter_messages()) == []
+    assert log.next_queue_offset("FooBar", 0) == 0
+
+
+# --- delete_segments_before (retention) -----------------------------------------------
+
+
+def test_delete_segments_before(make_log: LogFactory) -> None:
+    log = make_log(segment_size=1024)
+    offsets = fill(log, 22)  # five segments
+    assert log.delete_segments_before(2047) == 1
+    assert log.min_offset == 1024
+    assert log.delete_segments_before(1 << 40) == 3  # never the last segment
+    assert log.min_offset == 4096
+    assert [m.physical_offset for m in log.iter_messages()] == offsets[20:]
+    with pytest.raises(StorageError, match="outside"):
+        log.read(0, 10)
+    assert log.append(topic="FooBar", body=b"", queue_id=0).queue_offset == 11
+
+
+# --- close ----------------------------------------------------------------------------
+
+
+def test_close_is_final_and_idempotent(make_log: LogFactory) -> None:
+    log = make_log()
+    fill(log, 2)
+    end = log.max_offset
+    log.close()
+    log.close()
+    assert log.closed
+    assert log.max_offset == end
+    assert log.flushed_offset == end
+    with pytest.raises(StorageError, match="closed"):
+        log.append(topic="t", body=b"")
+    with pytest.raises(StorageError, match="closed"):
+        log.read(0, 1)
+
+
+def test_iteration_gives_stored_messages(make_log: LogFactory) -> None:
+    log = make_log()
+    r = log.append(topic="T", body=b"payload", properties=[("KEYS", "a b"), ("TAGS", "t")])
+    (m,) = log.iter_messages()
+    assert isinstance(m, StoredMessage)
+    assert (m.keys, m.tags, m.end_offset, m.queue_offset) == ("a b", "t", r.end_offset, 0)
+    assert list(log.iter_messages(r.end_offset)) == []
