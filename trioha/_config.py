@@ -133,6 +133,12 @@ class BrokerConfig:
     auto_create_topic_enable: bool = True
     default_topic_queue_nums: int = attrs.field(default=8, validator=_positive)
     register_name_server_period: int = attrs.field(default=30000, validator=_positive)
+    #: trioha's own: run a name server inside this broker, listening on the first
+    #: ``namesrv_addr`` entry (127.0.0.1:9876 when unset), for a one-command setup.
+    embedded_namesrv: bool = False
+    #: trioha's own: a slave's master broker address (its remoting port) for metadata sync
+    #: when no name server tells it; RocketMQ learns it only from the name server.
+    master_broker_addr: str | None = attrs.field(default=None, validator=_address)
 
     def __attrs_post_init__(self) -> None:
         if self.ha_transfer_batch_size > JAVA_SLAVE_READ_BUFFER - 12:
