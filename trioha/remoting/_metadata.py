@@ -62,6 +62,11 @@ def write_config_file(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def write_snapshots(snapshots: Iterable[tuple[Path, str]]) -> None:
+    for path, text in snapshots:
+        write_config_file(path, text)
+
+
 def read_config_file(path: Path) -> Any | None:
     """The parsed JSON of ``path`` (or its ``.bak``), None if neither exists.
 
@@ -233,6 +238,11 @@ class _ConfigFile:
     def persist_if_dirty(self) -> None:
         if self.dirty:
             self.persist()
+
+    def snapshot(self) -> tuple[Path, str]:
+        """The file's new text, taken now (in the event loop) to be written elsewhere."""
+        self.dirty = False
+        return self.path, self.encode_pretty()
 
     def encode_pretty(self) -> str:
         return dumps(loads_lenient(self.encode()), pretty=True)
@@ -518,6 +528,9 @@ class DelayOffsets(_ConfigFile):
         write_config_file(self.path, self.text)
         self.dirty = False
 
+    def encode_pretty(self) -> str:
+        return self.text
+
     def adopt_from_master(self, text: str) -> bool:
         """Validate (leniently) and store the master's text as it is."""
         value = loads_lenient(text)
@@ -552,6 +565,10 @@ class Metadata:
     def persist_all(self) -> None:
         for table in self._tables():
             table.persist_if_dirty()
+
+    def dirty_snapshots(self) -> list[tuple[Path, str]]:
+        """Texts of the changed tables, for :func:`write_snapshots` in a worker thread."""
+        return [table.snapshot() for table in self._tables() if table.dirty]
 
     def _tables(self) -> Iterable[_ConfigFile]:
         return (self.topics, self.offsets, self.groups, self.delay)

@@ -1,0 +1,135 @@
+"""A broker for the client side's tests: a real file store, puts and growth, no HA.
+
+It implements ``trioha.remoting.BrokerLike`` the way ``trioha.broker.Broker`` does for an
+ASYNC_MASTER; a SLAVE refuses puts and gets its bytes through :meth:`FakeBroker.copy_from`
+(what the HA client does, minus the network).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from trioha._config import BrokerConfig
+from trioha._errors import MessageTooLargeError
+from trioha._status import PutResult, PutStatus
+from trioha.store import HostAddress, Store, open_store
+
+
+@attrs.frozen
+class FakeStatistics:
+    role: str
+    min_offset: int
+    max_offset: int
+    puts: int
+
+
+class FakeBroker:
+    def __init__(self, config: BrokerConfig, store: Store) -> None:
+        self.config = config
+        self.store = store
+        self.ha_address: tuple[str, int] | None = None
+        self.puts = 0
+        self._grew = trio.Event()
+
+    async def put(
+        self,
+        *,
+        topic: str,
+        body: bytes,
+        tags: str | None = None,
+        keys: str | None = None,
+        properties: Mapping[str, str] | None = None,
+        queue_id: int = 0,
+        flag: int = 0,
+        sysflag: int = 0,
+        born_timestamp: int | None = None,
+        born_host: tuple[str, int] | None = None,
+        reconsume_times: int = 0,
+    ) -> PutResult:
+        props = dict(properties or {})
+        if tags:
+            props["TAGS"] = tags
+        if keys:
+            props["KEYS"] = keys
+        return await self.put_batch(
+            [
+                {
+                    "topic": topic,
+                    "body": body,
+                    "properties": props,
+                    "queue_id": queue_id,
+                    "flag": flag,
+                    "sysflag": sysflag,
+                    "born_timestamp": born_timestamp,
+                    "born_host": born_host,
+                    "reconsume_times": reconsume_times,
+                }
+            ]
+        )
+
+    async def put_batch(self, messages: Sequence[Mapping[str, Any]]) -> PutResult:
+        if not self.config.broker_role.is_master:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
+        records = []
+        for m in messages:
+            record = {k: v for k, v in m.items() if v is not None}
+            record.setdefault("born_timestamp", int(time.time() * 1000))
+            records.append(record)
+        try:
+            results = self.store.commitlog.append_batch(records)
+        except MessageTooLargeError:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL)
+        self.puts += len(results)
+        self._notify()
+        await trio.lowlevel.checkpoint()
+        return PutResult(
+            PutStatus.PUT_OK,
+            offset=results[0].physical_offset,
+            end_offset=results[-1].end_offset,
+            queue_offset=results[0].queue_offset,
+            msg_id=results[0].msg_id,
+        )
+
+    def _notify(self) -> None:
+        self._grew.set()
+        self._grew = trio.Event()
+
+    async def wait_log_grew(self, beyond_offset: int) -> None:
+        while self.store.commitlog.max_offset <= beyond_offset:
+            await self._grew.wait()
+
+    def copy_from(self, master: FakeBroker, upto: int | None = None) -> None:
+        """Replicate ``master``'s bytes up to ``upto`` (default: all), as the HA client does."""
+        source, target = master.store.commitlog, self.store.commitlog
+        end = source.max_offset if upto is None else upto
+        offset = target.max_offset
+        while offset < end:
+            chunk = bytes(source.read(offset, min(32768, end - offset)))
+            offset = target.append_raw(offset, chunk)
+        self._notify()
+
+    def statistics(self) -> FakeStatistics:
+        commitlog = self.store.commitlog
+        return FakeStatistics(
+            self.config.broker_role.value, commitlog.min_offset, commitlog.max_offset, self.puts
+        )
+
+
+@asynccontextmanager
+async def open_fake_broker(root: Path, config: BrokerConfig) -> AsyncIterator[FakeBroker]:
+    store = open_store(
+        root,
+        segment_size=config.mapped_file_size_commit_log,
+        store_host=HostAddress("127.0.0.1", 10911),
+    )
+    try:
+        yield FakeBroker(config, store)
+    finally:
+        store.close()

@@ -1,0 +1,215 @@
+"""The broker's client side as one Trio service: :func:`serve_client_side`.
+
+Started by the broker inside its nursery, it runs, all in one nursery of its own:
+
+* the broker port (``listen_port`` on ``broker_ip1``; port 0 picks a free one, reported
+  through ``task_status``) answering the official clients (:mod:`._processor`);
+* the consume queue builder (:mod:`._reput`), on master and slave;
+* an embedded name server when ``embedded_namesrv`` is set;
+* name server registration when ``namesrv_addr`` is set (:mod:`._registration`);
+* on a slave, metadata replication from the master (:mod:`._slavesync`);
+* housekeeping: idle clients dropped after 120 s, consumer offsets persisted every 5 s.
+
+Metadata is loaded from ``<root>/config`` before the port opens and persisted, with the
+consume queues flushed, when the service is cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NoReturn
+
+import attrs
+import trio
+
+from trioha._config import BrokerRole, parse_address
+from trioha.remoting._client import RemotingClientPool, open_client_pool
+from trioha.remoting._metadata import Metadata, write_snapshots
+from trioha.remoting._namesrv import DEFAULT_NAMESRV_PORT, serve_namesrv
+from trioha.remoting._processor import BrokerProcessor
+from trioha.remoting._registration import Registrar, namesrv_addresses
+from trioha.remoting._reput import CHECKPOINT_FILE, ReputService
+from trioha.remoting._server import serve_remoting
+from trioha.remoting._slavesync import SlaveSynchronize
+from trioha.remoting._types import BrokerLike
+from trioha.store._consumequeue import ConsumeQueueStore
+
+log = logging.getLogger("trioha.remoting")
+
+#: ``flushConsumerOffsetInterval``: 5 s.
+PERSIST_INTERVAL = 5.0
+#: ``ClientHousekeepingService``: every 10 s.
+HOUSEKEEPING_INTERVAL = 10.0
+
+
+@attrs.define
+class ClientSide:
+    """The running client side's parts (what tests and ``status`` look into)."""
+
+    broker_addr: str
+    meta: Metadata
+    reput: ReputService
+    processor: BrokerProcessor
+    registrar: Registrar | None = None
+    slave_sync: SlaveSynchronize | None = None
+    namesrv_addr: tuple[str, int] | None = None
+
+
+async def serve_client_side(
+    broker: BrokerLike,
+    *,
+    task_status: trio.TaskStatus[ClientSide] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """Run the broker port and its companions until cancelled; see the module docstring.
+
+    Reports a :class:`ClientSide` once the port listens (``broker_addr`` holds the bound
+    address, the one registered with name servers).
+    """
+    config = broker.config
+    root = broker.store.root
+    meta = await trio.to_thread.run_sync(Metadata.load, root, config)
+    queues = ConsumeQueueStore(root)
+    reput = ReputService(
+        broker.store.commitlog, queues, checkpoint=root / "config" / CHECKPOINT_FILE
+    )
+    reput.recover()
+    persister = _Persister(meta)
+    try:
+        async with trio.open_nursery() as nursery, open_client_pool() as pool:
+            side = await _start(
+                broker, meta=meta, reput=reput, pool=pool, nursery=nursery, persister=persister
+            )
+            task_status.started(side)
+            await trio.sleep_forever()
+    finally:
+        with trio.CancelScope(shield=True):
+            await persister.persist()
+            await reput.flush()
+            queues.close()
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _start(
+    broker: BrokerLike,
+    *,
+    meta: Metadata,
+    reput: ReputService,
+    pool: RemotingClientPool,
+    nursery: trio.Nursery,
+    persister: _Persister,
+) -> ClientSide:
+    config = broker.config
+    namesrv_bound: tuple[str, int] | None = None
+    if config.embedded_namesrv:
+        addresses = namesrv_addresses(config)
+        host, port = (
+            parse_address(addresses[0], what="namesrv_addr")
+            if addresses
+            else ("127.0.0.1", DEFAULT_NAMESRV_PORT)
+        )
+        namesrv_bound = await nursery.start(serve_namesrv, host, port)
+        if not addresses or port == 0:  # register with the port it really got
+            bound = f"{namesrv_bound[0]}:{namesrv_bound[1]}"
+            config = attrs.evolve(config, namesrv_addr=";".join([bound, *addresses[1:]]))
+
+    registrar: Registrar | None = None
+
+    def topics_changed() -> None:
+        if registrar is not None:
+            registrar.request()
+
+    processor = BrokerProcessor(
+        broker,
+        meta,
+        reput,
+        broker_addr="",
+        nursery=nursery,
+        on_topics_changed=topics_changed,
+    )
+    host, port = await nursery.start(
+        lambda task_status: serve_remoting(
+            processor,
+            config.broker_ip1,
+            config.listen_port,
+            on_close=processor.connection_closed,
+            task_status=task_status,
+        )
+    )
+    broker_addr = f"{config.broker_ip1}:{port}"
+    processor.broker_addr = broker_addr
+    log.info("%s broker port listening on %s:%d", config.broker_role.value, host, port)
+    await nursery.start(reput.run, broker.wait_log_grew)
+    nursery.start_soon(_housekeeping, processor, persister)
+
+    slave_sync: SlaveSynchronize | None = None
+    if config.broker_role is BrokerRole.SLAVE:
+        slave_sync = SlaveSynchronize(
+            meta,
+            pool,
+            own_addr=broker_addr,
+            master_addr=config.master_broker_addr,
+            on_topics_changed=topics_changed,
+            persist=persister.persist,
+        )
+        nursery.start_soon(slave_sync.run)
+
+    if namesrv_addresses(config):
+        ha = broker.ha_address
+        ha_server_addr = (
+            f"{config.broker_ip1}:{ha[1]}"
+            if ha is not None
+            else f"{config.broker_ip1}:{config.ha_listen_port}"
+        )
+
+        def on_master(master_addr: str, ha_addr: str) -> None:
+            if slave_sync is not None and not config.master_broker_addr:
+                if slave_sync.master_addr != master_addr:
+                    log.info("master broker is %s (HA %s)", master_addr, ha_addr)
+                slave_sync.master_addr = master_addr
+
+        registrar = Registrar(
+            config,
+            meta,
+            pool,
+            broker_addr=broker_addr,
+            ha_server_addr=ha_server_addr,
+            on_master=on_master,
+        )
+        await nursery.start(registrar.run)
+    return ClientSide(
+        broker_addr=broker_addr,
+        meta=meta,
+        reput=reput,
+        processor=processor,
+        registrar=registrar,
+        slave_sync=slave_sync,
+        namesrv_addr=namesrv_bound,
+    )
+
+
+class _Persister:
+    """Writes changed metadata files in a worker thread, one writer at a time.
+
+    The tables are encoded in the event loop (they change there), only the file IO moves.
+    """
+
+    def __init__(self, meta: Metadata) -> None:
+        self.meta = meta
+        self._lock = trio.Lock()
+
+    async def persist(self) -> None:
+        async with self._lock:
+            snapshots = self.meta.dirty_snapshots()
+            if snapshots:
+                await trio.to_thread.run_sync(write_snapshots, snapshots)
+
+
+async def _housekeeping(processor: BrokerProcessor, persister: _Persister) -> NoReturn:
+    since_scan = 0.0
+    while True:
+        await trio.sleep(PERSIST_INTERVAL)
+        await persister.persist()
+        since_scan += PERSIST_INTERVAL
+        if since_scan >= HOUSEKEEPING_INTERVAL:
+            since_scan = 0.0
+            processor.scan_not_active()
