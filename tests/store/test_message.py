@@ -335,7 +335,6 @@ def test_properties_round_trip(props: tuple[tuple[str, str], ...], form: Propert
 # --- round trips ----------------------------------------------------------------------
 
 
-@settings(max_examples=200)
 @given(stored_messages())
 def test_round_trip(msg: StoredMessage) -> None:
     record = msg.encode()

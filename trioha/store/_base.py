@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, Self, TypeVar
 
 import attrs
 
@@ -784,6 +784,12 @@ class LogCore(abc.ABC, Generic[S]):
                 self.min_offset,
             )
         return len(doomed)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def close(self) -> None:
         """Flush and release the segments; offsets stay readable, IO raises afterwards."""

@@ -1,0 +1,256 @@
+"""The store directory (spec §4.5; DefaultMessageStore.load/start/shutdown, StoreCheckpoint,
+MappedFileQueue.load): lock, abort marker, checkpoint, and layout errors that change nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from trioha import StoreLayoutError, StoreLockedError
+from trioha.store import (
+    CHECKPOINT_SIZE,
+    Checkpoint,
+    FlushDiskType,
+    FlushPolicy,
+    open_store,
+    read_checkpoint,
+    segment_name,
+)
+
+from .conftest import FakeClock
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every file under ``root`` with a digest of its content."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        out[rel] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "dir"
+    return out
+
+
+def test_a_new_store_has_rocketmqs_layout(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    with open_store(root, segment_size=4096, clock_ms=FakeClock()) as store:
+        assert store.root == root
+        assert (root / "commitlog").is_dir()
+        assert (root / "config").is_dir()
+        assert (root / "abort").exists()  # while running
+        assert (root / "lock").exists()
+        assert store.recovery.clean_shutdown
+        store.commitlog.append(topic="FooBar", body=b"x")
+        assert os.listdir(root / "commitlog") == [segment_name(0)]
+        assert store.flush_disk_type is FlushDiskType.ASYNC_FLUSH
+    assert not (root / "abort").exists()  # a clean stop
+    assert (root / "checkpoint").stat().st_size == CHECKPOINT_SIZE
+
+
+def test_the_checkpoint_records_the_last_flushed_message_time(tmp_path: Path) -> None:
+    clock = FakeClock(1_700_000_000_000)
+    with open_store(tmp_path, segment_size=4096, clock_ms=clock) as store:
+        store.commitlog.append(topic="t", body=b"1")
+        store.commitlog.append(topic="t", body=b"2", store_timestamp=1_700_000_000_500)
+        assert store.flush() == store.commitlog.max_offset
+        raw = (tmp_path / "checkpoint").read_bytes()
+        assert struct.unpack_from(">q", raw, 0) == (1_700_000_000_500,)
+        assert read_checkpoint(tmp_path / "checkpoint") == Checkpoint(1_700_000_000_500)
+        assert store.checkpoint.physic_msg_timestamp == 1_700_000_000_500
+
+
+def test_checkpoint_fields_we_do_not_own_are_kept(tmp_path: Path) -> None:
+    raw = struct.pack(">qqqqq", 5, 6, 7, 8, 9) + b"\x11" * 100
+    (tmp_path / "checkpoint").write_bytes(raw)
+    with open_store(tmp_path, segment_size=4096, clock_ms=FakeClock(10_000)) as store:
+        store.commitlog.append(topic="t", body=b"1")
+    cp = read_checkpoint(tmp_path / "checkpoint")
+    assert cp == Checkpoint(10_001, 6, 7, 8, 9)
+    assert (tmp_path / "checkpoint").read_bytes()[40:140] == b"\x11" * 100
+    assert cp.min_timestamp == 0  # min(physic, logics) - 3000, not below 0
+
+
+def test_a_crash_leaves_the_abort_file_and_recovery_says_so(tmp_path: Path) -> None:
+    """The process dies without closing: ``abort`` stays, and the next open recovers with
+    every CRC checked (recoverAbnormally)."""
+    script = textwrap.dedent(
+        f"""
+        import os
+        from trioha.store import open_store
+        store = open_store({str(tmp_path)!r}, segment_size=4096)
+        for i in range(30):
+            store.commitlog.append(topic="FooBar", body=b"m" * 100)
+        store.commitlog.append_raw(store.commitlog.max_offset, b"\\x00\\x00\\x01\\x00half")
+        os._exit(0)
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    assert (tmp_path / "abort").exists()
+    with open_store(tmp_path) as store:
+        report = store.recovery
+        assert not report.clean_shutdown
+        assert report.crc_checked_from == 0
+        assert report.messages == 30
+        assert report.reason == "bad-magic"
+        assert [p.name for p in report.kept_aside] == [f"{report.valid_end:020d}-bad-magic.bin"]
+    with open_store(tmp_path) as store:
+        assert store.recovery.clean_shutdown
+        assert store.recovery.kept_aside == ()
+
+
+def test_a_second_opener_in_this_process_is_refused(tmp_path: Path) -> None:
+    with open_store(tmp_path, segment_size=4096) as store:
+        with pytest.raises(StoreLockedError, match=f"{tmp_path / 'lock'} is locked"):
+            open_store(tmp_path, segment_size=4096)
+        store.commitlog.append(topic="t", body=b"still mine")
+    with open_store(tmp_path) as again:
+        assert again.commitlog.recovery.messages == 1
+
+
+def test_a_lock_held_by_another_process_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "lock").touch()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys; f = open(sys.argv[1], 'r+'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('locked', flush=True); sys.stdin.read()",
+            str(tmp_path / "lock"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "locked"
+        before = snapshot(tmp_path)
+        with pytest.raises(StoreLockedError, match="locked by another process"):
+            open_store(tmp_path, segment_size=4096)
+        assert snapshot(tmp_path) == before
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    open_store(tmp_path, segment_size=4096).close()
+
+
+def test_the_posix_lock_rocketmq_takes_is_also_respected(tmp_path: Path) -> None:
+    """Java's FileChannel.tryLock is an fcntl record lock, which flock does not see."""
+    (tmp_path / "lock").touch()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys; f = open(sys.argv[1], 'r+'); fcntl.lockf(f, fcntl.LOCK_EX, 1); "
+            "print('locked', flush=True); sys.stdin.read()",
+            str(tmp_path / "lock"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(StoreLockedError):
+            open_store(tmp_path, segment_size=4096)
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+
+
+# --- layout errors: a clear error naming the file, and nothing changed ------------------
+
+
+def _store_with_data(root: Path) -> None:
+    with open_store(root, segment_size=1024, clock_ms=FakeClock()) as store:
+        for _ in range(12):
+            store.commitlog.append(topic="FooBar", body=b"b" * 100)
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (
+            lambda d: (d / segment_name(1024)).write_bytes(b"\0" * 1000),
+            r"00000000000000001024 is 1000 bytes; every commit log file must be exactly 1024",
+        ),
+        (
+            lambda d: (d / segment_name(1024)).unlink(),
+            "gap in the commit log: .*00000000000000002048",
+        ),
+        (lambda d: (d / "notes.txt").write_text("hi"), r"unexpected file .*notes.txt"),
+        (lambda d: (d / "1024").write_bytes(bytes(1024)), r"unexpected file .*/1024 in the commit"),
+        (lambda d: (d / "sub").mkdir(), r"unexpected non-regular entry .*sub"),
+        (
+            lambda d: (d / f"{segment_name(3072)}.creating").write_bytes(b"x" + bytes(1023)),
+            "unfinished segment file holding data",
+        ),
+        (
+            lambda d: (d / segment_name(3000)).write_bytes(bytes(1024)),
+            "00000000000000003000 starts at 3000, not a multiple of the segment size 1024",
+        ),
+    ],
+)
+def test_layout_errors_change_nothing(tmp_path: Path, damage: object, message: str) -> None:
+    _store_with_data(tmp_path)
+    damage(tmp_path / "commitlog")  # type: ignore[operator]
+    before = snapshot(tmp_path)
+    with pytest.raises(StoreLayoutError, match=message):
+        open_store(tmp_path)
+    assert snapshot(tmp_path) == before
+    assert not (tmp_path / "abort").exists()
+    # The lock was released: fixing the layout is enough to open again.
+
+
+def test_a_wrong_segment_size_is_refused(tmp_path: Path) -> None:
+    _store_with_data(tmp_path)
+    before = snapshot(tmp_path)
+    with pytest.raises(StoreLayoutError, match="every commit log file must be exactly 4096"):
+        open_store(tmp_path, segment_size=4096)
+    assert snapshot(tmp_path) == before
+    with open_store(tmp_path) as store:  # detected from the files
+        assert store.commitlog.segment_size == 1024
+
+
+def test_an_empty_leftover_of_segment_creation_is_removed(tmp_path: Path) -> None:
+    _store_with_data(tmp_path)
+    leftover = tmp_path / "commitlog" / f"{segment_name(3072)}.creating"
+    leftover.write_bytes(bytes(1024))
+    with open_store(tmp_path) as store:
+        assert not leftover.exists()
+        assert store.recovery.messages == 12
+
+
+def test_commitlog_that_is_not_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "commitlog").write_text("oops")
+    with pytest.raises(StoreLayoutError, match="commitlog is not a directory"):
+        open_store(tmp_path)
+    open_store(tmp_path / "other").close()  # and the lock of the first attempt is gone
+
+
+def test_root_errors(tmp_path: Path) -> None:
+    with pytest.raises(StoreLayoutError, match="no store at"):
+        open_store(tmp_path / "missing", create=False)
+    assert not (tmp_path / "missing").exists()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(StoreLayoutError, match="is not a directory"):
+        open_store(tmp_path / "file")
+
+
+def test_flush_policy() -> None:
+    policy = FlushPolicy()
+    assert not policy.due(now_ms=10, last_flush_ms=0, unflushed_bytes=0)
+    assert not policy.due(now_ms=10, last_flush_ms=0, unflushed_bytes=100)
+    assert policy.due(now_ms=10, last_flush_ms=0, unflushed_bytes=4 * 4096)
+    assert policy.due(now_ms=10_000, last_flush_ms=0, unflushed_bytes=1)
+    sync = FlushPolicy(FlushDiskType.SYNC_FLUSH)
+    assert sync.due(now_ms=0, last_flush_ms=0, unflushed_bytes=1)
