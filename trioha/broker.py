@@ -26,7 +26,7 @@ from trioha._errors import MessageTooLargeError, StorageError
 from trioha._status import PutResult, PutStatus
 from trioha.net import HAClient, HAClientStatistics, HAService, HAServiceStatistics
 from trioha.net._wakeup import Wakeup
-from trioha.store import Store, open_store
+from trioha.store import HostAddress, Store, open_store
 from trioha.store._message import PROPERTY_KEYS, PROPERTY_TAGS
 
 log = logging.getLogger("trioha.broker")
@@ -286,6 +286,10 @@ async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
             config.store_root,
             segment_size=config.mapped_file_size_commit_log,
             flush_disk_type=config.flush_disk_type,
+            flush_interval_ms=config.flush_interval_commit_log,
+            check_crc=config.check_crc_on_recover,
+            store_host=HostAddress(config.broker_ip1, config.listen_port),
+            max_message_size=config.max_message_size,
         )
     )
     try:

@@ -26,9 +26,13 @@ class ReceiveBuffer:
             self._start = 0
         self._data += data
 
-    def peek(self, n: int) -> memoryview:
-        """The first *n* unconsumed bytes, without consuming them (caller checks ``len``)."""
-        return memoryview(self._data)[self._start : self._start + n]
+    def peek(self, n: int) -> bytes:
+        """A copy of the first *n* unconsumed bytes, not consumed (the caller checks ``len``).
+
+        A copy, not a view: a live view would pin the ``bytearray`` and make the next
+        ``feed`` or ``clear`` fail; *n* is a header's 12 bytes.
+        """
+        return bytes(self._data[self._start : self._start + n])
 
     def take(self, n: int) -> bytes:
         """Consume and return the first *n* bytes as an independent copy."""

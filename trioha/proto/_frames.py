@@ -77,6 +77,11 @@ class TransferHeader:
                 f"master sent a frame of {size} bytes at offset {offset}; "
                 f"the limit is {max_body} (a RocketMQ slave's receive buffer)"
             )
+        if offset + size > INT64_MAX:
+            raise RemoteProtocolError(
+                f"master sent a frame of {size} bytes at offset {offset}, ending beyond the "
+                "largest offset a log can have"
+            )
         return cls(offset, size)
 
 

@@ -1,0 +1,278 @@
+"""The master's Trio layer over memory streams and a mock clock (HAService, HAConnection)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import trio
+import trio.testing
+
+from trioha import BrokerConfig
+from trioha._status import PutStatus
+from trioha.net import HAClient, HAService
+from trioha.proto import HEADER_SIZE, TransferHeader, encode_report
+from trioha.store import MemoryCommitLog
+
+SEG = 4096
+
+
+def make_log(messages: int = 0, body: bytes = b"x" * 100) -> MemoryCommitLog:
+    log = MemoryCommitLog(segment_size=SEG)
+    for i in range(messages):
+        log.append(topic="FooBar", body=body, queue_id=i % 2)
+    return log
+
+
+def config(**changes: object) -> BrokerConfig:
+    return BrokerConfig(ha_listen_port=0, mapped_file_size_commit_log=SEG).evolve(**changes)
+
+
+class FakeSlave:
+    """The slave end of a memory stream, driven byte by byte by the test."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.buffer = b""
+
+    async def report(self, offset: int) -> None:
+        await self.stream.send_all(encode_report(offset))
+
+    async def frame(self) -> tuple[TransferHeader, bytes]:
+        while True:
+            if len(self.buffer) >= HEADER_SIZE:
+                header = TransferHeader.from_bytes(self.buffer[:HEADER_SIZE], max_body=1 << 22)
+                if len(self.buffer) >= HEADER_SIZE + header.size:
+                    body = self.buffer[HEADER_SIZE : HEADER_SIZE + header.size]
+                    self.buffer = self.buffer[HEADER_SIZE + header.size :]
+                    return header, body
+            data = await self.stream.receive_some()
+            if not data:
+                raise EOFError
+            self.buffer += data
+
+
+async def serve_one(service: HAService, nursery: trio.Nursery) -> FakeSlave:
+    master_end, slave_end = trio.testing.memory_stream_pair()
+    nursery.start_soon(service.handle_stream, master_end, "fake-slave")
+    await trio.testing.wait_all_tasks_blocked()
+    return FakeSlave(slave_end)
+
+
+async def test_nothing_is_sent_before_the_first_report(autojump_clock: trio.abc.Clock) -> None:
+    service = HAService(config(), make_log(10))
+    async with trio.open_nursery() as nursery:
+        slave = await serve_one(service, nursery)
+        with trio.move_on_after(4.0):
+            await slave.frame()
+            pytest.fail("the master sent before the slave reported")
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_report_of_zero_is_served_from_the_last_segment_and_frames_stop_at_its_end(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    commitlog = make_log(100)  # several segments
+    last_start = commitlog.max_offset - commitlog.max_offset % SEG
+    service = HAService(config(), commitlog)
+    async with trio.open_nursery() as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(0)
+        received = b""
+        offset = last_start
+        while offset < commitlog.max_offset:
+            header, body = await slave.frame()
+            assert header.offset == offset
+            assert header.size <= 32768
+            received += body
+            offset = header.end
+        assert received == bytes(commitlog.read(last_start, SEG))
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_writer_wakes_the_moment_the_log_grows(autojump_clock: trio.abc.Clock) -> None:
+    commitlog = make_log(1)
+    service = HAService(config(), commitlog)
+    async with trio.open_nursery() as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(commitlog.max_offset)
+        await trio.testing.wait_all_tasks_blocked()
+        before = trio.current_time()
+        end = commitlog.max_offset
+        commitlog.append(topic="FooBar", body=b"new")
+        service.notify_log_grew()
+        header, _ = await slave.frame()
+        assert header.offset == end
+        assert trio.current_time() == before  # no polling interval elapsed
+        nursery.cancel_scope.cancel()
+
+
+async def test_heartbeat_after_five_seconds_of_write_silence(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    commitlog = make_log(1)
+    service = HAService(config(), commitlog)
+    async with trio.open_nursery() as nursery:
+        slave = await serve_one(service, nursery)
+        start = trio.current_time()
+        await slave.report(commitlog.max_offset)
+        header, body = await slave.frame()
+        assert header == TransferHeader(commitlog.max_offset, 0)
+        assert body == b""
+        assert trio.current_time() - start == pytest.approx(5.0)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_silent_peer_is_dropped_after_housekeeping_and_leaves_the_registry(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    service = HAService(config(), make_log(1))
+    async with trio.open_nursery() as nursery:
+        slave = await serve_one(service, nursery)
+        assert len(service.connections) == 1
+        start = trio.current_time()
+        assert await slave.stream.receive_some() == b""
+        assert trio.current_time() - start == pytest.approx(20.0)
+        await trio.testing.wait_all_tasks_blocked()
+        assert service.connections == {}
+        assert service.statistics().connections_closed == 1
+
+
+async def test_an_ack_beyond_the_end_drops_the_connection_and_never_counts(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    commitlog = make_log(5)
+    service = HAService(config(), commitlog)
+    async with trio.open_nursery() as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(commitlog.max_offset)
+        await trio.testing.wait_all_tasks_blocked()
+        await slave.report(commitlog.max_offset + 1_000_000)
+        await trio.testing.wait_all_tasks_blocked()
+        assert service.connections == {}
+        assert service.replicated_offset() == -1
+        nursery.cancel_scope.cancel()
+
+
+async def test_garbage_and_a_closed_peer_never_touch_the_log(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    commitlog = make_log(5)
+    before = bytes(commitlog.read(0, SEG))
+    service = HAService(config(), commitlog)
+    async with trio.open_nursery() as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.stream.send_all(b"\xff" * 8 + b"GET / HTTP/1.1\r\n")
+        await trio.testing.wait_all_tasks_blocked()
+        assert service.connections == {}
+    assert bytes(commitlog.read(0, SEG)) == before
+
+
+async def test_sync_put_statuses(autojump_clock: trio.abc.Clock) -> None:
+    commitlog = make_log(5)
+    service = HAService(config(), commitlog)
+    end = commitlog.max_offset
+    # No slave: SLAVE_NOT_AVAILABLE at once (HATest.testSemiSyncReplica, 4.9).
+    assert await service.wait_replicated(end) is PutStatus.SLAVE_NOT_AVAILABLE
+    async with trio.open_nursery() as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(0)
+        await trio.testing.wait_all_tasks_blocked()
+        # A slave that never acks: FLUSH_SLAVE_TIMEOUT after slave_timeout (3 s), per request.
+        start = trio.current_time()
+        assert await service.wait_replicated(end) is PutStatus.FLUSH_SLAVE_TIMEOUT
+        assert trio.current_time() - start == pytest.approx(3.0)
+        # Thousands of waiters are released by one ack.
+        results: list[PutStatus] = []
+
+        async def put() -> None:
+            results.append(await service.wait_replicated(end))
+
+        async with trio.open_nursery() as puts:
+            for _ in range(2000):
+                puts.start_soon(put)
+            await trio.testing.wait_all_tasks_blocked()
+            await slave.report(end)
+        assert results == [PutStatus.PUT_OK] * 2000
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_slave_too_far_behind_is_not_available(autojump_clock: trio.abc.Clock) -> None:
+    commitlog = make_log(50)
+    service = HAService(config(ha_slave_fallbehind_max=1000), commitlog)
+    async with trio.open_nursery() as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(0)
+        await trio.testing.wait_all_tasks_blocked()
+        assert await service.wait_replicated(commitlog.max_offset) is (
+            PutStatus.SLAVE_NOT_AVAILABLE
+        )
+        nursery.cancel_scope.cancel()
+
+
+async def test_two_slaves_can_be_required(autojump_clock: trio.abc.Clock) -> None:
+    commitlog = make_log(5)
+    end = commitlog.max_offset
+    service = HAService(config(in_sync_replicas=3), commitlog)
+    async with trio.open_nursery() as nursery:
+        first = await serve_one(service, nursery)
+        await first.report(end)
+        await trio.testing.wait_all_tasks_blocked()
+        assert await service.wait_replicated(end) is PutStatus.SLAVE_NOT_AVAILABLE
+        second = await serve_one(service, nursery)
+        await second.report(0)
+        await trio.testing.wait_all_tasks_blocked()
+        async with trio.open_nursery() as puts:
+            results: list[PutStatus] = []
+
+            async def put() -> None:
+                results.append(await service.wait_replicated(end))
+
+            puts.start_soon(put)
+            await trio.testing.wait_all_tasks_blocked()
+            assert results == []
+            await second.report(end - end % SEG)
+            await trio.testing.wait_all_tasks_blocked()
+            assert results == []
+            # the second slave was served from the last segment; let it catch up
+            while (h := (await second.frame())[0]).end < end:
+                pass
+            await second.report(h.end)
+        assert results == [PutStatus.PUT_OK]
+        nursery.cancel_scope.cancel()
+
+
+# --- master and slave together, over memory streams -------------------------------------------
+
+
+
+
+async def test_a_slave_replicates_byte_for_byte_over_memory_streams(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    master_log, slave_log = make_log(120), MemoryCommitLog(segment_size=SEG)
+    cfg = config(ha_master_address="127.0.0.1:1", ha_sync_from_oldest=True)
+    service = HAService(cfg, master_log)
+    client = HAClient(cfg, slave_log)
+    async with trio.open_nursery() as nursery:
+        master_end, slave_end = trio.testing.memory_stream_pair()
+        nursery.start_soon(service.handle_stream, master_end, "slave")
+        nursery.start_soon(client.session, slave_end)
+        with trio.fail_after(10):
+            while slave_log.max_offset < master_log.max_offset:
+                await trio.sleep(0.01)
+        for i in range(30):
+            master_log.append(topic="Later", body=b"%d" % i)
+            service.notify_log_grew()
+        with trio.fail_after(10):
+            while service.replicated_offset() < master_log.max_offset:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert slave_log.min_offset == master_log.min_offset
+    assert slave_log.max_offset == master_log.max_offset
+    offset = master_log.min_offset
+    while offset < master_log.max_offset:
+        chunk = bytes(master_log.read(offset, SEG))
+        assert bytes(slave_log.read(offset, SEG)) == chunk
+        offset += len(chunk)
+    assert math.isfinite(trio.current_time())
