@@ -1,0 +1,118 @@
+"""Drive the official RocketMQ client (librocketmq, from the ``rocketmq`` wheel) in a process.
+
+The end-to-end tests run this as a subprocess, so that the C++ client's threads and global
+state stay out of the test process. Each command prints one JSON document::
+
+    produce NAMESRV TOPIC COUNT [PREFIX]        {"statuses": [...], "errors": [...]}
+    batch NAMESRV TOPIC COUNT [PREFIX]          one send_batch of COUNT messages
+    push NAMESRV TOPIC GROUP EXPECT TIMEOUT     {"bodies": [...]} (duplicates kept)
+    pull NAMESRV TOPIC GROUP                    {"bodies": [...]}
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from typing import Any
+
+from rocketmq.client import (  # type: ignore[import-untyped]
+    Message,
+    Producer,
+    PullConsumer,
+    PushConsumer,
+)
+
+
+def produce(namesrv: str, topic: str, count: int, prefix: str) -> dict[str, Any]:
+    producer = Producer(f"PG-{prefix}")
+    producer.set_namesrv_addr(namesrv)
+    producer.set_timeout(5000)
+    producer.start()
+    statuses, errors, ids = [], [], []
+    for i in range(count):
+        message = Message(topic)
+        message.set_keys(f"{prefix}-k{i}")
+        message.set_tags("TagA")
+        message.set_body(f"{prefix}-{i}")
+        try:
+            result = producer.send_sync(message)
+            statuses.append(result.status.name)
+            ids.append(result.msg_id)
+        except Exception as exc:
+            errors.append(repr(exc)[:300])
+    producer.shutdown()
+    return {"statuses": statuses, "errors": errors, "ids": ids}
+
+
+def batch(namesrv: str, topic: str, count: int, prefix: str) -> dict[str, Any]:
+    producer = Producer(f"PG-{prefix}")
+    producer.set_namesrv_addr(namesrv)
+    producer.start()
+    messages = []
+    for i in range(count):
+        message = Message(topic)
+        message.set_tags("TagB")
+        message.set_body(f"{prefix}-{i}")
+        messages.append(message)
+    try:
+        result = producer.send_batch(messages)
+        out: dict[str, Any] = {"statuses": [result.status.name], "errors": []}
+    except Exception as exc:
+        out = {"statuses": [], "errors": [repr(exc)[:300]]}
+    producer.shutdown()
+    return out
+
+
+def push(namesrv: str, topic: str, group: str, expect: int, timeout: float) -> dict[str, Any]:
+    bodies: list[str] = []
+    lock = threading.Lock()
+
+    def on_message(message: Any) -> None:
+        with lock:
+            bodies.append(message.body.decode())
+
+    consumer = PushConsumer(group)
+    consumer.set_namesrv_addr(namesrv)
+    consumer.subscribe(topic, on_message)
+    consumer.start()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with lock:
+            if len(set(bodies)) >= expect:
+                break
+        time.sleep(0.05)
+    time.sleep(1.0)  # let any duplicate arrive before judging
+    consumer.shutdown()
+    with lock:
+        return {"bodies": list(bodies)}
+
+
+def pull(namesrv: str, topic: str, group: str) -> dict[str, Any]:
+    consumer = PullConsumer(group)
+    consumer.set_namesrv_addr(namesrv)
+    consumer.start()
+    bodies = [message.body.decode() for message in consumer.pull(topic)]
+    consumer.shutdown()
+    return {"bodies": bodies}
+
+
+def main(argv: list[str]) -> None:
+    command, namesrv, topic, *rest = argv
+    if command == "produce":
+        out = produce(namesrv, topic, int(rest[0]), rest[1] if len(rest) > 1 else "m")
+    elif command == "batch":
+        out = batch(namesrv, topic, int(rest[0]), rest[1] if len(rest) > 1 else "b")
+    elif command == "push":
+        out = push(namesrv, topic, rest[0], int(rest[1]), float(rest[2]))
+    elif command == "pull":
+        out = pull(namesrv, topic, rest[0])
+    else:
+        raise SystemExit(f"unknown command {command!r}")
+    sys.stdout.write(json.dumps(out) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

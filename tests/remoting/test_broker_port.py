@@ -1,0 +1,421 @@
+"""The broker port's processors, driven by trioha's own client over TCP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from tests.remoting.fakes import FakeBroker, open_fake_broker
+from trioha._config import BrokerConfig
+from trioha._errors import RemotingError
+from trioha.remoting._batch import BatchItem, encode_batch
+from trioha.remoting._client import RemotingClientPool, open_client_pool, open_remoting_client
+from trioha.remoting._codec import RemotingCommand
+from trioha.remoting._codes import RequestCode, ResponseCode
+from trioha.remoting._connection import RemotingConnection
+from trioha.remoting._json import loads_lenient
+from trioha.remoting._mqclient import (
+    get_route,
+    pull_message,
+    query_consumer_offset,
+    runtime_info,
+    send_message,
+    update_consumer_offset,
+)
+from trioha.remoting._service import ClientSide, serve_client_side
+
+
+@asynccontextmanager
+async def broker_port(
+    root: Path, **overrides: Any
+) -> AsyncIterator[tuple[FakeBroker, ClientSide, RemotingClientPool]]:
+    config = BrokerConfig(
+        store_path_root_dir=str(root),
+        listen_port=0,
+        mapped_file_size_commit_log=1 << 20,
+        **overrides,
+    )
+    with trio.fail_after(30):
+        async with (
+            open_fake_broker(root, config) as broker,
+            open_client_pool() as pool,
+            trio.open_nursery() as nursery,
+        ):
+            side: ClientSide = await nursery.start(serve_client_side, broker)
+            yield broker, side, pool
+            nursery.cancel_scope.cancel()
+
+
+async def call(
+    pool: RemotingClientPool, side: ClientSide, code: int, **fields: Any
+) -> RemotingCommand:
+    return await pool.request(side.broker_addr, RemotingCommand.request(code, fields))
+
+
+async def test_send_then_pull_in_stored_format(tmp_path: Path) -> None:
+    async with broker_port(tmp_path) as (broker, side, pool):
+        results = [
+            await send_message(
+                pool,
+                side.broker_addr,
+                topic="T",
+                body=b"hello %d" % i,
+                queue_id=1,
+                tags="A" if i % 2 else "B",
+                keys=f"k{i}",
+            )
+            for i in range(5)
+        ]
+        assert [r.status for r in results] == ["SEND_OK"] * 5
+        assert [r.queue_offset for r in results] == [0, 1, 2, 3, 4]
+        assert results[0].msg_id == broker.store.commitlog.iter_messages().__next__().msg_id
+        await side.reput.wait_dispatched(broker.store.commitlog.max_offset)
+        pulled = await pull_message(
+            pool, side.broker_addr, group="G", topic="T", queue_id=1, offset=0
+        )
+        assert pulled.code == ResponseCode.SUCCESS
+        assert [m.body for m in pulled.messages] == [b"hello %d" % i for i in range(5)]
+        assert [m.queue_offset for m in pulled.messages] == [0, 1, 2, 3, 4]
+        assert pulled.messages[1].keys == "k1"
+        assert pulled.messages[0].get_property("CLUSTER") == "DefaultCluster"
+        assert pulled.messages[0].get_property("WAIT") is None  # not stored (RocketMQ #2883)
+        assert (pulled.next_begin_offset, pulled.min_offset, pulled.max_offset) == (5, 0, 5)
+        tagged = await pull_message(
+            pool, side.broker_addr, group="G", topic="T", queue_id=1, offset=0, subscription="A"
+        )
+        assert [m.body for m in tagged.messages] == [b"hello 1", b"hello 3"]
+
+
+async def test_pull_statuses(tmp_path: Path) -> None:
+    async with broker_port(tmp_path) as (broker, side, pool):
+        await send_message(pool, side.broker_addr, topic="T", body=b"x", queue_id=0, tags="A")
+        await side.reput.wait_dispatched(broker.store.commitlog.max_offset)
+
+        async def pull(offset: int, **kw: Any) -> Any:
+            return await pull_message(
+                pool, side.broker_addr, group="G", topic="T", queue_id=0, offset=offset, **kw
+            )
+
+        at_end = await pull(1)
+        assert (at_end.code, at_end.remark, at_end.next_begin_offset) == (
+            ResponseCode.PULL_NOT_FOUND,
+            "OFFSET_OVERFLOW_ONE",
+            1,
+        )
+        beyond = await pull(9)
+        assert (beyond.code, beyond.remark, beyond.next_begin_offset) == (
+            ResponseCode.PULL_OFFSET_MOVED,
+            "OFFSET_OVERFLOW_BADLY",
+            0,
+        )
+        unmatched = await pull(0, subscription="B")
+        assert (unmatched.code, unmatched.next_begin_offset) == (
+            ResponseCode.PULL_RETRY_IMMEDIATELY,
+            1,
+        )
+        empty_queue = await pull_message(
+            pool, side.broker_addr, group="G", topic="T", queue_id=3, offset=0
+        )
+        assert empty_queue.code == ResponseCode.PULL_NOT_FOUND
+        missing = await pull_message(
+            pool, side.broker_addr, group="G", topic="NOPE", queue_id=0, offset=0
+        )
+        assert (missing.code, missing.remark) == (
+            ResponseCode.TOPIC_NOT_EXIST,
+            "topic[NOPE] not exist, apply first please!",
+        )
+        bad_queue = await pull_message(
+            pool, side.broker_addr, group="G", topic="T", queue_id=99, offset=0
+        )
+        assert bad_queue.code == ResponseCode.SYSTEM_ERROR
+        # Long polling: a held pull is answered by the message that arrives meanwhile.
+        async with trio.open_nursery() as nursery:
+            held: list[Any] = []
+
+            async def long_poll() -> None:
+                held.append(await pull(1, suspend_ms=10_000))
+
+            nursery.start_soon(long_poll)
+            await trio.sleep(0.2)
+            assert held == []
+            await send_message(pool, side.broker_addr, topic="T", body=b"late", queue_id=0)
+        assert [m.body for m in held[0].messages] == [b"late"]
+        # ... and an empty one times out with PULL_NOT_FOUND.
+        with trio.fail_after(5):
+            timed_out = await pull(2, suspend_ms=200)
+        assert timed_out.code == ResponseCode.PULL_NOT_FOUND
+
+
+async def test_no_auto_create_means_topic_not_exist(tmp_path: Path) -> None:
+    async with broker_port(tmp_path, auto_create_topic_enable=False) as (_b, side, pool):
+        result = await send_message(pool, side.broker_addr, topic="T", body=b"x", queue_id=0)
+        assert (result.code, result.remark) == (
+            ResponseCode.TOPIC_NOT_EXIST,
+            "topic[T] not exist, apply first please!",
+        )
+        created = await call(
+            pool,
+            side,
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            topic="T",
+            readQueueNums=2,
+            writeQueueNums=2,
+            perm=6,
+        )
+        assert created.code == ResponseCode.SUCCESS
+        again = await send_message(pool, side.broker_addr, topic="T", body=b"x", queue_id=1)
+        assert again.status == "SEND_OK"
+        illegal = await send_message(pool, side.broker_addr, topic="T", body=b"x", queue_id=5)
+        assert illegal.code == ResponseCode.SYSTEM_ERROR
+        bad_name = await send_message(pool, side.broker_addr, topic="a b", body=b"x", queue_id=0)
+        assert "illegal characters" in (bad_name.remark or "")
+
+
+async def test_slave_refuses_writes_and_serves_reads(tmp_path: Path) -> None:
+    async with broker_port(tmp_path / "m") as (master, mside, mpool):
+        for i in range(3):
+            await send_message(mpool, mside.broker_addr, topic="T", body=b"%d" % i, queue_id=0)
+        async with broker_port(tmp_path / "s", broker_role="SLAVE") as (slave, side, pool):
+            refused = await send_message(pool, side.broker_addr, topic="T", body=b"x", queue_id=0)
+            assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+            assert "messages are put to the slave" in (refused.remark or "")
+            assert side.meta.topics.select("T") is None  # nothing auto-created on a slave
+            # The slave has the topic from its master (metadata sync) and the bytes (HA).
+            assert side.slave_sync is not None
+            side.slave_sync.master_addr = mside.broker_addr
+            assert await side.slave_sync.sync_all()
+            slave.copy_from(master)
+            await side.reput.wait_dispatched(slave.store.commitlog.max_offset)
+            pulled = await pull_message(
+                pool, side.broker_addr, group="G", topic="T", queue_id=0, offset=0
+            )
+            assert [m.body for m in pulled.messages] == [b"0", b"1", b"2"]
+            # A slave does not correct offsets: it may just be behind its master.
+            ahead = await pull_message(
+                pool, side.broker_addr, group="G", topic="T", queue_id=0, offset=7
+            )
+            assert (ahead.code, ahead.next_begin_offset) == (ResponseCode.PULL_RETRY_IMMEDIATELY, 7)
+
+
+async def test_consumer_offsets_query_update_and_file(tmp_path: Path) -> None:
+    async with broker_port(tmp_path) as (_broker, side, pool):
+        addr = side.broker_addr
+        await send_message(pool, addr, topic="T", body=b"x", queue_id=0)
+        # A new group on a queue that starts at 0 starts at 0 (ConsumerManageProcessor).
+        assert await query_consumer_offset(pool, addr, group="G", topic="T", queue_id=0) == 0
+        await update_consumer_offset(pool, addr, group="G", topic="T", queue_id=0, offset=1)
+        assert await query_consumer_offset(pool, addr, group="G", topic="T", queue_id=0) == 1
+    saved = json.loads((tmp_path / "config" / "consumerOffset.json").read_text())
+    assert saved == {"offsetTable": {"T@G": {"0": 1}}}
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.requests: list[RemotingCommand] = []
+        self.arrived = trio.Event()
+
+    async def handle_request(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand | None:
+        self.requests.append(request)
+        self.arrived.set()
+        return None
+
+
+def heartbeat(client_id: str, group: str) -> RemotingCommand:
+    body = {
+        "clientID": client_id,
+        "consumerDataSet": [
+            {
+                "groupName": group,
+                "consumeType": 1,
+                "messageModel": 1,
+                "consumeFromWhere": 0,
+                "subscriptionDataSet": [{"topic": "T", "subString": "A || B", "subVersion": "5"}],
+            }
+        ],
+        "producerDataSet": [],
+    }
+    return RemotingCommand.request(RequestCode.HEART_BEAT, body=json.dumps(body).encode())
+
+
+async def test_heartbeats_membership_and_notification(tmp_path: Path) -> None:
+    async with broker_port(tmp_path) as (_broker, side, _pool):
+        first_seen = Recorder()
+        async with (
+            open_remoting_client(side.broker_addr, handler=first_seen) as first,
+            open_remoting_client(side.broker_addr) as second,
+        ):
+            assert (await first.request(heartbeat("c1", "G"))).code == ResponseCode.SUCCESS
+            assert (await second.request(heartbeat("c2", "G"))).code == ResponseCode.SUCCESS
+            listing = await first.request(
+                RemotingCommand.request(
+                    RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"}
+                )
+            )
+            assert sorted(loads_lenient(listing.body)["consumerIdList"]) == ["c1", "c2"]
+            with trio.fail_after(5):
+                await first_seen.arrived.wait()
+            notice = first_seen.requests[0]
+            assert notice.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED
+            assert notice.is_oneway
+            assert notice.ext_fields == {"consumerGroup": "G"}
+            # The heartbeat made the retry topic and the subscription group (ClientManageProcessor).
+            assert side.meta.topics.select("%RETRY%G") is not None
+            assert "G" in side.meta.groups.table
+            sub = side.processor.clients.find_subscription("G", "T")
+            assert sub is not None
+            assert sub.tags == frozenset({"A", "B"})
+        # Both connections closed: the group is empty.
+        with trio.fail_after(5):
+            # The broker notices the closes in its own tasks; poll (bounded) for the effect.
+            while side.processor.clients.consumer_ids("G"):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+
+
+async def test_admin_reads_and_runtime_info(tmp_path: Path) -> None:
+    async with broker_port(tmp_path) as (broker, side, pool):
+        await send_message(pool, side.broker_addr, topic="T", body=b"x", queue_id=0)
+        await update_consumer_offset(
+            pool, side.broker_addr, group="G", topic="T", queue_id=0, offset=1
+        )
+        topics = loads_lenient((await call(pool, side, RequestCode.GET_ALL_TOPIC_CONFIG)).body)
+        assert set(topics["topicConfigTable"]) >= {"T", "TBW102"}
+        offsets = loads_lenient((await call(pool, side, RequestCode.GET_ALL_CONSUMER_OFFSET)).body)
+        assert offsets == {"offsetTable": {"T@G": {"0": 1}}}
+        delay = loads_lenient((await call(pool, side, RequestCode.GET_ALL_DELAY_OFFSET)).body)
+        assert delay == {"offsetTable": {}}
+        groups = loads_lenient(
+            (await call(pool, side, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)).body
+        )
+        assert "dataVersion" in groups
+        info = await runtime_info(pool, side.broker_addr)
+        assert info["brokerRole"] == "ASYNC_MASTER"
+        assert info["commitLogMaxOffset"] == str(broker.store.commitlog.max_offset)
+        assert info["stats.puts"] == "1"
+        unknown = await call(pool, side, 9999)
+        assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+
+
+async def test_queue_offsets_timestamps_and_view(tmp_path: Path) -> None:
+    async with broker_port(tmp_path) as (broker, side, pool):
+        for i in range(4):
+            await send_message(pool, side.broker_addr, topic="T", body=b"%d" % i, queue_id=2)
+        await side.reput.wait_dispatched(broker.store.commitlog.max_offset)
+        maximum = await call(pool, side, RequestCode.GET_MAX_OFFSET, topic="T", queueId=2)
+        minimum = await call(pool, side, RequestCode.GET_MIN_OFFSET, topic="T", queueId=2)
+        assert (maximum.int_field("offset"), minimum.int_field("offset")) == (4, 0)
+        messages = list(broker.store.commitlog.iter_messages())
+        earliest = await call(
+            pool, side, RequestCode.GET_EARLIEST_MSG_STORETIME, topic="T", queueId=2
+        )
+        assert earliest.int_field("timestamp") == messages[0].store_timestamp
+        search = await call(
+            pool,
+            side,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+            topic="T",
+            queueId=2,
+            timestamp=messages[0].store_timestamp + 10**6,
+        )
+        assert search.int_field("offset") == 4
+        view = await call(
+            pool, side, RequestCode.VIEW_MESSAGE_BY_ID, offset=messages[2].physical_offset
+        )
+        assert view.body == messages[2].encode()
+
+
+async def test_batch_code_and_send_back(tmp_path: Path) -> None:
+    async with broker_port(tmp_path) as (broker, side, pool):
+        body = encode_batch([BatchItem(0, b"b%d" % i, "TAGS\x01X") for i in range(3)])
+        response = await pool.request(
+            side.broker_addr,
+            RemotingCommand.request(
+                RequestCode.SEND_BATCH_MESSAGE,
+                {
+                    "a": "PG",
+                    "b": "T",
+                    "c": "TBW102",
+                    "d": 4,
+                    "e": 0,
+                    "f": 0,
+                    "g": 1,
+                    "h": 0,
+                    "i": "",
+                },
+                body,
+            ),
+        )
+        assert (response.code, response.int_field("queueOffset")) == (ResponseCode.SUCCESS, 0)
+        assert broker.puts == 3
+        bad = await pool.request(
+            side.broker_addr,
+            RemotingCommand.request(
+                RequestCode.SEND_BATCH_MESSAGE, {"b": "T", "e": 0}, b"\x00\x00"
+            ),
+        )
+        assert bad.code == ResponseCode.MESSAGE_ILLEGAL
+        first = next(broker.store.commitlog.iter_messages())
+        back = await call(
+            pool,
+            side,
+            RequestCode.CONSUMER_SEND_MSG_BACK,
+            offset=first.physical_offset,
+            group="G",
+            delayLevel=0,
+        )
+        assert back.code == ResponseCode.SUCCESS
+        retried = list(broker.store.commitlog.iter_messages())[-1]
+        assert (retried.topic, retried.body, retried.reconsume_times) == ("%RETRY%G", b"b0", 1)
+        assert retried.get_property("RETRY_TOPIC") == "T"
+
+
+async def test_hostile_client_does_not_hurt_the_broker(tmp_path: Path) -> None:
+    async with broker_port(tmp_path) as (_broker, side, pool):
+        host, port = side.broker_addr.rsplit(":", 1)
+        stream = await trio.open_tcp_stream(host, int(port))
+        await stream.send_all(struct.pack(">ii", 2**31 - 1, 0))
+        assert await stream.receive_some(10) == b""
+        await stream.aclose()
+        ok = await send_message(pool, side.broker_addr, topic="T", body=b"x", queue_id=0)
+        assert ok.status == "SEND_OK"
+        garbage = await pool.request(
+            side.broker_addr, RemotingCommand.request(RequestCode.HEART_BEAT, body=b"{not json")
+        )
+        assert garbage.code == ResponseCode.SYSTEM_ERROR
+        missing = await call(pool, side, RequestCode.QUERY_CONSUMER_OFFSET, topic="T")
+        assert (missing.code, missing.remark) == (
+            ResponseCode.SYSTEM_ERROR,
+            "the custom field <consumerGroup> is null",
+        )
+
+
+async def test_registration_and_route(tmp_path: Path) -> None:
+    async with broker_port(
+        tmp_path,
+        namesrv_addr="127.0.0.1:0",
+        embedded_namesrv=True,
+        register_name_server_period=10_000,
+    ) as (_broker, side, pool):
+        assert side.namesrv_addr is not None
+        namesrv = f"{side.namesrv_addr[0]}:{side.namesrv_addr[1]}"
+        before = await pool.request(
+            namesrv, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "NEW"})
+        )
+        assert before.code == ResponseCode.TOPIC_NOT_EXIST
+        await send_message(pool, side.broker_addr, topic="NEW", body=b"x", queue_id=0)
+        with trio.fail_after(5):  # auto-creation re-registers at once
+            while True:
+                try:
+                    route = await get_route(pool, namesrv, "NEW")
+                    break
+                except RemotingError:
+                    await trio.sleep(0.01)
+        assert route.brokers[0].master == side.broker_addr
+        assert route.brokers[0].write_queue_nums == 4

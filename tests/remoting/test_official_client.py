@@ -1,0 +1,106 @@
+"""End to end with the official RocketMQ client (the C++ client in the ``rocketmq`` wheel).
+
+The broker runs in the test (a file store, the client side served on 127.0.0.1 with ports
+picked by the OS); the client runs in a subprocess (``official_client.py``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from tests.remoting.fakes import FakeBroker, open_fake_broker
+from trioha._config import BrokerConfig
+from trioha.remoting._service import ClientSide, serve_client_side
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("rocketmq") is None,
+    reason="the official client (pip install rocketmq) is not installed",
+)
+
+HELPER = Path(__file__).with_name("official_client.py")
+
+
+async def official(home: Path, *args: str) -> dict[str, Any]:
+    """Run one official_client.py command (at most 90 s); its JSON result."""
+    env = {**os.environ, "HOME": str(home)}  # the C++ client logs under $HOME/logs
+    with trio.fail_after(90):
+        done = await trio.run_process(
+            [sys.executable, str(HELPER), *args], capture_stdout=True, capture_stderr=True, env=env
+        )
+    lines = done.stdout.decode().strip().splitlines()
+    assert lines, done.stderr.decode()[-2000:]
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+@asynccontextmanager
+async def running_broker(
+    root: Path, **overrides: Any
+) -> AsyncIterator[tuple[FakeBroker, ClientSide, str]]:
+    config = BrokerConfig(
+        store_path_root_dir=str(root),
+        listen_port=0,
+        namesrv_addr="127.0.0.1:0",
+        embedded_namesrv=True,
+        mapped_file_size_commit_log=1 << 20,
+        **overrides,
+    )
+    async with open_fake_broker(root, config) as broker, trio.open_nursery() as nursery:
+        side: ClientSide = await nursery.start(serve_client_side, broker)
+        assert side.namesrv_addr is not None
+        namesrv = f"{side.namesrv_addr[0]}:{side.namesrv_addr[1]}"
+        yield broker, side, namesrv
+        nursery.cancel_scope.cancel()
+
+
+async def test_producer_then_push_consumers_get_every_message_once(tmp_path: Path) -> None:
+    count = 200
+    async with running_broker(tmp_path / "store") as (broker, side, namesrv):
+        sent = await official(tmp_path, "produce", namesrv, "E2E", str(count))
+        assert sent["errors"] == []
+        assert sent["statuses"] == ["OK"] * count
+        assert broker.puts == count
+        expected = {f"m-{i}" for i in range(count)}
+        for group in ("G1", "G2"):  # each group gets everything, exactly once
+            got = await official(tmp_path, "push", namesrv, "E2E", group, str(count), "30")
+            assert Counter(got["bodies"]) == Counter(expected)
+        # Each consumer committed its offsets on shutdown: the queues' ends, all in all.
+        offsets = side.meta.offsets
+        for group in ("G1", "G2"):
+            assert sum(max(0, offsets.query(group, "E2E", q)) for q in range(8)) == count
+
+
+async def test_batch_and_pull_consumer(tmp_path: Path) -> None:
+    async with running_broker(tmp_path / "store") as (broker, _side, namesrv):
+        sent = await official(tmp_path, "batch", namesrv, "BATCH", "10")
+        assert sent == {"statuses": ["OK"], "errors": []}
+        assert broker.puts == 10  # ten records, not one holding the encoded batch
+        got = await official(tmp_path, "pull", namesrv, "BATCH", "PULLER")
+        assert sorted(got["bodies"]) == sorted(f"b-{i}" for i in range(10))
+
+
+async def test_messages_sent_while_consuming_arrive_by_long_polling(tmp_path: Path) -> None:
+    async with running_broker(tmp_path / "store") as (_broker, _side, namesrv):
+        await official(tmp_path, "produce", namesrv, "LIVE", "1", "warm")  # create the topic
+        results: dict[str, Any] = {}
+
+        async def consume() -> None:
+            results.update(await official(tmp_path, "push", namesrv, "LIVE", "G", "51", "30"))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume)
+            await trio.sleep(3)  # the consumer is up and its pulls are held by the broker
+            sent = await official(tmp_path, "produce", namesrv, "LIVE", "50", "live")
+            assert sent["statuses"] == ["OK"] * 50
+        assert Counter(results["bodies"]) == Counter(["warm-0", *(f"live-{i}" for i in range(50))])
