@@ -1,0 +1,113 @@
+"""trioha's Spark pipeline: read RocketMQ commit logs as DataFrames, audit replicas, export.
+
+Needs the ``spark`` extra (``pip install 'trioha[spark]'``: pyspark, pyarrow, numpy) and a
+Java runtime. Importing this package does not import any of them: the names that need them
+load on first use, so the CLI can offer its commands without them. See docs/pipeline.md.
+
+    from trioha.pipeline import spark_session, audit_replicas
+    spark = spark_session("local[*]")          # also registers the data sources
+    df = spark.read.format("commitlog").load("/data/store")
+    print(audit_replicas(spark, "/data/master", ["/data/slave"]).render())
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import TYPE_CHECKING, Any
+
+from trioha.pipeline._format import Problem, ProblemKind
+from trioha.pipeline._layout import LogLayout, Segment, read_layout
+from trioha.pipeline._options import Output, ReadOptions
+from trioha.pipeline._plan import ScanPartition, ScanRange, plan_partitions
+from trioha.pipeline._verdict import (
+    AuditReport,
+    Divergence,
+    MessageSide,
+    OffsetRange,
+    ReplicaInfo,
+    SlaveAudit,
+    Verdict,
+)
+
+if TYPE_CHECKING:
+    from trioha.pipeline._audit import audit_replicas
+    from trioha.pipeline._export import (
+        ExportSummary,
+        LogStats,
+        QueueStats,
+        TopicStats,
+        export_parquet,
+        log_stats,
+    )
+    from trioha.pipeline._session import spark_session
+    from trioha.pipeline._source import (
+        MESSAGE_SCHEMA,
+        PROBLEM_SCHEMA,
+        CommitLogDataSource,
+        CommitLogProblemsDataSource,
+        register,
+    )
+
+#: The file to hand to ``spark-submit`` (it runs :func:`trioha.pipeline._cli.main`).
+SUBMIT_FILE = os.path.join(os.path.dirname(__file__), "__main__.py")
+
+_LAZY = {
+    "audit_replicas": "trioha.pipeline._audit",
+    "ExportSummary": "trioha.pipeline._export",
+    "LogStats": "trioha.pipeline._export",
+    "QueueStats": "trioha.pipeline._export",
+    "TopicStats": "trioha.pipeline._export",
+    "export_parquet": "trioha.pipeline._export",
+    "log_stats": "trioha.pipeline._export",
+    "spark_session": "trioha.pipeline._session",
+    "MESSAGE_SCHEMA": "trioha.pipeline._source",
+    "PROBLEM_SCHEMA": "trioha.pipeline._source",
+    "CommitLogDataSource": "trioha.pipeline._source",
+    "CommitLogProblemsDataSource": "trioha.pipeline._source",
+    "register": "trioha.pipeline._source",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "MESSAGE_SCHEMA",
+    "PROBLEM_SCHEMA",
+    "SUBMIT_FILE",
+    "AuditReport",
+    "CommitLogDataSource",
+    "CommitLogProblemsDataSource",
+    "Divergence",
+    "ExportSummary",
+    "LogLayout",
+    "LogStats",
+    "MessageSide",
+    "OffsetRange",
+    "Output",
+    "Problem",
+    "ProblemKind",
+    "QueueStats",
+    "ReadOptions",
+    "ReplicaInfo",
+    "ScanPartition",
+    "ScanRange",
+    "Segment",
+    "SlaveAudit",
+    "TopicStats",
+    "Verdict",
+    "audit_replicas",
+    "export_parquet",
+    "log_stats",
+    "plan_partitions",
+    "read_layout",
+    "register",
+    "spark_session",
+]

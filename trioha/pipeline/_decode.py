@@ -566,18 +566,20 @@ def _after_run(sd: SegmentData, pos: int, last: bool, problems: list[Problem]) -
     return nxt
 
 
-def written_end(sd: SegmentData) -> tuple[int, Problem | None]:
+def written_end(sd: SegmentData, begin: int | None = None) -> tuple[int, Problem | None]:
     """Where the written data of a log's last segment ends, as recovery would find it.
 
     The end of the last valid record (``CommitLog.recoverNormally``'s processOffset), or
     the end of the file after an end-of-file marker, whose padding replicates like data.
-    The second value is the torn-tail problem if the data ends inside a record.
+    The second value is the torn-tail problem if the data ends inside a record. *begin*
+    (absolute) is where the data starts when not at the segment's start.
     """
     seg = sd.segment
-    if sd.size == 0:
-        return seg.start, None
-    starts, problems = scan_range(sd, seg.start, seg.start + sd.size, last=True)
-    pos = 0
+    first = seg.start if begin is None else begin
+    if sd.size <= first - seg.start:
+        return first, None
+    starts, problems = scan_range(sd, first, seg.start + sd.size, last=True)
+    pos = first - seg.start
     if starts.size:
         pos = int(starts[-1]) + _PREFIX.unpack_from(sd.data, int(starts[-1]))[0]
     if pos + 8 <= sd.size and _PREFIX.unpack_from(sd.data, pos)[1] == BLANK_MAGIC:
@@ -756,6 +758,39 @@ def crc_problems(sd: SegmentData, starts: I64) -> list[Problem]:
                     )
                 )
     return problems
+
+
+_FIELD_NAMES = {
+    "size": "size",
+    "magic": "magic_code",
+    "born_addr": "born_host",
+    "born_port": "born_host",
+    "store_addr": "store_host",
+    "store_port": "store_host",
+    "body_len": "body length",
+}
+
+
+def field_at(sd: SegmentData, start: int, pos: int) -> str:
+    """The field of the (valid) record at *start* that holds byte *pos* (both relative)."""
+    r = _layout(sd, np.array([start], dtype=np.int64))
+    k = pos - start
+    head = _HEADS[int(r.family[0])]
+    assert head.names is not None and head.fields is not None
+    for name in head.names:
+        dtype, at = head.fields[name][:2]
+        if at <= k < at + dtype.itemsize:
+            return _FIELD_NAMES.get(name, name)
+    rel = pos
+    if rel < r.body_pos[0] + r.body_len[0]:
+        return "body"
+    if rel < r.topic_pos[0]:
+        return "topic length"
+    if rel < r.topic_pos[0] + r.topic_len[0]:
+        return "topic"
+    if rel < r.props_pos[0]:
+        return "properties length"
+    return "properties"
 
 
 def record_sizes(sd: SegmentData, starts: I64) -> I64:

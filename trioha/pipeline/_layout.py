@@ -47,17 +47,23 @@ class LogLayout:
 
     *segment_size* is ``mappedFileSizeCommitLog``: given, or the length most files have.
     *problems* lists holes between files and files of the wrong length or place.
+    *data_start* is set when the data begins inside the first file: a trioha slave that
+    started replicating mid-segment notes the offset in ``<root>/commitlog.start``.
     """
 
     directory: str
     segment_size: int
     segments: tuple[Segment, ...]
     problems: tuple[Problem, ...] = ()
+    data_start: int | None = None
 
     @property
     def min_offset(self) -> int:
-        """``MappedFileQueue.getMinOffset``: the first file's start, or -1 with no files."""
-        return self.segments[0].start if self.segments else -1
+        """Where the data begins: ``MappedFileQueue.getMinOffset`` (the first file's start,
+        -1 with no files) unless *data_start* says otherwise."""
+        if not self.segments:
+            return -1
+        return self.segments[0].start if self.data_start is None else self.data_start
 
     @property
     def file_end(self) -> int:
@@ -111,7 +117,28 @@ def read_layout(path: str | os.PathLike[str], *, segment_size: int | None = None
         segment_size = _common_length(found)
     elif segment_size <= 0:
         raise PipelineError(f"segment size must be positive, got {segment_size}")
-    return LogLayout(str(directory), segment_size, tuple(found), _check(found, segment_size))
+    start = _start_marker(directory.parent / START_MARKER)
+    if start is not None and not (found and found[0].start <= start < found[0].end):
+        start = None
+    return LogLayout(
+        str(directory), segment_size, tuple(found), _check(found, segment_size), start
+    )
+
+
+#: trioha's store notes here where a log that a slave began mid-segment starts.
+START_MARKER = "commitlog.start"
+
+
+def _start_marker(path: Path) -> int | None:
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    try:
+        value = int(text.strip())
+    except ValueError:
+        return None
+    return value if value >= 0 else None
 
 
 def _common_length(segments: list[Segment]) -> int:

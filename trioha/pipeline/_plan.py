@@ -83,7 +83,7 @@ def plan_partitions(
     """
     if target_bytes <= 0:
         raise ValueError(f"target_bytes must be positive, got {target_bytes}")
-    lo = 0 if start_offset is None else start_offset
+    lo = max(0 if start_offset is None else start_offset, layout.min_offset)
     hi = layout.file_end if end_offset is None else end_offset
     pieces: list[ScanRange] = []
     for i, seg in enumerate(layout.segments):

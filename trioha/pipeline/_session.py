@@ -39,6 +39,8 @@ appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{{HH:mm:ss}} %p %c{{1}}: %m%n%ex
 logger.repl.name = org.apache.spark.repl.Main
 logger.repl.level = {level}
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = {level}
 """
 
 
@@ -91,7 +93,7 @@ def local_cores(master: str) -> int:
 
 
 def spark_session(
-    master: str = "local[*]",
+    master: str | None = None,
     *,
     app_name: str = "trioha-pipeline",
     ui: bool = False,
@@ -101,12 +103,17 @@ def spark_session(
 ) -> SparkSession:
     """Start (or join) a SparkSession set up as the module docstring says.
 
+    *master* defaults to ``local[*]``, or under ``spark-submit`` to the master it was given.
     *progress* shows Spark's console progress bar (the CLI wants it, tests do not).
     Call ``.stop()`` on the result when done. The commitlog data sources are registered.
     """
     require_pyspark()
-    find_java()
-    local = is_local(master)
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started our JVM
+    if master is None and not submitted:
+        master = "local[*]"
+    if not submitted:
+        find_java()
+    local = master is not None and is_local(master)
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -122,7 +129,7 @@ def spark_session(
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={_log_config(log_level)}",
     }
-    if local:
+    if master is not None and local:
         cores = local_cores(master)
         settings.update(
             {
@@ -134,7 +141,9 @@ def spark_session(
             }
         )
     settings.update(conf or {})
-    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

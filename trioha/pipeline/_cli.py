@@ -1,0 +1,214 @@
+"""``audit``, ``export`` and ``stats`` subcommands.
+
+:func:`register_commands` adds them to any ``argparse`` subparsers object without importing
+pyspark (each handler imports it when run), so ``trioha --help`` works without the
+``spark`` extra. Each handler returns an exit code: 0 when all is well, 1 when the audit
+found a divergence, a hole or damage, 2 when the pipeline cannot run (no Java, no pyspark,
+no such directory).
+
+:func:`main` is the entry point of ``python -m trioha.pipeline`` and of
+``spark-submit .../trioha/pipeline/__main__.py`` on a cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from trioha._errors import PipelineError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+Handler = Callable[[argparse.Namespace], int]
+
+_MASTER_HELP = (
+    "Spark master URL (default local[*]; under spark-submit, the master spark-submit was given)"
+)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--spark-master", metavar="URL", default=None, help=_MASTER_HELP)
+    parser.add_argument(
+        "--segment-size",
+        type=int,
+        metavar="BYTES",
+        default=None,
+        help="segment file size (default: the length most segment files have)",
+    )
+    parser.add_argument(
+        "--no-progress", action="store_true", help="hide Spark's console progress bar"
+    )
+
+
+def _range(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--start-offset", type=int, metavar="OFFSET", default=None)
+    parser.add_argument("--end-offset", type=int, metavar="OFFSET", default=None)
+
+
+def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``audit``, ``export`` and ``stats``; each sets ``handler`` to a function
+    ``(args) -> exit code``."""
+    audit = subparsers.add_parser(
+        "audit",
+        help="compare a master's commit log with its slaves' (Spark)",
+        description=(
+            "Compare the commit log of a master with those of its slaves by per-chunk "
+            "checksums, pinpoint the first divergent message, and check every record's "
+            "body CRC. Directories are store roots or commitlog directories."
+        ),
+    )
+    audit.add_argument("master_dir", metavar="MASTER_DIR")
+    audit.add_argument("slave_dirs", metavar="SLAVE_DIR", nargs="+")
+    audit.add_argument(
+        "--chunk-kib",
+        type=int,
+        default=1024,
+        metavar="KIB",
+        help="checksum chunk size in KiB (default 1024)",
+    )
+    _common(audit)
+    audit.set_defaults(handler=_audit)
+
+    export = subparsers.add_parser(
+        "export",
+        help="write a commit log's messages to Parquet, partitioned by topic (Spark)",
+        description="Write every message of DIR to Parquet under OUT (topic=... directories).",
+    )
+    export.add_argument("directory", metavar="DIR")
+    export.add_argument("out", metavar="OUT")
+    export.add_argument(
+        "--mode",
+        choices=("errorifexists", "overwrite", "append", "ignore"),
+        default="errorifexists",
+        help="what to do when OUT exists (default: fail)",
+    )
+    _range(export)
+    _common(export)
+    export.set_defaults(handler=_export)
+
+    stats = subparsers.add_parser(
+        "stats",
+        help="per-topic and per-queue message counts, bytes and time ranges (Spark)",
+        description="Count the messages of DIR per topic and queue.",
+    )
+    stats.add_argument("directory", metavar="DIR")
+    _range(stats)
+    _common(stats)
+    stats.set_defaults(handler=_stats)
+
+
+def _spark(args: argparse.Namespace) -> SparkSession:
+    from trioha.pipeline._session import spark_session
+
+    return spark_session(
+        args.spark_master,
+        app_name=f"trioha {args.pipeline_command}",
+        progress=not args.no_progress,
+    )
+
+
+def _run(args: argparse.Namespace, body: Callable[[SparkSession], int]) -> int:
+    try:
+        for path in _paths(args):
+            if not os.path.isdir(path):
+                raise PipelineError(f"not a directory: {path}")
+        spark = _spark(args)
+    except PipelineError as exc:
+        print(f"trioha: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return body(spark)
+    except PipelineError as exc:
+        print(f"trioha: error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        spark.stop()
+
+
+def _paths(args: argparse.Namespace) -> list[str]:
+    if args.pipeline_command == "audit":
+        return [args.master_dir, *args.slave_dirs]
+    return [args.directory]
+
+
+def _audit(args: argparse.Namespace) -> int:
+    args.pipeline_command = "audit"
+    if args.chunk_kib <= 0:
+        print("trioha: error: --chunk-kib must be positive", file=sys.stderr)
+        return 2
+
+    def body(spark: SparkSession) -> int:
+        from trioha.pipeline._audit import audit_replicas
+
+        report = audit_replicas(
+            spark,
+            args.master_dir,
+            args.slave_dirs,
+            chunk_bytes=args.chunk_kib * 1024,
+            segment_size=args.segment_size,
+        )
+        print(report.render())
+        return 0 if report.ok else 1
+
+    return _run(args, body)
+
+
+def _export(args: argparse.Namespace) -> int:
+    args.pipeline_command = "export"
+
+    def body(spark: SparkSession) -> int:
+        from trioha.pipeline._export import export_parquet
+
+        summary = export_parquet(
+            spark,
+            args.directory,
+            args.out,
+            mode=args.mode,
+            start_offset=args.start_offset,
+            end_offset=args.end_offset,
+            segment_size=args.segment_size,
+        )
+        print(summary.render())
+        return 0
+
+    return _run(args, body)
+
+
+def _stats(args: argparse.Namespace) -> int:
+    args.pipeline_command = "stats"
+
+    def body(spark: SparkSession) -> int:
+        from trioha.pipeline._export import log_stats
+
+        stats = log_stats(
+            spark,
+            args.directory,
+            start_offset=args.start_offset,
+            end_offset=args.end_offset,
+            segment_size=args.segment_size,
+        )
+        print(stats.render())
+        return 0
+
+    return _run(args, body)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m trioha.pipeline",
+        description="trioha's Spark pipeline: audit replicas, export and count messages.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    register_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse *argv* (default ``sys.argv[1:]``) and run the command; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    handler: Handler = args.handler
+    return handler(args)
