@@ -34,6 +34,9 @@ from trioha.store._message import (
     properties_to_string,
 )
 
+#: ``DefaultMQProducer.defaultTopicQueueNums``: queues of a topic auto-created by a send.
+DEFAULT_TOPIC_QUEUE_NUMS = 4
+
 
 @attrs.frozen
 class BrokerRoute:
@@ -149,7 +152,7 @@ async def send_message(
             "a": producer_group,
             "b": topic,
             "c": "TBW102",
-            "d": 4,
+            "d": DEFAULT_TOPIC_QUEUE_NUMS,
             "e": queue_id,
             "f": 0,
             "g": int(time.time() * 1000),

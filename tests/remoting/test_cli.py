@@ -1,0 +1,100 @@
+"""The ``namesrv``, ``put``, ``tail`` and ``status`` commands."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+from tests.remoting.test_official_client import running_broker
+from trioha.remoting._cli import broker_status, put_messages, tail_messages
+
+
+async def test_put_tail_status(tmp_path: Path) -> None:
+    async with running_broker(tmp_path / "store") as (broker, side, namesrv):
+        out = io.StringIO()
+        with trio.fail_after(30):
+            failed = await put_messages(namesrv, "CLI", count=12, size=40, tags="X", out=out)
+        lines = out.getvalue().splitlines()
+        assert failed == 0
+        assert len(lines) == 12
+        assert all(" SEND_OK broker-a/" in line for line in lines)
+        assert broker.puts == 12
+        printed = io.StringIO()
+        with trio.fail_after(30):
+            count = await tail_messages(namesrv, "CLI", "TAILERS", count=12, out=printed)
+        assert count == 12
+        bodies = sorted(line.split(": ", 1)[1] for line in printed.getvalue().splitlines())
+        assert bodies == sorted((f"trioha message {i} " * 5)[:40] for i in range(12))
+        assert all("tags=X" in line for line in printed.getvalue().splitlines())
+        # tail committed what it printed: the group's offsets add up to the messages.
+        offsets = side.meta.offsets
+        assert sum(max(0, offsets.query("TAILERS", "CLI", q)) for q in range(8)) == 12
+        table_out = io.StringIO()
+        table = await broker_status(side.broker_addr, out=table_out)
+        assert table["brokerRole"] == "ASYNC_MASTER"
+        assert "commitLogMaxOffset" in table_out.getvalue()
+
+
+async def test_commands_run_from_python_m_trioha(tmp_path: Path) -> None:
+    async with running_broker(tmp_path / "store") as (_broker, side, namesrv):
+        with trio.fail_after(60):
+            put = await trio.run_process(
+                [
+                    sys.executable,
+                    "-m",
+                    "trioha",
+                    "put",
+                    "--namesrv",
+                    namesrv,
+                    "--topic",
+                    "PM",
+                    "--count",
+                    "3",
+                ],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+            assert put.returncode == 0, put.stderr.decode()
+            assert put.stdout.decode().count("SEND_OK") == 3
+            status = await trio.run_process(
+                [sys.executable, "-m", "trioha", "status", side.broker_addr],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+            assert status.returncode == 0, status.stderr.decode()
+            assert "brokerRole" in status.stdout.decode()
+            bad = await trio.run_process(
+                [sys.executable, "-m", "trioha", "status", "127.0.0.1:1"],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+            assert bad.returncode == 1
+            assert "cannot connect to 127.0.0.1:1" in bad.stderr.decode()
+
+
+async def test_namesrv_command_serves_until_terminated() -> None:
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            command = [sys.executable, "-m", "trioha", "namesrv", "--listen", "127.0.0.1:0"]
+
+            async def run(task_status: trio.TaskStatus[trio.Process]) -> None:
+                await trio.run_process(
+                    command, stderr=subprocess.PIPE, check=False, task_status=task_status
+                )
+
+            process: trio.Process = await nursery.start(run)
+            assert process.stderr is not None
+            seen = b""
+            while b"name server listening on" not in seen:
+                chunk = await process.stderr.receive_some(4096)
+                assert chunk, seen
+                seen += chunk
+            process.terminate()
+        assert process.returncode == 0
