@@ -10,7 +10,7 @@ import trio.testing
 
 from trioha import BrokerConfig
 from trioha._status import PutStatus
-from trioha.net import HAClient, HAService
+from trioha.net import HAClient, HAService, Wakeup
 from trioha.proto import HEADER_SIZE, TransferHeader, encode_report
 from trioha.store import MemoryCommitLog
 
@@ -253,20 +253,23 @@ async def test_a_slave_replicates_byte_for_byte_over_memory_streams(
     master_log, slave_log = make_log(120), MemoryCommitLog(segment_size=SEG)
     cfg = config(ha_master_address="127.0.0.1:1", ha_sync_from_oldest=True)
     service = HAService(cfg, master_log)
-    client = HAClient(cfg, slave_log)
+    appended = Wakeup()
+    client = HAClient(cfg, slave_log, on_appended=appended.notify)
     async with trio.open_nursery() as nursery:
         master_end, slave_end = trio.testing.memory_stream_pair()
         nursery.start_soon(service.handle_stream, master_end, "slave")
         nursery.start_soon(client.session, slave_end)
         with trio.fail_after(10):
             while slave_log.max_offset < master_log.max_offset:
-                await trio.sleep(0.01)
+                await appended.wait()
         for i in range(30):
             master_log.append(topic="Later", body=b"%d" % i)
             service.notify_log_grew()
         with trio.fail_after(10):
-            while service.replicated_offset() < master_log.max_offset:
-                await trio.sleep(0.01)
+            while slave_log.max_offset < master_log.max_offset:
+                await appended.wait()
+            await trio.testing.wait_all_tasks_blocked()  # the last report reaches the master
+        assert service.replicated_offset() == master_log.max_offset
         nursery.cancel_scope.cancel()
     assert slave_log.min_offset == master_log.min_offset
     assert slave_log.max_offset == master_log.max_offset

@@ -239,9 +239,10 @@ class HAClient:
         self.connected = value
         self._state_change.unpark_all()
 
-    async def wait_connected(self, deadline: float = math.inf) -> bool:
+    async def wait_connected(self, deadline: float = math.inf, *, connects: int = 1) -> bool:
+        """Wait until connected for (at least) the *connects*-th time; False at *deadline*."""
         with trio.move_on_at(deadline):
-            while not self.connected:
+            while not self.connected or self.connects < connects:
                 await self._state_change.park()
             return True
         return False

@@ -197,6 +197,14 @@ class HAService:
             return True
         return False
 
+    async def wait_no_connections(self, deadline: float = math.inf) -> bool:
+        """Wait until every connection has left the registry; False at *deadline*."""
+        with trio.move_on_at(deadline):
+            while self.connections:
+                await self._connection_change.park()
+            return True
+        return False
+
     def statistics(self) -> HAServiceStatistics:
         now = trio.current_time()
         max_offset = self.commitlog.max_offset

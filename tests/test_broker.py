@@ -1,0 +1,335 @@
+"""End to end: real brokers, real sockets on 127.0.0.1, real stores in temporary directories.
+
+These mirror RocketMQ's ``HATest`` (spec §9.1, §9.2) and the cases the replication issue lists.
+Timing settings are shortened the way RocketMQ's 5.x HATest shortens them; every wait is
+bounded by ``fail_after``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from trioha import BrokerConfig
+from trioha._config import BrokerRole
+from trioha._demo import compare_logs
+from trioha._status import PutStatus
+from trioha.broker import Broker, open_broker
+from trioha.proto import encode_header
+from trioha.store import open_store
+
+SEG = 64 * 1024
+FAST = {
+    "mapped_file_size_commit_log": SEG,
+    "ha_listen_port": 0,
+    "ha_send_heartbeat_interval": 200,
+    "ha_housekeeping_interval": 1000,
+    "slave_timeout": 500,
+    "ha_reconnect_backoff_max": 200,
+}
+
+
+def master_config(root: Path, role: BrokerRole = BrokerRole.ASYNC_MASTER, **extra: Any
+                  ) -> BrokerConfig:
+    return BrokerConfig(broker_role=role, store_path_root_dir=str(root), **{**FAST, **extra})
+
+
+def slave_config(root: Path, master: Broker | tuple[str, int], **extra: Any) -> BrokerConfig:
+    address = master.ha_address if isinstance(master, Broker) else master
+    assert address is not None
+    return BrokerConfig(
+        broker_role=BrokerRole.SLAVE,
+        store_path_root_dir=str(root),
+        ha_master_address=f"{address[0]}:{address[1]}",
+        **{**FAST, **extra},
+    )
+
+
+@asynccontextmanager
+async def running(config: BrokerConfig) -> AsyncIterator[Broker]:
+    async with open_broker(config) as broker:
+        yield broker
+
+
+async def put_many(broker: Broker, count: int, *, producers: int = 8, size: int = 100,
+                   topic: str = "FooBar") -> list[Any]:
+    results: list[Any] = []
+    todo = iter(range(count))
+
+    async def producer() -> None:
+        for i in todo:
+            results.append(await broker.put(topic=topic, body=bytes([i % 251]) * size,
+                                            tags="TagA", keys=f"k{i}", queue_id=i % 4))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(producers):
+            nursery.start_soon(producer)
+    return results
+
+
+async def connected(master: Broker, slaves: int = 1) -> None:
+    """Wait until *slaves* have reported (an empty slave's first report picks its start)."""
+    assert master.ha_service is not None
+    with trio.fail_after(10):
+        await master.ha_service.wait_connections(slaves)
+
+
+async def caught_up(master: Broker, slave: Broker, within: float = 20) -> None:
+    with trio.fail_after(within):
+        while (seen := slave.store.commitlog.max_offset) < master.store.commitlog.max_offset:
+            await slave.wait_log_grew(seen, trio.current_time() + 0.5)
+
+
+def files_identical(a: Path, b: Path) -> None:
+    names_a = sorted(p.name for p in (a / "commitlog").iterdir())
+    names_b = sorted(p.name for p in (b / "commitlog").iterdir())
+    assert names_a == names_b
+    for name in names_a:
+        assert (a / "commitlog" / name).read_bytes() == (b / "commitlog" / name).read_bytes(), name
+
+
+async def test_async_replication_across_segments_is_byte_identical(tmp_path: Path) -> None:
+    async with (
+        running(master_config(tmp_path / "m")) as master,
+        running(slave_config(tmp_path / "s", master)) as slave,
+    ):
+        await connected(master)
+        results = await put_many(master, 3000)
+        assert {r.status for r in results} == {PutStatus.PUT_OK}
+        await caught_up(master, slave)
+        assert compare_logs(master, slave) is None
+        assert master.store.commitlog.max_offset > 4 * SEG
+    files_identical(tmp_path / "m", tmp_path / "s")
+
+
+async def test_sync_puts_are_readable_on_the_slave_when_acked(tmp_path: Path) -> None:
+    # HATest.testSemiSyncReplica: PUT_OK means the bytes are in the slave's commit log.
+    async with (
+        running(master_config(tmp_path / "m", BrokerRole.SYNC_MASTER)) as master,
+        running(slave_config(tmp_path / "s", master)) as slave,
+    ):
+        assert master.ha_service is not None
+        with trio.fail_after(10):
+            await master.ha_service.wait_connections(1)
+        for i in range(200):
+            result = await master.put(topic="FooBar", body=b"m%d" % i, tags="TagA",
+                                      keys=f"k{i}")
+            assert result.status is PutStatus.PUT_OK
+            assert slave.store.commitlog.max_offset >= result.end_offset
+            record = bytes(slave.store.commitlog.read(result.offset,
+                                                      result.end_offset - result.offset))
+            assert record == bytes(master.store.commitlog.read(
+                result.offset, result.end_offset - result.offset))
+        results = await put_many(master, 2000, producers=32)
+        assert {r.status for r in results} == {PutStatus.PUT_OK}
+
+
+async def test_a_slave_restarts_and_resumes_where_it_was(tmp_path: Path) -> None:
+    async with running(master_config(tmp_path / "m")) as master:
+        async with running(slave_config(tmp_path / "s", master)) as first:
+            await connected(master)
+            await put_many(master, 500)
+            await caught_up(master, first)
+        await put_many(master, 1500)  # written while the slave is down
+        async with running(slave_config(tmp_path / "s", master)) as again:
+            assert again.store.commitlog.min_offset == 0
+            await put_many(master, 200)
+            await caught_up(master, again)
+            assert compare_logs(master, again) is None
+
+
+async def test_the_master_restarts_and_the_slave_reconnects(tmp_path: Path) -> None:
+    async with running(master_config(tmp_path / "m")) as master:
+        address = master.ha_address
+        assert address is not None
+        await put_many(master, 300)
+    slave_cfg = slave_config(tmp_path / "s", address, ha_sync_from_oldest=True)
+    async with running(slave_cfg) as slave:
+        for round_ in range(2):
+            async with running(master_config(tmp_path / "m", ha_listen_port=address[1],
+                                             ha_sync_from_oldest=True)) as master:
+                await put_many(master, 300)
+                await caught_up(master, slave)
+                assert compare_logs(master, slave) is None, round_
+
+
+async def test_a_late_empty_slave_gets_only_the_last_segment(tmp_path: Path) -> None:
+    # WriteSocketService: slaveRequestOffset 0 -> start of the master's last file (§2.2, #3661).
+    async with running(master_config(tmp_path / "m")) as master:
+        await put_many(master, 2000)
+        end = master.store.commitlog.max_offset
+        async with running(slave_config(tmp_path / "s", master)) as slave:
+            await caught_up(master, slave)
+            assert slave.store.commitlog.min_offset == end - end % SEG
+            assert bytes(slave.store.commitlog.read(end - end % SEG, SEG)) == bytes(
+                master.store.commitlog.read(end - end % SEG, SEG))
+
+
+async def test_sync_from_oldest_copies_everything(tmp_path: Path) -> None:
+    async with running(master_config(tmp_path / "m", ha_sync_from_oldest=True)) as master:
+        await put_many(master, 2000)
+        async with running(slave_config(tmp_path / "s", master)) as slave:
+            await caught_up(master, slave)
+            assert compare_logs(master, slave) is None
+            assert slave.store.commitlog.min_offset == 0
+
+
+async def test_two_slaves_and_a_quorum_of_two(tmp_path: Path) -> None:
+    cfg = master_config(tmp_path / "m", BrokerRole.SYNC_MASTER, in_sync_replicas=3)
+    async with running(cfg) as master:
+        assert master.ha_service is not None
+        async with running(slave_config(tmp_path / "s1", master)) as s1:
+            with trio.fail_after(10):
+                await master.ha_service.wait_connections(1)
+            lone = await master.put(topic="FooBar", body=b"only one slave")
+            assert lone.status is PutStatus.SLAVE_NOT_AVAILABLE
+            async with running(slave_config(tmp_path / "s2", master)) as s2:
+                with trio.fail_after(10):
+                    await master.ha_service.wait_connections(2)
+                results = await put_many(master, 500)
+                assert {r.status for r in results} == {PutStatus.PUT_OK}
+                for slave in (s1, s2):
+                    assert slave.store.commitlog.max_offset >= max(r.end_offset for r in results)
+
+
+async def test_a_hung_slave_times_out_then_is_not_available(tmp_path: Path) -> None:
+    # HATest: with the slave gone, after housekeeping, SLAVE_NOT_AVAILABLE.
+    async with running(master_config(tmp_path / "m", BrokerRole.SYNC_MASTER)) as master:
+        assert master.ha_address is not None and master.ha_service is not None
+        hung = await trio.open_tcp_stream(*master.ha_address)
+        await hung.send_all((0).to_bytes(8, "big"))  # reports, then never acks again
+        with trio.fail_after(5):
+            await master.ha_service.wait_connections(1)
+        first = await master.put(topic="FooBar", body=b"x")
+        assert first.status is PutStatus.FLUSH_SLAVE_TIMEOUT
+        with trio.fail_after(5):
+            await master.ha_service.wait_no_connections()
+        second = await master.put(topic="FooBar", body=b"y")
+        assert second.status is PutStatus.SLAVE_NOT_AVAILABLE
+        await hung.aclose()
+
+
+async def test_a_slave_killed_during_sync_puts(tmp_path: Path) -> None:
+    async with running(master_config(tmp_path / "m", BrokerRole.SYNC_MASTER)) as master:
+        assert master.ha_service is not None
+        statuses: list[PutStatus] = []
+        async with running(slave_config(tmp_path / "s", master)):
+            with trio.fail_after(10):
+                await master.ha_service.wait_connections(1)
+            statuses += [r.status for r in await put_many(master, 100)]
+        # the slave is gone: its connection closed, so puts are refused at once
+        statuses.append((await master.put(topic="FooBar", body=b"after")).status)
+        assert set(statuses[:100]) == {PutStatus.PUT_OK}
+        assert statuses[-1] in {PutStatus.SLAVE_NOT_AVAILABLE, PutStatus.FLUSH_SLAVE_TIMEOUT}
+        with trio.fail_after(5):
+            await master.ha_service.wait_no_connections()
+        last = await master.put(topic="FooBar", body=b"later")
+        assert last.status is PutStatus.SLAVE_NOT_AVAILABLE
+
+
+async def test_a_slave_refuses_puts(tmp_path: Path) -> None:
+    async with (
+        running(master_config(tmp_path / "m")) as master,
+        running(slave_config(tmp_path / "s", master)) as slave,
+    ):
+        result = await slave.put(topic="FooBar", body=b"x")
+        assert result.status is PutStatus.SERVICE_NOT_AVAILABLE
+
+
+async def serve_hostile_master(payload: bytes, *, task_status: Any = trio.TASK_STATUS_IGNORED
+                               ) -> None:
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    task_status.started(listeners[0].socket.getsockname()[:2])
+
+    async def handler(stream: trio.SocketStream) -> None:
+        await stream.receive_some(8)
+        await stream.send_all(payload)
+        await trio.sleep(0.2)
+        await stream.aclose()
+
+    await trio.serve_listeners(handler, listeners)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"\x00" * 3 + b"garbage that is not a frame at all" * 10,
+        encode_header(0, 0x7FFFFFFF) + b"\x00" * 100,
+        encode_header(123456, 4) + b"abcd",
+        (-5).to_bytes(8, "big", signed=True) + b"\x00\x00\x00\x04abcd",
+    ],
+    ids=["garbage", "huge-size", "wrong-offset", "negative-offset"],
+)
+async def test_a_hostile_master_never_touches_the_slaves_log(tmp_path: Path, payload: bytes
+                                                              ) -> None:
+    root = tmp_path / "s"
+    with open_store(root, segment_size=SEG) as store:
+        store.commitlog.append(topic="FooBar", body=b"mine")
+        before = bytes(store.commitlog.read(0, SEG))
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(serve_hostile_master, payload)
+        async with running(slave_config(root, tuple(address))) as slave:
+            assert slave.ha_client is not None
+            with trio.fail_after(10):  # dropped and reconnected, still alive
+                await slave.ha_client.wait_connected(connects=2)
+            assert bytes(slave.store.commitlog.read(0, SEG)) == before
+        nursery.cancel_scope.cancel()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_two_processes_started_as_in_the_readme_replicate_byte_for_byte(tmp_path: Path) -> None:
+    master_dir, slave_dir = tmp_path / "m", tmp_path / "s"
+    with open_store(master_dir, segment_size=SEG) as store:
+        for i in range(1500):
+            store.commitlog.append(topic="FooBar", body=b"%d" % i * 20, queue_id=i % 4)
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"mappedFileSizeCommitLog={SEG}\nhaSyncFromOldest=true\n")
+    port = _free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "trioha"]
+    master = subprocess.Popen(
+        [*cmd, "master", "--store-dir", str(master_dir), "-c", str(conf),
+         "--ha-listen", f"127.0.0.1:{port}"], env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    slave = subprocess.Popen(
+        [*cmd, "slave", "--store-dir", str(slave_dir), "-c", str(conf),
+         "--master-ha", f"127.0.0.1:{port}"], env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        start = time.monotonic()
+        while not _same_files(master_dir, slave_dir):
+            assert time.monotonic() - start < 60, "the slave did not catch up within 60 s"
+            time.sleep(0.2)
+    finally:
+        for proc in (slave, master):
+            proc.send_signal(signal.SIGTERM)
+        outputs = [proc.communicate(timeout=30)[0].decode() for proc in (slave, master)]
+    assert slave.returncode == 0, outputs[0]
+    assert master.returncode == 0, outputs[1]
+    assert "slave connected from" in outputs[1]
+    assert not (slave_dir / "abort").exists()
+    files_identical(master_dir, slave_dir)
+
+
+def _same_files(a: Path, b: Path) -> bool:
+    try:
+        files_identical(a, b)
+    except (AssertionError, FileNotFoundError):
+        return False
+    return True
