@@ -85,9 +85,12 @@ class RemotingClientPool:
         self._handler = handler
         self._connections: dict[tuple[str, int], RemotingConnection] = {}
         self._locks: dict[tuple[str, int], trio.Lock] = {}
+        self._closed = False
 
     async def connection(self, address: str | tuple[str, int]) -> RemotingConnection:
         key = _split(address)
+        if self._closed:
+            raise RemotingError(f"client pool is closed; not connecting to {key[0]}:{key[1]}")
         lock = self._locks.setdefault(key, trio.Lock())
         async with lock:
             existing = self._connections.get(key)
@@ -118,6 +121,7 @@ class RemotingClientPool:
             connection.close()
 
     def close_all(self) -> None:
+        self._closed = True
         for connection in self._connections.values():
             connection.close()
         self._connections.clear()

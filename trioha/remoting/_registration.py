@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 import trio
@@ -47,6 +47,7 @@ class Registrar:
         broker_addr: str,
         ha_server_addr: str,
         on_master: Callable[[str, str], None] = lambda master, ha: None,
+        skip_unregister: Sequence[str] = (),
     ) -> None:
         self.config = config
         self.meta = meta
@@ -54,6 +55,7 @@ class Registrar:
         self.broker_addr = broker_addr
         self.ha_server_addr = ha_server_addr
         self.on_master = on_master
+        self.skip_unregister = set(skip_unregister)
         self.registrations = 0
         self._changed = trio.Event()
 
@@ -115,6 +117,8 @@ class Registrar:
     async def unregister_all(self) -> None:
         """``unregisterBrokerAll`` on shutdown: best effort, 1 s per name server."""
         for address in namesrv_addresses(self.config):
+            if address in self.skip_unregister:
+                continue
             with trio.move_on_after(1):
                 try:
                     await self.pool.request(address, self._request(RequestCode.UNREGISTER_BROKER))

@@ -75,7 +75,8 @@ async def serve_client_side(
     reput.recover()
     persister = _Persister(meta)
     try:
-        async with trio.open_nursery() as nursery, open_client_pool() as pool:
+        # The pool outlives the tasks using it (the registrar unregisters on the way out).
+        async with open_client_pool() as pool, trio.open_nursery() as nursery:
             side = await _start(
                 broker, meta=meta, reput=reput, pool=pool, nursery=nursery, persister=persister
             )
@@ -174,6 +175,8 @@ async def _start(
             broker_addr=broker_addr,
             ha_server_addr=ha_server_addr,
             on_master=on_master,
+            # An embedded name server stops with this broker: no goodbye needed.
+            skip_unregister=namesrv_addresses(config)[:1] if namesrv_bound else [],
         )
         await nursery.start(registrar.run)
     return ClientSide(
