@@ -32,7 +32,7 @@ def _run(*args: str | os.PathLike[str]) -> None:
 
 def _ensure_env(extras: str) -> None:
     """Create ``.venv`` and install trioha (editable) with *extras*, unless already done."""
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 - runs under whatever python3 the user has
         sys.exit(f"trioha needs Python 3.11 or newer; this is {sys.version.split()[0]}")
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:16]
     stamp = VENV / f".installed-{extras or 'base'}-{digest}"
