@@ -6,6 +6,10 @@ Theory of operation. Reading a byte range of a segment has three steps.
    only from the size of the one before: a tight loop follows the TOTALSIZE chain (the one
    per-record Python step, a few hundred nanoseconds each). It stops at the end-of-file
    marker, at zeros, at anything that is not a plausible record, or once past the range.
+   Damage is reported by the range whose chain runs into it, even when that is just past
+   the range's end: the next range begins at its first valid record and cannot tell damage
+   from the inside of the record before it. So every region is reported exactly once,
+   however the log is cut into ranges.
 2. **Validation** (vectorised). For all the records of a run at once, numpy gathers their
    headers and checks what ``CommitLog.checkMessageAndReturnSize`` checks (spec §4.1): the
    magic code, that the body/topic/properties lengths add up to TOTALSIZE, plus that the
@@ -456,7 +460,13 @@ def scan_range(sd: SegmentData, begin: int, end: int, last: bool) -> tuple[I64, 
                 stop = int(starts[bad[0]])
             else:
                 runs.append(starts)
-        pos = stop if stop >= hi else _after_run(sd, stop, last, problems)
+        if stop < hi or (stop < sd.size and explain_record(sd, stop) is not None):
+            # Whatever ends a run is dealt with by the range whose run it ends, even past
+            # that range's end: the next range starts at its first valid record and cannot
+            # tell damage from the inside of the record before it.
+            pos = _after_run(sd, stop, last, problems)
+        else:
+            pos = stop
     if not runs:
         return np.empty(0, dtype=np.int64), problems
     return np.concatenate(runs), problems
