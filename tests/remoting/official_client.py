@@ -5,7 +5,9 @@ state stay out of the test process. Each command prints one JSON document::
 
     produce NAMESRV TOPIC COUNT [PREFIX]        {"statuses": [...], "errors": [...]}
     batch NAMESRV TOPIC COUNT [PREFIX]          one send_batch of COUNT messages
-    push NAMESRV TOPIC GROUP EXPECT TIMEOUT     {"bodies": [...]} (duplicates kept)
+    push NAMESRV TOPIC GROUP EXPECT TIMEOUT [DELAY]
+                                                {"bodies": [...]} (duplicates kept); DELAY
+                                                seconds per message, one thread
     pull NAMESRV TOPIC GROUP                    {"bodies": [...]}
 """
 
@@ -65,16 +67,22 @@ def batch(namesrv: str, topic: str, count: int, prefix: str) -> dict[str, Any]:
     return out
 
 
-def push(namesrv: str, topic: str, group: str, expect: int, timeout: float) -> dict[str, Any]:
+def push(
+    namesrv: str, topic: str, group: str, expect: int, timeout: float, *, delay: float = 0.0
+) -> dict[str, Any]:
     bodies: list[str] = []
     lock = threading.Lock()
 
     def on_message(message: Any) -> None:
+        time.sleep(delay)  # a slow consumer: messages wait in the client's process queue
         with lock:
             bodies.append(message.body.decode())
+        print(f"got {message.body.decode()}", file=sys.stderr, flush=True)
 
     consumer = PushConsumer(group)
     consumer.set_namesrv_addr(namesrv)
+    if delay:
+        consumer.set_thread_count(1)
     consumer.subscribe(topic, on_message)
     consumer.start()
     deadline = time.monotonic() + timeout
@@ -105,7 +113,8 @@ def main(argv: list[str]) -> None:
     elif command == "batch":
         out = batch(namesrv, topic, int(rest[0]), rest[1] if len(rest) > 1 else "b")
     elif command == "push":
-        out = push(namesrv, topic, rest[0], int(rest[1]), float(rest[2]))
+        delay = float(rest[3]) if len(rest) > 3 else 0.0
+        out = push(namesrv, topic, rest[0], int(rest[1]), float(rest[2]), delay=delay)
     elif command == "pull":
         out = pull(namesrv, topic, rest[0])
     else:

@@ -69,14 +69,20 @@ async def test_commands_run_from_python_m_trioha(tmp_path: Path) -> None:
             )
             assert status.returncode == 0, status.stderr.decode()
             assert "brokerRole" in status.stdout.decode()
+            listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+            closed_port = listener.socket.getsockname()[1]
+            await listener.aclose()
             bad = await trio.run_process(
-                [sys.executable, "-m", "trioha", "status", "127.0.0.1:1"],
+                [sys.executable, "-m", "trioha", "status", f"127.0.0.1:{closed_port}"],
                 capture_stdout=True,
                 capture_stderr=True,
                 check=False,
             )
             assert bad.returncode == 1
-            assert "cannot connect to 127.0.0.1:1" in bad.stderr.decode()
+            assert bad.stderr.decode().strip().splitlines() == [
+                f"trioha status: error: cannot connect to 127.0.0.1:{closed_port}: "
+                f"all attempts to connect to 127.0.0.1:{closed_port} failed"
+            ]
 
 
 async def test_namesrv_command_serves_until_terminated() -> None:

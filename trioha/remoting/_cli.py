@@ -19,8 +19,8 @@ import itertools
 import logging
 import signal
 import sys
-from collections.abc import Callable
-from typing import Any, TextIO
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TextIO, TypeVar
 
 import trio
 
@@ -48,6 +48,32 @@ REQUEST_TIMEOUT = 10.0
 #: Long-poll hold asked of the broker by ``tail`` (RocketMQ's push consumer uses 15 s).
 TAIL_SUSPEND_MS = 15_000
 COMMIT_INTERVAL = 5.0
+
+
+T = TypeVar("T")
+
+
+def _run(main: Callable[[], Awaitable[T]]) -> T:
+    """``trio.run``, with a lone error out of nurseries raised as itself.
+
+    Trio wraps errors leaving a nursery in exception groups; the ``trioha`` command prints a
+    TriohaError as one line, so a group holding just one is unwrapped.
+    """
+    try:
+        return trio.run(main)
+    except BaseExceptionGroup as group:
+        leaves = list(_leaves(group))
+        if len(leaves) == 1 and isinstance(leaves[0], Exception):
+            raise leaves[0] from None
+        raise
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            yield from _leaves(exc)
+        else:
+            yield exc
 
 
 def _address(text: str) -> str:
@@ -109,7 +135,7 @@ def _run_namesrv(args: argparse.Namespace) -> int:
                     nursery.cancel_scope.cancel()
                     break
 
-    trio.run(main)
+    _run(main)
     return 0
 
 
@@ -201,7 +227,7 @@ async def _route(
 
 
 def _run_put(args: argparse.Namespace) -> int:
-    failed = trio.run(
+    failed = _run(
         lambda: put_messages(
             args.namesrv, args.topic, count=args.count, size=args.size, tags=args.tags
         )
@@ -369,7 +395,7 @@ def _run_tail(args: argparse.Namespace) -> int:
                     nursery.cancel_scope.cancel()
                     break
 
-    trio.run(main)
+    _run(main)
     return 0
 
 
@@ -389,7 +415,7 @@ async def broker_status(broker: str, *, out: TextIO = sys.stdout) -> dict[str, s
 
 def _run_status(args: argparse.Namespace) -> int:
     try:
-        trio.run(lambda: broker_status(args.broker))
+        _run(lambda: broker_status(args.broker))
     except trio.TooSlowError:
         raise RemotingError(
             f"broker {args.broker} did not answer in {REQUEST_TIMEOUT:g} s"

@@ -14,6 +14,7 @@ message index).
 
 from __future__ import annotations
 
+import collections
 import logging
 import random
 import time
@@ -166,6 +167,8 @@ class BrokerProcessor:
             RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch_mq,
         }
         self._locks: dict[tuple[str, str, int], tuple[str, int]] = {}
+        #: Requests answered, by ``"<code name>.<response code>"`` (reported by ``status``).
+        self.served: collections.Counter[str] = collections.Counter()
 
     @property
     def is_slave(self) -> bool:
@@ -182,6 +185,8 @@ class BrokerProcessor:
                 f" request type {request.code} not supported",
             )
         result: RemotingCommand | None = await handler(request, connection)
+        if result is not None:
+            self.served[f"{RequestCode(request.code).name}.{result.code}"] += 1
         return result
 
     # --- send (SendMessageProcessor) ----------------------------------------------------
@@ -457,6 +462,8 @@ class BrokerProcessor:
                 ResponseCode.NO_PERMISSION, f"subscription group no permission, {group_name}"
             )
         config = self.meta.topics.select(topic)
+        if config is None and self.is_slave:
+            config = self._slave_topic(topic)
         if config is None:
             return request.response(
                 ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"
@@ -529,6 +536,22 @@ class BrokerProcessor:
         }
         body = b"".join(result.records) if code == ResponseCode.SUCCESS else b""
         return request.response(code, result.status, fields, body)
+
+    def _slave_topic(self, topic: str) -> TopicConfig | None:
+        """A topic a slave has messages for, or a retry topic, before its metadata sync.
+
+        A slave's topic table is its master's as of the last sync (every 10 s). A topic
+        created on the master since then (a retry topic is created by the first heartbeat)
+        is unknown here; RocketMQ answers TOPIC_NOT_EXIST, which the C++ client retries in a
+        tight loop. trioha serves what its consume queues hold, and holds a pull for an
+        empty retry topic like any empty queue.
+        """
+        queue_ids = self.reput.queues.queue_ids(topic)
+        if queue_ids:
+            return TopicConfig(topic, queue_ids[-1] + 1, queue_ids[-1] + 1, PERM_READ)
+        if topic.startswith(RETRY_TOPIC_PREFIX):
+            return TopicConfig(topic, 1, 1, PERM_READ)
+        return None
 
     def get_message(
         self,
@@ -883,6 +906,7 @@ class BrokerProcessor:
             ).decode(),
         }
         table.update(_flatten("stats", self.broker.statistics()))
+        table.update({f"served.{key}": str(n) for key, n in sorted(self.served.items())})
         return request.response(ResponseCode.SUCCESS, body=dumps_bytes({"table": table}))
 
     # --- orderly consumers (RebalanceLockManager) ---------------------------------------

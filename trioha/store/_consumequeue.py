@@ -346,6 +346,10 @@ class ConsumeQueueStore:
             self._queues[(topic, queue_id)] = queue
         return queue
 
+    def queue_ids(self, topic: str) -> list[int]:
+        """The queue ids of ``topic`` that have a consume queue here."""
+        return sorted(q for t, q in self._queues if t == topic)
+
     def __iter__(self) -> Iterator[ConsumeQueue]:
         return iter(list(self._queues.values()))
 
