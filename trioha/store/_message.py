@@ -290,9 +290,7 @@ def make_msg_id(store_host: HostAddress, physical_offset: int) -> str:
 
     32 hex digits for an IPv4 store host, 56 for IPv6. It is not stored in the record.
     """
-    return (
-        store_host.packed + struct.pack(">iq", store_host.port, physical_offset)
-    ).hex().upper()
+    return (store_host.packed + struct.pack(">iq", store_host.port, physical_offset)).hex().upper()
 
 
 @attrs.frozen

@@ -106,12 +106,13 @@ def list_segments(directory: Path, segment_size: int | None) -> SegmentListing:
                 f"unexpected {kind} {path} in the commit log directory: segment files are "
                 "named by their start offset in 20 digits"
             )
+    where = ""
     if segment_size is None:
         segment_size = files[0][2] if files else DEFAULT_SEGMENT_SIZE
         if files:
+            where = f" (the size of {files[0][1]})"
             log.info("segment size %d, from %s", segment_size, files[0][1])
     if segment_size < MIN_SEGMENT_SIZE:
-        where = f" (the size of {files[0][1]})" if files else ""
         raise StoreLayoutError(
             f"segment size {segment_size}{where} is below the minimum {MIN_SEGMENT_SIZE}"
         )

@@ -1,0 +1,99 @@
+"""Segment files and directory listing (MappedFile, MappedFileQueue.load, offset2FileName)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from trioha import StorageError, StoreLayoutError
+from trioha.store._segment import (
+    DEFAULT_SEGMENT_SIZE,
+    SegmentFile,
+    last_nonzero_end,
+    list_segments,
+    parse_segment_name,
+    segment_name,
+)
+
+
+def test_names_are_20_digit_offsets() -> None:
+    assert segment_name(0) == "00000000000000000000"
+    assert segment_name(1073741824) == "00000000001073741824"
+    assert parse_segment_name("00000000001073741824") == 1073741824
+    assert parse_segment_name("1073741824") is None
+    assert parse_segment_name("0000000000107374182x") is None
+    assert parse_segment_name("000000000010737418240") is None
+
+
+def test_create_gives_a_full_size_sparse_file(tmp_path: Path) -> None:
+    seg = SegmentFile.create(tmp_path, 1 << 20, 1 << 20)
+    try:
+        path = tmp_path / "00000000000001048576"
+        assert seg.path == path
+        assert path.stat().st_size == 1 << 20
+        assert path.stat().st_blocks * 512 < 1 << 20  # not written out
+        assert os.listdir(tmp_path) == [path.name]  # no ".creating" left behind
+        with pytest.raises(StorageError, match="already exists"):
+            SegmentFile.create(tmp_path, 1 << 20, 1 << 20)
+        assert os.listdir(tmp_path) == [path.name]
+    finally:
+        seg.close()
+
+
+def test_write_view_zero(tmp_path: Path) -> None:
+    seg = SegmentFile.create(tmp_path, 0, 4096)
+    seg.write(100, b"hello")
+    seg.write(105, memoryview(b"--world--")[2:7])
+    assert bytes(seg.view(100, 110)) == b"helloworld"
+    assert bytes(seg.view(0, 4)) == bytes(4)
+    assert seg.data_end(0) == 110
+    assert seg.data_end(110) == 110
+    seg.zero(103, 108)
+    assert bytes(seg.view(100, 110)) == b"hel\0\0\0\0\0ld"
+    seg.close()
+
+
+def test_a_view_outlives_close_and_deletion(tmp_path: Path) -> None:
+    seg = SegmentFile.create(tmp_path, 0, 4096)
+    seg.write(0, b"kept")
+    view = seg.view(0, 4)
+    seg.close()
+    seg.path.unlink()
+    assert bytes(view) == b"kept"
+    view.release()
+
+
+def test_last_nonzero_end_skips_holes_and_spans_chunks(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    size = 3 << 20
+    with open(path, "wb") as f:
+        f.truncate(size)
+        f.seek((5 << 19) - 1)  # 2.5 MiB - 1: the last byte of the third half-MiB
+        f.write(b"\x07")
+        f.seek(10)
+        f.write(b"\x01")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert last_nonzero_end(fd, 0, size) == 5 << 19
+        assert last_nonzero_end(fd, 0, 11) == 11
+        assert last_nonzero_end(fd, 11, 1 << 20) == 11
+        assert last_nonzero_end(fd, 0, 10) == 0
+    finally:
+        os.close(fd)
+
+
+def test_listing(tmp_path: Path) -> None:
+    assert list_segments(tmp_path, None).segment_size == DEFAULT_SEGMENT_SIZE
+    for start in (2048, 3072):
+        (tmp_path / segment_name(start)).write_bytes(bytes(1024))
+    listing = list_segments(tmp_path, None)
+    assert (listing.segment_size, listing.starts) == (1024, (2048, 3072))
+    with pytest.raises(StoreLayoutError, match="segment size 100 is below the minimum"):
+        list_segments(tmp_path, 100)
+
+
+def test_an_unreadable_directory_is_a_layout_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreLayoutError, match="cannot list commit log directory"):
+        list_segments(tmp_path / "missing", None)
