@@ -112,21 +112,38 @@ def _spark(args: argparse.Namespace) -> SparkSession:
 
 
 def _run(args: argparse.Namespace, body: Callable[[SparkSession], int]) -> int:
+    """Start Spark (or join the session already running in this process), run *body*,
+    and stop Spark again if it was started here."""
     try:
         for path in _paths(args):
             if not os.path.isdir(path):
                 raise PipelineError(f"not a directory: {path}")
-        spark = _spark(args)
+        from trioha.pipeline._session import require_pyspark
+
+        require_pyspark()
+        from pyspark.sql import SparkSession
+
+        joined = SparkSession.getActiveSession()
+        spark = joined if joined is not None else _spark(args)
+        if joined is not None:
+            from trioha.pipeline._source import register
+
+            register(joined)
     except PipelineError as exc:
         print(f"trioha: error: {exc}", file=sys.stderr)
         return 2
+    from pyspark.errors import PySparkException
+
     try:
         return body(spark)
-    except PipelineError as exc:
-        print(f"trioha: error: {exc}", file=sys.stderr)
+    except (PipelineError, PySparkException) as exc:
+        # Spark wraps errors raised in its workers; the first line names the cause.
+        first = next((line for line in str(exc).splitlines() if line.strip()), repr(exc))
+        print(f"trioha: error: {first}", file=sys.stderr)
         return 2
     finally:
-        spark.stop()
+        if joined is None:
+            spark.stop()
 
 
 def _paths(args: argparse.Namespace) -> list[str]:

@@ -542,7 +542,10 @@ def _after_run(sd: SegmentData, pos: int, last: bool, problems: list[Problem]) -
     kind, detail = why if why is not None else (ProblemKind.SIZE_MISMATCH, "invalid record")
     if nxt is None:
         if last:
-            tail = max(_data_end(sd, pos), min(pos + 8, sd.size))
+            claimed = _PREFIX.unpack_from(sd.data, pos)[0] if left >= 8 else 0
+            # A truncated file: all its bytes are the partial record. A preallocated one:
+            # the partial record ends at the last byte written (non-zero).
+            tail = sd.size if claimed > left else max(_data_end(sd, pos), min(pos + 8, sd.size))
             problems.append(
                 Problem(
                     own,
