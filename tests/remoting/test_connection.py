@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import pytest
 import trio
@@ -203,3 +204,87 @@ async def test_connect_failure_is_a_remoting_error() -> None:
     with pytest.raises(RemotingError, match=f"cannot connect to 127.0.0.1:{port}"):
         async with open_remoting_client(("127.0.0.1", port)):
             pass
+
+
+async def raw_server() -> tuple[trio.SocketListener, tuple[str, int]]:
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    return listener, listener.socket.getsockname()[:2]
+
+
+async def serve_raw(
+    listener: trio.SocketListener,
+    reply_for: Callable[[RemotingCommand], bytes],
+    *,
+    bytewise: bool = False,
+) -> None:
+    """Answer each request with ``reply_for(request)``, optionally one byte per send."""
+    stream = await listener.accept()
+    decoder = FrameDecoder()
+    async with stream:
+        while True:
+            data = await stream.receive_some(4096)
+            if not data:
+                return
+            decoder.receive_data(data)
+            for request in decoder.commands():
+                reply = reply_for(request)
+                if bytewise:
+                    for i in range(len(reply)):
+                        await stream.send_all(reply[i : i + 1])
+                else:
+                    await stream.send_all(reply)
+
+
+@pytest.mark.parametrize("bytewise", [False, True])
+async def test_client_decodes_responses_however_they_are_split(bytewise: bool) -> None:
+    """Whole, one byte at a time, and two responses in one segment (out of order)."""
+    listener, address = await raw_server()
+    held: list[RemotingCommand] = []
+
+    def reply(request: RemotingCommand) -> bytes:
+        if not held:  # hold the first response back ...
+            held.append(request)
+            return b""
+        first = held.pop()  # ... and send it after the second one, in the same segment
+        return b"".join(
+            encode(r.response(0, f"re {r.code}", {"x": r.code}, b"body")) for r in (request, first)
+        )
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: serve_raw(listener, reply, bytewise=bytewise))
+            async with open_remoting_client(address) as client:
+                answers: dict[int, RemotingCommand] = {}
+
+                async def ask(code: int) -> None:
+                    answers[code] = await client.request(RemotingCommand.request(code))
+
+                async with trio.open_nursery() as asks:
+                    asks.start_soon(ask, 7)
+                    await trio.sleep(0.05)
+                    asks.start_soon(ask, 8)
+                assert {c: (a.remark, a.ext_fields, a.body) for c, a in answers.items()} == {
+                    7: ("re 7", {"x": "7"}, b"body"),
+                    8: ("re 8", {"x": "8"}, b"body"),
+                }
+            nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    ("garbage", "reason"),
+    [
+        (struct.pack(">i", 1 << 30), "outside 4..16777216"),
+        (struct.pack(">ii", 6, 2) + b"{]", "not valid JSON"),
+    ],
+)
+async def test_client_closes_on_a_hostile_server(garbage: bytes, reason: str) -> None:
+    listener, address = await raw_server()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: serve_raw(listener, lambda request: garbage))
+            async with open_remoting_client(address) as client:
+                with pytest.raises(RemotingError, match=reason) as info:
+                    await client.request(RemotingCommand.request(7))
+                assert info.value.code == NO_RESPONSE
+                assert client.closed
+            nursery.cancel_scope.cancel()

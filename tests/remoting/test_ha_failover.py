@@ -22,6 +22,8 @@ import trio
 from tests.remoting.test_official_client import official
 from trioha._config import BrokerConfig
 from trioha.broker import Broker, open_broker
+from trioha.remoting._client import open_client_pool
+from trioha.remoting._mqclient import runtime_info
 from trioha.remoting._namesrv import serve_namesrv
 from trioha.remoting._service import ClientSide, serve_client_side
 
@@ -111,6 +113,15 @@ async def test_consumers_go_on_from_the_slave_and_keep_their_offsets(tmp_path: P
             got = await official(tmp_path, "push", namesrv, "HA", "G", "100", "30")
             assert Counter(got["bodies"]) == Counter(f"one-{i}" for i in range(100))
             assert total(master_side, "G", "HA") == 100
+            async with open_client_pool() as pool:  # what `trioha status` shows
+                info = await runtime_info(pool, master_side.broker_addr)
+                slave_info = await runtime_info(pool, slave_side.broker_addr)
+            assert info["brokerRole"] == "ASYNC_MASTER"
+            assert int(info["stats.ha.slaves.0.ack_offset"]) > 0
+            assert "stats.ha.slaves.0.lag" in info
+            assert slave_info["brokerRole"] == "SLAVE"
+            assert slave_info["masterAddr"] == master_side.broker_addr
+            assert slave_info["stats.client.connected"] == "True"
             # Phase 2: more messages, replicated; the slave syncs the master's metadata.
             sent = await official(tmp_path, "produce", namesrv, "HA", "60", "two")
             assert sent["statuses"] == ["OK"] * 60

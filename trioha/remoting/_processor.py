@@ -128,6 +128,7 @@ class BrokerProcessor:
         nursery: trio.Nursery,
         clients: ClientManager | None = None,
         on_topics_changed: Callable[[], None] = lambda: None,
+        extra_info: Callable[[], dict[str, str]] = dict,
         clock: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self.broker = broker
@@ -138,6 +139,7 @@ class BrokerProcessor:
         self.clients = clients or ClientManager()
         self.nursery = nursery
         self.on_topics_changed = on_topics_changed
+        self.extra_info = extra_info
         self.now = clock
         self._handlers: dict[int, Callable[..., Any]] = {
             RequestCode.SEND_MESSAGE: self.send_message,
@@ -905,6 +907,7 @@ class BrokerProcessor:
                 self.meta.groups.data_version.to_json()
             ).decode(),
         }
+        table.update(self.extra_info())
         table.update(_flatten("stats", self.broker.statistics()))
         table.update({f"served.{key}": str(n) for key, n in sorted(self.served.items())})
         return request.response(ResponseCode.SUCCESS, body=dumps_bytes({"table": table}))

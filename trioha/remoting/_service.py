@@ -179,6 +179,18 @@ async def _start(
             skip_unregister=namesrv_addresses(config)[:1] if namesrv_bound else [],
         )
         await nursery.start(registrar.run)
+
+    def extra_info() -> dict[str, str]:
+        info = {"namesrvAddr": config.namesrv_addr or ""}
+        if registrar is not None:
+            info["namesrvRegistrations"] = str(registrar.registrations)
+        if slave_sync is not None:
+            info["masterAddr"] = slave_sync.master_addr or ""
+            info["metadataSyncs"] = str(slave_sync.syncs)
+            info["metadataSyncError"] = slave_sync.last_error or ""
+        return info
+
+    processor.extra_info = extra_info
     return ClientSide(
         broker_addr=broker_addr,
         meta=meta,
