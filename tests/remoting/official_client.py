@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any
 
-from rocketmq.client import (  # type: ignore[import-untyped]
+from rocketmq.client import (  # type: ignore[import-untyped,import-not-found,unused-ignore]
     Message,
     Producer,
     PullConsumer,
