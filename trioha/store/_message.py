@@ -421,15 +421,24 @@ class PreparedMessage:
         magic: int | None = None,
         max_body_size: int | None = None,
     ) -> None:
-        _check_int("queue_id", queue_id, _INT32_MIN, _INT32_MAX)
-        _check_int("flag", flag, _INT32_MIN, _INT32_MAX)
-        _check_int("sysflag", sysflag, _INT32_MIN, _INT32_MAX)
-        _check_int("born_timestamp", born_timestamp, _INT64_MIN, _INT64_MAX)
-        _check_int("reconsume_times", reconsume_times, _INT32_MIN, _INT32_MAX)
-        _check_int(
-            "prepared_transaction_offset", prepared_transaction_offset, _INT64_MIN, _INT64_MAX
-        )
-        body = bytes(body)
+        if not (
+            _INT32_MIN <= queue_id <= _INT32_MAX
+            and _INT32_MIN <= flag <= _INT32_MAX
+            and _INT32_MIN <= sysflag <= _INT32_MAX
+            and _INT64_MIN <= born_timestamp <= _INT64_MAX
+            and _INT32_MIN <= reconsume_times <= _INT32_MAX
+            and _INT64_MIN <= prepared_transaction_offset <= _INT64_MAX
+        ):  # one test on the hot path; name the culprit only when there is one
+            _check_int("queue_id", queue_id, _INT32_MIN, _INT32_MAX)
+            _check_int("flag", flag, _INT32_MIN, _INT32_MAX)
+            _check_int("sysflag", sysflag, _INT32_MIN, _INT32_MAX)
+            _check_int("born_timestamp", born_timestamp, _INT64_MIN, _INT64_MAX)
+            _check_int("reconsume_times", reconsume_times, _INT32_MIN, _INT32_MAX)
+            _check_int(
+                "prepared_transaction_offset", prepared_transaction_offset, _INT64_MIN, _INT64_MAX
+            )
+        if type(body) is not bytes:
+            body = bytes(body)
         if max_body_size is not None and len(body) > max_body_size:
             raise MessageTooLargeError(
                 f"message body is {len(body)} bytes, more than maxMessageSize {max_body_size}"
