@@ -29,6 +29,7 @@ from trioha.remoting._mqclient import (
     update_consumer_offset,
 )
 from trioha.remoting._service import ClientSide, serve_client_side
+from trioha.store import DecodedMessage, decode_record
 
 
 @asynccontextmanager
@@ -419,3 +420,79 @@ async def test_registration_and_route(tmp_path: Path) -> None:
                     await trio.sleep(0.01)
         assert route.brokers[0].master == side.broker_addr
         assert route.brokers[0].write_queue_nums == 4
+
+
+async def test_retry_topic_send_past_max_goes_to_dead_letters(tmp_path: Path) -> None:
+    async with broker_port(tmp_path) as (broker, side, pool):
+        response = await pool.request(
+            side.broker_addr,
+            RemotingCommand.request(
+                RequestCode.SEND_MESSAGE_V2,
+                {"a": "PG", "b": "%RETRY%G", "e": 0, "i": "", "j": 16, "l": 16},
+                b"dead",
+            ),
+        )
+        assert response.code == ResponseCode.SUCCESS
+        stored = list(broker.store.commitlog.iter_messages())[-1]
+        assert (stored.topic, stored.body) == ("%DLQ%G", b"dead")
+        too_big = await send_message(
+            pool, side.broker_addr, topic="T", body=b"x" * (4 * 1024 * 1024 + 1), queue_id=0
+        )
+        assert too_big.code == ResponseCode.MESSAGE_ILLEGAL
+        assert (too_big.remark or "").startswith("the message is illegal")
+
+
+async def test_pull_with_the_heartbeat_subscription(tmp_path: Path) -> None:
+    async with broker_port(tmp_path) as (broker, side, pool):
+        for tags in ("A", "C", "B"):
+            await send_message(
+                pool, side.broker_addr, topic="T", body=tags.encode(), queue_id=0, tags=tags
+            )
+        await side.reput.wait_dispatched(broker.store.commitlog.max_offset)
+        pull = RemotingCommand.request(
+            RequestCode.PULL_MESSAGE,
+            {"consumerGroup": "G", "topic": "T", "queueId": 0, "queueOffset": 0, "sysFlag": 0},
+        )
+        async with open_remoting_client(side.broker_addr) as client:
+            unknown = await client.request(pull)
+            assert unknown.code == ResponseCode.SUBSCRIPTION_NOT_EXIST
+            await client.request(heartbeat("c1", "G"))  # subscribes T with "A || B"
+            found = await client.request(pull)
+            assert found.code == ResponseCode.SUCCESS
+            assert found.int_field("nextBeginOffset") == 3
+            tags = []
+            pos = 0
+            while pos < len(found.body):
+                decoded = decode_record(found.body, pos)
+                assert isinstance(decoded, DecodedMessage)
+                tags.append(decoded.message.tags)
+                pos += decoded.size
+            assert tags == ["A", "B"]  # C was filtered out by its tag hash
+            gone = await client.request(
+                RemotingCommand.request(
+                    RequestCode.UNREGISTER_CLIENT, {"clientID": "c1", "consumerGroup": "G"}
+                )
+            )
+            assert gone.code == ResponseCode.SUCCESS
+            assert side.processor.clients.consumer_ids("G") == []
+
+
+async def test_orderly_queue_locks(tmp_path: Path) -> None:
+    async with broker_port(tmp_path) as (_broker, side, pool):
+        queues = [{"topic": "T", "brokerName": "broker-a", "queueId": q} for q in range(3)]
+
+        async def lock(client: str, code: int = RequestCode.LOCK_BATCH_MQ) -> list[int]:
+            body = json.dumps({"consumerGroup": "G", "clientId": client, "mqSet": queues})
+            response = await pool.request(
+                side.broker_addr, RemotingCommand.request(code, body=body.encode())
+            )
+            assert response.code == ResponseCode.SUCCESS
+            if code != RequestCode.LOCK_BATCH_MQ:
+                return []
+            return [mq["queueId"] for mq in loads_lenient(response.body)["lockOKMQSet"]]
+
+        assert await lock("c1") == [0, 1, 2]
+        assert await lock("c2") == []  # held by c1
+        assert await lock("c1") == [0, 1, 2]  # renewed
+        await lock("c1", RequestCode.UNLOCK_BATCH_MQ)
+        assert await lock("c2") == [0, 1, 2]
