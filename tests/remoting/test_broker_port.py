@@ -460,14 +460,14 @@ async def test_pull_with_the_heartbeat_subscription(tmp_path: Path) -> None:
             found = await client.request(pull)
             assert found.code == ResponseCode.SUCCESS
             assert found.int_field("nextBeginOffset") == 3
-            tags = []
+            found_tags: list[str | None] = []
             pos = 0
             while pos < len(found.body):
                 decoded = decode_record(found.body, pos)
                 assert isinstance(decoded, DecodedMessage)
-                tags.append(decoded.message.tags)
+                found_tags.append(decoded.message.tags)
                 pos += decoded.size
-            assert tags == ["A", "B"]  # C was filtered out by its tag hash
+            assert found_tags == ["A", "B"]  # C was filtered out by its tag hash
             gone = await client.request(
                 RemotingCommand.request(
                     RequestCode.UNREGISTER_CLIENT, {"clientID": "c1", "consumerGroup": "G"}
