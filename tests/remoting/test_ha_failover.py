@@ -204,3 +204,32 @@ async def test_a_running_consumer_goes_on_from_the_slave_when_the_master_dies(
             assert served["PULL_MESSAGE.0"] > 0  # the rest came from the slave
             assert total(slave_side, "G", "FO") == count  # and was committed there
         outer.cancel_scope.cancel()
+
+
+async def test_sync_master_statuses_reach_the_official_producer(tmp_path: Path) -> None:
+    """SYNC_MASTER without a slave answers SLAVE_NOT_AVAILABLE (11): the message is stored.
+
+    The C++ client (``DefaultMQProducer::sendDefaultImpl``) treats any status but SEND_OK as
+    a failure in sync sends: it sends again (3 attempts, each stored, as against a Java
+    broker) and then raises. With the slave connected, sends are OK.
+    """
+    async with trio.open_nursery() as outer:
+        host, port = await outer.start(serve_namesrv, "127.0.0.1", 0)
+        namesrv = f"{host}:{port}"
+        master_config, slave_overrides = configs(tmp_path, namesrv, broker_role="SYNC_MASTER")
+        async with running(master_config) as (master, side):
+            alone = await official(tmp_path, "produce", namesrv, "S", "2", "alone")
+            assert alone["statuses"] == []
+            assert len(alone["errors"]) == 2
+            assert side.processor.served["SEND_MESSAGE.11"] == 6  # 3 attempts per message
+            bodies = [m.body for m in master.store.commitlog.iter_messages() if m.topic == "S"]
+            assert sorted(bodies) == [b"alone-0"] * 3 + [b"alone-1"] * 3
+            assert master.ha_address is not None
+            slave_config = BrokerConfig(
+                ha_master_address=f"127.0.0.1:{master.ha_address[1]}", **slave_overrides
+            )
+            async with running(slave_config) as (slave, slave_side):
+                await wait_replicated(master, slave, slave_side)  # the slave is connected
+                paired = await official(tmp_path, "produce", namesrv, "S", "3", "paired")
+                assert paired["statuses"] == ["OK"] * 3
+        outer.cancel_scope.cancel()
