@@ -26,6 +26,7 @@ from trioha.remoting._client import open_client_pool
 from trioha.remoting._mqclient import runtime_info
 from trioha.remoting._namesrv import serve_namesrv
 from trioha.remoting._service import ClientSide, serve_client_side
+from trioha.remoting._types import BrokerLike
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("rocketmq") is None,
@@ -233,3 +234,9 @@ async def test_sync_master_statuses_reach_the_official_producer(tmp_path: Path) 
                 paired = await official(tmp_path, "produce", namesrv, "S", "3", "paired")
                 assert paired["statuses"] == ["OK"] * 3
         outer.cancel_scope.cancel()
+
+
+def test_the_real_broker_is_broker_like() -> None:
+    """mypy checks this assignment: ``trioha.broker.Broker`` satisfies ``BrokerLike``."""
+    broker_like: type[BrokerLike] = Broker
+    assert broker_like is Broker
