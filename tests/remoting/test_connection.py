@@ -288,3 +288,27 @@ async def test_client_closes_on_a_hostile_server(garbage: bytes, reason: str) ->
                 assert info.value.code == NO_RESPONSE
                 assert client.closed
             nursery.cancel_scope.cancel()
+
+
+class Oversized:
+    async def handle_request(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand | None:
+        return request.response(0, body=b"x" * (16 * 1024 * 1024))
+
+
+async def test_a_response_too_large_to_send_becomes_an_error_response(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    a, b = trio.testing.memory_stream_pair()
+    server = RemotingConnection(a, peer="client", handler=Oversized())
+    client = RemotingConnection(b, peer="server")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.run)
+        nursery.start_soon(client.run)
+        response = await client.request(RemotingCommand.request(1))
+        assert response.code == 1
+        assert "exceeds the 16777216-byte limit" in (response.remark or "")
+        again = await client.request(RemotingCommand.request(1))  # still serving
+        assert again.code == 1
+        client.close()

@@ -21,7 +21,7 @@ from typing import Protocol
 
 import trio
 
-from trioha._errors import ProtocolError, RemotingError
+from trioha._errors import LocalProtocolError, ProtocolError, RemotingError
 from trioha.remoting._codec import FrameDecoder, HeaderError, RemotingCommand, encode
 from trioha.remoting._codes import ResponseCode
 
@@ -174,7 +174,14 @@ class RemotingConnection:
         try:
             response = await self._answer(request)
             if response is not None and not request.is_oneway:
-                await self._enqueue(encode(response))
+                try:
+                    frame = encode(response)
+                except LocalProtocolError as exc:  # e.g. a response above the frame limit
+                    log.error("%s: response to code %d not sent: %s", self.peer, request.code, exc)
+                    frame = encode(request.response(ResponseCode.SYSTEM_ERROR, str(exc)))
+                await self._enqueue(frame)
+        except RemotingError:
+            pass  # the connection closed meanwhile: nobody to answer
         finally:
             self._limiter.release_on_behalf_of(request)
 

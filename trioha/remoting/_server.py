@@ -41,7 +41,11 @@ async def serve_remoting(
         log.debug("remoting connection from %s", connection.peer)
         if on_connect is not None:
             on_connect(connection)
-        await connection.run()
+        try:
+            await connection.run()
+        except Exception:
+            # A bug in one connection must not end the server (and the broker with it).
+            log.exception("remoting connection from %s failed", connection.peer)
         log.debug("remoting connection from %s ended: %s", connection.peer, connection.close_reason)
 
     async with trio.open_nursery() as nursery:
