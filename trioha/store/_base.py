@@ -725,14 +725,12 @@ class LogCore(abc.ABC, Generic[S]):
         i = self._segment_at(offset)
         seg = self._segments[i]
         pos = offset - seg.start
-        later = self._segments[i + 1 :]
-        if pos < seg.wrote:
-            self.set_aside.append(self._keep_aside(seg, pos, seg.wrote, "truncated"))
-        for s in later:
-            self.set_aside.append(self._move_aside(s, "truncated"))
-        with self._lock:
+        old = seg.wrote
+        if pos < old:  # a durable copy first: nothing is lost whatever fails next
+            self.set_aside.append(self._keep_aside(seg, pos, old, "truncated"))
+        with self._lock:  # detached before closing, so a concurrent flush never sees them
+            later = self._segments[i + 1 :]
             del self._segments[i + 1 :]
-            old = seg.wrote
             seg.wrote = pos
             seg.flushed = min(seg.flushed, pos)
             self._generation += 1
@@ -740,7 +738,12 @@ class LogCore(abc.ABC, Generic[S]):
         if pos < old:
             seg.zero(pos, old)
             self._after_truncate(seg)
-        log.warning("commit log truncated at %d (was up to %d)", offset, old + seg.start)
+        # Should a move fail, recovery moves what is left on the next open: the log already
+        # ends at ``offset`` on disk.
+        for s in later:
+            self.set_aside.append(self._move_aside(s, "truncated"))
+        end = later[-1].start + later[-1].wrote if later else seg.start + old
+        log.warning("commit log truncated at %d (was up to %d)", offset, end)
 
     def _roll_back_queues(self, offset: int) -> None:
         queues = self._queues
