@@ -33,6 +33,7 @@ SEG = 64 * 1024
 FAST = {
     "mapped_file_size_commit_log": SEG,
     "ha_listen_port": 0,
+    "listen_port": 0,
     "ha_send_heartbeat_interval": 200,
     "ha_housekeeping_interval": 1000,
     "slave_timeout": 500,
@@ -305,11 +306,11 @@ def test_two_processes_started_as_in_the_readme_replicate_byte_for_byte(tmp_path
     cmd = [sys.executable, "-m", "trioha"]
     master = subprocess.Popen(
         [*cmd, "master", "--store-dir", str(master_dir), "-c", str(conf),
-         "--ha-listen", f"127.0.0.1:{port}"], env=env,
+         "--ha-listen", f"127.0.0.1:{port}", "--listen", "127.0.0.1:0"], env=env,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     slave = subprocess.Popen(
         [*cmd, "slave", "--store-dir", str(slave_dir), "-c", str(conf),
-         "--master-ha", f"127.0.0.1:{port}"], env=env,
+         "--master-ha", f"127.0.0.1:{port}", "--listen", "127.0.0.1:0"], env=env,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         start = time.monotonic()

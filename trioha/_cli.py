@@ -56,6 +56,10 @@ def _add_broker_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mapped-file-size", type=_size, metavar="BYTES",
                    help="commit log segment size (mappedFileSizeCommitLog; default 1G)")
     p.add_argument("--flush-disk-type", choices=[t.value for t in FlushDiskType])
+    p.add_argument("--listen", type=_addr, metavar="HOST:PORT",
+                   help="broker port for RocketMQ clients (default 127.0.0.1:10911)")
+    p.add_argument("--namesrv", type=_addr, metavar="HOST:PORT",
+                   help="name server to register with (namesrvAddr)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 
@@ -71,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     master.add_argument("--ha-listen", type=_addr, metavar="HOST:PORT",
                         help="HA listen address (default 127.0.0.1:10912; port 0 picks one)")
     master.add_argument("--role", choices=["SYNC_MASTER", "ASYNC_MASTER"])
+    master.add_argument("--embedded-namesrv", action="store_true",
+                        help="also run a name server on 127.0.0.1:9876 for a one-command setup")
     master.set_defaults(handler=_run_master)
 
     slave = sub.add_parser("slave", help="run a slave broker replicating from a master")
@@ -116,6 +122,11 @@ def _broker_config(args: argparse.Namespace, role: BrokerRole | None, **extra: A
         overrides["mapped_file_size_commit_log"] = args.mapped_file_size
     if args.flush_disk_type is not None:
         overrides["flush_disk_type"] = FlushDiskType(args.flush_disk_type)
+    if args.listen is not None:
+        host, port = parse_address(args.listen, what="--listen")
+        overrides.update(broker_ip1=host, listen_port=port)
+    if args.namesrv is not None:
+        overrides["namesrv_addr"] = args.namesrv
     overrides.update({k: v for k, v in extra.items() if v is not None})
     if args.config is not None:
         return BrokerConfig.from_properties(args.config, **overrides)
@@ -127,6 +138,8 @@ def _run_master(args: argparse.Namespace) -> int:
     if args.ha_listen is not None:
         host, port = parse_address(args.ha_listen, what="--ha-listen")
         extra.update(ha_listen_host=host, ha_listen_port=port)
+    if args.embedded_namesrv:
+        extra["embedded_namesrv"] = True
     role = BrokerRole(args.role) if args.role else None
     config = _broker_config(args, role, **extra)
     if not config.broker_role.is_master:
@@ -192,9 +205,24 @@ def main(argv: list[str] | None = None) -> None:
     handler: Handler = args.handler
     try:
         code = handler(args)
-    except TriohaError as exc:
-        print(f"trioha {args.command}: error: {exc}", file=sys.stderr)
-        code = 1
     except KeyboardInterrupt:
         code = 130
+    except (TriohaError, BaseExceptionGroup) as exc:
+        error = _trioha_error(exc)
+        if error is None:
+            raise
+        print(f"trioha {args.command}: error: {error}", file=sys.stderr)
+        code = 1
     sys.exit(code)
+
+
+def _trioha_error(exc: BaseException) -> TriohaError | None:
+    """The TriohaError behind *exc*, looking inside the groups Trio's nurseries raise."""
+    if isinstance(exc, TriohaError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _trioha_error(inner)
+            if found is not None:
+                return found
+    return None

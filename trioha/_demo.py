@@ -61,6 +61,7 @@ async def _demo(args: argparse.Namespace, base: Path) -> int:
     common = {
         "mapped_file_size_commit_log": args.mapped_file_size,
         "ha_listen_port": 0,
+        "listen_port": 0,
     }
     master_cfg = BrokerConfig(
         broker_role=BrokerRole.SYNC_MASTER, store_path_root_dir=str(base / "master"), **common

@@ -26,6 +26,7 @@ from trioha._errors import MessageTooLargeError, StorageError
 from trioha._status import PutResult, PutStatus
 from trioha.net import HAClient, HAClientStatistics, HAService, HAServiceStatistics
 from trioha.net._wakeup import Wakeup
+from trioha.remoting import ClientSide, serve_client_side
 from trioha.store import HostAddress, Store, open_store
 from trioha.store._message import PROPERTY_KEYS, PROPERTY_TAGS
 
@@ -97,6 +98,9 @@ class Broker:
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
         self.ha_address: tuple[str, int] | None = None
+        #: The client side (broker port, consume queues, name server registration, metadata
+        #: sync), once started; ``client_side.broker_addr`` is the bound broker address.
+        self.client_side: ClientSide | None = None
         self._flusher = _GroupFlusher(self)
         self._log_grew = Wakeup()
         self._puts = 0
@@ -264,6 +268,7 @@ class Broker:
                 self.config, self.store.commitlog, on_appended=self._on_log_grew
             )
             await nursery.start(self.ha_client.run)
+        self.client_side = await nursery.start(serve_client_side, self)
 
     def statistics(self) -> BrokerStatistics:
         commitlog = self.store.commitlog
@@ -309,5 +314,8 @@ async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
                 broker._closed = True
                 nursery.cancel_scope.cancel()
     finally:
-        await trio.to_thread.run_sync(store.close)
+        # Shielded: a broker stopped by an outer cancellation must still release its store
+        # (lock, abort marker), or a restart in the same process finds it locked.
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(store.close)
         log.info("%s stopped; store closed cleanly", config.broker_role.value)

@@ -25,7 +25,7 @@ from trioha.broker import Broker, open_broker
 from trioha.remoting._client import open_client_pool
 from trioha.remoting._mqclient import runtime_info
 from trioha.remoting._namesrv import serve_namesrv
-from trioha.remoting._service import ClientSide, serve_client_side
+from trioha.remoting._service import ClientSide
 from trioha.remoting._types import BrokerLike
 
 pytestmark = pytest.mark.skipif(
@@ -36,19 +36,9 @@ pytestmark = pytest.mark.skipif(
 
 @asynccontextmanager
 async def running(config: BrokerConfig) -> AsyncIterator[tuple[Broker, ClientSide]]:
-    store = None
-    try:
-        async with open_broker(config) as broker, trio.open_nursery() as nursery:
-            store = broker.store
-            side: ClientSide = await nursery.start(serve_client_side, broker)
-            yield broker, side
-            nursery.cancel_scope.cancel()
-    finally:
-        # open_broker closes its store in a worker thread; when the broker is killed by an
-        # outer cancellation that call is cancelled before it starts. Closing is idempotent.
-        if store is not None:
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(store.close)
+    async with open_broker(config) as broker:
+        assert broker.client_side is not None
+        yield broker, broker.client_side
 
 
 def configs(root: Path, namesrv: str, **master: Any) -> tuple[BrokerConfig, dict[str, Any]]:
