@@ -52,6 +52,7 @@ from trioha.pipeline._format import (
     MESSAGE_MAGIC_V2,
     MIN_RECORD_SIZE,
     NAME_VALUE_SEPARATOR,
+    POS_BODY_CRC,
     POS_PHYSICAL_OFFSET,
     POS_SYSFLAG,
     PROPERTY_KEYS,
@@ -159,7 +160,6 @@ def open_segment(segment: Segment) -> Iterator[SegmentData]:
 
 # --- vectorised layout ---------------------------------------------------------------------
 
-_ARANGE = {w: np.arange(w, dtype=np.int64) for w in (1, 2, 4, 8, 88, 100, 112)}
 
 
 def _head_dtype(born: int, store: int) -> np.dtype[Any]:
@@ -187,6 +187,16 @@ def _head_dtype(born: int, store: int) -> np.dtype[Any]:
     )
 
 
+#: The first 40 bytes, the same for every record: what validation reads at once.
+_FIXED = np.dtype(
+    {
+        "names": ["size", "magic", "physical_offset", "sysflag"],
+        "formats": [">i4", ">u4", ">i8", ">i4"],
+        "offsets": [0, 4, POS_PHYSICAL_OFFSET, POS_SYSFLAG],
+        "itemsize": POS_SYSFLAG + 4,
+    }
+)
+
 # Indexed by (sysflag >> 4) & 3, like the store's _HEADS: bit 0 born host IPv6, bit 1 store.
 _HEADS = tuple(_head_dtype(b, s) for b, s in ((4, 4), (16, 4), (4, 16), (16, 16)))
 _HEAD_SIZES = np.array([d.itemsize for d in _HEADS], dtype=np.int64)  # 88, 100, 100, 112
@@ -212,99 +222,101 @@ _SCALAR_FIELDS = (
 def _gather(arr: U8, pos: I64, width: int) -> U8:
     """``arr[pos[i] : pos[i] + width]`` for every i, as an (n, width) array.
 
-    Positions are clipped into the buffer: an invalid record may point anywhere, and its
-    garbage is discarded by the validity mask, never read out of bounds.
+    Rows of a zero-copy sliding window over the buffer, so numpy copies *width* bytes per
+    position in one call. Positions are clipped into the buffer: an invalid record may
+    point anywhere, and its garbage is discarded by the validity mask, never read out of
+    bounds.
     """
-    idx = pos[:, None] + _ARANGE[width]
-    np.clip(idx, 0, arr.size - 1, out=idx)
-    out: U8 = arr[idx]
+    if arr.size < width:
+        arr = np.concatenate([arr, np.zeros(width - arr.size, dtype=np.uint8)])
+    windows = np.lib.stride_tricks.as_strided(
+        arr, shape=(arr.size - width + 1, width), strides=(1, 1), writeable=False
+    )
+    out: U8 = windows[np.clip(pos, 0, arr.size - width)]
     return out
 
 
-def _i8(arr: U8, pos: I64) -> I64:
-    return _gather(arr, pos, 1).view(np.int8)[:, 0].astype(np.int64)
+def _int(arr: U8, pos: I64, dtype: str) -> I64:
+    """Big-endian integers of *dtype* (``>i4``, ``>u4``, ...) at every position."""
+    width = np.dtype(dtype).itemsize
+    return _gather(arr, pos, width).view(dtype)[:, 0].astype(np.int64)
 
 
-def _i16(arr: U8, pos: I64) -> I64:
-    return _gather(arr, pos, 2).view(">i2")[:, 0].astype(np.int64)
-
-
-@attrs.define
-class _Records:
-    """Field values and positions of n records (positions relative to the segment)."""
+@attrs.frozen
+class Records:
+    """Where the fields of n records are, and which are valid (positions relative to
+    the segment): what validation learns and decoding reuses."""
 
     starts: I64
-    head: dict[str, Any]  # structured fields, one array each
-    family: I64  # (sysflag >> 4) & 3
+    size: I64
+    magic: I64
+    family: I64  # (sysflag >> 4) & 3: bit 0 born host IPv6, bit 1 store host IPv6
     body_pos: I64
     body_len: I64
     topic_pos: I64
     topic_len: I64
     props_pos: I64
     props_len: I64
-    offset_ok: Bools
     ok: Bools
 
+    def __len__(self) -> int:
+        return int(self.starts.size)
 
-def _layout(sd: SegmentData, starts: I64) -> _Records:
-    """Gather and check every record starting at *starts* (see :func:`explain_record`)."""
+    def take(self, sel: slice) -> Records:
+        return Records(*(getattr(self, f.name)[sel] for f in attrs.fields(Records)))
+
+    @classmethod
+    def concat(cls, parts: list[Records]) -> Records:
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            e = np.empty(0, dtype=np.int64)
+            return cls(e, e, e, e, e, e, e, e, e, e, np.empty(0, dtype=np.bool_))
+        return cls(
+            *(np.concatenate([getattr(p, f.name) for p in parts]) for f in attrs.fields(cls))
+        )
+
+
+def _layout(sd: SegmentData, starts: I64) -> Records:
+    """Check every record starting at *starts* (see :func:`explain_record`).
+
+    Only the words the check needs are gathered (TOTALSIZE, magic, physical offset,
+    sysflag and the three lengths), so validating a run costs a few small gathers.
+    """
     arr = sd.array
-    n = starts.size
-    sysflag = _gather(arr, starts + POS_SYSFLAG, 4).view(">i4")[:, 0].astype(np.int64)
-    family = (sysflag >> 4) & 3
-    present = np.unique(family)
-    head: dict[str, Any] = {}
-    born_addr = np.zeros((n, 16), dtype=np.uint8)
-    store_addr = np.zeros((n, 16), dtype=np.uint8)
-    for fam in present.tolist():
-        dt = _HEADS[fam]
-        if present.size == 1:
-            sel: slice | Bools = slice(None)
-            rows = _gather(arr, starts, dt.itemsize).view(dt)[:, 0]
-        else:
-            sel = family == fam
-            rows = _gather(arr, starts[sel], dt.itemsize).view(dt)[:, 0]
-        for name in _SCALAR_FIELDS:
-            col = head.get(name)
-            if col is None:
-                col = head[name] = np.empty(n, dtype=np.uint32 if name == "magic" else np.int64)
-            col[sel] = rows[name]
-        b, s = rows["born_addr"], rows["store_addr"]
-        born_addr[sel, : b.shape[1]] = b
-        store_addr[sel, : s.shape[1]] = s
-    head["born_addr"] = born_addr
-    head["store_addr"] = store_addr
-
-    size = head["size"]
-    magic = head["magic"]
+    fixed = _gather(arr, starts, _FIXED.itemsize).view(_FIXED)[:, 0]
+    size = fixed["size"].astype(np.int64)
+    magic = fixed["magic"].astype(np.int64)
+    physical = fixed["physical_offset"].astype(np.int64)
+    family = (fixed["sysflag"].astype(np.int64) >> 4) & 3
     rec_end = starts + size
     v2 = magic == MESSAGE_MAGIC_V2
     tl_width = np.where(v2, 2, 1)
     hsize = _HEAD_SIZES[family]
-    offset_ok = head["physical_offset"] == sd.segment.start + starts
     ok = (
         ((magic == MESSAGE_MAGIC) | v2)
         & (size >= MIN_RECORD_SIZE)
         & (size <= sd.size - starts)
-        & offset_ok
+        & (physical == sd.segment.start + starts)
         & (hsize <= size)
     )
-    body_len = head["body_len"]
     body_pos = starts + hsize
+    body_len = _int(arr, body_pos - 4, ">i4")
     ok &= body_len >= 0
     body_end = body_pos + np.maximum(body_len, 0)
     ok &= body_end + tl_width <= rec_end
-    topic_len = np.where(v2, _i16(arr, body_end), _i8(arr, body_end))
+    topic_len = np.where(v2, _int(arr, body_end, ">i2"), _int(arr, body_end, "i1"))
     ok &= topic_len >= 0
     topic_pos = body_end + tl_width
     topic_end = topic_pos + np.maximum(topic_len, 0)
     ok &= topic_end + 2 <= rec_end
-    props_len = _i16(arr, topic_end)
+    props_len = _int(arr, topic_end, ">i2")
     ok &= props_len >= 0
     ok &= topic_end + 2 + props_len == rec_end
-    return _Records(
+    return Records(
         starts,
-        head,
+        size,
+        magic,
         family,
         body_pos,
         body_len,
@@ -312,9 +324,37 @@ def _layout(sd: SegmentData, starts: I64) -> _Records:
         topic_len,
         topic_end + 2,
         props_len,
-        offset_ok,
         ok,
     )
+
+
+def _decode_head(sd: SegmentData, r: Records) -> dict[str, Any]:
+    """The fixed fields of valid records, through a structured view of their heads."""
+    arr = sd.array
+    n = r.starts.size
+    head: dict[str, Any] = {}
+    born_addr = np.zeros((n, 16), dtype=np.uint8)
+    store_addr = np.zeros((n, 16), dtype=np.uint8)
+    families = [0] if not r.family.any() else np.unique(r.family).tolist()
+    for fam in families:
+        dt = _HEADS[fam]
+        if len(families) == 1:
+            sel: slice | Bools = slice(None)
+            rows = _gather(arr, r.starts, dt.itemsize).view(dt)[:, 0]
+        else:
+            sel = r.family == fam
+            rows = _gather(arr, r.starts[sel], dt.itemsize).view(dt)[:, 0]
+        for name in _SCALAR_FIELDS:
+            col = head.get(name)
+            if col is None:
+                col = head[name] = np.empty(n, dtype=np.int64)
+            col[sel] = rows[name]
+        b, s = rows["born_addr"], rows["store_addr"]
+        born_addr[sel, : b.shape[1]] = b
+        store_addr[sel, : s.shape[1]] = s
+    head["born_addr"] = born_addr
+    head["store_addr"] = store_addr
+    return head
 
 
 # --- scalar checks ------------------------------------------------------------------------
@@ -445,21 +485,29 @@ def scan_range(sd: SegmentData, begin: int, end: int, last: bool) -> tuple[I64, 
     *begin* and *end* are absolute offsets inside ``sd.segment``. Damaged regions that
     start in the range are returned as problems; see the module docstring.
     """
+    records, problems = scan_records(sd, begin, end, last)
+    return records.starts, problems
+
+
+def scan_records(
+    sd: SegmentData, begin: int, end: int, last: bool
+) -> tuple[Records, list[Problem]]:
+    """:func:`scan_range`, keeping the field positions validation found for decoding."""
     seg = sd.segment
     lo, hi = begin - seg.start, end - seg.start
     problems: list[Problem] = []
-    runs: list[I64] = []
+    runs: list[Records] = []
     pos: int | None = 0 if lo == 0 else find_record(sd, lo, hi)
     while pos is not None and pos < hi:
         found, stop = _chain(sd.data, pos, hi, sd.size)
         if found:
-            starts = np.array(found, dtype=np.int64)
-            bad = np.flatnonzero(~_layout(sd, starts).ok)
+            run = _layout(sd, np.array(found, dtype=np.int64))
+            bad = np.flatnonzero(~run.ok)
             if bad.size:
-                runs.append(starts[: bad[0]])
-                stop = int(starts[bad[0]])
+                runs.append(run.take(slice(0, int(bad[0]))))
+                stop = int(run.starts[bad[0]])
             else:
-                runs.append(starts)
+                runs.append(run)
         if stop < hi or (stop < sd.size and explain_record(sd, stop) is not None):
             # Whatever ends a run is dealt with by the range whose run it ends, even past
             # that range's end: the next range starts at its first valid record and cannot
@@ -467,9 +515,7 @@ def scan_range(sd: SegmentData, begin: int, end: int, last: bool) -> tuple[I64, 
             pos = _after_run(sd, stop, last, problems)
         else:
             pos = stop
-    if not runs:
-        return np.empty(0, dtype=np.int64), problems
-    return np.concatenate(runs), problems
+    return Records.concat(runs), problems
 
 
 def _after_run(sd: SegmentData, pos: int, last: bool, problems: list[Problem]) -> int | None:
@@ -637,8 +683,9 @@ def _utf8(arr: pa.BinaryArray) -> pa.StringArray:
     return strings
 
 
-def _properties(props: pa.StringArray) -> pa.MapArray:
-    """``MessageDecoder.string2messageProperties`` for every record, as a map column.
+def _properties(props: pa.StringArray) -> tuple[pa.MapArray, pa.StringArray, pa.StringArray]:
+    """``MessageDecoder.string2messageProperties`` for every record, as a map column, and
+    the ``TAGS`` and ``KEYS`` values (null when absent).
 
     Pairs are split at ``\\x02``, then at the first ``\\x01``; a pair with an empty key or
     value is skipped and a later duplicate key wins, as in Java's ``HashMap``.
@@ -665,7 +712,7 @@ def _properties(props: pa.StringArray) -> pa.MapArray:
     if len(keys) > 1:
         codes = pc.dictionary_encode(keys).indices.to_numpy(zero_copy_only=False)
         combined = rec * (int(codes.max()) + 1) + codes
-        if np.unique(combined).size != combined.size:
+        if _has_duplicates(combined):
             # Keep the last pair of each (record, key): sort stably, take each group's end.
             order = np.argsort(combined, kind="stable")
             ordered = combined[order]
@@ -677,7 +724,30 @@ def _properties(props: pa.StringArray) -> pa.MapArray:
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(counts, out=offsets[1:])
     result: pa.MapArray = pa.MapArray.from_arrays(pa.array(offsets), keys, values)
-    return result
+    return result, _lookup(keys, values, rec, n, PROPERTY_TAGS), _lookup(
+        keys, values, rec, n, PROPERTY_KEYS
+    )
+
+
+def _has_duplicates(values: I64) -> bool:
+    """Whether any value repeats (counting when the range is small, sorting otherwise)."""
+    top = int(values.max()) + 1
+    if top <= 8 * values.size + 1024:
+        return bool(np.bincount(values, minlength=top).max() > 1)
+    return bool(np.unique(values).size != values.size)
+
+
+def _lookup(
+    keys: pa.StringArray, values: pa.StringArray, rec: I64, n: int, name: str
+) -> pa.StringArray:
+    """The value of property *name* per record (keys are unique per record by now)."""
+    hits = np.flatnonzero(pc.equal(keys, name).to_numpy(zero_copy_only=False))
+    index = np.zeros(n, dtype=np.int64)
+    index[rec[hits]] = hits
+    missing = np.ones(n, dtype=np.bool_)
+    missing[rec[hits]] = False
+    found: pa.StringArray = values.take(pa.array(index, mask=missing))
+    return found
 
 
 def _hosts(addr: U8, port: I64, v6: Bools) -> pa.StringArray:
@@ -689,7 +759,10 @@ def _hosts(addr: U8, port: I64, v6: Bools) -> pa.StringArray:
     if v4.any():
         a4 = np.ascontiguousarray(addr[v4, :4]).view(">u4")[:, 0].astype(np.uint64)
         key = (a4 << np.uint64(32)) | (port[v4].astype(np.uint64) & np.uint64(0xFFFFFFFF))
-        uniq, inverse = np.unique(key, return_inverse=True)
+        if (key == key[0]).all():  # the common case: one producer, one broker
+            uniq, inverse = key[:1], np.zeros(key.size, dtype=np.int64)
+        else:
+            uniq, inverse = np.unique(key, return_inverse=True)
         labels[v4] = inverse.ravel()
         for k in uniq.tolist():
             p = k & 0xFFFFFFFF
@@ -719,19 +792,28 @@ def decode_batch(
     sd: SegmentData, starts: I64, schema: pa.Schema = MESSAGE_ARROW_SCHEMA
 ) -> pa.RecordBatch:
     """The messages at *starts* (valid records, from :func:`scan_range`) as a batch."""
-    r = _layout(sd, starts)
-    h = r.head
+    return decode_records(sd, _layout(sd, starts), schema)
+
+
+def decode_records(
+    sd: SegmentData, r: Records, schema: pa.Schema = MESSAGE_ARROW_SCHEMA
+) -> pa.RecordBatch:
+    """The messages of *r* (valid records, from :func:`scan_records`) as a batch."""
+    starts = r.starts
+    h = _decode_head(sd, r)
     arr = sd.array
     topics = _utf8(_slices(arr, r.topic_pos, r.topic_pos + r.topic_len))
-    props = _properties(_utf8(_slices(arr, r.props_pos, r.props_pos + r.props_len)))
+    props, tags, keys = _properties(
+        _utf8(_slices(arr, r.props_pos, r.props_pos + r.props_len))
+    )
     columns: dict[str, pa.Array] = {
         "physical_offset": pa.array(sd.segment.start + starts, type=pa.int64()),
         "size": pa.array(h["size"].astype(np.int32)),
         "topic": topics,
         "queue_id": pa.array(h["queue_id"].astype(np.int32)),
         "queue_offset": pa.array(h["queue_offset"]),
-        "tags": pc.map_lookup(props, PROPERTY_TAGS, "first"),
-        "keys": pc.map_lookup(props, PROPERTY_KEYS, "first"),
+        "tags": tags,
+        "keys": keys,
         "born_timestamp": _timestamps(h["born_timestamp"]),
         "born_host": _hosts(h["born_addr"], h["born_port"], (r.family & 1) == 1),
         "store_timestamp": _timestamps(h["store_timestamp"]),
@@ -753,7 +835,7 @@ def crc_problems(sd: SegmentData, starts: I64) -> list[Problem]:
     if starts.size == 0:
         return []
     r = _layout(sd, starts)
-    stored = r.head["body_crc"].tolist()
+    stored = _int(sd.array, starts + POS_BODY_CRC, ">i4").tolist()
     problems: list[Problem] = []
     with memoryview(sd.data) as mv:
         for pos, b, n, want in zip(

@@ -15,10 +15,10 @@ from trioha.pipeline._decode import (
     PROBLEM_ARROW_SCHEMA,
     chunks,
     crc_problems,
-    decode_batch,
+    decode_records,
     open_segment,
-    record_sizes,
     scan_range,
+    scan_records,
 )
 from trioha.pipeline._format import Problem
 from trioha.pipeline._plan import ScanPartition
@@ -34,10 +34,9 @@ def read_messages(
     """Every valid message starting in the partition's ranges, in offset order."""
     for rng in partition.ranges:
         with open_segment(rng.segment) as sd:
-            starts, _ = scan_range(sd, rng.begin, rng.end, rng.last)
-            sizes = record_sizes(sd, starts)
-            for part in chunks(sizes, max_rows=batch_rows, max_bytes=batch_bytes):
-                yield decode_batch(sd, starts[part], schema)
+            records, _ = scan_records(sd, rng.begin, rng.end, rng.last)
+            for part in chunks(records.size, max_rows=batch_rows, max_bytes=batch_bytes):
+                yield decode_records(sd, records.take(part), schema)
 
 
 def read_problems(partition: ScanPartition, *, verify_crc: bool = True) -> Iterator[Problem]:
