@@ -28,6 +28,8 @@ log = logging.getLogger("trioha.remoting.registration")
 
 #: ``registerBrokerTimeoutMills``: 6 s.
 REGISTER_TIMEOUT = 6.0
+#: First retry after a failed registration round; doubles up to the period.
+RETRY_FIRST = 1.0
 
 
 def namesrv_addresses(config: BrokerConfig) -> list[str]:
@@ -83,13 +85,19 @@ class Registrar:
             body,
         )
 
-    async def register_all(self) -> None:
-        """One registration with every name server; failures are logged, not raised."""
+    async def register_all(self) -> bool:
+        """One registration with every name server; failures are logged, not raised.
+
+        Returns whether every name server took it.
+        """
+        failed: list[str] = []
         async with trio.open_nursery() as nursery:
             for address in namesrv_addresses(self.config):
-                nursery.start_soon(self._register_one, address)
+                nursery.start_soon(self._register_one, address, failed)
+        return not failed
 
-    async def _register_one(self, address: str) -> None:
+    async def _register_one(self, address: str, failed: list[str]) -> None:
+        failed.append(address)
         try:
             with trio.fail_after(REGISTER_TIMEOUT):
                 response = await self.pool.request(
@@ -107,6 +115,7 @@ class Registrar:
                 response.remark,
             )
             return
+        failed.remove(address)
         if self.registrations == 0:
             log.info("registered %s with name server %s", self.broker_addr, address)
         self.registrations += 1
@@ -130,14 +139,19 @@ class Registrar:
     ) -> NoReturn:
         """Register now, then every period or on :meth:`request`; unregister when cancelled."""
         period = min(max(self.config.register_name_server_period, 10_000), 60_000) / 1000
+        retry = RETRY_FIRST
         try:
-            await self.register_all()
+            ok = await self.register_all()
             task_status.started()
             while True:
-                with trio.move_on_after(period):
+                # A failed round is retried sooner (1 s, doubling up to the period): a broker
+                # started just before its name server would otherwise stay unknown for 30 s.
+                wait = period if ok else min(retry, period)
+                retry = RETRY_FIRST if ok else retry * 2
+                with trio.move_on_after(wait):
                     await self._changed.wait()
                 self._changed = trio.Event()
-                await self.register_all()
+                ok = await self.register_all()
         finally:
             with trio.CancelScope(shield=True):
                 await self.unregister_all()
