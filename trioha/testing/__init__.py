@@ -1,19 +1,74 @@
-"""Public helpers for testing code built on trioha.
+"""Public helpers for testing code built on trioha: run trioha's own property-based tests
+against your configuration (docs/testing.md).
 
-Submodules (imported on first use, so that importing this package needs nothing extra):
+Imported eagerly (they need nothing beyond trioha itself):
 
-- ``trioha.testing.strategies``: Hypothesis strategies for stored messages (needs hypothesis).
+- :class:`ProtocolPair`, :class:`PairOptions`, :class:`Link`, :class:`SyncPut`: a master and a
+  slave protocol pair with their commit logs, wired by byte queues and driven step by step.
+
+Imported on first use, because they need hypothesis:
+
+- ``trioha.testing.strategies``: Hypothesis strategies for stored messages and for HA byte
+  streams (cut anywhere, hostile frames and reports).
+- :class:`ReplicationMachine`, :func:`replication_machine`, :func:`pair_options`,
+  :func:`memory_log`: the stateful test of the protocol pair.
 """
 
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["strategies"]
+from trioha.testing._pair import (
+    Link,
+    PairOptions,
+    ProtocolPair,
+    ReplicaLog,
+    SyncPut,
+    log_bytes,
+    pending_report_bytes,
+)
+
+if TYPE_CHECKING:
+    from trioha.testing import strategies
+    from trioha.testing._machine import (
+        LogFactory,
+        ReplicationMachine,
+        memory_log,
+        pair_options,
+        replication_machine,
+    )
+
+__all__ = [
+    "Link",
+    "LogFactory",
+    "PairOptions",
+    "ProtocolPair",
+    "ReplicaLog",
+    "ReplicationMachine",
+    "SyncPut",
+    "log_bytes",
+    "memory_log",
+    "pair_options",
+    "pending_report_bytes",
+    "replication_machine",
+    "strategies",
+]
+
+_LAZY = {
+    "strategies": "trioha.testing.strategies",
+    "LogFactory": "trioha.testing._machine",
+    "ReplicationMachine": "trioha.testing._machine",
+    "memory_log": "trioha.testing._machine",
+    "pair_options": "trioha.testing._machine",
+    "replication_machine": "trioha.testing._machine",
+}
 
 
-def __getattr__(name: str) -> ModuleType:
-    if name in __all__:
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name == "strategies":
+        return importlib.import_module(module)
+    return getattr(importlib.import_module(module), name)
