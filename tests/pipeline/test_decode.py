@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+pytest.importorskip("numpy", reason="the decoder needs the spark extra")
 pytest.importorskip("pyarrow", reason="the decoder needs the spark extra")
 
 import numpy as np

@@ -215,16 +215,16 @@ def _read(layout: LogLayout, start: int, end: int) -> bytes:
 def _first_difference(master: LogLayout, slave: LogLayout, start: int, end: int) -> int:
     pos = start
     while pos < end:
-        stop = min(end, pos + 4 * MIB)
+        stop = min(end, pos + 4 * MIB)  # _read stops at a segment's end, too
         a = np.frombuffer(_read(master, pos, stop), dtype=np.uint8)
         b = np.frombuffer(_read(slave, pos, stop), dtype=np.uint8)
         n = min(a.size, b.size)
         diff = np.flatnonzero(a[:n] != b[:n])
         if diff.size:
             return pos + int(diff[0])
-        if a.size != b.size:
+        if a.size != b.size or n == 0:
             return pos + n
-        pos = stop
+        pos += n
     return start  # the digests differed, so this is not reached with stable files
 
 
