@@ -139,7 +139,10 @@ def test_read_layout_errors_name_the_path(tmp_path: Path) -> None:
 
 def test_planning_a_segment_into_many_ranges_reads_each_record_once(tmp_path: Path) -> None:
     """Records straddle range boundaries; each is read by the range it starts in."""
-    pytest.importorskip("pyarrow", reason="the decoder needs the spark extra")
+    from tests.pipeline.conftest import MISSING, SKIP_REASON
+
+    if MISSING:
+        pytest.skip(SKIP_REASON)
     from tests.pipeline._logs import varied_messages, write_log
     from trioha.pipeline._read import read_messages
 

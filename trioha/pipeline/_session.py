@@ -107,12 +107,12 @@ def spark_session(
     *progress* shows Spark's console progress bar (the CLI wants it, tests do not).
     Call ``.stop()`` on the result when done. The commitlog data sources are registered.
     """
-    require_pyspark()
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started our JVM
     if master is None and not submitted:
         master = "local[*]"
     if not submitted:
         find_java()
+    require_pyspark()
     local = master is not None and is_local(master)
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
