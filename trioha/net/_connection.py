@@ -100,12 +100,15 @@ class HAConnection:
 
     async def _reader(self, scope: trio.CancelScope) -> None:
         try:
-            while True:
-                with trio.move_on_at(self.proto.read_deadline):
+            # One scope for the housekeeping deadline, moved after every read: an ack costs
+            # an attribute update rather than a new cancel scope.
+            with trio.move_on_at(self.proto.read_deadline) as idle:
+                while True:
                     data = await self.stream.receive_some(READ_SIZE)
                     if not data:
                         self._end("slave closed the connection", scope)
                         return
+                    awaiting = not self.transferring
                     actions = self.proto.receive_data(
                         data, now=trio.current_time(), log=log_view(self.commitlog)
                     )
@@ -115,14 +118,14 @@ class HAConnection:
                         elif isinstance(action, Close):
                             self._end(action.reason, scope)
                             return
-                    self.wakeup.notify()  # the first report lets the writer start
-                    continue
-                self._end(
-                    f"nothing read from the slave for {self.proto.timing.housekeeping:g} s "
-                    "(housekeeping)",
-                    scope,
-                )
-                return
+                    if awaiting and self.transferring:
+                        self.wakeup.notify()  # the first report lets the writer start
+                    idle.deadline = self.proto.read_deadline
+            self._end(
+                f"nothing read from the slave for {self.proto.timing.housekeeping:g} s "
+                "(housekeeping)",
+                scope,
+            )
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self._end(f"connection broken while reading: {exc or type(exc).__name__}", scope)
 
