@@ -1,0 +1,48 @@
+"""Exhaustive model checking of trioha's HA replication, over the production transition code.
+
+The checker explores every reachable state of a small world (one master, one slave, a few
+messages, fault budgets) whose protocol steps are :func:`trioha.proto.master_step` and
+:func:`trioha.proto.slave_step` themselves, so what it proves is what production runs.
+``python -m model --list`` shows the configurations; docs/model.md explains the properties.
+
+    >>> import model
+    >>> result = model.check("smoke")
+    >>> result.ok
+    True
+"""
+
+from model._configs import CONFIGS, get
+from model._engine import Edge, Goal, Invariant, Probe, Result, Spec, Trace, Violation
+from model._properties import HASpec
+from model._replay import ReplayMismatch, ReplayResult, fair_tail, replay
+from model._report import check, render_result, render_trace, verdict
+from model._world import Config, Conn, Faults, HAModel, Kind, Step, World
+
+__all__ = [
+    "CONFIGS",
+    "Config",
+    "Conn",
+    "Edge",
+    "Faults",
+    "Goal",
+    "HAModel",
+    "HASpec",
+    "Invariant",
+    "Kind",
+    "Probe",
+    "ReplayMismatch",
+    "ReplayResult",
+    "Result",
+    "Spec",
+    "Step",
+    "Trace",
+    "Violation",
+    "World",
+    "check",
+    "fair_tail",
+    "get",
+    "render_result",
+    "render_trace",
+    "replay",
+    "verdict",
+]

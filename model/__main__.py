@@ -1,0 +1,5 @@
+import sys
+
+from model._cli import main
+
+sys.exit(main())

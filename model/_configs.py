@@ -1,0 +1,152 @@
+"""Named worlds: the three sizes every change is checked at, and known-bad ones that must fail.
+
+The distinct-state count of each configuration is pinned in ``tests/model`` (and, for
+``nightly``, in docs/model.md), so any change in the protocol's semantics shows up as a changed
+count even when every property still holds.
+
+Known-bad configurations reproduce RocketMQ's documented failure modes. Each must fail on the
+named property with a short trace; where a trioha option fixes the problem, its ``fixed-`` twin
+turns the option on and must pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from model._world import Config, Faults
+
+_BASE = Config(name="base", doc="")
+
+
+def _config(name: str, doc: str, **changes: Any) -> Config:
+    return attrs.evolve(_BASE, name=name, doc=doc, **changes)
+
+
+CONFIGS: dict[str, Config] = {
+    c.name: c
+    for c in (
+        # --- the three sizes ---------------------------------------------------------------
+        _config(
+            "smoke",
+            "2 messages in one segment, sync puts, frames of 1 byte; a drop, a slave restart and "
+            "a master crash (SYNC_FLUSH). Runs in seconds, in the default test run.",
+            faults=Faults(drops=1, restarts=1, crashes=1),
+        ),
+        _config(
+            "ci",
+            "2 messages, sync puts; a drop, a stale master-side connection and an early "
+            "housekeeping close. At least 10^5 states.",
+            faults=Faults(drops=1, stale=1, housekeeping=1),
+        ),
+        _config(
+            "nightly",
+            "2 messages, sync and async puts; every fault once except deletion: drop, stale "
+            "connection, housekeeping, slave restart, master crash, bogus report. 10^6+ states.",
+            async_puts=True,
+            faults=Faults(drops=1, stale=1, housekeeping=1, restarts=1, crashes=1, bogus=1),
+        ),
+        _config(
+            "multi-segment",
+            "3 messages over two segments with ha_sync_from_oldest: the slave must always be "
+            "able to get the whole log; a drop and a slave restart.",
+            messages=3,
+            sync_from_oldest=True,
+            full_copy_goal=True,
+            faults=Faults(drops=1, restarts=1),
+        ),
+        # --- known-bad, and the option that fixes each -----------------------------------------
+        _config(
+            "ack-written-restart",
+            "RocketMQ's slave acks what it has written, not flushed; a slave restart loses the "
+            "page cache, so a PUT_OK message is gone from the slave.",
+            slave_ack_flushed=False,
+            batch_size=2,
+            time=False,
+            faults=Faults(restarts=1),
+            expect="SyncAckedOnSlave",
+        ),
+        _config(
+            "fixed-ack-flushed-restart",
+            "The same with ha_slave_ack_flushed: the slave reports only what it flushed.",
+            batch_size=2,
+            time=False,
+            faults=Faults(restarts=1),
+        ),
+        _config(
+            "async-flush-crash",
+            "ASYNC_FLUSH master crashes: it loses what the slave already has and writes new "
+            "messages at the same offsets; classic HA cannot truncate the slave (#323).",
+            master_sync_flush=False,
+            sync_puts=False,
+            async_puts=True,
+            batch_size=2,
+            time=False,
+            faults=Faults(crashes=1),
+            expect="NoDivergence",
+        ),
+        _config(
+            "fixed-sync-flush-crash",
+            "The same with SYNC_FLUSH on the master: a crash loses nothing the slave has.",
+            sync_puts=False,
+            async_puts=True,
+            batch_size=2,
+            time=False,
+            faults=Faults(crashes=1),
+        ),
+        _config(
+            "segment-deletion",
+            "The master deletes the segment a disconnected slave still needs; the slave can "
+            "never catch up again and must be re-seeded (#3388).",
+            messages=3,
+            sync_puts=False,
+            async_puts=True,
+            batch_size=2,
+            time=False,
+            faults=Faults(deletions=1),
+            expect="EventuallyCaughtUp",
+        ),
+        _config(
+            "last-segment-copy",
+            "An empty slave is served from the start of the master's last segment, so it never "
+            "gets the older history (#3661).",
+            messages=3,
+            sync_puts=False,
+            async_puts=True,
+            batch_size=2,
+            time=False,
+            full_copy_goal=True,
+            expect="EventuallyFullCopy",
+        ),
+        _config(
+            "fixed-oldest-copy",
+            "The same with ha_sync_from_oldest: an empty slave gets the whole log.",
+            messages=3,
+            sync_puts=False,
+            async_puts=True,
+            batch_size=2,
+            time=False,
+            full_copy_goal=True,
+            sync_from_oldest=True,
+        ),
+        _config(
+            "empty-slave-gap",
+            "A sync put waits; the slave reconnects empty and, by the last-segment rule, is "
+            "served from a later segment; its acks then cover the waiting put it never got. "
+            "Must pass; fails until the production fix (docs/model.md, open findings).",
+            messages=3,
+            batch_size=2,
+            time=False,
+            faults=Faults(drops=1),
+        ),
+    )
+}
+
+
+def get(name: str) -> Config:
+    try:
+        return CONFIGS[name]
+    except KeyError:
+        known = ", ".join(CONFIGS)
+        raise KeyError(f"no configuration {name!r}; known: {known}") from None

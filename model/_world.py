@@ -1,0 +1,1204 @@
+"""The replication world the checker explores: one master, one slave, their logs and the wire.
+
+Every protocol decision in here is made by the production core, :func:`trioha.proto.master_step`
+and :func:`trioha.proto.slave_step`, with the production states, events and actions; sync
+replication is decided by :func:`trioha.proto.replicated_offset` and
+:func:`trioha.proto.slaves_available`, as ``trioha.net.HAService`` does. This module only
+supplies what surrounds the core in a real deployment: the two commit logs, the TCP streams as
+FIFO channels, the clock, the producers, and faults.
+
+Abstractions (each one chosen to keep the state space small without hiding a behaviour):
+
+* **Logs** are tuples with one small integer per byte offset: the id of the message that byte
+  belongs to. Message *k* is ``message_size`` bytes of value *k*; ids are never reused, so a
+  byte rewritten after a master crash is visibly different. Segments hold a whole number of
+  messages, so no padding is needed.
+* **Channels** are tuples (FIFO). Master to slave: :class:`FrameHeader` and :class:`FrameBody`
+  items, so the slave may receive a header and only later its body (a partial frame). Slave to
+  master: report offsets; the master may read several at once and, as ``ReadSocketService``
+  does, only the newest counts.
+* **Writes** are whole frames: ``SendReady`` and ``FrameWritten`` are fed in one step. A frame
+  cut by a drop looks to the slave exactly like a header received before the drop.
+* **Time** advances in ``Tick`` steps of one heartbeat interval, and only when every channel
+  is empty and no append waits to be confirmed (delivery is much faster than 5 s). At a tick
+  every heartbeat is due; housekeeping fires after two silent ticks (RocketMQ: 20 s against
+  5 s heartbeats, so at least one heartbeat always fits in between). Counters of silent ticks
+  live on each connection. A housekeeping close of a link whose peer is alive and whose
+  heartbeats work is a violation; the housekeeping *fault* is a stall (GC pause, network)
+  and may strike at any moment.
+* **Closes.** When the master side closes a connection the slave notices at once. When the
+  slave side closes (drop, rejected frame, housekeeping, restart), the master side goes with it
+  unless a *stale connection* fault is spent: then it lingers, its unread reports still arrive,
+  its writer is blocked (nobody reads: a zero window), and it ends when the master notices
+  (``ConnectionLost``) or by
+  housekeeping.
+* **Faults** have budgets so every run is finite; recovery never needs one (liveness ignores
+  fault edges).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import attrs
+
+from trioha._errors import LocalProtocolError
+from trioha.proto import (
+    AckAdvanced,
+    Append,
+    AppendConfirmed,
+    BodyReceived,
+    Close,
+    Connected,
+    ConnectionLost,
+    FrameWritten,
+    HeaderReceived,
+    HeartbeatDue,
+    LogView,
+    MasterAction,
+    MasterEvent,
+    MasterOptions,
+    MasterPhase,
+    MasterState,
+    ReadIdle,
+    ReportReceived,
+    SendHeartbeat,
+    SendReady,
+    SendReport,
+    SendTransfer,
+    SlaveAction,
+    SlaveEvent,
+    SlavePhase,
+    SlaveState,
+    choose_start,
+    master_step,
+    replicated_offset,
+    slave_step,
+    slaves_available,
+)
+
+_T = TypeVar("_T")
+_MasterResult = tuple[MasterState, tuple[MasterAction, ...]] | LocalProtocolError
+_SlaveResult = tuple[SlaveState, tuple[SlaveAction, ...]] | LocalProtocolError
+
+# --- configuration ----------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Faults:
+    """How many of each fault a run may inject (0 = never)."""
+
+    #: The TCP connection breaks (both ends see it).
+    drops: int = 0
+    #: A side's housekeeping fires early (a stall longer than ``haHousekeepingInterval``).
+    housekeeping: int = 0
+    #: A slave-side close leaves the master's side alive; its late reports still arrive.
+    stale: int = 0
+    #: The slave restarts; its log is cut anywhere between flushed and written.
+    restarts: int = 0
+    #: The master crashes and restarts; its log is cut to what it flushed.
+    crashes: int = 0
+    #: The master deletes its oldest segment (retention, ``deleteWhen``).
+    deletions: int = 0
+    #: A report beyond the master's end arrives (RocketMQ #3015/#1155).
+    bogus: int = 0
+
+    def total(self) -> int:
+        return sum(attrs.astuple(self))
+
+
+@attrs.frozen
+class Config:
+    """One named world: its size, the options under test, and the fault budgets."""
+
+    name: str
+    doc: str
+    #: Messages put in total (producers stop after that).
+    messages: int = 2
+    message_size: int = 2
+    #: ``mappedFileSizeCommitLog``; a multiple of ``message_size``.
+    segment_size: int = 4
+    #: ``haTransferBatchSize``: smaller than a message makes frames split messages.
+    batch_size: int = 1
+    #: Frames in flight per connection before the master's writes block (TCP back pressure).
+    window: int = 2
+    sync_puts: bool = True
+    async_puts: bool = False
+    #: SYNC_FLUSH on the master: a put is on disk before it is acknowledged or replicated.
+    master_sync_flush: bool = True
+    #: ``ha_slave_ack_flushed``: the slave reports only what it has flushed.
+    slave_ack_flushed: bool = True
+    #: ``ha_sync_from_oldest``: a slave reporting 0 gets the whole log, not the last segment.
+    sync_from_oldest: bool = False
+    #: Slaves whose ack a sync put waits for (``in_sync_replicas - 1``).
+    needed_acks: int = 1
+    #: ``haSlaveFallbehindMax`` in bytes.
+    fallbehind_max: int = 1 << 30
+    #: Model time: heartbeats and housekeeping (``Tick`` steps).
+    time: bool = True
+    faults: Faults = Faults()
+    #: Also require the slave to end up with the master's whole log (not just its tail).
+    full_copy_goal: bool = False
+    #: Known-bad configurations: the property that must fail (the test asserts it does).
+    expect: str | None = None
+    #: Sort interchangeable connections (symmetry reduction).
+    symmetry: bool = True
+
+    def __attrs_post_init__(self) -> None:
+        if self.segment_size % self.message_size:
+            raise ValueError("segment_size must hold a whole number of messages")
+        if self.messages * self.message_size >= 255 or self.messages >= 255:
+            raise ValueError("message ids and offsets must fit a byte")
+
+    @property
+    def options(self) -> MasterOptions:
+        return MasterOptions(batch_size=self.batch_size, sync_from_oldest=self.sync_from_oldest)
+
+    @property
+    def bogus_offset(self) -> int:
+        """A report beyond any end the master can reach."""
+        return self.messages * self.message_size + self.message_size
+
+
+# --- the world --------------------------------------------------------------------------------
+
+
+@attrs.frozen(cache_hash=True)
+class FrameHeader:
+    """The 12-byte header of a frame on the wire: ``(offset, size)``; size 0 is a heartbeat."""
+
+    offset: int
+    size: int
+
+
+@attrs.frozen(cache_hash=True)
+class FrameBody:
+    """The body of the frame whose header precedes it: one message id per byte."""
+
+    data: tuple[int, ...]
+
+
+Item = FrameHeader | FrameBody
+
+
+@attrs.frozen(cache_hash=True)
+class Conn:
+    """One TCP connection as the master holds it, with both directions in flight.
+
+    ``attached``: the slave's client is on this connection. A detached connection is either a
+    stale one (its slave side is gone) or one a rogue client opened. The other fields after
+    ``up`` are bookkeeping the properties need (ghost variables); the protocol never reads them.
+    """
+
+    master: MasterState
+    #: Master -> slave items not yet received (dropped when the slave leaves the connection).
+    down: tuple[Item, ...] = ()
+    #: Slave -> master reports not yet read.
+    up: tuple[int, ...] = ()
+    attached: bool = True
+    #: The slave's written end when it left this connection (-1: never had a slave).
+    truth: int = -1
+    #: End of the last frame the master sent here (-1: none yet).
+    sent_end: int = -1
+    #: The last report the slave sent here (-1: none yet).
+    last_report: int = -1
+    #: Ticks since the master last read anything here (housekeeping after 2).
+    m_read: int = 0
+    #: Ticks since the slave last read anything here (housekeeping after 2; 0 when detached).
+    s_read: int = 0
+
+    def but(
+        self,
+        *,
+        master: MasterState | None = None,
+        down: tuple[Item, ...] | None = None,
+        up: tuple[int, ...] | None = None,
+        attached: bool | None = None,
+        truth: int | None = None,
+        sent_end: int | None = None,
+        last_report: int | None = None,
+        m_read: int | None = None,
+        s_read: int | None = None,
+    ) -> Conn:
+        """A copy with some fields changed (``attrs.evolve`` without its introspection cost)."""
+        return Conn(
+            self.master if master is None else master,
+            self.down if down is None else down,
+            self.up if up is None else up,
+            self.attached if attached is None else attached,
+            self.truth if truth is None else truth,
+            self.sent_end if sent_end is None else sent_end,
+            self.last_report if last_report is None else last_report,
+            self.m_read if m_read is None else m_read,
+            self.s_read if s_read is None else s_read,
+        )
+
+
+@attrs.frozen(cache_hash=True)
+class World:
+    """The whole system: master log and connections, slave core and log, ghosts, budgets."""
+
+    #: The master's commit log: one message id per offset, from offset 0.
+    mlog: tuple[int, ...] = ()
+    #: Flushed end of the master's log (SYNC_FLUSH keeps it equal to the written end).
+    mflushed: int = 0
+    #: Oldest offset still stored on the master (segments below were deleted).
+    mmin: int = 0
+    #: Messages put so far; the next message's id is ``puts + 1``.
+    puts: int = 0
+    #: Sync puts waiting for a slave (``GroupTransferService``): ``(end, message id)``.
+    pending: tuple[tuple[int, int], ...] = ()
+    #: Sync puts answered PUT_OK: ``(start, end, message id)`` (ghost, for the properties).
+    acked: tuple[tuple[int, int, int], ...] = ()
+    conns: tuple[Conn, ...] = ()
+    #: The slave's protocol core; DISCONNECTED between connections.
+    slave: SlaveState = attrs.field(factory=SlaveState)
+    #: The slave's log: ``slog[i]`` is offset ``sbase + i``; an empty log has ``sbase == 0``.
+    sbase: int = 0
+    slog: tuple[int, ...] = ()
+    #: Flushed end of the slave's log (``sbase`` when nothing is flushed yet).
+    sflushed: int = 0
+    #: Fault budgets left.
+    budget: Faults = Faults()
+
+    @property
+    def send(self) -> int:
+        """The slave's written end, 0 when its log is empty (its ``maxPhyOffset``)."""
+        return self.sbase + len(self.slog) if self.slog else 0
+
+    @property
+    def mmax(self) -> int:
+        return len(self.mlog)
+
+    def attached(self) -> int:
+        """Index of the connection the slave is on, or -1."""
+        for i, conn in enumerate(self.conns):
+            if conn.attached:
+                return i
+        return -1
+
+
+# --- steps ------------------------------------------------------------------------------------
+
+
+class Kind(enum.Enum):
+    """What a step does; protocol steps are named after the event they feed to the core."""
+
+    PUT = "Put"
+    MASTER_FLUSH = "MasterFlush"
+    SLAVE_FLUSH = "SlaveFlush"
+    CONNECTED = "Connected"
+    APPEND_CONFIRMED = "AppendConfirmed"
+    REPORT_RECEIVED = "ReportReceived"
+    SEND_READY = "SendReady"
+    HEADER_RECEIVED = "HeaderReceived"
+    BODY_RECEIVED = "BodyReceived"
+    CONNECTION_LOST = "ConnectionLost"
+    TICK = "Tick"
+    SYNC_TIMEOUT = "SyncTimeout"
+    # faults
+    DROP = "Drop"
+    READ_IDLE = "ReadIdle"
+    SLAVE_RESTART = "SlaveRestart"
+    MASTER_CRASH = "MasterCrash"
+    DELETE_SEGMENT = "DeleteSegment"
+    BOGUS_REPORT = "BogusReport"
+
+
+FAULT_KINDS = frozenset(
+    {
+        Kind.DROP,
+        Kind.READ_IDLE,
+        Kind.SLAVE_RESTART,
+        Kind.MASTER_CRASH,
+        Kind.DELETE_SEGMENT,
+        Kind.BOGUS_REPORT,
+    }
+)
+
+
+@attrs.frozen
+class Step:
+    """One step of a trace. ``conn`` indexes the connections of the state it is taken in.
+
+    ``arg`` depends on the kind: Put 1 = sync / 0 = async; ReportReceived: how many reports one
+    read takes (only the newest counts); ReadIdle: 0 = master side, 1 = slave side;
+    SlaveRestart: the offset the log is cut to; BogusReport: -1 = on a new (rogue) connection.
+    ``stale``: a slave-side close in this step leaves the master side alive (a fault).
+    """
+
+    kind: Kind
+    conn: int = -1
+    arg: int = -1
+    stale: bool = False
+
+    @property
+    def fault(self) -> bool:
+        return self.kind in FAULT_KINDS or self.stale
+
+    def __str__(self) -> str:
+        parts = []
+        if self.conn >= 0:
+            parts.append(f"c{self.conn}")
+        label = _ARG_LABELS.get(self.kind)
+        if label is not None:
+            parts.append(label(self.arg))
+        if self.stale:
+            parts.append("master side lingers")
+        inner = ", ".join(parts)
+        return f"{self.kind.value}({inner})" if inner else self.kind.value
+
+
+def _reports(a: int) -> str:
+    return "1 report" if a == 1 else f"{a} reports, newest counts"
+
+
+_ARG_LABELS: dict[Kind, Callable[[int], str]] = {
+    Kind.PUT: lambda a: "sync" if a else "async",
+    Kind.REPORT_RECEIVED: _reports,
+    Kind.READ_IDLE: lambda a: "slave side" if a else "master side",
+    Kind.SLAVE_RESTART: lambda a: f"log cut to {a}",
+    Kind.BOGUS_REPORT: lambda a: "rogue connection" if a < 0 else "on this connection",
+}
+
+
+@attrs.frozen
+class Outcome:
+    """What applying one step produced."""
+
+    world: World
+    violations: tuple[tuple[str, str], ...] = ()
+    marks: frozenset[str] = frozenset()
+    notes: tuple[str, ...] = ()
+    #: The step closed a slave side while the master side could have lingered.
+    slave_closed: bool = False
+
+
+# --- transition checks shared with the byte-level replay --------------------------------------
+
+
+def check_master_transition(before: MasterState, after: MasterState) -> list[tuple[str, str]]:
+    """RequestOffsetOnce and the master half of ReportsMonotonePerConnection."""
+    out = []
+    if before.request_offset >= 0 and after.request_offset != before.request_offset:
+        out.append(
+            (
+                "RequestOffsetOnce",
+                f"request offset changed from {before.request_offset} to {after.request_offset}"
+                " on one connection",
+            )
+        )
+    if (
+        before.next_transfer >= 0
+        and after.phase is not MasterPhase.CLOSED
+        and after.next_transfer < before.next_transfer
+    ):
+        out.append(
+            (
+                "RequestOffsetOnce",
+                f"the transfer position went back from {before.next_transfer} to "
+                f"{after.next_transfer}: the master re-chose where to resume",
+            )
+        )
+    if after.phase is not MasterPhase.CLOSED and after.ack_offset < before.ack_offset:
+        out.append(
+            (
+                "ReportsMonotonePerConnection",
+                f"the accepted ack went back from {before.ack_offset} to {after.ack_offset}",
+            )
+        )
+    return out
+
+
+def check_frame(
+    conn: Conn, offset: int, size: int, log: LogView, batch: int
+) -> list[tuple[str, str]]:
+    """FramesContiguous and FrameWithinLog for a frame the master sends on *conn*."""
+    out = []
+    request = conn.master.request_offset
+    if conn.sent_end >= 0:
+        if offset != conn.sent_end:
+            out.append(
+                (
+                    "FramesContiguous",
+                    f"frame at {offset} after a frame ending at {conn.sent_end}",
+                )
+            )
+    elif request > 0 and offset != request:
+        out.append(
+            (
+                "FramesContiguous",
+                f"first frame at {offset} but the slave asked for {request}",
+            )
+        )
+    elif request == 0 and (offset % log.segment_size or offset < log.min_offset):
+        out.append(
+            (
+                "FramesContiguous",
+                f"first frame for an empty slave at {offset}, not at a segment start >= "
+                f"{log.min_offset}",
+            )
+        )
+    if size:
+        end = offset + size
+        if (
+            offset < log.min_offset
+            or end > log.max_offset
+            or size > batch
+            or log.segment_start(offset) != log.segment_start(end - 1)
+        ):
+            out.append(
+                (
+                    "FrameWithinLog",
+                    f"frame [{offset}, {end}) is not within one segment of the master's log "
+                    f"[{log.min_offset}, {log.max_offset}) or exceeds the batch size {batch}",
+                )
+            )
+    elif offset > log.max_offset:
+        out.append(("FrameWithinLog", f"heartbeat at {offset}, beyond the log end"))
+    return out
+
+
+def check_report(conn: Conn, offset: int) -> list[tuple[str, str]]:
+    """The slave half of ReportsMonotonePerConnection."""
+    if offset < conn.last_report:
+        return [
+            (
+                "ReportsMonotonePerConnection",
+                f"slave reported {offset} after {conn.last_report} on one connection",
+            )
+        ]
+    return []
+
+
+# --- applying a step --------------------------------------------------------------------------
+
+
+class _Tx:
+    """One transition being built: a mutable copy of the world plus what the step showed."""
+
+    def __init__(self, model: HAModel, world: World, step: Step, *, explain: bool) -> None:
+        self.cfg = model.config
+        self.options = model.options
+        self.intern = model.intern
+        self.master_step = model.master_step
+        self.slave_step = model.slave_step
+        self.w = world
+        self.step = step
+        self.mlog = world.mlog
+        self.mflushed = world.mflushed
+        self.mmin = world.mmin
+        self.puts = world.puts
+        self.pending = world.pending
+        self.acked = world.acked
+        self.conns: list[Conn | None] = list(world.conns)
+        self.slave = world.slave
+        self.sbase = world.sbase
+        self.slog = world.slog
+        self.sflushed = world.sflushed
+        self.budget = world.budget
+        self.violations: list[tuple[str, str]] = []
+        self.marks: set[str] = set()
+        self.notes: list[str] | None = [] if explain else None
+        self.slave_closed = False
+        self.stale_used = False
+
+    # --- small helpers --------------------------------------------------------------------
+    def note(self, text: str) -> None:
+        if self.notes is not None:
+            self.notes.append(text)
+
+    def spend(self, fault: str) -> None:
+        self.budget = attrs.evolve(self.budget, **{fault: getattr(self.budget, fault) - 1})
+
+    @property
+    def send(self) -> int:
+        return self.sbase + len(self.slog) if self.slog else 0
+
+    def log(self) -> LogView:
+        return LogView(self.mmin, len(self.mlog), self.cfg.segment_size)
+
+    def conn(self, i: int) -> Conn:
+        conn = self.conns[i]
+        assert conn is not None
+        return conn
+
+    def attached(self) -> int:
+        for i, conn in enumerate(self.conns):
+            if conn is not None and conn.attached:
+                return i
+        return -1
+
+    def live_acks(self) -> list[int]:
+        """Acks of connections in TRANSFER (``HAService.live_acks``)."""
+        return [
+            c.master.ack_offset
+            for c in self.conns
+            if c is not None and c.master.phase is MasterPhase.TRANSFER
+        ]
+
+    def freeze(self) -> World:
+        intern = self.intern
+        conns = tuple(intern(c) for c in self.conns if c is not None)
+        if self.cfg.symmetry and len(conns) > 1:
+            conns = tuple(sorted(conns, key=_conn_key))
+        w = self.w
+        return World(
+            self.mlog if self.mlog is w.mlog else intern(self.mlog),
+            self.mflushed,
+            self.mmin,
+            self.puts,
+            self.pending,
+            self.acked,
+            conns,
+            self.slave if self.slave is w.slave else intern(self.slave),
+            self.sbase,
+            self.slog if self.slog is w.slog else intern(self.slog),
+            self.sflushed,
+            self.budget if self.budget is w.budget else intern(self.budget),
+        )
+
+    # --- the master side ------------------------------------------------------------------
+    def master_feed(self, i: int, event: MasterEvent) -> tuple[MasterAction, ...]:
+        conn = self.conn(i)
+        before = conn.master
+        result = self.master_step(before, event)
+        if isinstance(result, LocalProtocolError):
+            self.violations.append(("NoLocalProtocolError", f"master c{i}: {result}"))
+            return ()
+        after, actions = result
+        if after is not before:
+            self.violations.extend(check_master_transition(before, after))
+            self.conns[i] = conn.but(master=after)
+        quiet = isinstance(event, FrameWritten) or (after == before and not actions)
+        if self.notes is not None and not quiet:
+            self.note(f"master c{i}: {_show(event)} -> {_show_master(after)}{_show_acts(actions)}")
+        return actions
+
+    def master_actions(self, i: int, actions: tuple[MasterAction, ...]) -> None:
+        for action in actions:
+            if self.conns[i] is None:
+                return
+            if isinstance(action, SendTransfer | SendHeartbeat):
+                self.master_wrote(i, action)
+            elif isinstance(action, AckAdvanced):
+                self.release_waiters()
+            elif isinstance(action, Close):
+                self.marks.add("master_closed:" + _reason_tag(action.reason))
+                self.master_close(i)
+
+    def master_wrote(self, i: int, action: SendTransfer | SendHeartbeat) -> None:
+        """The IO layer writes the whole frame, then tells the core (``FrameWritten``)."""
+        conn = self.conn(i)
+        log = self.log()
+        size = action.size if isinstance(action, SendTransfer) else 0
+        self.violations.extend(check_frame(conn, action.offset, size, log, self.cfg.batch_size))
+        down = conn.down
+        items: tuple[Item, ...] = (FrameHeader(action.offset, size),)
+        if size:
+            items += (FrameBody(self.mlog[action.offset : action.offset + size]),)
+        down += items
+        sent_end = action.offset + size if size else conn.sent_end
+        if not size and conn.sent_end < 0:
+            sent_end = action.offset
+        self.conns[i] = conn.but(down=down, sent_end=sent_end)
+        self.master_actions(i, self.master_feed(i, FrameWritten()))
+
+    def release_waiters(self) -> None:
+        """``HAService.on_ack``: every waiting sync put the live acks now cover is PUT_OK."""
+        if not self.pending:
+            return
+        done = replicated_offset(self.live_acks(), self.cfg.needed_acks)
+        keep = []
+        for end, mid in self.pending:
+            if end <= done:
+                self.acked += ((end - self.cfg.message_size, end, mid),)
+                self.marks.add("sync_acked")
+                if self.budget.drops < self.cfg.faults.drops:
+                    self.marks.add("sync_acked_after_drop")
+                self.note(f"sync put of message {mid} (ends at {end}) answered PUT_OK")
+            else:
+                keep.append((end, mid))
+        self.pending = tuple(keep)
+
+    def master_close(self, i: int) -> None:
+        """The master side closed: the connection is gone; an attached slave notices at once."""
+        conn = self.conn(i)
+        self.conns[i] = None
+        if conn.attached:
+            self.slave_feed(ConnectionLost())
+
+    # --- the slave side -------------------------------------------------------------------
+    def slave_feed(self, event: SlaveEvent) -> tuple[SlaveAction, ...]:
+        before = self.slave
+        result = self.slave_step(before, event)
+        if isinstance(result, LocalProtocolError):
+            self.violations.append(("NoLocalProtocolError", f"slave: {result}"))
+            return ()
+        after, actions = result
+        self.slave = after
+        if self.notes is not None and (after != before or actions):
+            self.note(f"slave: {_show(event)} -> {_show_slave(after)}{_show_acts(actions)}")
+        return actions
+
+    def slave_actions(
+        self, i: int, actions: tuple[SlaveAction, ...], body: tuple[int, ...] = ()
+    ) -> None:
+        for action in actions:
+            if isinstance(action, SendReport):
+                conn = self.conn(i)
+                self.violations.extend(check_report(conn, action.offset))
+                self.conns[i] = conn.but(up=(*conn.up, action.offset), last_report=action.offset)
+            elif isinstance(action, Append):
+                self.append(action, body)
+            elif isinstance(action, Close):
+                tag = _reason_tag(action.reason)
+                self.marks.add("slave_closed:" + tag)
+                if tag == "offset_mismatch":
+                    self.violations.append(("NoFrameRejected", f"slave: {action.reason}"))
+                self.slave_close(i)
+                return
+
+    def append(self, action: Append, body: tuple[int, ...]) -> None:
+        """The slave's store appends a body (``appendToCommitLog``); only at the log's end."""
+        if len(body) != action.size:
+            self.violations.append(
+                ("FramingIntact", f"Append of {action.size} bytes but the body has {len(body)}")
+            )
+            return
+        if not self.slog:
+            self.sbase, self.slog, self.sflushed = action.offset, body, action.offset
+        elif action.offset == self.send:
+            self.slog += body
+        else:
+            self.violations.append(
+                (
+                    "AppendAtEnd",
+                    f"Append at {action.offset} but the slave's log ends at {self.send}",
+                )
+            )
+
+    def slave_close(self, i: int) -> None:
+        """The slave side closed connection *i*: the master side goes too, unless it lingers."""
+        conn = self.conn(i)
+        self.conns[i] = conn.but(attached=False, truth=self.send, down=(), s_read=0)
+        self.slave_closed = True
+        if self.step.stale and not self.stale_used and self.budget.stale > 0:
+            self.stale_used = True
+            self.spend("stale")
+            self.note(f"master c{i} does not notice yet (stale connection)")
+            return
+        self.master_feed(i, ConnectionLost())
+        self.conns[i] = None
+
+    def detach_slave(self) -> None:
+        """The slave's side of its connection ends (drop, restart): as ``slave_close``."""
+        i = self.attached()
+        if i >= 0:
+            self.slave_close(i)
+
+
+def _conn_key(conn: Conn) -> tuple[object, ...]:
+    m = conn.master
+    return (
+        not conn.attached,
+        m.phase.value,
+        m.request_offset,
+        m.ack_offset,
+        m.next_transfer,
+        m.write_pending,
+        tuple(
+            (0, it.offset, it.size) if isinstance(it, FrameHeader) else (1, *it.data)
+            for it in conn.down
+        ),
+        conn.up,
+        conn.truth,
+        conn.sent_end,
+        conn.last_report,
+        conn.m_read,
+        conn.s_read,
+    )
+
+
+def _reason_tag(reason: str) -> str:
+    """A short stable tag for a close reason, for probes."""
+    for needle, tag in (
+        ("pushed offset", "offset_mismatch"),
+        ("#3388", "deleted_offset"),
+        ("beyond what was sent", "ack_beyond_sent"),
+        ("holds data this master does not", "request_beyond_end"),
+        ("went backwards", "report_backwards"),
+        ("housekeeping", "housekeeping"),
+    ):
+        if needle in reason:
+            return tag
+    return "other"
+
+
+def _show(obj: object) -> str:
+    if isinstance(obj, ReportReceived):
+        return f"ReportReceived({obj.offset})"
+    if isinstance(obj, SendReady):
+        return f"SendReady(heartbeat_due={obj.heartbeat_due})"
+    return repr(obj)
+
+
+def _show_master(m: MasterState) -> str:
+    text = f"{m.phase.value}"
+    if m.phase is not MasterPhase.AWAIT_REPORT:
+        text += f" request={m.request_offset} ack={m.ack_offset} next={m.next_transfer}"
+    return text
+
+
+def _show_slave(s: SlaveState) -> str:
+    text = f"{s.phase.value} expected={s.expected} reported={s.reported}"
+    if s.receiving is not None:
+        text += f" receiving={s.receiving}"
+    return text
+
+
+def _show_acts(actions: tuple[object, ...]) -> str:
+    if not actions:
+        return ""
+    return "; " + ", ".join(
+        f"Close({a.reason!r})" if isinstance(a, Close) else repr(a) for a in actions
+    )
+
+
+# --- the model --------------------------------------------------------------------------------
+
+
+class HAModel:
+    """The replication world of one :class:`Config`: its steps and their effects."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.options = config.options
+        # One object per distinct part of a world, so revisited worlds compare by identity.
+        self._interned: dict[object, object] = {}
+
+        self._master_memo: dict[tuple[MasterState, MasterEvent], _MasterResult] = {}
+        self._slave_memo: dict[tuple[SlaveState, SlaveEvent], _SlaveResult] = {}
+
+    def intern(self, value: _T) -> _T:
+        return self._interned.setdefault(value, value)  # type: ignore[return-value]
+
+    def master_step(self, state: MasterState, event: MasterEvent) -> _MasterResult:
+        """:func:`trioha.proto.master_step`, memoized: it is a pure function of its inputs."""
+        key = (state, event)
+        result = self._master_memo.get(key)
+        if result is None:
+            try:
+                new, actions = master_step(state, event, self.options)
+                result = (self.intern(new), actions)
+            except LocalProtocolError as exc:
+                result = exc
+            self._master_memo[key] = result
+        return result
+
+    def slave_step(self, state: SlaveState, event: SlaveEvent) -> _SlaveResult:
+        """:func:`trioha.proto.slave_step`, memoized likewise."""
+        key = (state, event)
+        result = self._slave_memo.get(key)
+        if result is None:
+            try:
+                new, actions = slave_step(state, event)
+                result = (self.intern(new), actions)
+            except LocalProtocolError as exc:
+                result = exc
+            self._slave_memo[key] = result
+        return result
+
+    def initial(self) -> World:
+        return World(budget=self.config.faults)
+
+    # --- enumerating steps ----------------------------------------------------------------
+    def steps(self, w: World) -> Iterator[Step]:
+        """Every step that may be enabled in *w* (``apply`` returns None for the others)."""
+        cfg = self.config
+        if w.puts < cfg.messages:
+            if cfg.sync_puts:
+                yield Step(Kind.PUT, arg=1)
+            if cfg.async_puts:
+                yield Step(Kind.PUT, arg=0)
+        if not cfg.master_sync_flush and w.mflushed < w.mmax:
+            yield Step(Kind.MASTER_FLUSH)
+        if w.slog and w.sflushed < w.send:
+            yield Step(Kind.SLAVE_FLUSH)
+        att = w.attached()
+        if att < 0:
+            yield Step(Kind.CONNECTED)
+        elif w.slave.phase is SlavePhase.TRANSFER and w.send > w.slave.reported:
+            yield Step(Kind.APPEND_CONFIRMED, att)
+        for i, conn in enumerate(w.conns):
+            for k in range(1, len(conn.up) + 1):
+                yield Step(Kind.REPORT_RECEIVED, i, k)
+            if (
+                conn.attached
+                and conn.master.phase is MasterPhase.TRANSFER
+                and len(conn.down) < 2 * cfg.window
+            ):
+                yield Step(Kind.SEND_READY, i)
+            if conn.attached and conn.down:
+                kind = (
+                    Kind.HEADER_RECEIVED if w.slave.receiving is None else Kind.BODY_RECEIVED
+                )
+                yield Step(kind, i)
+            if not conn.attached and not conn.up:
+                yield Step(Kind.CONNECTION_LOST, i)
+        if cfg.time and self._quiescent(w):
+            yield Step(Kind.TICK)
+        if w.pending:
+            yield Step(Kind.SYNC_TIMEOUT)
+        # faults
+        b = w.budget
+        if b.drops and att >= 0:
+            yield Step(Kind.DROP, att)
+        if b.housekeeping:
+            for i, conn in enumerate(w.conns):
+                yield Step(Kind.READ_IDLE, i, 0)
+                if conn.attached:
+                    yield Step(Kind.READ_IDLE, i, 1)
+        if b.restarts:
+            low = w.sflushed if w.slog else 0
+            for cut in range(low, w.send + 1):
+                yield Step(Kind.SLAVE_RESTART, arg=cut)
+        if b.crashes:
+            yield Step(Kind.MASTER_CRASH)
+        if b.deletions and w.mmin + cfg.segment_size < w.mmax:
+            yield Step(Kind.DELETE_SEGMENT)
+        if b.bogus:
+            yield Step(Kind.BOGUS_REPORT, arg=-1)
+            for i in range(len(w.conns)):
+                yield Step(Kind.BOGUS_REPORT, i, 0)
+
+    def _quiescent(self, w: World) -> bool:
+        if any(c.up or c.down for c in w.conns):
+            return False
+        return not (w.slave.phase is SlavePhase.TRANSFER and w.send > w.slave.reported)
+
+    def successors(self, w: World) -> Iterator[tuple[Step, Outcome]]:
+        for step in self.steps(w):
+            out = self.apply(w, step)
+            if out is None:
+                continue
+            yield step, out
+            if out.slave_closed and w.budget.stale > 0:
+                stale = attrs.evolve(step, stale=True)
+                out2 = self.apply(w, stale)
+                if out2 is not None:
+                    yield stale, out2
+
+    # --- applying a step ------------------------------------------------------------------
+    def apply(self, w: World, step: Step, *, explain: bool = False) -> Outcome | None:
+        """The world after *step*, or None when the step is not enabled or changes nothing."""
+        tx = _Tx(self, w, step, explain=explain)
+        handler = _HANDLERS[step.kind]
+        if handler(self, tx, w, step) is False:
+            return None
+        if step.stale and not tx.stale_used:
+            return None
+        return Outcome(
+            world=tx.freeze(),
+            violations=tuple(tx.violations),
+            marks=frozenset(tx.marks),
+            notes=tuple(tx.notes or ()),
+            slave_closed=tx.slave_closed,
+        )
+
+    # Each handler mutates the transaction; returning False means "not enabled here".
+
+    def _put(self, tx: _Tx, w: World, step: Step) -> bool:
+        cfg = self.config
+        if w.puts >= cfg.messages:
+            return False
+        mid = w.puts + 1
+        tx.puts = mid
+        tx.mlog = w.mlog + (mid,) * cfg.message_size
+        end = len(tx.mlog)
+        if cfg.master_sync_flush:
+            tx.mflushed = end
+        tx.note(f"master appends message {mid} at [{end - cfg.message_size}, {end})")
+        if step.arg:
+            acks = tx.live_acks()
+            if not slaves_available(acks, cfg.needed_acks, end, cfg.fallbehind_max):
+                tx.marks.add("slave_not_available")
+                tx.note("sync put answered SLAVE_NOT_AVAILABLE (no slave close enough)")
+            elif replicated_offset(acks, cfg.needed_acks) >= end:
+                tx.acked += ((end - cfg.message_size, end, mid),)
+                tx.note("sync put answered PUT_OK at once")
+            else:
+                tx.pending += ((end, mid),)
+                tx.note("sync put waits for a slave")
+        return True
+
+    def _master_flush(self, tx: _Tx, w: World, step: Step) -> bool:
+        tx.mflushed = w.mmax
+        return True
+
+    def _slave_flush(self, tx: _Tx, w: World, step: Step) -> bool:
+        tx.sflushed = w.send
+        return True
+
+    def _connected(self, tx: _Tx, w: World, step: Step) -> bool:
+        if w.attached() >= 0:
+            return False
+        if self.config.slave_ack_flushed and w.slog:
+            tx.sflushed = w.send  # the slave flushes before its first report
+        conn = Conn(master=MasterState())
+        tx.conns.append(conn)
+        i = len(tx.conns) - 1
+        tx.slave_actions(i, tx.slave_feed(Connected(w.send)))
+        return True
+
+    def _append_confirmed(self, tx: _Tx, w: World, step: Step) -> bool:
+        if self.config.slave_ack_flushed:
+            tx.sflushed = w.send
+            target = tx.sflushed
+        else:
+            target = w.send
+        tx.slave_actions(step.conn, tx.slave_feed(AppendConfirmed(target)))
+        return True
+
+    def _report_received(self, tx: _Tx, w: World, step: Step) -> bool:
+        conn = tx.conn(step.conn)
+        if not 1 <= step.arg <= len(conn.up):
+            return False
+        offset = conn.up[step.arg - 1]
+        tx.conns[step.conn] = conn.but(up=conn.up[step.arg :], m_read=0)
+        if not conn.attached and conn.last_report >= 0:
+            tx.marks.add("late_report_on_stale_connection")
+        if step.arg > 1:
+            tx.marks.add("reports_coalesced")
+        tx.master_actions(step.conn, tx.master_feed(step.conn, ReportReceived(offset, tx.log())))
+        return True
+
+    def _send_ready(self, tx: _Tx, w: World, step: Step) -> bool:
+        actions = tx.master_feed(step.conn, SendReady(tx.log(), heartbeat_due=False))
+        if not actions:
+            return False
+        tx.master_actions(step.conn, actions)
+        return True
+
+    def _header_received(self, tx: _Tx, w: World, step: Step) -> bool:
+        conn = tx.conn(step.conn)
+        item = conn.down[0]
+        tx.conns[step.conn] = conn.but(down=conn.down[1:], s_read=0)
+        if not isinstance(item, FrameHeader):
+            tx.violations.append(
+                (
+                    "FramingIntact",
+                    "the slave expects a frame header but the next bytes are a frame body",
+                )
+            )
+            return True
+        if item.size == 0:
+            tx.marks.add("heartbeat_received")
+        tx.slave_actions(step.conn, tx.slave_feed(HeaderReceived(item.offset, item.size)))
+        return True
+
+    def _body_received(self, tx: _Tx, w: World, step: Step) -> bool:
+        conn = tx.conn(step.conn)
+        item = conn.down[0]
+        tx.conns[step.conn] = conn.but(down=conn.down[1:], s_read=0)
+        if not isinstance(item, FrameBody):
+            tx.violations.append(
+                (
+                    "FramingIntact",
+                    f"the slave expects the body of {w.slave.receiving} but the next bytes "
+                    f"are a new frame's header {item}: a partial frame outlived its connection",
+                )
+            )
+            return True
+        tx.slave_actions(step.conn, tx.slave_feed(BodyReceived()), item.data)
+        return True
+
+    def _connection_lost(self, tx: _Tx, w: World, step: Step) -> bool:
+        conn = tx.conn(step.conn)
+        if conn.attached or conn.up:
+            return False
+        tx.master_feed(step.conn, ConnectionLost())
+        tx.conns[step.conn] = None
+        return True
+
+    def _tick(self, tx: _Tx, w: World, step: Step) -> bool:
+        """One heartbeat interval passes: housekeeping first, then every heartbeat is due."""
+        for i in range(len(tx.conns)):
+            conn = tx.conns[i]
+            if conn is None:
+                continue
+            conn = conn.but(m_read=conn.m_read + 1, s_read=conn.s_read + 1 if conn.attached else 0)
+            tx.conns[i] = conn
+            if conn.m_read >= 2:
+                if conn.attached:
+                    tx.violations.append(
+                        (
+                            "HeartbeatsKeepLinkOpen",
+                            f"master c{i} closed by housekeeping although its slave is "
+                            "connected: no report for two heartbeat intervals",
+                        )
+                    )
+                tx.marks.add("stale_connection_reaped")
+                tx.master_actions(i, tx.master_feed(i, ReadIdle()))
+                if tx.conns[i] is not None:
+                    tx.conns[i] = None
+                continue
+            if conn.attached:
+                if conn.s_read >= 2:
+                    tx.violations.append(
+                        (
+                            "HeartbeatsKeepLinkOpen",
+                            f"slave closed c{i} by housekeeping although the master is "
+                            "alive: nothing read for two heartbeat intervals",
+                        )
+                    )
+                    tx.slave_actions(i, tx.slave_feed(ReadIdle()))
+                    continue
+                tx.slave_actions(i, tx.slave_feed(HeartbeatDue()))
+            # A stale connection's writer is blocked: nobody reads it (zero window).
+            live = tx.conns[i]
+            if conn.attached and live is not None and live.master.phase is MasterPhase.TRANSFER:
+                tx.master_actions(i, tx.master_feed(i, SendReady(tx.log(), heartbeat_due=True)))
+        return True
+
+    def _sync_timeout(self, tx: _Tx, w: World, step: Step) -> bool:
+        _, mid = w.pending[0]
+        tx.pending = w.pending[1:]
+        tx.marks.add("sync_timeout")
+        tx.note(f"sync put of message {mid} answered FLUSH_SLAVE_TIMEOUT")
+        return True
+
+    # --- faults ---------------------------------------------------------------------------
+    def _drop(self, tx: _Tx, w: World, step: Step) -> bool:
+        tx.spend("drops")
+        if w.slave.receiving is not None:
+            tx.marks.add("drop_mid_frame")
+        tx.slave_feed(ConnectionLost())
+        tx.slave_close(step.conn)
+        return True
+
+    def _read_idle(self, tx: _Tx, w: World, step: Step) -> bool:
+        tx.spend("housekeeping")
+        if step.arg == 0:
+            tx.master_actions(step.conn, tx.master_feed(step.conn, ReadIdle()))
+        else:
+            tx.slave_actions(step.conn, tx.slave_feed(ReadIdle()))
+        return True
+
+    def _slave_restart(self, tx: _Tx, w: World, step: Step) -> bool:
+        tx.spend("restarts")
+        cut = step.arg
+        if w.slave.receiving is not None:
+            tx.marks.add("restart_mid_frame")
+        tx.detach_slave()
+        tx.slave = SlaveState()
+        if cut <= w.sbase:
+            tx.sbase, tx.slog, tx.sflushed = 0, (), 0
+        else:
+            tx.slog = w.slog[: cut - w.sbase]
+            tx.sflushed = cut
+        if w.slog and cut < w.send:
+            tx.marks.add("restart_lost_unflushed")
+            if cut % self.config.message_size:
+                tx.marks.add("restart_cut_mid_message")
+        tx.note(f"slave restarts with its log ending at {tx.send}")
+        return True
+
+    def _master_crash(self, tx: _Tx, w: World, step: Step) -> bool:
+        tx.spend("crashes")
+        att = tx.attached()
+        for i in range(len(tx.conns)):
+            if i != att:
+                tx.conns[i] = None
+        if att >= 0:
+            tx.master_close(att)
+        tx.mlog = w.mlog[: w.mflushed]
+        tx.pending = ()
+        if w.mflushed < w.mmax:
+            tx.marks.add("master_lost_unflushed")
+        tx.note(f"master restarts with its log ending at {len(tx.mlog)}")
+        return True
+
+    def _delete_segment(self, tx: _Tx, w: World, step: Step) -> bool:
+        tx.spend("deletions")
+        tx.mmin = w.mmin + self.config.segment_size
+        tx.note(f"master deletes its oldest segment; oldest offset now {tx.mmin}")
+        return True
+
+    def _bogus_report(self, tx: _Tx, w: World, step: Step) -> bool:
+        tx.spend("bogus")
+        bogus = self.config.bogus_offset
+        if step.arg < 0:
+            tx.conns.append(Conn(master=MasterState(), up=(bogus,), attached=False))
+        else:
+            conn = tx.conn(step.conn)
+            tx.conns[step.conn] = conn.but(up=(*conn.up, bogus))
+        return True
+
+
+_HANDLERS = {
+    Kind.PUT: HAModel._put,
+    Kind.MASTER_FLUSH: HAModel._master_flush,
+    Kind.SLAVE_FLUSH: HAModel._slave_flush,
+    Kind.CONNECTED: HAModel._connected,
+    Kind.APPEND_CONFIRMED: HAModel._append_confirmed,
+    Kind.REPORT_RECEIVED: HAModel._report_received,
+    Kind.SEND_READY: HAModel._send_ready,
+    Kind.HEADER_RECEIVED: HAModel._header_received,
+    Kind.BODY_RECEIVED: HAModel._body_received,
+    Kind.CONNECTION_LOST: HAModel._connection_lost,
+    Kind.TICK: HAModel._tick,
+    Kind.SYNC_TIMEOUT: HAModel._sync_timeout,
+    Kind.DROP: HAModel._drop,
+    Kind.READ_IDLE: HAModel._read_idle,
+    Kind.SLAVE_RESTART: HAModel._slave_restart,
+    Kind.MASTER_CRASH: HAModel._master_crash,
+    Kind.DELETE_SEGMENT: HAModel._delete_segment,
+    Kind.BOGUS_REPORT: HAModel._bogus_report,
+}
+
+
+def caught_up(w: World, config: Config) -> bool:
+    """The slave holds everything the master would serve it, and agrees with it.
+
+    With the last-segment rule an empty slave is served from the start of the master's last
+    segment (:func:`trioha.proto.choose_start`); when that is the master's end, an empty slave
+    whose connection is transferring has nothing left to receive, and is caught up too.
+    """
+    if not agree(w):
+        return False
+    if w.send == w.mmax:
+        return True
+    if w.send or w.slave.phase is not SlavePhase.TRANSFER:
+        return False
+    log = LogView(w.mmin, w.mmax, config.segment_size)
+    i = w.attached()
+    return (
+        choose_start(0, log, config.options) >= w.mmax
+        and w.conns[i].master.phase is MasterPhase.TRANSFER
+    )
+
+
+def full_copy(w: World) -> bool:
+    """The slave holds the master's whole stored log ``[mmin, mmax)``, byte for byte."""
+    if w.mmax == w.mmin:
+        return True
+    return bool(w.slog) and w.sbase <= w.mmin and w.send == w.mmax and agree(w)
+
+
+def agree(w: World) -> bool:
+    return divergence(w) is None
+
+
+def divergence(w: World) -> int | None:
+    """The first offset both logs hold with different bytes, or None."""
+    if not w.slog:
+        return None
+    lo = max(w.mmin, w.sbase)
+    hi = min(w.mmax, w.send)
+    for offset in range(lo, hi):
+        if w.mlog[offset] != w.slog[offset - w.sbase]:
+            return offset
+    return None
