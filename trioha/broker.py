@@ -88,6 +88,33 @@ class _GroupFlusher:
             self.waiters = still
 
 
+def message_record(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A put's keyword arguments as the store's ``append_batch`` takes them.
+
+    ``tags`` and ``keys`` become RocketMQ's TAGS and KEYS properties (several keys joined by
+    spaces, as ``Message.setKeys``); the born timestamp defaults to now.
+    """
+    props = dict(message.get("properties") or {})
+    keys = message.get("keys")
+    if keys:
+        props[PROPERTY_KEYS] = keys if isinstance(keys, str) else " ".join(keys)
+    if message.get("tags"):
+        props[PROPERTY_TAGS] = message["tags"]
+    record: dict[str, Any] = {
+        "topic": message["topic"],
+        "body": bytes(message["body"]),
+        "queue_id": message.get("queue_id", 0),
+        "flag": message.get("flag", 0),
+        "sysflag": message.get("sysflag", 0),
+        "properties": props,
+        "born_timestamp": message.get("born_timestamp") or int(time.time() * 1000),
+        "reconsume_times": message.get("reconsume_times", 0),
+    }
+    if message.get("born_host") is not None:
+        record["born_host"] = message["born_host"]
+    return record
+
+
 class Broker:
     """A running broker; obtain one from :func:`open_broker`."""
 
@@ -149,7 +176,7 @@ class Broker:
             return PutResult(PutStatus.MESSAGE_ILLEGAL)
         try:
             results = self.store.commitlog.append_batch(
-                [self._record(message) for message in messages]
+                [message_record(message) for message in messages]
             )
         except MessageTooLargeError as exc:
             log.warning("put refused: %s", exc)
@@ -176,27 +203,6 @@ class Broker:
             queue_offset=first.queue_offset,
             msg_id=first.msg_id,
         )
-
-    def _record(self, message: Mapping[str, Any]) -> dict[str, Any]:
-        props = dict(message.get("properties") or {})
-        keys = message.get("keys")
-        if keys:
-            props[PROPERTY_KEYS] = keys if isinstance(keys, str) else " ".join(keys)
-        if message.get("tags"):
-            props[PROPERTY_TAGS] = message["tags"]
-        record: dict[str, Any] = {
-            "topic": message["topic"],
-            "body": bytes(message["body"]),
-            "queue_id": message.get("queue_id", 0),
-            "flag": message.get("flag", 0),
-            "sysflag": message.get("sysflag", 0),
-            "properties": props,
-            "born_timestamp": message.get("born_timestamp") or int(time.time() * 1000),
-            "reconsume_times": message.get("reconsume_times", 0),
-        }
-        if message.get("born_host") is not None:
-            record["born_host"] = message["born_host"]
-        return record
 
     async def _wait_policies(self, end: int) -> PutStatus:
         sync_flush = self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH

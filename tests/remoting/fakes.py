@@ -7,7 +7,6 @@ ASYNC_MASTER; a SLAVE refuses puts and gets its bytes through :meth:`FakeBroker.
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,6 +18,7 @@ import trio
 from trioha._config import BrokerConfig
 from trioha._errors import MessageTooLargeError
 from trioha._status import PutResult, PutStatus
+from trioha.broker import message_record
 from trioha.store import HostAddress, Store, open_store
 
 
@@ -53,17 +53,14 @@ class FakeBroker:
         born_host: tuple[str, int] | None = None,
         reconsume_times: int = 0,
     ) -> PutResult:
-        props = dict(properties or {})
-        if tags:
-            props["TAGS"] = tags
-        if keys:
-            props["KEYS"] = keys
         return await self.put_batch(
             [
                 {
                     "topic": topic,
                     "body": body,
-                    "properties": props,
+                    "tags": tags,
+                    "keys": keys,
+                    "properties": properties,
                     "queue_id": queue_id,
                     "flag": flag,
                     "sysflag": sysflag,
@@ -77,13 +74,8 @@ class FakeBroker:
     async def put_batch(self, messages: Sequence[Mapping[str, Any]]) -> PutResult:
         if not self.config.broker_role.is_master:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
-        records = []
-        for m in messages:
-            record = {k: v for k, v in m.items() if v is not None}
-            record.setdefault("born_timestamp", int(time.time() * 1000))
-            records.append(record)
         try:
-            results = self.store.commitlog.append_batch(records)
+            results = self.store.commitlog.append_batch([message_record(m) for m in messages])
         except MessageTooLargeError:
             return PutResult(PutStatus.MESSAGE_ILLEGAL)
         self.puts += len(results)
