@@ -79,7 +79,7 @@ class ReceiveBuffer:
         chunks = self._chunks
         while chunks and start >= len(chunks[0]):
             start -= len(chunks.popleft())
-        self._start = start
+        self._start = start if chunks else 0
 
 
 class ReportWords:
