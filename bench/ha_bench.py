@@ -123,13 +123,14 @@ def main(argv: list[str] | None = None) -> int:
             say("limits ...")
             results["limits"] = _limits.measure(work, quick=quick)
         backlog = small = None
-        if "catchup" in sections or args.peer_slave:
-            say(f"building backlogs of {backlog_total // MIB} and {backlog_total // 4 // MIB} "
-                "MiB (1 KiB messages) ...")
+        if "catchup" in sections:
+            say(f"building a backlog of {backlog_total // 4 // MIB} MiB (1 KiB messages) ...")
             small = work / "backlog-small"
-            backlog = work / "backlog"
             small_end = make_backlog(small, total=backlog_total // 4, segment_size=seg,
                                      body_size=1024)
+        if "catchup" in sections or args.peer_slave:
+            say(f"building a backlog of {backlog_total // MIB} MiB (1 KiB messages) ...")
+            backlog = work / "backlog"
             end = make_backlog(backlog, total=backlog_total, segment_size=seg, body_size=1024)
         if "catchup" in sections:
             assert backlog is not None and small is not None
