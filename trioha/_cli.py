@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     master.add_argument("--ha-listen", type=_addr, metavar="HOST:PORT",
                         help="HA listen address (default 127.0.0.1:10912; port 0 picks one)")
     master.add_argument("--role", choices=["SYNC_MASTER", "ASYNC_MASTER"])
+    master.add_argument("--sync-from-oldest", action="store_true",
+                        help="serve a slave reporting 0 from the oldest offset (a full copy), "
+                        "not the last segment (ha_sync_from_oldest)")
     master.add_argument("--embedded-namesrv", action="store_true",
                         help="also run a name server on 127.0.0.1:9876 for a one-command setup")
     master.set_defaults(handler=_run_master)
@@ -140,6 +143,8 @@ def _run_master(args: argparse.Namespace) -> int:
         extra.update(ha_listen_host=host, ha_listen_port=port)
     if args.embedded_namesrv:
         extra["embedded_namesrv"] = True
+    if args.sync_from_oldest:
+        extra["ha_sync_from_oldest"] = True
     role = BrokerRole(args.role) if args.role else None
     config = _broker_config(args, role, **extra)
     if not config.broker_role.is_master:

@@ -208,6 +208,9 @@ class Broker:
         sync_flush = self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         sync_replica = self.role is BrokerRole.SYNC_MASTER and self.ha_service is not None
         if not sync_flush and not sync_replica:
+            # Nothing to wait for, but a put is still a checkpoint: a loop of ASYNC puts must
+            # not starve the tasks that replicate what it writes.
+            await trio.lowlevel.checkpoint()
             return PutStatus.PUT_OK
         if not sync_flush:
             assert self.ha_service is not None

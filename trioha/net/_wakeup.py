@@ -23,5 +23,8 @@ class Wakeup:
 
     async def wait(self, deadline: float = math.inf) -> None:
         """Return at the next ``notify`` or at *deadline* (Trio clock), whichever is first."""
+        if deadline == math.inf:
+            await self._lot.park()
+            return
         with trio.move_on_at(deadline):
             await self._lot.park()
