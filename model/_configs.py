@@ -36,9 +36,15 @@ CONFIGS: dict[str, Config] = {
         ),
         _config(
             "ci",
-            "2 messages, sync puts; a drop, a stale master-side connection and an early "
-            "housekeeping close. At least 10^5 states.",
-            faults=Faults(drops=1, stale=1, housekeeping=1),
+            "2 messages, sync puts; a slave restart, a stale master-side connection whose late "
+            "reports still arrive, and a master crash (SYNC_FLUSH). At least 10^5 states.",
+            faults=Faults(restarts=1, stale=1, crashes=1),
+        ),
+        _config(
+            "hostile",
+            "2 messages, sync puts; bogus reports beyond the master's end (on the slave's "
+            "connection and from a rogue client) and an early housekeeping close on either side.",
+            faults=Faults(bogus=1, housekeeping=1),
         ),
         _config(
             "nightly",

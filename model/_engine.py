@@ -17,8 +17,9 @@ function and named properties; the engine explores every reachable state once an
 The shape follows stateright and dslabs: the state is an immutable, hashable value; the search
 keeps one dict from state to index, a parent index and the action that led there; a trace is
 rebuilt by following parents. ``max_states`` bounds the work; a search it cut short says so and
-checks no liveness. An optional ``canonical`` function maps each state to a representative of
-its symmetry class (for example, interchangeable connections sorted), which the spec applies.
+checks no liveness. A spec may define ``canonical(state)``, mapping each state to one
+representative of its symmetry class (e.g. interchangeable connections sorted); the engine then
+stores only representatives.
 """
 
 from __future__ import annotations
@@ -91,6 +92,12 @@ class Spec(Protocol[S, A]):
     def probes(self) -> Sequence[Probe[S]]: ...
 
     def goals(self) -> Sequence[Goal[S]]: ...
+
+
+class Symmetric(Protocol[S]):
+    """A spec may also map each state to a representative of its symmetry class."""
+
+    def canonical(self, state: S) -> S: ...
 
 
 @attrs.frozen
@@ -168,7 +175,13 @@ class _Search(Generic[S, A]):
     """The bookkeeping of one search: states by index, parents, recorded edges."""
 
     def __init__(
-        self, spec: Spec[S, A], *, strategy: str, max_states: int | None, stop_at_first: bool
+        self,
+        spec: Spec[S, A],
+        *,
+        strategy: str,
+        max_states: int | None,
+        stop_at_first: bool,
+        symmetry: bool,
     ) -> None:
         if strategy not in ("bfs", "dfs"):
             raise ValueError(f"strategy must be 'bfs' or 'dfs', got {strategy!r}")
@@ -176,6 +189,8 @@ class _Search(Generic[S, A]):
         self.strategy = strategy
         self.max_states = max_states
         self.stop_at_first = stop_at_first
+        canonical: Callable[[S], S] | None = getattr(spec, "canonical", None)
+        self.canonical = canonical if symmetry else None
         self.index: dict[S, int] = {}
         self.states: list[S] = []
         self.parent = array("q")
@@ -240,8 +255,9 @@ class _Search(Generic[S, A]):
 
     def run(self) -> None:
         frontier: deque[int] = deque()
+        canonical = self.canonical
         for init in self.spec.initial_states():
-            idx, fresh = self.add(init, -1, None)
+            idx, fresh = self.add(canonical(init) if canonical else init, -1, None)
             if fresh:
                 frontier.append(idx)
         pop = frontier.popleft if self.strategy == "bfs" else frontier.pop
@@ -258,18 +274,19 @@ class _Search(Generic[S, A]):
             self.lo[idx] = len(self.edges)
             for edge in successors(state):
                 self.transitions += 1
-                target_idx, fresh = self.add(edge.target, idx, edge.action)
+                target = canonical(edge.target) if canonical else edge.target
+                target_idx, fresh = self.add(target, idx, edge.action)
                 if fresh:
                     frontier.append(target_idx)
                 if not edge.fault:
                     self.edges.append(target_idx)
                 for name, message in edge.violations:
                     if name not in self.violations:
-                        trace = self.extend(self.trace_to(idx), edge.action, edge.target)
+                        trace = self.extend(self.trace_to(idx), edge.action, target)
                         self.violations[name] = Violation(name, message, trace)
                 for mark in edge.marks:
                     if mark not in self.probe_hits:
-                        trace = self.extend(self.trace_to(idx), edge.action, edge.target)
+                        trace = self.extend(self.trace_to(idx), edge.action, target)
                         self.probe_hits[mark] = trace
             self.hi[idx] = len(self.edges)
 
@@ -327,15 +344,23 @@ def check(
     strategy: str = "bfs",
     max_states: int | None = None,
     stop_at_first: bool = False,
+    symmetry: bool = True,
 ) -> Result[S, A]:
     """Explore every state *spec* can reach and judge its properties.
 
     With *stop_at_first* the search ends after the step that broke the first property (its
     trace is still a shortest one under breadth-first search); otherwise it goes on and keeps
-    the first violation of every property.
+    the first violation of every property. With *symmetry*, states pass through the spec's
+    ``canonical`` (if it has one) before they are hashed.
     """
     started = time.perf_counter()
-    search = _Search(spec, strategy=strategy, max_states=max_states, stop_at_first=stop_at_first)
+    search = _Search(
+        spec,
+        strategy=strategy,
+        max_states=max_states,
+        stop_at_first=stop_at_first,
+        symmetry=symmetry,
+    )
     search.run()
     liveness = search.liveness()
     return Result(

@@ -78,6 +78,8 @@ class ReplayResult:
     violations: tuple[tuple[str, str], ...]
     #: How many of the steps came from the trace (the rest are the fair tail).
     traced: int
+    #: The reason of every Close either side's object returned, in order.
+    closes: tuple[str, ...] = ()
 
     @property
     def final(self) -> World:
@@ -125,6 +127,7 @@ class _Harness:
         self.sflushed = 0
         self.budget = config.faults
         self.violations: list[tuple[str, str]] = []
+        self.closes: list[str] = []
         self.step = Step(Kind.TICK)  # the step being applied
         self.stale_used = False
 
@@ -195,6 +198,7 @@ class _Harness:
             elif isinstance(action, AckAdvanced):
                 self.on_ack()
             elif isinstance(action, Close):
+                self.closes.append(action.reason)
                 self.master_close(w)
 
     def write_frame(self, w: _Wire, action: SendTransfer | SendHeartbeat) -> None:
@@ -243,6 +247,7 @@ class _Harness:
             elif isinstance(action, Append):
                 self.append(action)
             elif isinstance(action, Close):
+                self.closes.append(action.reason)
                 if "pushed offset" in action.reason:
                     self.violations.append(("NoFrameRejected", f"slave: {action.reason}"))
                 self.slave_close(w)
@@ -509,7 +514,10 @@ def replay(
             raise ReplayMismatch(f"step {n + 1} {step} is not enabled in the model")
         harness.do(step)
         world = out.world
-        harness.align(world)
+        try:
+            harness.align(world)
+        except ReplayMismatch as exc:
+            raise ReplayMismatch(f"after step {n + 1} {step}: {exc}") from None
         projected = harness.project()
         if projected != world:
             raise ReplayMismatch(
@@ -523,7 +531,7 @@ def replay(
             if message is not None:
                 violations.append((inv.name, message))
                 break
-    return ReplayResult(tuple(worlds), tuple(violations), len(steps))
+    return ReplayResult(tuple(worlds), tuple(violations), len(steps), tuple(harness.closes))
 
 
 def fair_tail(model: HAModel, steps: Sequence[Step], count: int) -> list[Step]:

@@ -881,19 +881,25 @@ class HAModel:
 
     def successors(self, w: World) -> Iterator[tuple[Step, Outcome]]:
         for step in self.steps(w):
-            out = self.apply(w, step)
+            out = self._apply(w, step)
             if out is None:
                 continue
             yield step, out
             if out.slave_closed and w.budget.stale > 0:
-                stale = attrs.evolve(step, stale=True)
-                out2 = self.apply(w, stale)
+                stale = Step(step.kind, step.conn, step.arg, stale=True)
+                out2 = self._apply(w, stale)
                 if out2 is not None:
                     yield stale, out2
 
     # --- applying a step ------------------------------------------------------------------
     def apply(self, w: World, step: Step, *, explain: bool = False) -> Outcome | None:
-        """The world after *step*, or None when the step is not enabled or changes nothing."""
+        """The world after *step*, or None when the step is not enabled in *w*."""
+        plain = Step(step.kind, step.conn, step.arg) if step.stale else step
+        if plain not in set(self.steps(w)):
+            return None
+        return self._apply(w, step, explain=explain)
+
+    def _apply(self, w: World, step: Step, *, explain: bool = False) -> Outcome | None:
         tx = _Tx(self, w, step, explain=explain)
         handler = _HANDLERS[step.kind]
         if handler(self, tx, w, step) is False:
@@ -925,7 +931,7 @@ class HAModel:
             acks = tx.live_acks()
             if not slaves_available(acks, cfg.needed_acks, end, cfg.fallbehind_max):
                 tx.marks.add("slave_not_available")
-                tx.note("sync put answered SLAVE_NOT_AVAILABLE (no slave close enough)")
+                tx.note("sync put answered SLAVE_NOT_AVAILABLE (no slave streaming close enough)")
             elif replicated_offset(acks, cfg.needed_acks) >= end:
                 tx.acked += ((end - cfg.message_size, end, mid),)
                 tx.note("sync put answered PUT_OK at once")
