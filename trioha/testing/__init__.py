@@ -5,6 +5,8 @@ Imported eagerly (they need nothing beyond trioha itself):
 
 - :class:`ProtocolPair`, :class:`PairOptions`, :class:`Link`, :class:`SyncPut`: a master and a
   slave protocol pair with their commit logs, wired by byte queues and driven step by step.
+- :class:`FaultyStream`, :func:`faulty_stream_pair`, :class:`Faults`, :class:`FaultyLink`,
+  :class:`Breakage`: a Trio stream with short writes, odd reads, delays and a death.
 
 Imported on first use, because they need hypothesis:
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from trioha.testing._faults import Breakage, Faults, FaultyLink, FaultyStream, faulty_stream_pair
 from trioha.testing._pair import (
     Link,
     PairOptions,
@@ -40,6 +43,10 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "Breakage",
+    "Faults",
+    "FaultyLink",
+    "FaultyStream",
     "Link",
     "LogFactory",
     "PairOptions",
@@ -47,6 +54,7 @@ __all__ = [
     "ReplicaLog",
     "ReplicationMachine",
     "SyncPut",
+    "faulty_stream_pair",
     "log_bytes",
     "memory_log",
     "pair_options",

@@ -1,0 +1,457 @@
+"""The real Trio tasks (HAService, HAConnection, HAClient) over streams that misbehave.
+
+Every example is one ``trio.run`` under ``MockClock(autojump_threshold=0)``: a master's HA
+service and a slave's HA client talk through :class:`~trioha.testing.FaultyStream` pairs that
+cut writes and reads anywhere, add delays, and kill the first few connections by reset, orderly
+close or black hole, after some bytes or at some moment, while a producer appends and waits for
+sync replication. After the run it checks, in virtual time:
+
+* convergence: once the faults stop, the slave's log equals the master's before a deadline;
+* a timely first report: the master hears each connection's request offset within the delays
+  the faults add, never a heartbeat interval later (RocketMQ's client waits one, spec §1.2);
+* detection of a dead peer: both ends of a broken connection are closed within
+  housekeeping plus one heartbeat of the break, and then neither end has a task left and the
+  master's registry no longer holds it;
+* sync puts: PUT_OK only when the slave holds the put (flushed, with flushed acks),
+  FLUSH_SLAVE_TIMEOUT only after ``slave_timeout``, SLAVE_NOT_AVAILABLE only with no slave.
+
+The wrapper itself passes Trio's generic stream checks, so what fails here is trioha.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+from unittest import mock
+
+import attrs
+import pytest
+import trio
+import trio.testing
+from hypothesis import Phase, event, given, settings
+from hypothesis import strategies as st
+
+from trioha import BrokerConfig
+from trioha._config import BrokerRole
+from trioha._status import PutStatus
+from trioha.net import HAClient, HAService
+from trioha.net._client import _Session
+from trioha.net._connection import HAConnection
+from trioha.store import MemoryCommitLog
+from trioha.testing import Breakage, Faults, FaultyLink, FaultyStream, faulty_stream_pair
+
+SEGMENT = 2048
+HEARTBEAT = 5.0
+HOUSEKEEPING = 20.0
+SLAVE_TIMEOUT = 3.0
+BACKOFF_MAX = 5.0
+#: Virtual seconds allowed for catching up once the last faulty connection is gone.
+CATCH_UP = 120.0
+
+
+# --- the wrapper obeys Trio's stream contract ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "faults",
+    [Faults(), Faults(max_write=512, max_read=300), Faults(max_write=700, max_delay=0.01)],
+    ids=["no-faults", "short-io", "delays"],
+)
+async def test_faulty_stream_is_a_trio_stream(
+    faults: Faults, autojump_clock: trio.testing.MockClock
+) -> None:
+    rng = random.Random(7)
+
+    async def maker() -> tuple[FaultyStream, FaultyStream]:
+        return faulty_stream_pair(faults=faults, rng=rng)
+
+    async def clogged() -> tuple[FaultyStream, FaultyStream]:
+        return faulty_stream_pair(faults=faults, rng=rng, lockstep=True)
+
+    await trio.testing.check_half_closeable_stream(maker, clogged)
+
+
+@pytest.mark.parametrize("breakage", list(Breakage))
+async def test_faulty_link_breaks_both_ends(
+    breakage: Breakage, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A blocked reader wakes when the link breaks; what it sees depends on how it broke."""
+    link = FaultyLink(breakage=breakage)
+    a, b = faulty_stream_pair(link=link)
+    seen: list[object] = []
+
+    async def reader() -> None:
+        with trio.move_on_after(60):
+            try:
+                seen.append(await b.receive_some())
+            except trio.BrokenResourceError as exc:
+                seen.append(type(exc))
+            return
+        seen.append("timeout")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader)
+        await trio.testing.wait_all_tasks_blocked()
+        link.break_()
+    expected = {
+        Breakage.RESET: trio.BrokenResourceError,
+        Breakage.EOF: b"",
+        Breakage.BLACKHOLE: "timeout",
+    }
+    assert seen == [expected[breakage]]
+    if breakage is Breakage.BLACKHOLE:
+        await a.send_all(b"lost")  # vanishes without error
+    else:
+        with pytest.raises(trio.BrokenResourceError):
+            await a.send_all(b"x")
+
+
+async def test_faulty_link_breaks_after_bytes(autojump_clock: trio.testing.MockClock) -> None:
+    link = FaultyLink(break_after_bytes=5, breakage=Breakage.RESET)
+    a, b = faulty_stream_pair(link=link, faults=Faults(max_write=2))
+    with pytest.raises(trio.BrokenResourceError):
+        await a.send_all(b"0123456789")
+    assert link.bytes_sent == 5
+    assert await b.inner.receive_some() == b"01234"
+
+
+# --- the plan of one example -----------------------------------------------------------------
+
+
+@attrs.frozen
+class Break:
+    """How one connection dies: after some bytes, or at a moment after it opened."""
+
+    breakage: Breakage
+    after_bytes: int | None
+    after_seconds: float | None
+
+
+@attrs.frozen
+class Put:
+    wait: float
+    size: int
+    sync: bool
+
+
+@attrs.frozen
+class Plan:
+    seed: int
+    faults: Faults
+    breaks: tuple[Break, ...]
+    puts: tuple[Put, ...]
+    batch_size: int
+    ack_flushed: bool
+    sync_from_oldest: bool
+    preload: int
+
+
+breaks = st.builds(
+    Break,
+    st.sampled_from(Breakage),
+    st.one_of(st.none(), st.integers(0, 3000)),
+    st.one_of(st.none(), st.floats(0, 30)),
+)
+plans = st.builds(
+    Plan,
+    seed=st.integers(0, 2**32),
+    faults=st.builds(
+        Faults,
+        max_write=st.sampled_from([None, 1, 5, 13, 200]),
+        max_read=st.sampled_from([None, 3, 7, 100]),
+        max_delay=st.sampled_from([0.0, 0.001, 0.05, 0.3]),
+    ),
+    breaks=st.lists(breaks, max_size=3).map(tuple),
+    puts=st.lists(
+        st.builds(
+            Put,
+            st.sampled_from([0.0, 0.01, 0.5, 2.0, 7.0]),
+            st.integers(0, 200),
+            st.booleans(),
+        ),
+        max_size=15,
+    ).map(tuple),
+    batch_size=st.sampled_from([9, 100, 32 * 1024]),
+    ack_flushed=st.booleans(),
+    sync_from_oldest=st.booleans(),
+    preload=st.integers(0, 8),
+)
+
+
+# --- one run ---------------------------------------------------------------------------------
+
+
+@attrs.define
+class Conn:
+    """One connection the client opened: its link and both ends."""
+
+    index: int
+    link: FaultyLink
+    master_end: FaultyStream
+    slave_end: FaultyStream
+    opened_at: float
+    first_report_at: float | None = None
+
+
+@attrs.define
+class PutRecord:
+    start: int
+    end: int
+    asked_at: float
+    slaves_streaming: int
+    status: PutStatus | None = None
+    answered_at: float | None = None
+
+
+class RecordingService(HAService):
+    """The real HA service, noting when each connection's first report arrives."""
+
+    def __init__(self, *args: Any, on_first: Callable[[HAConnection], None]) -> None:
+        super().__init__(*args)
+        self._on_first = on_first
+        self._seen: set[int] = set()
+
+    def on_ack(self, connection: HAConnection, offset: int) -> None:
+        if id(connection) not in self._seen:
+            self._seen.add(id(connection))
+            self._on_first(connection)
+        super().on_ack(connection, offset)
+
+
+async def run_sync_inline(fn: Callable[..., Any], *args: Any, **_kwargs: Any) -> Any:
+    """``trio.to_thread.run_sync`` without the thread: under an autojump clock virtual time
+    would jump while a worker thread runs, firing timeouts no real run could fire."""
+    await trio.lowlevel.checkpoint()
+    return fn(*args)
+
+
+def transfer_time(plan: Plan, nbytes: int) -> float:
+    """A bound on the virtual time the faults' delays add to moving *nbytes* of log: frames
+    add their headers, and in the worst case every byte is its own write and its own read."""
+    frames = nbytes // plan.batch_size + 1
+    return (nbytes + 12 * frames) * 2 * plan.faults.max_delay
+
+
+async def poll_until(condition: Callable[[], bool], deadline: float) -> None:
+    """Check *condition* every 250 ms of virtual time until it holds or *deadline* passes."""
+    while trio.current_time() < deadline:
+        if condition():
+            return
+        await trio.sleep(0.25)
+
+
+def ha_tasks() -> tuple[dict[int, int], dict[int, int]]:
+    """Live tasks per HAConnection and per client session (by id), found by walking the tree."""
+    conns: dict[int, int] = {}
+    sessions: dict[int, int] = {}
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    stack = [root]
+    while stack:
+        task = stack.pop()
+        for nursery in task.child_nurseries:
+            stack.extend(nursery.child_tasks)
+        frame = getattr(task.coro, "cr_frame", None)
+        owner = frame.f_locals.get("self") if frame is not None else None
+        if isinstance(owner, HAConnection):
+            conns[id(owner)] = conns.get(id(owner), 0) + 1
+        elif isinstance(owner, _Session):
+            sessions[id(owner)] = sessions.get(id(owner), 0) + 1
+    return conns, sessions
+
+
+async def run_plan(plan: Plan, events: list[str]) -> None:
+    rng = random.Random(plan.seed)
+    master_log = MemoryCommitLog(segment_size=SEGMENT, clock_ms=lambda: 0)
+    slave_log = MemoryCommitLog(segment_size=SEGMENT, clock_ms=lambda: 0)
+    for i in range(plan.preload):
+        master_log.append(topic="Preload", body=bytes([i]) * (50 + 37 * i))
+    base = BrokerConfig(
+        mapped_file_size_commit_log=SEGMENT,
+        ha_send_heartbeat_interval=int(HEARTBEAT * 1000),
+        ha_housekeeping_interval=int(HOUSEKEEPING * 1000),
+        ha_reconnect_backoff_max=int(BACKOFF_MAX * 1000),
+    )
+    master_config = base.evolve(
+        broker_role=BrokerRole.SYNC_MASTER,
+        ha_listen_port=0,
+        ha_transfer_batch_size=plan.batch_size,
+        ha_sync_from_oldest=plan.sync_from_oldest,
+        slave_timeout=int(SLAVE_TIMEOUT * 1000),
+    )
+    slave_config = base.evolve(
+        broker_role=BrokerRole.SLAVE,
+        ha_master_address="127.0.0.1:10912",
+        ha_slave_ack_flushed=plan.ack_flushed,
+    )
+    conns: list[Conn] = []
+    puts: list[PutRecord] = []
+
+    def on_first(connection: HAConnection) -> None:
+        for conn in conns:
+            if conn.master_end is connection.stream:
+                conn.first_report_at = trio.current_time()
+
+    service = RecordingService(master_config, master_log, on_first=on_first)
+
+    async def break_later(link: FaultyLink, seconds: float) -> None:
+        await trio.sleep(seconds)
+        link.break_()
+
+    async with trio.open_nursery() as nursery:
+
+        async def connect(_host: str, _port: int) -> trio.abc.Stream:
+            index = len(conns)
+            plan_break = plan.breaks[index] if index < len(plan.breaks) else None
+            link = FaultyLink()
+            if plan_break is not None:
+                link.breakage = plan_break.breakage
+                link.break_after_bytes = plan_break.after_bytes
+                if plan_break.after_seconds is not None:
+                    nursery.start_soon(break_later, link, plan_break.after_seconds)
+            master_end, slave_end = faulty_stream_pair(faults=plan.faults, rng=rng, link=link)
+            conns.append(Conn(index, link, master_end, slave_end, trio.current_time()))
+            nursery.start_soon(service.handle_stream, master_end, f"slave#{index}")
+            return slave_end
+
+        async def sync_put(record: PutRecord) -> None:
+            record.status = await service.wait_replicated(record.end)
+            record.answered_at = trio.current_time()
+            if record.status is PutStatus.PUT_OK:
+                # The ack came from a slave that holds the put (flushed, with flushed acks).
+                assert slave_log.max_offset >= record.end
+                if plan.ack_flushed:
+                    assert slave_log.flushed_offset >= record.end
+                assert bytes(slave_log.read(record.start, record.end - record.start)) == bytes(
+                    master_log.read(record.start, record.end - record.start)
+                )
+
+        client = HAClient(slave_config, slave_log, connect=connect)
+        await nursery.start(client.run)
+        for p in plan.puts:
+            await trio.sleep(p.wait)
+            result = master_log.append(topic="Fuzz", body=bytes(p.size))
+            service.notify_log_grew()
+            if p.sync:
+                record = PutRecord(
+                    result.physical_offset,
+                    result.end_offset,
+                    trio.current_time(),
+                    len(service.live_acks()),
+                )
+                puts.append(record)
+                nursery.start_soon(sync_put, record)
+
+        # Convergence: wait (in virtual time) for the faulty connections to be used up and the
+        # slave to catch up, allowing for the delays of the healthy connection's writes.
+        deadline = (
+            trio.current_time()
+            + len(plan.breaks) * (HOUSEKEEPING + HEARTBEAT + BACKOFF_MAX + 35)
+            + transfer_time(plan, master_log.max_offset)
+            + CATCH_UP
+        )
+        await poll_until(
+            lambda: slave_log.max_offset == master_log.max_offset
+            and len(conns) > len(plan.breaks)
+            and conns[-1].first_report_at is not None,
+            deadline,
+        )
+        assert slave_log.max_offset == master_log.max_offset, (
+            f"slave at {slave_log.max_offset}, master at {master_log.max_offset} at the deadline; "
+            f"{len(conns)} connections; last close: {client.last_close_reason}"
+        )
+        start = slave_log.min_offset
+        assert bytes(slave_log.read(start, SEGMENT)) == bytes(master_log.read(start, SEGMENT))
+        # The sync path works once the network does: a put is acked (perhaps after its own
+        # slave_timeout, when the faults' delays are long) and then answered PUT_OK.
+        final = master_log.append(topic="Fuzz", body=b"final")
+        service.notify_log_grew()
+        if await service.wait_replicated(final.end_offset) is not PutStatus.PUT_OK:
+            await poll_until(
+                lambda: service.replicated_offset() >= final.end_offset,
+                trio.current_time() + transfer_time(plan, 200) + CATCH_UP,
+            )
+            assert await service.wait_replicated(final.end_offset) is PutStatus.PUT_OK
+        await trio.sleep(2 * plan.faults.max_delay + 0.01)  # let answered puts be recorded
+        check_connections(plan, conns, service, events)
+        nursery.cancel_scope.cancel()
+
+    check_puts(puts, events)
+
+
+def check_connections(
+    plan: Plan, conns: list[Conn], service: HAService, events: list[str]
+) -> None:
+    now = trio.current_time()
+    per_conn, per_session = ha_tasks()
+    live = {id(c): c for c in service.connections.values()}
+    for conn_id, count in per_conn.items():
+        assert conn_id in live, "a task of a connection that left the registry is still running"
+        assert count == 2, f"{count} tasks for one connection (reader and writer expected)"
+    assert len(per_session) <= 1
+    assert all(count == 2 for count in per_session.values())
+    slack = 40 * plan.faults.max_delay + 0.1  # a few delayed operations
+    for conn in conns:
+        link = conn.link
+        if conn.first_report_at is not None:
+            delay = conn.first_report_at - conn.opened_at
+            # 8 bytes: at worst 8 delayed writes, then 8 delayed reads.
+            assert delay <= 16 * plan.faults.max_delay + 0.01, (
+                f"connection {conn.index}: first report after {delay:.3f} s"
+            )
+            events.append("first report heard")
+        if link.broken is None or link.broken_at is None:
+            continue
+        events.append(f"link broken: {link.broken.value}")
+        bound = link.broken_at + HOUSEKEEPING + HEARTBEAT + slack
+        for end in (conn.master_end, conn.slave_end):
+            closed_at = end.closed_at if end.closed_at is not None else now
+            assert closed_at <= bound, (
+                f"connection {conn.index} broke ({link.broken.value}) at {link.broken_at:.2f}; "
+                f"its {end.name or 'end'} closed at {closed_at:.2f}, bound {bound:.2f}"
+            )
+        assert all(c.stream is not conn.master_end for c in service.connections.values())
+
+
+def check_puts(puts: list[PutRecord], events: list[str]) -> None:
+    for record in puts:
+        if record.status is None:
+            continue  # still waiting when the run ended (its slave_timeout had not passed)
+        events.append(f"sync put: {record.status.value}")
+        assert record.answered_at is not None
+        waited = record.answered_at - record.asked_at
+        if record.status is PutStatus.FLUSH_SLAVE_TIMEOUT:
+            assert waited >= SLAVE_TIMEOUT - 1e-6  # float clock
+            assert record.slaves_streaming > 0
+        elif record.status is PutStatus.SLAVE_NOT_AVAILABLE:
+            assert waited == 0
+            assert record.slaves_streaming == 0
+        else:
+            assert record.status is PutStatus.PUT_OK
+
+
+@pytest.fixture(autouse=True)
+def _quiet_logs() -> Iterator[None]:
+    """Connections break on purpose here; keep pytest from collecting every log line."""
+    loggers = [logging.getLogger(name) for name in ("trioha.ha", "trioha.store")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    yield
+    for lg, level in zip(loggers, levels, strict=True):
+        lg.setLevel(level)
+
+
+@settings(
+    max_examples=max(10, settings().max_examples // 4),
+    phases=[p for p in settings().phases if p is not Phase.explain],
+)
+@given(plan=plans)
+def test_replication_through_faulty_streams(plan: Plan) -> None:
+    events: list[str] = []
+    with mock.patch.object(trio.to_thread, "run_sync", run_sync_inline):
+        trio.run(run_plan, plan, events, clock=trio.testing.MockClock(autojump_threshold=0))
+    for name in sorted(set(events)):
+        event(name)
