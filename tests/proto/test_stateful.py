@@ -12,9 +12,11 @@ Every failure Hypothesis has found is kept below as an explicit regression test.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +24,8 @@ from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from trioha import BrokerConfig
-from trioha.testing import PairOptions, ReplicationMachine, replication_machine
+from trioha.store import FileCommitLog
+from trioha.testing import PairOptions, ReplicaLog, ReplicationMachine, replication_machine
 
 ROUND = 1000
 
@@ -151,3 +154,33 @@ def test_regression_lie_judged_when_read() -> None:
     state.slave_lies(beyond=1)  # asserts the master closed
     state.put(body=b"", sync=False)
     state.converge()
+
+
+# --- the documented recipe for users (docs/testing.md), with the file commit log ---------------
+
+
+def test_documented_recipe_with_file_logs(tmp_path: Path) -> None:
+    """docs/testing.md: the same machine over real segment files, with a broker.conf's options."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("mappedFileSizeCommitLog=1024\nhaTransferBatchSize=100\nhaSlaveAckFlushed=true\n")
+    config = BrokerConfig.from_properties(conf)
+    counter = itertools.count()
+    opened: list[FileCommitLog] = []
+
+    def file_log(segment_size: int, clock_ms: Callable[[], int]) -> ReplicaLog:
+        log = FileCommitLog.open(
+            tmp_path / f"log-{next(counter)}" / "commitlog",
+            segment_size=segment_size,
+            clock_ms=clock_ms,
+        )
+        opened.append(log)
+        return log
+
+    machine = replication_machine(PairOptions.from_config(config), log_factory=file_log)
+    try:
+        run_state_machine_as_test(
+            machine, settings=settings(max_examples=5, stateful_step_count=30, database=None)
+        )
+    finally:
+        for log in opened:
+            log.close()
