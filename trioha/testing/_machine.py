@@ -337,7 +337,7 @@ class ReplicationMachine(RuleBasedStateMachine):
         for link in pair.links:
             if link.dead and link.open:
                 pair.drop(link)  # housekeeping would find out, given time
-        pair.run_until_quiet(max_rounds=200)
+        pair.run_until_quiet(max_rounds=50)
         closes = [close for link in pair.links for close in link.closes]
         assert pair.slave_log.max_offset == pair.master_log.max_offset, (
             f"slave stopped at {pair.slave_log.max_offset}, master at "
