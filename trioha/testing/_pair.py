@@ -191,8 +191,10 @@ class Link:
     frames: list[tuple[int, int]] = attrs.field(factory=list)
     #: ``(side, reason)`` for each Close an end decided on.
     closes: list[tuple[Side, str]] = attrs.field(factory=list)
-    #: The slave's request offset as the master recorded it (set once).
+    #: The slave's request offset as the master recorded it (set once), and where the master
+    #: chose to start serving it (``nextTransferFromWhere`` at the first report).
     request_offset: int | None = None
+    start_offset: int | None = None
 
     @property
     def open(self) -> bool:
@@ -492,6 +494,7 @@ class ProtocolPair:
         request = link.master.state.request_offset
         if request >= 0 and link.request_offset is None:
             link.request_offset = request
+            link.start_offset = link.master.state.next_transfer
         self._settle()
         return k
 
