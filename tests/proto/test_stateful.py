@@ -15,6 +15,8 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -184,3 +186,17 @@ def test_documented_recipe_with_file_logs(tmp_path: Path) -> None:
     finally:
         for log in opened:
             log.close()
+
+
+def test_importing_trioha_testing_needs_neither_pytest_nor_hypothesis() -> None:
+    """Users embed ``trioha.testing`` in their own test set-ups; only the Hypothesis parts
+    (strategies, the state machine) may load Hypothesis, and only when used."""
+    code = (
+        "import sys, trioha, trioha.testing\n"
+        "from trioha.testing import ProtocolPair, FaultyStream, faulty_stream_pair\n"
+        "assert 'pytest' not in sys.modules, 'pytest'\n"
+        "assert 'hypothesis' not in sys.modules, 'hypothesis'\n"
+        "from trioha.testing import ReplicationMachine\n"
+        "assert 'hypothesis' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

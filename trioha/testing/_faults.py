@@ -28,7 +28,6 @@ import random
 
 import attrs
 import trio
-import trio.testing
 
 __all__ = ["Breakage", "Faults", "FaultyLink", "FaultyStream", "faulty_stream_pair"]
 
@@ -262,6 +261,8 @@ def faulty_stream_pair(
 ) -> tuple[FaultyStream, FaultyStream]:
     """Two connected :class:`FaultyStream` ends over a Trio memory (or lockstep) stream pair,
     sharing one :class:`FaultyLink` and one random generator."""
+    import trio.testing  # not at import time: it loads pytest when installed
+
     rng = rng or random.Random(0)
     link = link or FaultyLink()
     maker = trio.testing.lockstep_stream_pair if lockstep else trio.testing.memory_stream_pair

@@ -62,6 +62,7 @@ __all__ = [
     "PairOptions",
     "ProtocolPair",
     "ReplicaLog",
+    "Side",
     "SyncPut",
     "log_bytes",
     "pending_report_bytes",
@@ -162,6 +163,8 @@ class PairOptions:
 
 
 class Side(enum.Enum):
+    """Which end of a :class:`Link` decided to close it."""
+
     MASTER = "master"
     SLAVE = "slave"
 
