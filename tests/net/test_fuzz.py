@@ -148,11 +148,9 @@ class Plan:
     preload: int
 
 
-breaks = st.builds(
-    Break,
-    st.sampled_from(Breakage),
-    st.one_of(st.none(), st.integers(0, 3000)),
-    st.one_of(st.none(), st.floats(0, 30)),
+breaks = st.one_of(
+    st.builds(Break, st.sampled_from(Breakage), st.integers(0, 3000), st.none()),
+    st.builds(Break, st.sampled_from(Breakage), st.none(), st.floats(0, 30)),
 )
 plans = st.builds(
     Plan,
@@ -312,6 +310,7 @@ async def run_plan(plan: Plan, events: list[str]) -> None:
                 if plan_break.after_seconds is not None:
                     nursery.start_soon(break_later, link, plan_break.after_seconds)
             master_end, slave_end = faulty_stream_pair(faults=plan.faults, rng=rng, link=link)
+            master_end.name, slave_end.name = "master end", "slave end"
             conns.append(Conn(index, link, master_end, slave_end, trio.current_time()))
             nursery.start_soon(service.handle_stream, master_end, f"slave#{index}")
             return slave_end
@@ -395,6 +394,11 @@ def check_connections(
     slack = 40 * plan.faults.max_delay + 0.1  # a few delayed operations
     for conn in conns:
         link = conn.link
+        for end in (conn.master_end, conn.slave_end):
+            if end.writes_cut:
+                events.append(f"{end.name}: writes cut into pieces")
+            if end.reads_cut:
+                events.append(f"{end.name}: reads cut short")
         if conn.first_report_at is not None:
             delay = conn.first_report_at - conn.opened_at
             # 8 bytes: at worst 8 delayed writes, then 8 delayed reads.

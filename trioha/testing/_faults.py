@@ -100,6 +100,9 @@ class FaultyStream(trio.abc.HalfCloseableStream):
         self.closed_at: float | None = None
         self.bytes_written = 0
         self.bytes_read = 0
+        #: ``send_all`` calls written in more than one piece; reads asked for less than wanted.
+        self.writes_cut = 0
+        self.reads_cut = 0
         self._closed = False
         self._sending = False
         self._receiving = False
@@ -176,6 +179,8 @@ class FaultyStream(trio.abc.HalfCloseableStream):
                 link.bytes_sent += k
                 self.bytes_written += k
                 pos += k
+                if pos < len(view) and pos == k:
+                    self.writes_cut += 1
         finally:
             self._sending = False
 
@@ -230,9 +235,11 @@ class FaultyStream(trio.abc.HalfCloseableStream):
                 if broken is Breakage.BLACKHOLE:
                     await self._blocking(trio.sleep, math.inf)
                     continue
-                limit = max_bytes if max_bytes is not None else 64 * 1024
+                wanted = max_bytes if max_bytes is not None else 64 * 1024
+                limit = wanted
                 if self.faults.max_read is not None:
                     limit = min(limit, self.rng.randint(1, self.faults.max_read))
+                    self.reads_cut += limit < wanted
                 data = await self._blocking(self.inner.receive_some, limit)
                 if data is None:
                     continue  # the link broke while we waited; see how
