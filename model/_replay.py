@@ -387,8 +387,6 @@ class _Harness:
                         ("HeartbeatsKeepLinkOpen", "master closed a live link by housekeeping")
                     )
                 self.master_actions(w, actions)
-                if w in self.wires:  # closed without a Close action: the IO layer ends it
-                    self.wires.remove(w)
                 continue
             if not w.attached:
                 continue

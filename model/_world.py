@@ -23,15 +23,16 @@ Abstractions (each one chosen to keep the state space small without hiding a beh
   is empty and no append waits to be confirmed (delivery is much faster than 5 s). At a tick
   every heartbeat is due; housekeeping fires after two silent ticks (RocketMQ: 20 s against
   5 s heartbeats, so at least one heartbeat always fits in between). Counters of silent ticks
-  live on each connection. A housekeeping close of a link whose peer is alive and whose
-  heartbeats work is a violation; the housekeeping *fault* is a stall (GC pause, network)
-  and may strike at any moment.
+  live on each connection. A housekeeping close of a link whose peer is alive is a violation
+  (its heartbeats should have kept it open); the housekeeping *fault* is a stall (GC pause,
+  network) and may strike at any moment.
+* **Symmetry.** Connections are kept sorted (with ``Config.symmetry``), so worlds that differ
+  only in the order connections were opened are one world; step indices refer to that order.
 * **Closes.** When the master side closes a connection the slave notices at once. When the
   slave side closes (drop, rejected frame, housekeeping, restart), the master side goes with it
   unless a *stale connection* fault is spent: then it lingers, its unread reports still arrive,
   its writer is blocked (nobody reads: a zero window), and it ends when the master notices
-  (``ConnectionLost``) or by
-  housekeeping.
+  (``ConnectionLost``) or by housekeeping.
 * **Faults** have budgets so every run is finite; recovery never needs one (liveness ignores
   fault edges).
 """
