@@ -147,6 +147,17 @@ CONFIGS: dict[str, Config] = {
             time=False,
             faults=Faults(drops=1),
         ),
+        _config(
+            "rogue-at-end",
+            "A client that is not a slave connects and reports exactly the master's end; its "
+            "first report counts as an ack, so a waiting sync put could be answered PUT_OK "
+            "with no slave holding it (the rest of #3015). Must pass; fails until the "
+            "production fix (docs/model.md, open findings).",
+            batch_size=2,
+            time=False,
+            rogue_reports_end=True,
+            faults=Faults(bogus=1),
+        ),
     )
 }
 

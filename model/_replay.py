@@ -459,10 +459,12 @@ class _Harness:
 
     def _bogus_report(self, step: Step) -> None:
         self.spend("bogus")
-        report = encode_report(self.cfg.bogus_offset)
+        bogus = len(self.mlog) if self.cfg.rogue_reports_end else self.cfg.bogus_offset
+        report = encode_report(bogus)
         if step.arg < 0:
             w = _Wire(MasterConnection(now=self.now, options=self.options, timing=TIMING),
                       attached=False)
+            w.truth = 0
             w.up.append(report)
             self.wires.append(w)
         else:

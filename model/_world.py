@@ -146,6 +146,9 @@ class Config:
     expect: str | None = None
     #: Sort interchangeable connections (symmetry reduction).
     symmetry: bool = True
+    #: A rogue client's first report is the master's current end (it guessed or read it)
+    #: instead of an offset beyond any end; only rogue connections, never the slave's stream.
+    rogue_reports_end: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.segment_size % self.message_size:
@@ -199,7 +202,8 @@ class Conn:
     #: Slave -> master reports not yet read.
     up: tuple[int, ...] = ()
     attached: bool = True
-    #: The slave's written end when it left this connection (-1: never had a slave).
+    #: The slave's written end when it left this connection (-1 while attached; 0 for a rogue
+    #: client, which holds nothing).
     truth: int = -1
     #: End of the last frame the master sent here (-1: none yet).
     sent_end: int = -1
@@ -872,8 +876,9 @@ class HAModel:
             yield Step(Kind.DELETE_SEGMENT)
         if b.bogus:
             yield Step(Kind.BOGUS_REPORT, arg=-1)
-            for i in range(len(w.conns)):
-                yield Step(Kind.BOGUS_REPORT, i, 0)
+            if not cfg.rogue_reports_end:
+                for i in range(len(w.conns)):
+                    yield Step(Kind.BOGUS_REPORT, i, 0)
 
     def _quiescent(self, w: World) -> bool:
         if any(c.up or c.down for c in w.conns):
@@ -1136,9 +1141,10 @@ class HAModel:
 
     def _bogus_report(self, tx: _Tx, w: World, step: Step) -> bool:
         tx.spend("bogus")
-        bogus = self.config.bogus_offset
+        bogus = w.mmax if self.config.rogue_reports_end else self.config.bogus_offset
         if step.arg < 0:
-            tx.conns.append(Conn(master=MasterState(), up=(bogus,), attached=False))
+            # A rogue client holds nothing: any ack above 0 from it is ahead of the truth.
+            tx.conns.append(Conn(master=MasterState(), up=(bogus,), attached=False, truth=0))
         else:
             conn = tx.conn(step.conn)
             tx.conns[step.conn] = conn.but(up=(*conn.up, bogus))

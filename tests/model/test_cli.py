@@ -34,10 +34,10 @@ def test_a_passing_configuration_prints_every_property(
     assert out.rstrip().endswith("result: ok")
 
 
-def test_a_known_bad_configuration_prints_its_trace_and_passes_as_expected(
+def test_a_known_bad_configuration_prints_its_trace_and_says_it_was_expected(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main(["--config", "async-flush-crash"]) == 0
+    assert main(["--config", "async-flush-crash"]) == 1
     out = capsys.readouterr().out
     assert "NoDivergence violated: master and slave disagree at offset 0" in out
     assert "shortest trace (8 steps):" in out
@@ -63,7 +63,7 @@ def test_max_states_makes_the_run_inconclusive(capsys: pytest.CaptureFixture[str
 
 
 def test_dfs_and_keep_going_and_no_symmetry(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--config", "ack-written-restart", "--dfs", "--keep-going"]) == 0
+    assert main(["--config", "ack-written-restart", "--dfs", "--keep-going"]) == 1
     out = capsys.readouterr().out
     assert "(dfs, symmetry on)" in out
     assert main(["--config", "fixed-sync-flush-crash", "--no-symmetry"]) == 0

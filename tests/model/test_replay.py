@@ -27,14 +27,34 @@ def _first_trace(name: str) -> model.Trace[model.World, Step]:
     return first.trace
 
 
-@pytest.mark.parametrize("name", ["ack-written-restart", "async-flush-crash", "empty-slave-gap"])
-def test_safety_counterexample_breaks_the_same_property_at_byte_level(name: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "prop"),
+    [
+        ("ack-written-restart", "SyncAckedOnSlave"),
+        ("async-flush-crash", "NoDivergence"),
+        ("empty-slave-gap", "SyncAckedOnSlave"),
+        ("rogue-at-end", "AckNotAhead"),
+    ],
+)
+def test_safety_counterexample_breaks_the_same_property_at_byte_level(
+    name: str, prop: str
+) -> None:
     config = CONFIGS[name]
     trace = _first_trace(name)
     result = replay(config, trace)
-    expected = config.expect or "SyncAckedOnSlave"
-    assert result.broke(expected), result.violations
+    assert result.broke(prop), result.violations
     assert result.final == trace.final
+
+
+def test_rogue_client_gets_a_put_acknowledged_at_byte_level() -> None:
+    """A client that is not a slave reports the master's end: a waiting put gets PUT_OK."""
+    config = CONFIGS["rogue-at-end"]
+    violation = model.check(config, stop_at_first=False).violation("SyncAckedOnSlave")
+    assert violation is not None
+    result = replay(config, violation.trace)
+    assert result.broke("SyncAckedOnSlave")
+    assert result.final.acked == ((0, 2, 1),)
+    assert not result.final.slog
 
 
 def test_deleted_segment_stays_stuck_at_byte_level() -> None:
@@ -89,7 +109,8 @@ WALK_WORLD = attrs.evolve(
 def test_random_walks_agree_step_by_step(seed: int) -> None:
     """Seeded random walks through every fault: byte level == model, and same verdicts."""
     rng = random.Random(seed)
-    m = HAModel(WALK_WORLD)
+    config = WALK_WORLD if seed % 2 == 0 else attrs.evolve(WALK_WORLD, rogue_reports_end=True)
+    m = HAModel(config)
     for _ in range(25):
         world = m.initial()
         steps: list[Step] = []
@@ -100,9 +121,9 @@ def test_random_walks_agree_step_by_step(seed: int) -> None:
             step, out = rng.choice(options)
             steps.append(step)
             world = out.world
-        result = replay(WALK_WORLD, steps)  # raises ReplayMismatch on any drift
+        result = replay(config, steps)  # raises ReplayMismatch on any drift
         assert result.final == world
-        assert {name for name, _ in result.violations} == _model_violations(WALK_WORLD, steps)
+        assert {name for name, _ in result.violations} == _model_violations(config, steps)
 
 
 def test_a_drifting_wrapper_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
