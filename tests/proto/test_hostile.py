@@ -31,7 +31,8 @@ from trioha.proto import (
     SlaveConnection,
     encode_report,
 )
-from trioha.testing import pending_report_bytes
+from trioha.store import MemoryCommitLog
+from trioha.testing import log_bytes, pending_report_bytes
 from trioha.testing.strategies import hostile_frame_streams, report_words, split_anywhere
 
 INT64_MAX = 2**63 - 1
@@ -96,7 +97,11 @@ def reference_slave(stream: bytes, *, log_max: int, max_body: int) -> SlaveOutco
 def drive_slave(chunks: list[bytes], *, log_max: int, max_body: int) -> SlaveOutcome:
     """Feed *chunks* to a real :class:`SlaveConnection`, doing what the Trio client does."""
     conn = SlaveConnection(log_max=log_max, now=0.0, max_body=max_body)
-    log_end = log_max  # the store: appends must land exactly at its end (or start it)
+    # The real store: its append_raw refuses anything but exactly the end (or starts a log).
+    log = MemoryCommitLog(segment_size=4096)
+    if log_max:
+        log.append_raw(log_max, b"")
+    log_end = log_max
     appends: list[tuple[int, bytes]] = []
     reports: list[int] = []
     closed = False
@@ -127,7 +132,7 @@ def drive_slave(chunks: list[bytes], *, log_max: int, max_body: int) -> SlaveOut
                     f"append at {action.offset} but the log ends at {log_end}"
                 )
                 appends.append((action.offset, action.data))
-                log_end = action.offset + action.size
+                log_end = log.append_raw(action.offset, action.data)
                 send(conn.appended(log_end, now=0.0))
             else:
                 send((action,))
@@ -139,6 +144,13 @@ def drive_slave(chunks: list[bytes], *, log_max: int, max_body: int) -> SlaveOut
     conn.connection_lost()
     assert conn.buffered == 0
     assert conn.receive_data(b"\x00" * HEADER_SIZE, now=1.0) == []
+    # The log holds exactly the valid appends, nothing else.
+    if appends:
+        start = appends[0][0]
+        assert log.min_offset == (start if not log_max else min(start, log_max))
+        assert log_bytes(log, start) == b"".join(data for _offset, data in appends)
+    else:
+        assert log.max_offset == log_max
     return SlaveOutcome(tuple(appends), tuple(reports), closed)
 
 
