@@ -140,8 +140,8 @@ CONFIGS: dict[str, Config] = {
         _config(
             "empty-slave-gap",
             "A sync put waits; the slave reconnects empty and, by the last-segment rule, is "
-            "served from a later segment; its acks then cover the waiting put it never got. "
-            "Must pass; fails until the production fix (docs/model.md, open findings).",
+            "served from a later segment; its acks must not cover the waiting put it never "
+            "got (a connection vouches only for bytes it carried: trioha.proto.vouch).",
             messages=3,
             batch_size=2,
             time=False,
@@ -150,9 +150,8 @@ CONFIGS: dict[str, Config] = {
         _config(
             "rogue-at-end",
             "A client that is not a slave connects and reports exactly the master's end; its "
-            "first report counts as an ack, so a waiting sync put could be answered PUT_OK "
-            "with no slave holding it (the rest of #3015). Must pass; fails until the "
-            "production fix (docs/model.md, open findings).",
+            "first report must not release a waiting sync put no slave holds (the rest of "
+            "#3015; a first report vouches for nothing).",
             batch_size=2,
             time=False,
             rogue_reports_end=True,

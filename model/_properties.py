@@ -66,11 +66,13 @@ def ack_not_ahead(w: World) -> str | None:
     """The master never believes a slave holds more than that slave held on the connection.
 
     RocketMQ #3015/#1155: a report beyond what the slave holds must never count as an ack.
+    What the master trusts of a connection is ``[served_from, ack_offset)``, the bytes it
+    carried and had acked (``trioha.proto.vouch``); a first report vouches for nothing.
     """
     for i, conn in enumerate(w.conns):
         truth = w.send if conn.attached else conn.truth
         ack = conn.master.ack_offset
-        if ack >= 0 and ack > truth:
+        if ack >= 0 and ack > conn.master.served_from and ack > truth:
             who = "its slave holds" if conn.attached else "its slave held on it"
             return f"master c{i} trusts an ack of {ack} but {who} only up to {truth}"
     return None
@@ -186,12 +188,12 @@ PROBES: tuple[ProbeSpec, ...] = (
     ProbeSpec(
         "master_closed:ack_beyond_sent",
         "an ack beyond what was sent was refused",
-        lambda c: c.faults.bogus > 0,
+        lambda c: c.faults.bogus > 0 and not c.rogue_reports_end,
     ),
     ProbeSpec(
         "master_closed:request_beyond_end",
         "a first report beyond the master's end was refused",
-        lambda c: c.faults.bogus > 0,
+        lambda c: c.faults.bogus > 0 and not c.rogue_reports_end,
     ),
     ProbeSpec(
         "master_closed:housekeeping",

@@ -54,10 +54,12 @@ from trioha.proto import (
     SlaveConnection,
     SlaveState,
     Timing,
+    Vouch,
     encode_report,
     frame_header,
     replicated_offset,
     slaves_available,
+    vouch,
 )
 
 TIMING = Timing(heartbeat=0.5, housekeeping=1.5)
@@ -216,15 +218,15 @@ class _Harness:
         w.mc.frame_written(now=self.now)
         self.violations.extend(check_master_transition(before, w.mc.state))
 
-    def live_acks(self) -> list[int]:
+    def live_acks(self) -> list[Vouch]:
         live = (w.mc.state for w in self.wires)
-        return [m.ack_offset for m in live if m.phase is MasterPhase.TRANSFER]
+        return [vouch(m) for m in live if m.phase is MasterPhase.TRANSFER]
 
     def on_ack(self) -> None:
-        done = replicated_offset(self.live_acks(), self.cfg.needed_acks)
         keep = []
         for end, mid in self.pending:
-            if end <= done:
+            start = end - self.cfg.message_size
+            if end <= replicated_offset(self.live_acks(), self.cfg.needed_acks, start):
                 self.acked.append((end - self.cfg.message_size, end, mid))
             else:
                 keep.append((end, mid))
@@ -313,7 +315,7 @@ class _Harness:
             acks = self.live_acks()
             if not slaves_available(acks, cfg.needed_acks, end, cfg.fallbehind_max):
                 return
-            if replicated_offset(acks, cfg.needed_acks) >= end:
+            if replicated_offset(acks, cfg.needed_acks, end - cfg.message_size) >= end:
                 self.acked.append((end - cfg.message_size, end, mid))
             else:
                 self.pending.append((end, mid))

@@ -73,11 +73,13 @@ from trioha.proto import (
     SlaveEvent,
     SlavePhase,
     SlaveState,
+    Vouch,
     choose_start,
     master_step,
     replicated_offset,
     slave_step,
     slaves_available,
+    vouch,
 )
 
 _T = TypeVar("_T")
@@ -536,10 +538,10 @@ class _Tx:
                 return i
         return -1
 
-    def live_acks(self) -> list[int]:
-        """Acks of connections in TRANSFER (``HAService.live_acks``)."""
+    def live_acks(self) -> list[Vouch]:
+        """What connections in TRANSFER vouch for (``HAService.live_vouches``)."""
         return [
-            c.master.ack_offset
+            vouch(c.master)
             for c in self.conns
             if c is not None and c.master.phase is MasterPhase.TRANSFER
         ]
@@ -615,10 +617,11 @@ class _Tx:
         """``HAService.on_ack``: every waiting sync put the live acks now cover is PUT_OK."""
         if not self.pending:
             return
-        done = replicated_offset(self.live_acks(), self.cfg.needed_acks)
+        vouches = self.live_acks()
         keep = []
         for end, mid in self.pending:
-            if end <= done:
+            start = end - self.cfg.message_size
+            if end <= replicated_offset(vouches, self.cfg.needed_acks, start):
                 self.acked += ((end - self.cfg.message_size, end, mid),)
                 self.marks.add("sync_acked")
                 if self.budget.drops < self.cfg.faults.drops:
@@ -938,7 +941,7 @@ class HAModel:
             if not slaves_available(acks, cfg.needed_acks, end, cfg.fallbehind_max):
                 tx.marks.add("slave_not_available")
                 tx.note("sync put answered SLAVE_NOT_AVAILABLE (no slave streaming close enough)")
-            elif replicated_offset(acks, cfg.needed_acks) >= end:
+            elif replicated_offset(acks, cfg.needed_acks, end - cfg.message_size) >= end:
                 tx.acked += ((end - cfg.message_size, end, mid),)
                 tx.note("sync put answered PUT_OK at once")
             else:

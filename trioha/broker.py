@@ -195,7 +195,7 @@ class Broker:
         self._puts += len(results)
         self._on_log_grew()
         first, last = results[0], results[-1]
-        status = await self._wait_policies(last.end_offset)
+        status = await self._wait_policies(first.physical_offset, last.end_offset)
         return PutResult(
             status,
             offset=first.physical_offset,
@@ -204,7 +204,7 @@ class Broker:
             msg_id=first.msg_id,
         )
 
-    async def _wait_policies(self, end: int) -> PutStatus:
+    async def _wait_policies(self, start: int, end: int) -> PutStatus:
         sync_flush = self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         sync_replica = self.role is BrokerRole.SYNC_MASTER and self.ha_service is not None
         if not sync_flush and not sync_replica:
@@ -214,7 +214,7 @@ class Broker:
             return PutStatus.PUT_OK
         if not sync_flush:
             assert self.ha_service is not None
-            return await self.ha_service.wait_replicated(end)
+            return await self.ha_service.wait_replicated(end, start=start)
         if not sync_replica:
             return await self._flusher.wait_flushed(end)
         assert self.ha_service is not None
@@ -225,7 +225,7 @@ class Broker:
 
         async def replica() -> None:
             assert self.ha_service is not None
-            statuses["replica"] = await self.ha_service.wait_replicated(end)
+            statuses["replica"] = await self.ha_service.wait_replicated(end, start=start)
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(flush)

@@ -32,8 +32,6 @@ def _first_trace(name: str) -> model.Trace[model.World, Step]:
     [
         ("ack-written-restart", "SyncAckedOnSlave"),
         ("async-flush-crash", "NoDivergence"),
-        ("empty-slave-gap", "SyncAckedOnSlave"),
-        ("rogue-at-end", "AckNotAhead"),
     ],
 )
 def test_safety_counterexample_breaks_the_same_property_at_byte_level(
@@ -44,17 +42,6 @@ def test_safety_counterexample_breaks_the_same_property_at_byte_level(
     result = replay(config, trace)
     assert result.broke(prop), result.violations
     assert result.final == trace.final
-
-
-def test_rogue_client_gets_a_put_acknowledged_at_byte_level() -> None:
-    """A client that is not a slave reports the master's end: a waiting put gets PUT_OK."""
-    config = CONFIGS["rogue-at-end"]
-    violation = model.check(config, stop_at_first=False).violation("SyncAckedOnSlave")
-    assert violation is not None
-    result = replay(config, violation.trace)
-    assert result.broke("SyncAckedOnSlave")
-    assert result.final.acked == ((0, 2, 1),)
-    assert not result.final.slog
 
 
 def test_deleted_segment_stays_stuck_at_byte_level() -> None:

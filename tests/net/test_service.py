@@ -213,10 +213,10 @@ async def test_a_slave_too_far_behind_is_not_available(autojump_clock: trio.abc.
 async def test_two_slaves_can_be_required(autojump_clock: trio.abc.Clock) -> None:
     commitlog = make_log(5)
     end = commitlog.max_offset
-    service = HAService(config(in_sync_replicas=3), commitlog)
+    service = HAService(config(in_sync_replicas=3, ha_sync_from_oldest=True), commitlog)
     async with trio.open_nursery() as nursery:
         first = await serve_one(service, nursery)
-        await first.report(end)
+        await first.report(0)
         await trio.testing.wait_all_tasks_blocked()
         assert await service.wait_replicated(end) is PutStatus.SLAVE_NOT_AVAILABLE
         second = await serve_one(service, nursery)
@@ -230,15 +230,54 @@ async def test_two_slaves_can_be_required(autojump_clock: trio.abc.Clock) -> Non
 
             puts.start_soon(put)
             await trio.testing.wait_all_tasks_blocked()
-            assert results == []
-            await second.report(end - end % SEG)
-            await trio.testing.wait_all_tasks_blocked()
-            assert results == []
-            # the second slave was served from the last segment; let it catch up
-            while (h := (await second.frame())[0]).end < end:
-                pass
-            await second.report(h.end)
+            for slave in (first, second):
+                while (header := (await slave.frame())[0]).end < end:
+                    pass
+                assert results == []
+                await slave.report(header.end)
+                await trio.testing.wait_all_tasks_blocked()
         assert results == [PutStatus.PUT_OK]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_slave_served_from_the_last_segment_does_not_ack_older_puts(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # model/ finding (empty-slave-gap): its acks cover ends, not the bytes before its start.
+    commitlog = make_log(60)
+    end = commitlog.max_offset
+    last = end - end % SEG
+    service = HAService(config(slave_timeout=1000), commitlog)
+    async with trio.open_nursery() as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(0)
+        while (header := (await slave.frame())[0]).end < end:
+            pass
+        assert header.offset >= last
+        await slave.report(end)
+        await trio.testing.wait_all_tasks_blocked()
+        assert await service.wait_replicated(end, start=last - 100) is (
+            PutStatus.FLUSH_SLAVE_TIMEOUT
+        )
+        assert await service.wait_replicated(end, start=last) is PutStatus.PUT_OK
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_client_reporting_the_masters_end_acks_nothing(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # model/ finding (rogue-at-end): no handshake, so any client can write 8 bytes.
+    commitlog = make_log(5)
+    end = commitlog.max_offset
+    service = HAService(config(slave_timeout=1000), commitlog)
+    async with trio.open_nursery() as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(0)  # the real slave, empty, not yet caught up
+        await trio.testing.wait_all_tasks_blocked()
+        rogue = await serve_one(service, nursery)
+        await rogue.report(end)
+        await trio.testing.wait_all_tasks_blocked()
+        assert await service.wait_replicated(end) is PutStatus.FLUSH_SLAVE_TIMEOUT
         nursery.cancel_scope.cancel()
 
 

@@ -29,6 +29,7 @@ from trioha.proto import (
     master_step,
     replicated_offset,
     slaves_available,
+    vouch,
 )
 
 SEG = 1000
@@ -270,17 +271,33 @@ def test_slave_drops_a_master_silent_past_housekeeping() -> None:
 
 
 def test_replicated_offset_needs_the_required_number_of_slaves() -> None:
-    assert replicated_offset([123, 124, 125], 1) == 125
-    assert replicated_offset([123, 124, 125], 2) == 124
-    assert replicated_offset([123, 124, 125], 3) == 123
-    assert replicated_offset([125], 2) == -1
+    vouches = [(0, 123), (0, 124), (0, 125)]
+    assert replicated_offset(vouches, 1) == 125
+    assert replicated_offset(vouches, 2) == 124
+    assert replicated_offset(vouches, 3) == 123
+    assert replicated_offset([(0, 125)], 2) == -1
+
+
+def test_a_connection_vouches_only_for_bytes_it_carried() -> None:
+    # A slave served from the last segment (2000) acks 2500: a put in [1500, 1600) is not on it.
+    assert replicated_offset([(2000, 2500)], 1, start=1500) == -1
+    assert replicated_offset([(2000, 2500)], 1, start=2100) == 2500
+    assert replicated_offset([(0, 1600), (2000, 2500)], 1, start=1500) == 1600
+
+
+def test_a_first_report_is_where_a_connection_starts_vouching() -> None:
+    # model/ finding: any client whose first report is the master's end "acked" waiting puts.
+    conn = master()
+    conn.receive_data(encode_report(2500), now=0.0, log=view(2500))
+    assert vouch(conn.state) == (2500, 2500)
+    assert replicated_offset([vouch(conn.state)], 1, start=2400) == -1
 
 
 def test_slaves_available_is_strictly_within_the_gap() -> None:
     gap = 256 << 20
-    assert slaves_available([124], 1, 122 + gap, gap)
-    assert slaves_available([124], 1, 123 + gap, gap)
-    assert not slaves_available([124], 1, 124 + gap, gap)
+    assert slaves_available([(0, 124)], 1, 122 + gap, gap)
+    assert slaves_available([(0, 124)], 1, 123 + gap, gap)
+    assert not slaves_available([(0, 124)], 1, 124 + gap, gap)
     assert not slaves_available([], 1, 0, gap)
 
 

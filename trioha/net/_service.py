@@ -26,7 +26,14 @@ from trioha._config import BrokerConfig
 from trioha._errors import ConfigError
 from trioha._status import PutStatus
 from trioha.net._connection import HAConnection
-from trioha.proto import MasterOptions, Timing, replicated_offset, slaves_available
+from trioha.proto import (
+    MasterOptions,
+    Timing,
+    Vouch,
+    replicated_offset,
+    slaves_available,
+    vouch,
+)
 
 if TYPE_CHECKING:
     from trioha.store import CommitLog
@@ -63,6 +70,7 @@ class HAServiceStatistics:
 class _Waiter:
     end: int
     seq: int
+    start: int = attrs.field(order=False)
     event: trio.Event = attrs.field(order=False)
     done: bool = attrs.field(default=False, order=False)
 
@@ -140,47 +148,66 @@ class HAService:
 
     # --- acks and sync replication ----------------------------------------------------------
     def live_acks(self) -> list[int]:
+        """The accepted ack of every streaming connection."""
         return [c.ack_offset for c in self.connections.values() if c.transferring]
+
+    def live_vouches(self) -> list[Vouch]:
+        """``(served_from, ack)`` of each streaming connection (``proto.replicated_offset``)."""
+        return [vouch(c.proto.state) for c in self.connections.values() if c.transferring]
 
     @property
     def required_acks(self) -> int:
         return self.config.required_slave_acks
 
     def replicated_offset(self) -> int:
-        """The offset the required number of live slaves have all acked (-1: not enough)."""
-        return replicated_offset(self.live_acks(), max(1, self.required_acks))
+        """The offset the required number of live slaves have acked (-1: not enough).
+
+        For statistics; whether a given put is replicated also depends on where it starts.
+        """
+        return replicated_offset(self.live_vouches(), max(1, self.required_acks))
 
     def on_ack(self, connection: HAConnection, offset: int) -> None:
         self._connection_change.unpark_all()  # a first report makes a connection "streaming"
-        done_upto = self.replicated_offset()
-        waiters = self._waiters
-        while waiters and waiters[0].end <= done_upto:
+        vouches = self.live_vouches()
+        needed = max(1, self.required_acks)
+        highest = replicated_offset(vouches, needed)
+        waiters, uncovered = self._waiters, []
+        while waiters and waiters[0].end <= highest:
             waiter = heapq.heappop(waiters)
-            if not waiter.done:
+            if waiter.done:
+                continue
+            if replicated_offset(vouches, needed, waiter.start) >= waiter.end:
                 waiter.done = True
                 waiter.event.set()
+            else:
+                # Acked only by connections that did not carry it (served from later on):
+                # it stays until one that did acks it, or it times out.
+                uncovered.append(waiter)
+        for waiter in uncovered:
+            heapq.heappush(waiters, waiter)
 
     def notify_log_grew(self) -> None:
         """Wake every writer at once (RocketMQ's async path polls every 100 ms; we don't)."""
         for conn in self.connections.values():
             conn.wakeup.notify()
 
-    async def wait_replicated(self, end: int) -> PutStatus:
+    async def wait_replicated(self, end: int, *, start: int = 0) -> PutStatus:
         """Wait until *end* is on enough slaves; PUT_OK, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE.
 
         ``CommitLog.submitReplicaRequest`` + ``GroupTransferService`` (spec §5.1): a put that no
         slave can take in time is answered SLAVE_NOT_AVAILABLE at once; one that waits gets
-        ``slave_timeout`` of its own.
+        ``slave_timeout`` of its own. *start* and *end* bound the put's bytes (the default
+        *start* 0 is the strictest: only connections that served from the log's start count).
         """
         needed = self.required_acks
         if needed == 0:
             return PutStatus.PUT_OK
-        acks = self.live_acks()
-        if not slaves_available(acks, needed, end, self.config.ha_slave_fallbehind_max):
+        vouches = self.live_vouches()
+        if not slaves_available(vouches, needed, end, self.config.ha_slave_fallbehind_max):
             return PutStatus.SLAVE_NOT_AVAILABLE
-        if replicated_offset(acks, needed) >= end:
+        if replicated_offset(vouches, needed, start) >= end:
             return PutStatus.PUT_OK
-        waiter = _Waiter(end, next(self._seq), trio.Event())
+        waiter = _Waiter(end, next(self._seq), start, trio.Event())
         heapq.heappush(self._waiters, waiter)
         self.notify_log_grew()
         with trio.move_on_after(self.config.slave_timeout / 1000):

@@ -44,12 +44,14 @@ from trioha.proto._state import (
     SlaveEvent,
     SlavePhase,
     SlaveState,
+    Vouch,
     choose_start,
     master_step,
     replicated_offset,
     slave_step,
     slaves_available,
     transition_table_mermaid,
+    vouch,
 )
 
 __all__ = [
@@ -91,6 +93,7 @@ __all__ = [
     "SlaveState",
     "Timing",
     "TransferHeader",
+    "Vouch",
     "choose_start",
     "encode_header",
     "encode_report",
@@ -100,4 +103,5 @@ __all__ = [
     "slave_step",
     "slaves_available",
     "transition_table_mermaid",
+    "vouch",
 ]

@@ -253,6 +253,9 @@ class MasterState:
     ack_offset: int = -1
     #: ``nextTransferFromWhere``: the offset of the next byte to send; -1 until chosen.
     next_transfer: int = -1
+    #: Where this connection started serving (``choose_start``); -1 until chosen. The
+    #: connection vouches only for bytes in ``[served_from, ack_offset)``: what it carried.
+    served_from: int = -1
     #: A frame is handed to the IO layer and not yet written (``!lastWriteOver``).
     write_pending: bool = False
 
@@ -320,6 +323,7 @@ def _master_first_report(
         request_offset=offset,
         ack_offset=offset,
         next_transfer=start,
+        served_from=start,
     )
     return new, (AckAdvanced(offset),)
 
@@ -510,24 +514,42 @@ def slave_step(state: SlaveState, event: SlaveEvent) -> SlaveStep:
 # --- sync replication (GroupTransferService), over every live connection's ack ----------------
 
 
-def replicated_offset(acks: Iterable[int], needed: int) -> int:
-    """The highest offset that at least *needed* slaves have acked; -1 if too few slaves.
+Vouch: TypeAlias = tuple[int, int]
+"""One live connection as sync replication sees it: ``(served_from, ack_offset)``."""
 
-    RocketMQ 4.x uses the maximum ack ever seen from any slave (``push2SlaveMaxOffset``), which
-    a departed slave or a bogus report keeps inflated (spec §2.1, §8 #3015). trioha counts only
-    live connections' accepted acks, and needs *needed* of them (5.x ``inSyncReplicas`` - 1).
+
+def vouch(state: MasterState) -> Vouch:
+    """What a connection in TRANSFER vouches for (see :data:`Vouch`)."""
+    return state.served_from, state.ack_offset
+
+
+def replicated_offset(vouches: Iterable[Vouch], needed: int, start: int | None = None) -> int:
+    """The highest end that *needed* live connections have acked; -1 if too few.
+
+    With *start* (where a put's bytes begin), only connections served from at or before it
+    count: a connection vouches only for bytes it carried itself. Without that, a slave served
+    from the master's last segment (or any client whose first report is the master's end)
+    would "ack" puts it never received (found by model/; RocketMQ has the same hole through
+    ``push2SlaveMaxOffset``).
+
+    RocketMQ 4.x uses the maximum ack ever seen from any slave, which a departed slave or a
+    bogus report keeps inflated (spec §2.1, §8 #3015). trioha counts only live connections'
+    accepted acks, and needs *needed* of them (5.x ``inSyncReplicas`` - 1).
     """
     if needed <= 0:
         raise ValueError("needed must be positive")
-    ordered = sorted(acks, reverse=True)
+    ordered = sorted(
+        (ack for served, ack in vouches if start is None or served <= start), reverse=True
+    )
     if len(ordered) < needed:
         return -1
     return ordered[needed - 1]
 
 
-def slaves_available(acks: Iterable[int], needed: int, end: int, fallbehind_max: int) -> bool:
+def slaves_available(vouches: Iterable[Vouch], needed: int, end: int, fallbehind_max: int
+                     ) -> bool:
     """``HAService.isSlaveOK`` per slave: are *needed* live slaves within ``fallbehind_max``?"""
-    close_enough = sum(1 for ack in acks if end - ack < fallbehind_max)
+    close_enough = sum(1 for _served, ack in vouches if end - ack < fallbehind_max)
     return close_enough >= needed
 
 

@@ -299,8 +299,17 @@ class ProtocolPair:
             if link.streaming and (incarnation is None or link.incarnation == incarnation)
         ]
 
-    def replicated_offset(self) -> int:
-        return replicated_offset(self.live_acks(), 1)
+    def live_vouches(self) -> list[tuple[int, int]]:
+        """``(served_from, ack)`` of the connections the master still serves."""
+        return [
+            (link.master.state.served_from, link.ack_offset)
+            for link in self.links
+            if link.streaming
+        ]
+
+    def replicated_offset(self, start: int | None = None) -> int:
+        """As ``HAService``: with *start*, only connections that carried the put count."""
+        return replicated_offset(self.live_vouches(), 1, start)
 
     def slave_is_prefix(self) -> bool:
         """Every byte the slave holds equals the master's at the same offset."""
@@ -529,16 +538,15 @@ class ProtocolPair:
         self.puts.append(put)
         if not sync:
             put.status = PutStatus.PUT_OK
-        elif not slaves_available(self.live_acks(), 1, end, self.options.fallbehind_max):
+        elif not slaves_available(self.live_vouches(), 1, end, self.options.fallbehind_max):
             put.status = PutStatus.SLAVE_NOT_AVAILABLE
         self._settle()
         return put
 
     def _settle(self) -> None:
         """Answer waiting sync puts that the live connections' acks now cover."""
-        done = self.replicated_offset()
         for put in self.puts:
-            if put.status is None and put.end <= done:
+            if put.status is None and put.end <= self.replicated_offset(put.start):
                 put.status = PutStatus.PUT_OK
                 put.acked_by = max(
                     (link for link in self.links if link.streaming),
