@@ -253,7 +253,15 @@ def test_a_heartbeat_creates_the_first_segment(make_log: LogFactory) -> None:
     slave = make_log(segment_size=1024)
     assert slave.append_raw(3000, b"") == 3000
     assert (slave.min_offset, slave.max_offset) == (3000, 3000)
-    with pytest.raises(OffsetMismatchError):
+
+
+def test_an_empty_log_starts_over_where_replicated_data_begins(make_log: LogFactory) -> None:
+    # A slave cut back to nothing is served from the master's last segment (report 0).
+    slave = make_log(segment_size=1024)
+    slave.append_raw(0, b"")
+    assert slave.append_raw(2048, b"abc") == 2051
+    assert (slave.min_offset, bytes(slave.read(2048, 10))) == (2048, b"abc")
+    with pytest.raises(OffsetMismatchError):  # a log holding data never moves
         slave.append_raw(0, b"x")
 
 

@@ -585,6 +585,20 @@ class LogCore(abc.ABC, Generic[S]):
         if offset < 0:
             raise OffsetMismatchError(f"replicated bytes offered at negative offset {offset}")
         size = self._segment_size
+        if self._segments and self.max_offset == self.min_offset != offset:
+            # The log holds nothing (a slave cut back to an empty segment by recovery, whose
+            # cut bytes were kept aside): it starts over wherever the master serves it from,
+            # e.g. the master's last segment for a report of 0. Its empty files hold no data.
+            log.info(
+                "empty commit log at %d starts over at %d for replicated data",
+                self.max_offset,
+                offset,
+            )
+            for seg in self._segments:
+                self._delete(seg)
+            with self._lock:
+                self._segments.clear()
+            self._record_start(None)
         if not self._segments:
             inner = offset % size
             if inner:
