@@ -21,6 +21,7 @@ The wrapper itself passes Trio's generic stream checks, so what fails here is tr
 from __future__ import annotations
 
 import logging
+import math
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -30,7 +31,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from hypothesis import Phase, event, given, settings
+from hypothesis import Phase, event, example, given, settings
 from hypothesis import strategies as st
 
 from trioha import BrokerConfig
@@ -373,11 +374,29 @@ async def run_plan(plan: Plan, events: list[str]) -> None:
                 trio.current_time() + transfer_time(plan, 200) + CATCH_UP,
             )
             assert await service.wait_replicated(final.end_offset) is PutStatus.PUT_OK
-        await trio.sleep(2 * plan.faults.max_delay + 0.01)  # let answered puts be recorded
+        # Give every broken connection its full detection window before judging it: wait for
+        # the timed breaks still to come, then for housekeeping plus a heartbeat after each.
+        timed = [
+            conn.opened_at + brk.after_seconds
+            for conn, brk in zip(conns, plan.breaks, strict=False)
+            if brk.after_seconds is not None
+        ]
+        await trio.sleep_until(max([trio.current_time(), *timed]))
+        await trio.sleep_until(
+            max([trio.current_time(), *(detection_bound(plan, c) for c in conns)]) + 0.01
+        )
         check_connections(plan, conns, service, events)
         nursery.cancel_scope.cancel()
 
     check_puts(puts, events)
+
+
+def detection_bound(plan: Plan, conn: Conn) -> float:
+    """By when both ends of a broken connection must have closed: housekeeping plus one
+    heartbeat after the break, plus a few of the faults' delays."""
+    if conn.link.broken_at is None:
+        return -math.inf
+    return conn.link.broken_at + HOUSEKEEPING + HEARTBEAT + 40 * plan.faults.max_delay + 0.1
 
 
 def check_connections(
@@ -391,7 +410,6 @@ def check_connections(
         assert count == 2, f"{count} tasks for one connection (reader and writer expected)"
     assert len(per_session) <= 1
     assert all(count == 2 for count in per_session.values())
-    slack = 40 * plan.faults.max_delay + 0.1  # a few delayed operations
     for conn in conns:
         link = conn.link
         for end in (conn.master_end, conn.slave_end):
@@ -409,12 +427,11 @@ def check_connections(
         if link.broken is None or link.broken_at is None:
             continue
         events.append(f"link broken: {link.broken.value}")
-        bound = link.broken_at + HOUSEKEEPING + HEARTBEAT + slack
+        bound = detection_bound(plan, conn)
         for end in (conn.master_end, conn.slave_end):
-            closed_at = end.closed_at if end.closed_at is not None else now
-            assert closed_at <= bound, (
+            assert end.closed_at is not None and end.closed_at <= bound, (
                 f"connection {conn.index} broke ({link.broken.value}) at {link.broken_at:.2f}; "
-                f"its {end.name or 'end'} closed at {closed_at:.2f}, bound {bound:.2f}"
+                f"its {end.name} closed at {end.closed_at} (now {now:.2f}), bound {bound:.2f}"
             )
         assert all(c.stream is not conn.master_end for c in service.connections.values())
 
@@ -453,6 +470,18 @@ def _quiet_logs() -> Iterator[None]:
     phases=[p for p in settings().phases if p is not Phase.explain],
 )
 @given(plan=plans)
+@example(
+    plan=Plan(
+        seed=0,
+        faults=Faults(max_write=None, max_read=3, max_delay=0.001),
+        breaks=(Break(Breakage.BLACKHOLE, 309, None),),
+        puts=(),
+        batch_size=9,
+        ack_flushed=False,
+        sync_from_oldest=False,
+        preload=0,
+    )
+).via("regression: a dead connection judged before its detection window had passed")
 def test_replication_through_faulty_streams(plan: Plan) -> None:
     events: list[str] = []
     with mock.patch.object(trio.to_thread, "run_sync", run_sync_inline):
