@@ -317,7 +317,7 @@ async def run_plan(plan: Plan, events: list[str]) -> None:
             return slave_end
 
         async def sync_put(record: PutRecord) -> None:
-            record.status = await service.wait_replicated(record.end)
+            record.status = await service.wait_replicated(record.end, start=record.start)
             record.answered_at = trio.current_time()
             if record.status is PutStatus.PUT_OK:
                 # The ack came from a slave that holds the put (flushed, with flushed acks).
@@ -368,12 +368,13 @@ async def run_plan(plan: Plan, events: list[str]) -> None:
         # slave_timeout, when the faults' delays are long) and then answered PUT_OK.
         final = master_log.append(topic="Fuzz", body=b"final")
         service.notify_log_grew()
-        if await service.wait_replicated(final.end_offset) is not PutStatus.PUT_OK:
+        span = {"end": final.end_offset, "start": final.physical_offset}
+        if await service.wait_replicated(**span) is not PutStatus.PUT_OK:
             await poll_until(
                 lambda: service.replicated_offset() >= final.end_offset,
                 trio.current_time() + transfer_time(plan, 200) + CATCH_UP,
             )
-            assert await service.wait_replicated(final.end_offset) is PutStatus.PUT_OK
+            assert await service.wait_replicated(**span) is PutStatus.PUT_OK
         # Give every broken connection its full detection window before judging it: wait for
         # the timed breaks still to come, then for housekeeping plus a heartbeat after each.
         timed = [

@@ -548,10 +548,13 @@ class ProtocolPair:
         for put in self.puts:
             if put.status is None and put.end <= self.replicated_offset(put.start):
                 put.status = PutStatus.PUT_OK
-                put.acked_by = max(
-                    (link for link in self.links if link.streaming),
-                    key=lambda link: link.ack_offset,
-                ).incarnation
+                put.acked_by = next(
+                    link.incarnation
+                    for link in self.links
+                    if link.streaming
+                    and link.master.state.served_from <= put.start
+                    and link.ack_offset >= put.end
+                )
 
     # --- durability and crashes ---------------------------------------------------------------
 
