@@ -17,9 +17,9 @@ any order and cut the byte streams anywhere:
 * crashes cut the logs back the way a power cut does: a slave to any point between its flushed
   and written ends, the master to its flushed end.
 
-It also answers sync puts the way ``HAService.wait_replicated`` does (PUT_OK once
-``replicated_offset`` over the live connections' acks covers the put's end), so tests can check
-RocketMQ's promise: a PUT_OK message is on the slave.
+It also answers sync puts the way ``HAService.wait_replicated`` does (PUT_OK once a live
+connection that carried the put, one served from at or before its start, has acked its end), so
+tests can check RocketMQ's promise: a PUT_OK message is on the slave.
 
 No hypothesis, no pytest, no trio: this module runs anywhere ``trioha`` does.
 """
