@@ -210,11 +210,12 @@ class RecordingService(HAService):
     def __init__(self, *args: Any, on_first: Callable[[HAConnection], None]) -> None:
         super().__init__(*args)
         self._on_first = on_first
-        self._seen: set[int] = set()
+        # The connections themselves, not their ids: a collected connection's id is reused.
+        self._seen: set[HAConnection] = set()
 
     def on_ack(self, connection: HAConnection, offset: int) -> None:
-        if id(connection) not in self._seen:
-            self._seen.add(id(connection))
+        if connection not in self._seen:
+            self._seen.add(connection)
             self._on_first(connection)
         super().on_ack(connection, offset)
 
@@ -511,6 +512,22 @@ def _quiet_logs() -> Iterator[None]:
         preload=0,
     )
 ).via("regression: the last put straddled a planned break that fired after the faults' time")
+@example(
+    plan=Plan(
+        seed=974,
+        faults=Faults(max_write=13, max_read=100, max_delay=0.3),
+        breaks=(
+            Break(Breakage.BLACKHOLE, 247, None),
+            Break(Breakage.RESET, 92, None),
+            Break(Breakage.EOF, 2, None),
+        ),
+        puts=(Put(7.0, 133, True), Put(0.01, 46, True)),
+        batch_size=100,
+        ack_flushed=True,
+        sync_from_oldest=True,
+        preload=5,
+    )
+).via("regression: a reconnection's first report missed because an old connection's id recurred")
 def test_replication_through_faulty_streams(plan: Plan) -> None:
     events: list[str] = []
     with mock.patch.object(trio.to_thread, "run_sync", run_sync_inline):
