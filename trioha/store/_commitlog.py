@@ -50,6 +50,7 @@ from trioha.store._base import (
 from trioha.store._message import DecodedInvalid, HostAddress, PropertiesForm
 from trioha.store._segment import (
     SegmentFile,
+    ensure_directory,
     fsync_directory,
     last_nonzero_end,
     list_segments,
@@ -145,15 +146,7 @@ class FileCommitLog(LogCore[SegmentFile]):
         :class:`StoreLayoutError` and is left untouched.
         """
         path = Path(directory)
-        if not path.exists():
-            if not create:
-                raise StoreLayoutError(f"commit log directory {path} does not exist")
-            try:
-                path.mkdir(parents=True)
-            except OSError as exc:
-                raise StoreLayoutError(f"cannot create {path}: {exc}") from None
-        elif not path.is_dir():
-            raise StoreLayoutError(f"{path} is not a directory")
+        ensure_directory(path, create=create, what="commit log directory")
         listing = list_segments(path, segment_size)
         size = listing.segment_size
         # Check the whole layout (leftovers, start marker) before changing anything.

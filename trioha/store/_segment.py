@@ -73,6 +73,19 @@ class SegmentListing:
     leftovers: tuple[Path, ...]  # "<name>.creating" files of an interrupted segment creation
 
 
+def ensure_directory(path: Path, *, create: bool, what: str) -> None:
+    """Check that *path* is a directory, creating it if allowed; *what* names it in errors."""
+    if not path.exists():
+        if not create:
+            raise StoreLayoutError(f"{what} {path} does not exist")
+        try:
+            path.mkdir(parents=True)
+        except OSError as exc:
+            raise StoreLayoutError(f"cannot create {what} {path}: {exc}") from None
+    elif not path.is_dir():
+        raise StoreLayoutError(f"{what} {path} is not a directory")
+
+
 def list_segments(directory: Path, segment_size: int | None) -> SegmentListing:
     """Check a commit log directory's layout without changing anything.
 

@@ -33,7 +33,7 @@ from trioha.store._base import (
 from trioha.store._checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from trioha.store._commitlog import FileCommitLog, RecoveryReport
 from trioha.store._message import HostAddress, PropertiesForm
-from trioha.store._segment import fsync_directory
+from trioha.store._segment import ensure_directory, fsync_directory
 
 __all__ = ["Store", "open_store"]
 
@@ -198,15 +198,7 @@ def open_store(
     :class:`StoreLayoutError` and is not changed.
     """
     path = Path(root)
-    if not path.exists():
-        if not create:
-            raise StoreLayoutError(f"no store at {path}")
-        try:
-            path.mkdir(parents=True)
-        except OSError as exc:
-            raise StoreLayoutError(f"cannot create store directory {path}: {exc}") from None
-    elif not path.is_dir():
-        raise StoreLayoutError(f"store root {path} is not a directory")
+    ensure_directory(path, create=create, what="store root")
     lock = _StoreLock(path / "lock")
     try:
         abort = path / "abort"
