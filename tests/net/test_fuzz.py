@@ -198,8 +198,8 @@ class Conn:
 class PutRecord:
     start: int
     end: int
-    asked_at: float
-    slaves_streaming: int
+    asked_at: float = -1.0
+    slaves_streaming: int = -1
     status: PutStatus | None = None
     answered_at: float | None = None
 
@@ -322,6 +322,10 @@ async def run_plan(plan: Plan, events: list[str]) -> None:
             return slave_end
 
         async def sync_put(record: PutRecord) -> None:
+            # What the service sees when the put starts waiting (this task may start later
+            # than the put was appended).
+            record.asked_at = trio.current_time()
+            record.slaves_streaming = len(service.live_acks())
             record.status = await service.wait_replicated(record.end, start=record.start)
             record.answered_at = trio.current_time()
             if record.status is PutStatus.PUT_OK:
@@ -340,12 +344,7 @@ async def run_plan(plan: Plan, events: list[str]) -> None:
             result = master_log.append(topic="Fuzz", body=bytes(p.size))
             service.notify_log_grew()
             if p.sync:
-                record = PutRecord(
-                    result.physical_offset,
-                    result.end_offset,
-                    trio.current_time(),
-                    len(service.live_acks()),
-                )
+                record = PutRecord(result.physical_offset, result.end_offset)
                 puts.append(record)
                 nursery.start_soon(sync_put, record)
 
@@ -528,6 +527,26 @@ def _quiet_logs() -> Iterator[None]:
         preload=5,
     )
 ).via("regression: a reconnection's first report missed because an old connection's id recurred")
+@example(
+    plan=Plan(
+        seed=0,
+        faults=Faults(max_write=None, max_read=None, max_delay=0.0),
+        breaks=(Break(Breakage.BLACKHOLE, 9, None),),
+        puts=(
+            *(Put(w, 0, False) for w in (0.0, 0.5, 0.5, 0.5)),
+            Put(0.5, 0, True),
+            Put(2.0, 0, False),
+            Put(2.0, 0, True),
+            Put(7.0, 0, False),
+            Put(7.0, 0, False),
+            Put(0.0, 0, True),
+        ),
+        batch_size=9,
+        ack_flushed=False,
+        sync_from_oldest=False,
+        preload=0,
+    )
+).via("regression: a put's view of the slaves was taken before its task asked the service")
 def test_replication_through_faulty_streams(plan: Plan) -> None:
     events: list[str] = []
     with mock.patch.object(trio.to_thread, "run_sync", run_sync_inline):
