@@ -127,10 +127,19 @@ class ReplicationMachine(RuleBasedStateMachine):
         return [link for link in self.p.links if link.master_open]
 
     def _readable_by_slave(self) -> list[Link]:
-        return [link for link in self.p.links if link.slave_open]
+        """Open slave ends with something to read: bytes in flight, or the EOF after them."""
+        return [
+            link
+            for link in self.p.links
+            if link.slave_open and (link.to_slave or not (link.master_open or link.dead))
+        ]
 
     def _readable_by_master(self) -> list[Link]:
-        return [link for link in self.p.links if link.master_open]
+        return [
+            link
+            for link in self.p.links
+            if link.master_open and (link.to_master or not (link.slave_open or link.dead))
+        ]
 
     # --- producers ----------------------------------------------------------------------------
 
@@ -164,7 +173,7 @@ class ReplicationMachine(RuleBasedStateMachine):
             _event("master: heartbeat frame")
 
     @precondition(lambda self: self.pair is not None and bool(self._readable_by_slave()))
-    @rule(which=_WHICH, n=st.integers(1, 400))
+    @rule(which=_WHICH, n=st.one_of(st.integers(1, 13), st.integers(1, 400)))
     def slave_reads(self, which: int, n: int) -> None:
         link = self._pick(self._readable_by_slave(), which)
         self.p.deliver_to_slave(link, n)
@@ -178,6 +187,21 @@ class ReplicationMachine(RuleBasedStateMachine):
         self.p.deliver_to_master(link, n)
         if link.master_open and pending_report_bytes(link.master):
             _event("master: partial report buffered")
+
+    @precondition(
+        lambda self: self.pair is not None
+        and self.p.current is not None
+        and self.p.current.master_open
+    )
+    @rule(write=st.integers(1, 64), read=st.integers(1, 64))
+    def trickle(self, write: int, read: int) -> None:
+        """A slow link: a few bytes written, a few read, so frames arrive in pieces."""
+        link = self.p.current
+        assert link is not None
+        self.p.master_write(link, write)
+        self.p.deliver_to_slave(link, read)
+        if link.slave_open and link.slave.buffered:
+            _event("slave: partial frame buffered")
 
     @precondition(lambda self: self.pair is not None and self.p.current is not None)
     @rule(master_notices=st.booleans(), slave_notices=st.booleans())
