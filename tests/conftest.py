@@ -9,7 +9,7 @@
 
 Deadlines are off everywhere: a slow example on a shared machine is not a bug, and the
 protocol tests measure behaviour, never speed. ``HYPOTHESIS_PROFILE`` picks a profile when
-pytest's option is not at hand (e.g. under ``python -m trioha.testing``-style scripts).
+pytest's option is not at hand (a test file run some other way).
 """
 
 from __future__ import annotations
