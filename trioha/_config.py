@@ -191,7 +191,7 @@ class BrokerConfig:
         values: dict[str, Any] = {}
         fields = {f.name: f for f in attrs.fields(cls)}
         for lineno, key, raw in _parse_properties(text):
-            name = _snake(key)
+            name = _snake(LEGACY_KEYS.get(key, key))
             where = f"{path}:{lineno}"
             if name not in fields:
                 if key in IGNORED_ROCKETMQ_KEYS:
@@ -205,6 +205,9 @@ class BrokerConfig:
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{path}: {exc}") from None
 
+
+# RocketMQ's older spellings, still accepted by its config loader and found in old files.
+LEGACY_KEYS = {"mapedFileSizeCommitLog": "mappedFileSizeCommitLog"}
 
 # RocketMQ settings a real broker.conf commonly carries that trioha accepts and ignores.
 IGNORED_ROCKETMQ_KEYS = frozenset(
@@ -257,7 +260,10 @@ def _parse_properties(text: str) -> list[tuple[int, str, str]]:
 
 
 def _snake(key: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower()
+    """``haSendHeartbeatInterval`` -> ``ha_send_heartbeat_interval``; ``checkCRCOnRecover`` ->
+    ``check_crc_on_recover`` (a run of capitals is one word)."""
+    key = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", key)
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key).lower()
 
 
 def _camel(name: str) -> str:

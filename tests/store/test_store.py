@@ -238,7 +238,7 @@ def test_commitlog_that_is_not_a_directory(tmp_path: Path) -> None:
 
 
 def test_root_errors(tmp_path: Path) -> None:
-    with pytest.raises(StoreLayoutError, match="store root .*missing does not exist"):
+    with pytest.raises(StoreLayoutError, match=r"store root .*missing does not exist"):
         open_store(tmp_path / "missing", create=False)
     assert not (tmp_path / "missing").exists()
     (tmp_path / "file").write_text("x")

@@ -1,0 +1,62 @@
+"""``python -m trioha``: every bad flag or file is one line and a non-zero exit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "trioha", *args], capture_output=True, text=True, timeout=60,
+        check=False,
+    )
+
+
+def test_help_lists_the_commands() -> None:
+    result = run("--help")
+    assert result.returncode == 0
+    for command in ("master", "slave", "demo", "audit", "namesrv", "status"):
+        assert command in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["master"], "the following arguments are required: --store-dir"),
+        (["master", "--store-dir", "x", "--ha-listen", "nowhere"], "HOST:PORT"),
+        (["master", "--store-dir", "x", "--mapped-file-size", "12q"], "not a size"),
+        (["slave", "--store-dir", "x"], "a slave needs --master-ha"),
+    ],
+)
+def test_bad_flags_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "trioha", *args], capture_output=True, text=True, timeout=60,
+        cwd=tmp_path, check=False,
+    )
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_a_bad_broker_conf_is_one_line(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("haSendHeartBeatInterval=3\n")
+    result = run("master", "--store-dir", str(tmp_path / "s"), "-c", str(conf))
+    assert result.returncode == 1
+    assert "did you mean 'haSendHeartbeatInterval'" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_locked_store_is_one_line(tmp_path: Path) -> None:
+    from trioha.store import open_store
+
+    with open_store(tmp_path / "s", segment_size=1 << 20):
+        result = run("master", "--store-dir", str(tmp_path / "s"), "--ha-listen",
+                     "127.0.0.1:0", "--listen", "127.0.0.1:0")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith("trioha master: error:")
+    assert "lock" in result.stderr
