@@ -171,11 +171,11 @@ class HAConnection:
                         break
                     self.proto.frame_written(now=now)
                     following = self.proto.next_send(now=now, log=view)
-                    if not isinstance(following, SendTransfer):
+                    if following is None or isinstance(following, Close):
                         handed_over = True
-                        closing = following if isinstance(following, Close) else None
+                        closing = following
                         break
-                    action = following
+                    action = following  # a transfer, or a heartbeat that ends the batch
                 await self.stream.send_all(parts[0] if len(parts) == 1 else b"".join(parts))
                 self.frames_sent += frames
                 self.heartbeats_sent += heartbeats
