@@ -22,7 +22,7 @@ import pytest
 import trio
 
 from trioha import BrokerConfig
-from trioha._config import BrokerRole
+from trioha._config import BrokerRole, FlushDiskType
 from trioha._demo import compare_logs
 from trioha._status import PutStatus
 from trioha.broker import Broker, open_broker
@@ -237,6 +237,62 @@ async def test_a_slave_killed_during_sync_puts(tmp_path: Path) -> None:
             await master.ha_service.wait_no_connections()
         last = await master.put(topic="FooBar", body=b"later")
         assert last.status is PutStatus.SLAVE_NOT_AVAILABLE
+
+
+async def test_sync_flush_puts_return_once_durable(tmp_path: Path) -> None:
+    # GroupCommitService: one fsync answers every put waiting for it.
+    config = master_config(tmp_path / "m", flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    async with running(config) as master:
+        commitlog = master.store.commitlog
+        with trio.fail_after(10):
+            results = await put_many(master, 300, producers=16)
+        assert {r.status for r in results} == {PutStatus.PUT_OK}
+        assert commitlog.flushed_offset >= max(r.end_offset for r in results)
+
+
+async def test_a_slow_disk_answers_flush_disk_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = master_config(
+        tmp_path / "m", flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout=100
+    )
+    async with running(config) as master:
+        commitlog = master.store.commitlog
+        real_flush = commitlog.flush
+
+        def slow_flush() -> int:
+            time.sleep(0.5)  # in the flusher's worker thread
+            return real_flush()
+
+        monkeypatch.setattr(commitlog, "flush", slow_flush)
+        with trio.fail_after(10):
+            late = await master.put(topic="FooBar", body=b"x")
+        assert late.status is PutStatus.FLUSH_DISK_TIMEOUT
+        monkeypatch.setattr(commitlog, "flush", real_flush)
+        with trio.fail_after(10):
+            await trio.sleep(0.6)  # the slow flush in flight ends
+            ok = await master.put(topic="FooBar", body=b"y")
+        assert ok.status is PutStatus.PUT_OK
+
+
+async def test_sync_flush_and_sync_replication_together(tmp_path: Path) -> None:
+    # handleDiskFlushAndHA: both must succeed; the replica status wins when both fail.
+    config = master_config(
+        tmp_path / "m", BrokerRole.SYNC_MASTER, flush_disk_type=FlushDiskType.SYNC_FLUSH
+    )
+    async with running(config) as master:
+        assert master.ha_service is not None
+        assert (await master.put(topic="FooBar", body=b"x")).status is (
+            PutStatus.SLAVE_NOT_AVAILABLE
+        )
+        async with running(slave_config(tmp_path / "s", master)) as slave:
+            with trio.fail_after(10):
+                await master.ha_service.wait_connections(1)
+                results = await put_many(master, 200)
+            assert {r.status for r in results} == {PutStatus.PUT_OK}
+            end = max(r.end_offset for r in results)
+            assert master.store.commitlog.flushed_offset >= end
+            assert slave.store.commitlog.max_offset >= end
 
 
 async def test_a_slave_refuses_puts(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from trioha._config import BrokerConfig, BrokerRole, FlushDiskType
 from trioha._errors import MessageTooLargeError, StorageError
 from trioha._status import PutResult, PutStatus
 from trioha.net import HAClient, HAClientStatistics, HAService, HAServiceStatistics
+from trioha.net._waiters import OffsetWaiters
 from trioha.net._wakeup import Wakeup
 from trioha.remoting import ClientSide, serve_client_side
 from trioha.store import HostAddress, Store, open_store
@@ -46,46 +47,34 @@ class BrokerStatistics:
     client: HAClientStatistics | None
 
 
-@attrs.define
-class _FlushWaiter:
-    end: int
-    event: trio.Event
-
-
 class _GroupFlusher:
     """SYNC_FLUSH's ``GroupCommitService``: one fsync serves every put waiting for it."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.waiters: list[_FlushWaiter] = []
+        self.waiters = OffsetWaiters(
+            broker.config.sync_flush_timeout / 1000,
+            covered=PutStatus.PUT_OK,
+            expired=PutStatus.FLUSH_DISK_TIMEOUT,
+        )
         self.wakeup = Wakeup()
 
     async def wait_flushed(self, end: int) -> PutStatus:
-        commitlog = self.broker.store.commitlog
-        if commitlog.flushed_offset >= end:
+        if self.broker.store.commitlog.flushed_offset >= end:
             return PutStatus.PUT_OK
-        waiter = _FlushWaiter(end, trio.Event())
-        self.waiters.append(waiter)
         self.wakeup.notify()
-        with trio.move_on_after(self.broker.config.sync_flush_timeout / 1000):
-            await waiter.event.wait()
-            return PutStatus.PUT_OK
-        return PutStatus.FLUSH_DISK_TIMEOUT
+        return await self.waiters.wait(end)
 
-    async def run(self) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         commitlog = self.broker.store.commitlog
-        while True:
-            if not self.waiters:
-                await self.wakeup.wait()
-                continue
-            flushed = await trio.to_thread.run_sync(commitlog.flush)
-            still = []
-            for waiter in self.waiters:
-                if waiter.end <= flushed:
-                    waiter.event.set()
-                else:
-                    still.append(waiter)
-            self.waiters = still
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.waiters.expire)
+            task_status.started()
+            while True:
+                if not self.waiters:
+                    await self.wakeup.wait()
+                    continue
+                self.waiters.release(await trio.to_thread.run_sync(commitlog.flush))
 
 
 def message_record(message: Mapping[str, Any]) -> dict[str, Any]:
@@ -261,7 +250,7 @@ class Broker:
 
     async def _start(self, nursery: trio.Nursery) -> None:
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH and self.role.is_master:
-            nursery.start_soon(self._flusher.run)
+            await nursery.start(self._flusher.run)
         else:
             nursery.start_soon(self._run_async_flusher)
         if self.role.is_master:

@@ -338,6 +338,7 @@ async def run_plan(plan: Plan, events: list[str]) -> None:
                 )
 
         client = HAClient(slave_config, slave_log, connect=connect)
+        await nursery.start(service.time_out_puts)
         await nursery.start(client.run)
         for p in plan.puts:
             await trio.sleep(p.wait)

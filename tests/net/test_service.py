@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 import trio
@@ -50,6 +52,14 @@ class FakeSlave:
             if not data:
                 raise EOFError
             self.buffer += data
+
+
+@asynccontextmanager
+async def running(service: HAService) -> AsyncIterator[trio.Nursery]:
+    """A nursery with the service's put timeouts running (``serve`` would start them)."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(service.time_out_puts)
+        yield nursery
 
 
 async def serve_one(service: HAService, nursery: trio.Nursery) -> FakeSlave:
@@ -174,7 +184,7 @@ async def test_sync_put_statuses(autojump_clock: trio.abc.Clock) -> None:
     end = commitlog.max_offset
     # No slave: SLAVE_NOT_AVAILABLE at once (HATest.testSemiSyncReplica, 4.9).
     assert await service.wait_replicated(end) is PutStatus.SLAVE_NOT_AVAILABLE
-    async with trio.open_nursery() as nursery:
+    async with running(service) as nursery:
         slave = await serve_one(service, nursery)
         await slave.report(0)
         await trio.testing.wait_all_tasks_blocked()
@@ -200,7 +210,7 @@ async def test_sync_put_statuses(autojump_clock: trio.abc.Clock) -> None:
 async def test_a_slave_too_far_behind_is_not_available(autojump_clock: trio.abc.Clock) -> None:
     commitlog = make_log(50)
     service = HAService(config(ha_slave_fallbehind_max=1000), commitlog)
-    async with trio.open_nursery() as nursery:
+    async with running(service) as nursery:
         slave = await serve_one(service, nursery)
         await slave.report(0)
         await trio.testing.wait_all_tasks_blocked()
@@ -214,7 +224,7 @@ async def test_two_slaves_can_be_required(autojump_clock: trio.abc.Clock) -> Non
     commitlog = make_log(5)
     end = commitlog.max_offset
     service = HAService(config(in_sync_replicas=3, ha_sync_from_oldest=True), commitlog)
-    async with trio.open_nursery() as nursery:
+    async with running(service) as nursery:
         first = await serve_one(service, nursery)
         await first.report(0)
         await trio.testing.wait_all_tasks_blocked()
@@ -248,7 +258,7 @@ async def test_a_slave_served_from_the_last_segment_does_not_ack_older_puts(
     end = commitlog.max_offset
     last = end - end % SEG
     service = HAService(config(slave_timeout=1000), commitlog)
-    async with trio.open_nursery() as nursery:
+    async with running(service) as nursery:
         slave = await serve_one(service, nursery)
         await slave.report(0)
         while (header := (await slave.frame())[0]).end < end:
@@ -270,7 +280,7 @@ async def test_a_client_reporting_the_masters_end_acks_nothing(
     commitlog = make_log(5)
     end = commitlog.max_offset
     service = HAService(config(slave_timeout=1000), commitlog)
-    async with trio.open_nursery() as nursery:
+    async with running(service) as nursery:
         slave = await serve_one(service, nursery)
         await slave.report(0)  # the real slave, empty, not yet caught up
         await trio.testing.wait_all_tasks_blocked()

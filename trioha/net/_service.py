@@ -8,12 +8,12 @@ Mirrors ``HAService`` with ``AcceptSocketService`` and ``GroupTransferService`` 
 * acks are tracked per live connection, and a sync put needs ``in_sync_replicas - 1`` of them
   (5.x semantics), not the maximum ack ever seen from anyone (``push2SlaveMaxOffset``);
 * waiting puts sit in a heap ordered by the offset they need; one ack releases every put it
-  covers at once (group commit), with no polling; each put's ``slave_timeout`` is its own.
+  covers at once (group commit), with no polling; each put's ``slave_timeout`` is its own
+  (:class:`~trioha.net._waiters.OffsetWaiters`).
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import logging
 import math
@@ -26,6 +26,7 @@ from trioha._config import BrokerConfig
 from trioha._errors import ConfigError
 from trioha._status import PutStatus
 from trioha.net._connection import HAConnection
+from trioha.net._waiters import OffsetWaiters
 from trioha.proto import (
     MasterOptions,
     Timing,
@@ -66,15 +67,6 @@ class HAServiceStatistics:
     connections_closed: int
 
 
-@attrs.define(order=True)
-class _Waiter:
-    end: int
-    seq: int
-    start: int = attrs.field(order=False)
-    event: trio.Event = attrs.field(order=False)
-    done: bool = attrs.field(default=False, order=False)
-
-
 class HAService:
     """Accepts slave connections and answers "is this offset replicated?"."""
 
@@ -91,8 +83,12 @@ class HAService:
         self.address: tuple[str, int] | None = None
         self.connections: dict[int, HAConnection] = {}
         self._ids = itertools.count(1)
-        self._waiters: list[_Waiter] = []
-        self._seq = itertools.count()
+        self._view: _SyncView | None = None  # cached; dropped on every ack and registry change
+        self._waiters = OffsetWaiters(
+            config.slave_timeout / 1000,
+            covered=PutStatus.PUT_OK,
+            expired=PutStatus.FLUSH_SLAVE_TIMEOUT,
+        )
         self._accepted = 0
         self._closed = 0
         self._connection_change = trio.lowlevel.ParkingLot()
@@ -103,7 +99,10 @@ class HAService:
         *,
         task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
     ) -> NoReturn:
-        """Listen on ``ha_listen_host:ha_listen_port`` (port 0 picks one) and serve slaves."""
+        """Listen on ``ha_listen_host:ha_listen_port`` (port 0 picks one) and serve slaves.
+
+        Also runs :meth:`time_out_puts`.
+        """
         host, port = self.config.ha_listen_host, self.config.ha_listen_port
         try:
             listeners = await trio.open_tcp_listeners(port, host=host)
@@ -114,8 +113,22 @@ class HAService:
         sockname = listeners[0].socket.getsockname()
         self.address = (sockname[0], sockname[1])
         log.info("HA service listening on %s:%d", *self.address)
-        task_status.started(self.address)
-        await trio.serve_listeners(self.handle_stream, listeners)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.time_out_puts)
+            task_status.started(self.address)
+            await trio.serve_listeners(self.handle_stream, listeners)
+        raise AssertionError("unreachable: serve_listeners never returns")
+
+    async def time_out_puts(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> NoReturn:
+        """Answer FLUSH_SLAVE_TIMEOUT to sync puts waiting longer than ``slave_timeout``.
+
+        :meth:`serve` runs it; whoever serves streams through :meth:`handle_stream` alone starts
+        it (``await nursery.start(service.time_out_puts)``) next to them: without it,
+        :meth:`wait_replicated` refuses to wait rather than wait forever.
+        """
+        await self._waiters.expire(task_status=task_status)
 
     async def handle_stream(self, stream: trio.abc.Stream, peer: str | None = None) -> None:
         """Serve one slave on *stream* until the connection ends; never raises."""
@@ -131,6 +144,7 @@ class HAService:
         )
         conn_id = next(self._ids)
         self.connections[conn_id] = conn
+        self._view = None
         self._accepted += 1
         self._connection_change.unpark_all()
         log.info("slave connected from %s", peer)
@@ -141,6 +155,7 @@ class HAService:
             log.exception("HA connection with %s failed", peer)
         finally:
             del self.connections[conn_id]
+            self._view = None
             self._closed += 1
             self._connection_change.unpark_all()
             await trio.aclose_forcefully(stream)
@@ -166,25 +181,28 @@ class HAService:
         """
         return replicated_offset(self.live_vouches(), max(1, self.required_acks))
 
+    def _sync_view(self) -> _SyncView:
+        """What every sync put asks of the live connections, computed once per ack."""
+        view = self._view
+        if view is None:
+            vouches = tuple(self.live_vouches())
+            needed = max(1, self.required_acks)
+            view = self._view = _SyncView(
+                vouches,
+                needed,
+                replicated_offset(vouches, needed),
+                max((served_from for served_from, _ack in vouches), default=0),
+            )
+        return view
+
     def on_ack(self, connection: HAConnection, offset: int) -> None:
-        self._connection_change.unpark_all()  # a first report makes a connection "streaming"
-        vouches = self.live_vouches()
-        needed = max(1, self.required_acks)
-        highest = replicated_offset(vouches, needed)
-        waiters, uncovered = self._waiters, []
-        while waiters and waiters[0].end <= highest:
-            waiter = heapq.heappop(waiters)
-            if waiter.done:
-                continue
-            if replicated_offset(vouches, needed, waiter.start) >= waiter.end:
-                waiter.done = True
-                waiter.event.set()
-            else:
-                # Acked only by connections that did not carry it (served from later on):
-                # it stays until one that did acks it, or it times out.
-                uncovered.append(waiter)
-        for waiter in uncovered:
-            heapq.heappush(waiters, waiter)
+        self._view = None
+        if self._connection_change:
+            self._connection_change.unpark_all()  # a first report makes it "streaming"
+        if self._waiters:
+            view = self._sync_view()
+            if view.highest >= 0:
+                self._waiters.release(view.highest, view.holds)
 
     def notify_log_grew(self) -> None:
         """Wake every writer at once (RocketMQ's async path polls every 100 ms; we don't)."""
@@ -199,22 +217,17 @@ class HAService:
         ``slave_timeout`` of its own. *start* and *end* bound the put's bytes (the default
         *start* 0 is the strictest: only connections that served from the log's start count).
         """
-        needed = self.required_acks
-        if needed == 0:
+        if self.required_acks == 0:
             return PutStatus.PUT_OK
-        vouches = self.live_vouches()
-        if not slaves_available(vouches, needed, end, self.config.ha_slave_fallbehind_max):
+        view = self._sync_view()
+        if not slaves_available(
+            view.vouches, view.needed, end, self.config.ha_slave_fallbehind_max
+        ):
             return PutStatus.SLAVE_NOT_AVAILABLE
-        if replicated_offset(vouches, needed, start) >= end:
+        if view.highest >= end and view.holds(start, end):
             return PutStatus.PUT_OK
-        waiter = _Waiter(end, next(self._seq), start, trio.Event())
-        heapq.heappush(self._waiters, waiter)
         self.notify_log_grew()
-        with trio.move_on_after(self.config.slave_timeout / 1000):
-            await waiter.event.wait()
-            return PutStatus.PUT_OK
-        waiter.done = True  # lazily dropped from the heap when it reaches the top
-        return PutStatus.FLUSH_SLAVE_TIMEOUT
+        return await self._waiters.wait(end, start=start)
 
     async def wait_connections(self, count: int, deadline: float = math.inf) -> bool:
         """Wait until at least *count* slaves are streaming; False at *deadline*."""
@@ -251,10 +264,30 @@ class HAService:
             address=self.address,
             slaves=slaves,
             replicated_offset=self.replicated_offset(),
-            waiting_puts=sum(1 for w in self._waiters if not w.done),
+            waiting_puts=len(self._waiters),
             connections_accepted=self._accepted,
             connections_closed=self._closed,
         )
+
+
+@attrs.frozen
+class _SyncView:
+    """The live connections' vouches, and what follows from them for every waiting put."""
+
+    vouches: tuple[Vouch, ...]
+    needed: int
+    highest: int  # replicated_offset(vouches, needed): the most any put can be covered to
+    latest_served_from: int
+
+    def holds(self, start: int, end: int) -> bool:
+        """Do *needed* connections that carried ``[start, end)`` vouch for it?"""
+        # A put starting at or after every connection's served_from is covered by all of them;
+        # otherwise only the connections that carried it count: one served from later on (a
+        # slave that reconnected empty) does not vouch for it, and the put stays until one that
+        # did acks it, or it times out.
+        if start >= self.latest_served_from:
+            return self.highest >= end
+        return replicated_offset(self.vouches, self.needed, start) >= end
 
 
 def _peer_name(stream: trio.abc.Stream) -> str:

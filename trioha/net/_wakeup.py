@@ -19,7 +19,8 @@ class Wakeup:
         self._lot = trio.lowlevel.ParkingLot()
 
     def notify(self) -> None:
-        self._lot.unpark_all()
+        if self._lot:  # called on every put: skip the parking lot's work when nobody waits
+            self._lot.unpark_all()
 
     async def wait(self, deadline: float = math.inf) -> None:
         """Return at the next ``notify`` or at *deadline* (Trio clock), whichever is first."""

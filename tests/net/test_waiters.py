@@ -1,0 +1,143 @@
+"""OffsetWaiters: parked puts released in offset order, each with its own timeout."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from trioha.net._waiters import OffsetWaiters
+
+OK, LATE = "covered", "expired"
+
+
+def waiters(timeout: float = 3.0) -> OffsetWaiters[str]:
+    return OffsetWaiters(timeout, covered=OK, expired=LATE)
+
+
+async def test_a_wait_without_the_expiring_task_is_refused() -> None:
+    with pytest.raises(RuntimeError, match="expire"):
+        await waiters().wait(10)
+
+
+async def test_one_release_answers_every_covered_waiter_and_no_other(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    w = waiters()
+    answers: dict[int, str] = {}
+
+    async def put(end: int) -> None:
+        answers[end] = await w.wait(end)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(w.expire)
+        for end in (30, 10, 20, 40):
+            nursery.start_soon(put, end)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(w) == 4
+        assert w.release(25) == 2
+        await trio.testing.wait_all_tasks_blocked()
+        assert answers == {10: OK, 20: OK}
+        assert w.release(40) == 2
+        await trio.testing.wait_all_tasks_blocked()
+        assert answers == {10: OK, 20: OK, 30: OK, 40: OK}
+        assert len(w) == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_holds_keeps_a_waiter_until_a_later_release(autojump_clock: trio.abc.Clock) -> None:
+    w = waiters()
+    answers: list[tuple[int, str]] = []
+
+    async def put(start: int, end: int) -> None:
+        answers.append((start, await w.wait(end, start=start)))
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(w.expire)
+        nursery.start_soon(put, 0, 10)
+        nursery.start_soon(put, 5, 10)
+        await trio.testing.wait_all_tasks_blocked()
+        assert w.release(10, lambda start, _end: start >= 5) == 1
+        await trio.testing.wait_all_tasks_blocked()
+        assert answers == [(5, OK)]
+        assert w.release(10) == 1
+        await trio.testing.wait_all_tasks_blocked()
+        assert answers == [(5, OK), (0, OK)]
+        nursery.cancel_scope.cancel()
+
+
+async def test_each_waiter_times_out_after_its_own_timeout(autojump_clock: trio.abc.Clock) -> None:
+    w = waiters(timeout=3.0)
+    answered: list[tuple[int, str, float]] = []
+
+    async def put(end: int) -> None:
+        result = await w.wait(end)
+        answered.append((end, result, trio.current_time()))
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(w.expire)
+        t0 = trio.current_time()
+        nursery.start_soon(put, 10)
+        await trio.sleep(1.0)
+        nursery.start_soon(put, 20)
+        await trio.sleep(1.0)
+        nursery.start_soon(put, 30)
+        await trio.sleep(0.5)
+        w.release(30)  # at 2.5 s: before the first one's 3 s have passed
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    assert sorted((end, result) for end, result, _ in answered) == [(10, OK), (20, OK), (30, OK)]
+    assert all(at - t0 == pytest.approx(2.5) for _, _, at in answered)
+
+    w = waiters(timeout=3.0)
+    answered.clear()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(w.expire)
+        t0 = trio.current_time()
+        nursery.start_soon(put, 10)
+        await trio.sleep(1.0)
+        nursery.start_soon(put, 20)
+        await trio.sleep(2.5)
+        assert [(end, result) for end, result, _ in answered] == [(10, LATE)]
+        assert answered[0][2] - t0 == pytest.approx(3.0)
+        w.release(20)
+        await trio.testing.wait_all_tasks_blocked()
+        assert answered[1][:2] == (20, OK)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_cancelled_waiter_leaves_and_is_never_answered(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    w = waiters()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(w.expire)
+        with trio.move_on_after(1.0) as scope:
+            await w.wait(10)
+        assert scope.cancelled_caught
+        assert len(w) == 0
+        assert w.release(10) == 0
+        await trio.sleep(5.0)  # past its timeout: the expiring task must skip it too
+        nursery.cancel_scope.cancel()
+
+
+async def test_waiters_that_are_never_covered_do_not_accumulate(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # A hung slave: every put times out, and no ack ever reaches their ends.
+    w = waiters(timeout=0.5)
+    results: list[str] = []
+
+    async def put(end: int) -> None:
+        results.append(await w.wait(end))
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(w.expire)
+        for round_ in range(20):
+            async with trio.open_nursery() as puts:
+                for i in range(100):
+                    puts.start_soon(put, 1000 + round_ * 100 + i)
+        assert results == [LATE] * 2000
+        assert len(w) == 0
+        assert len(w._by_end) <= 200 and len(w._by_deadline) == 0
+        nursery.cancel_scope.cancel()
