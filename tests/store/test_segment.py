@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from trioha import StorageError, StoreLayoutError
+from trioha.store import FileCommitLog
+from trioha.store._base import DROP_PAGES_EVERY
 from trioha.store._segment import (
     DEFAULT_SEGMENT_SIZE,
     SegmentFile,
@@ -97,3 +99,54 @@ def test_listing(tmp_path: Path) -> None:
 def test_an_unreadable_directory_is_a_layout_error(tmp_path: Path) -> None:
     with pytest.raises(StoreLayoutError, match="cannot list commit log directory"):
         list_segments(tmp_path / "missing", None)
+
+
+def _rss_file_kib() -> int | None:
+    """This process's file-backed resident memory (Linux), or None."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("RssFile:"):
+            return int(line.split()[1])
+    return None
+
+
+def test_dropped_pages_still_read_the_same_bytes(tmp_path: Path) -> None:
+    seg = SegmentFile.create(tmp_path, 0, 1 << 20)
+    data = os.urandom(300_000)
+    seg.write(0, data)
+    view = seg.view(0, len(data))
+    assert bytes(view) == data
+    seg.drop_pages()
+    assert bytes(view) == data  # a shared file mapping refaults from the page cache
+    seg.drop_pages(4097, 200_000)  # unaligned start: rounded down to a page
+    assert bytes(seg.view(0, len(data))) == data
+    del view
+    seg.close()
+    seg.drop_pages()  # closed: nothing to drop, no error
+
+
+def test_streaming_a_log_through_read_keeps_rss_flat(tmp_path: Path) -> None:
+    if _rss_file_kib() is None:
+        pytest.skip("needs /proc/self/status")
+    log = FileCommitLog.open(tmp_path / "commitlog", segment_size=16 << 20)
+    body = os.urandom(60_000)
+    while log.max_offset < 96 << 20:
+        log.append(topic="Pages", body=body)
+    before = _rss_file_kib()
+    assert before is not None
+    offset, peak = log.min_offset, before
+    while offset < log.max_offset:
+        chunk = log.read(offset, 1 << 20)
+        assert sum(memoryview(chunk).cast("B")[::4096]) >= 0  # touch every page
+        offset += len(chunk)
+        peak = max(peak, _rss_file_kib() or 0)
+    messages = sum(1 for _ in log.iter_messages())
+    peak = max(peak, _rss_file_kib() or 0)
+    log.close()
+    assert messages > 1000
+    # 96 MiB read twice; what stays mapped is bounded by DROP_PAGES_EVERY, not the log.
+    assert DROP_PAGES_EVERY <= 16 << 20
+    assert (peak - before) * 1024 < 48 << 20

@@ -233,12 +233,42 @@ class SegmentLike(Protocol):
     def write(self, pos: int, data: bytes | bytearray | memoryview) -> None: ...
     def view(self, pos: int, end: int) -> memoryview | bytes: ...
     def zero(self, pos: int, end: int) -> None: ...
+    def drop_pages(self, pos: int = 0, end: int | None = None) -> None: ...
     def close(self) -> None: ...
 
 
 S = TypeVar("S", bound=SegmentLike)
 
 RecordEvent = tuple[ReadableBuffer, int, int, RecordLayout]  # buffer, pos, segment start, layout
+
+DROP_PAGES_EVERY: Final = 16 << 20
+"""Bytes read through segment mappings between two ``drop_pages``: what reading adds to RSS."""
+
+
+class PageBudget:
+    """Give back mapped pages every :data:`DROP_PAGES_EVERY` bytes read through them.
+
+    A reader streaming the log (a slave's consume-queue builder, the master's HA writer, a
+    recovery scan) would otherwise grow the process's RSS to the size of the log: the pages are
+    the kernel's page cache and cost nothing to drop, but they count as ours while mapped.
+    Counting is best effort when several threads read (a lost count only delays a drop).
+    """
+
+    __slots__ = ("_read", "_touched")
+
+    def __init__(self) -> None:
+        self._read = 0
+        self._touched: set[SegmentLike] = set()
+
+    def note(self, segment: SegmentLike, nbytes: int) -> None:
+        self._touched.add(segment)
+        self._read += nbytes
+        if self._read >= DROP_PAGES_EVERY:
+            self._read = 0
+            touched = list(self._touched)  # one step under the GIL, unlike iterating the set
+            self._touched.clear()
+            for seg in touched:
+                seg.drop_pages()
 
 
 class RecordScan:
@@ -251,7 +281,9 @@ class RecordScan:
     ``check_crc_from`` turns CRC checks on for segments starting at or after that offset.
     """
 
-    __slots__ = ("check_crc_from", "end", "problem", "segment_size", "segments", "start")
+    __slots__ = (
+        "check_crc_from", "end", "pages", "problem", "segment_size", "segments", "start"
+    )
 
     def __init__(
         self,
@@ -260,8 +292,10 @@ class RecordScan:
         segment_size: int,
         *,
         check_crc_from: int = 0,
+        pages: PageBudget | None = None,
     ) -> None:
         self.segments = segments
+        self.pages = pages if pages is not None else PageBudget()
         self.start = start
         self.segment_size = segment_size
         self.check_crc_from = check_crc_from
@@ -283,19 +317,25 @@ class RecordScan:
             pos = offset - base
             end = seg.wrote
             check_crc = base >= self.check_crc_from
+            noted = pos
             while pos < end:
                 r = parse_record(buf, pos, end, check_crc, base)
                 if type(r) is RecordLayout:
                     yield buf, pos, base, r
                     pos += r.fields[0]
                     self.end = base + pos
+                    if pos - noted >= DROP_PAGES_EVERY:
+                        self.pages.note(seg, pos - noted)
+                        noted = pos
                 elif type(r) is DecodedBlank:
                     pos = size
                     break
                 else:
                     self.end = base + pos
                     self.problem = r  # type: ignore[assignment]
+                    self.pages.note(seg, pos - noted)
                     return
+            self.pages.note(seg, min(pos, end) - noted)
             offset = base + max(pos, end)
             self.end = offset
             i += 1
@@ -362,6 +402,7 @@ class LogCore(abc.ABC, Generic[S]):
         self._generation = 0  # bumped by truncate: a racing flush must not claim cut bytes
         self._flushed = 0
         self._queues = QueueOffsets(0)
+        self._pages = PageBudget()
         self._closed = False
         self.set_aside: list[SetAside] = []
 
@@ -634,7 +675,9 @@ class LogCore(abc.ABC, Generic[S]):
         if queues.cursor >= self.max_offset or not self._segments:
             return
         start = max(queues.cursor, self.min_offset)
-        scan = RecordScan(self._segments, start, self._segment_size, check_crc_from=0)
+        scan = RecordScan(
+            self._segments, start, self._segment_size, check_crc_from=0, pages=self._pages
+        )
         queues.count(scan)
         if scan.problem is not None and not isinstance(scan.problem, DecodedIncomplete):
             log.warning("queue offsets are counted up to %d only: %s", scan.end, scan.problem)
@@ -667,7 +710,9 @@ class LogCore(abc.ABC, Generic[S]):
             return b""
         seg = self._segments[self._segment_at(offset)]
         pos = offset - seg.start
-        return seg.view(pos, min(seg.wrote, pos + max_bytes))
+        view = seg.view(pos, min(seg.wrote, pos + max_bytes))
+        self._pages.note(seg, len(view))
+        return view
 
     def iter_messages(self, start: int | None = None) -> Iterator[StoredMessage]:
         """Messages from ``start`` (a record boundary; default the first message).
@@ -683,7 +728,9 @@ class LogCore(abc.ABC, Generic[S]):
         return self._iter_messages(begin)
 
     def _iter_messages(self, begin: int) -> Iterator[StoredMessage]:
-        scan = RecordScan(self._segments, begin, self._segment_size, check_crc_from=0)
+        scan = RecordScan(
+            self._segments, begin, self._segment_size, check_crc_from=0, pages=self._pages
+        )
         for buf, pos, _base, layout in scan:
             yield build_message(buf, pos, layout)
         problem = scan.problem
@@ -763,7 +810,9 @@ class LogCore(abc.ABC, Generic[S]):
         queues = self._queues
         if queues.cursor <= offset:
             return
-        scan = RecordScan(self._segments, offset, self._segment_size, check_crc_from=1 << 63)
+        scan = RecordScan(
+            self._segments, offset, self._segment_size, check_crc_from=1 << 63, pages=self._pages
+        )
         first: dict[tuple[str, int], int] = {}
         for buf, pos, base, layout in scan:
             if base + pos >= queues.cursor:  # beyond what was counted

@@ -50,6 +50,9 @@ class MemorySegment:
         chunk = bytes(self.data[pos:end])
         return chunk + bytes(end - pos - len(chunk))  # a closed segment's unwritten padding
 
+    def drop_pages(self, pos: int = 0, end: int | None = None) -> None:
+        """Nothing is mapped."""
+
     def zero(self, pos: int, end: int) -> None:
         end = min(end, len(self.data))
         if pos < end:

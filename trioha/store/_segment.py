@@ -9,6 +9,13 @@ Writes go through ``os.pwrite``; reads through a read-only shared ``mmap`` of th
 so :meth:`SegmentFile.view` slices cost no copy. On Linux the page cache is shared, so bytes
 written with ``pwrite`` are visible through the mapping at once.
 
+Resident memory: pages touched through the mapping count in the process's RSS until unmapped,
+so a reader streaming a whole log would grow RSS to the log's size although the kernel may drop
+those pages at any time. :meth:`SegmentFile.drop_pages` (``MADV_DONTNEED``) gives them back: the
+bytes stay in the page cache, and a view still in use faults them back in, never seeing zeros
+(a shared file mapping, unlike an anonymous one). :class:`~trioha.store._base.LogCore` calls it
+every few MiB read.
+
 Lifetime of views: a ``memoryview`` handed out keeps the mapping alive even after the segment
 is closed, deleted or moved aside (the mapping is only unmapped when the last view goes).
 Files are never shrunk, so holding a view can never fault; bytes under a view only change
@@ -42,6 +49,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("trioha.store")
+
+_MADV_DONTNEED: Final[int | None] = getattr(mmap, "MADV_DONTNEED", None)
 
 DEFAULT_SEGMENT_SIZE: Final = 1 << 30
 """``mappedFileSizeCommitLog``: 1 GiB."""
@@ -277,6 +286,21 @@ class SegmentFile:
             self.mapping()
         assert self._view is not None
         return self._view[pos:end]
+
+    def drop_pages(self, pos: int = 0, end: int | None = None) -> None:
+        """Unmap the pages of [pos, end) from this process; reading them again refaults them.
+
+        The data is untouched (see the module note on resident memory).
+        """
+        mm = self._mm
+        if mm is None or _MADV_DONTNEED is None:
+            return
+        start = pos - pos % mmap.PAGESIZE
+        length = (self.size if end is None else end) - start
+        if length > 0:
+            # ValueError: closed by another thread (a truncate) in between; nothing to drop.
+            with contextlib.suppress(ValueError, OSError):
+                mm.madvise(_MADV_DONTNEED, start, length)
 
     def zero(self, pos: int, end: int) -> None:
         """Overwrite [pos, end) with zeros (never shrink: a mapped view must not fault)."""
