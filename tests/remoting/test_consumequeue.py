@@ -42,6 +42,8 @@ def test_units_layout_and_file_names(tmp_path: Path) -> None:
     queue = store.find_or_create("T", 3)
     for i in range(7):
         assert queue.put(i, 1000 + 100 * i, 100, tags_code("TagA"))
+    assert queue.get(6) == CQUnit(1600, 100, 2598919)  # a read sees units not yet written
+    queue.write_pending()  # the reput service does this after every batch
     files = sorted(p.name for p in (tmp_path / "consumequeue" / "T" / "3").iterdir())
     assert files == [f"{0:020d}", f"{FILE:020d}"]
     assert all(os.path.getsize(tmp_path / "consumequeue/T/3" / f) == FILE for f in files)
@@ -52,6 +54,27 @@ def test_units_layout_and_file_names(tmp_path: Path) -> None:
     assert queue.get(7) is None
     assert [u.commitlog_offset for u in queue.read(3, 10)] == [1300, 1400]  # stops at a file
     assert queue.max_physical_offset == 1700
+
+
+def test_units_are_gathered_and_written_in_one_go(tmp_path: Path) -> None:
+    queue = ConsumeQueueStore(tmp_path, file_size=FILE).find_or_create("T", 0)
+    for i in range(5):
+        queue.put(i, 100 * i, 100, 0)
+    assert not (tmp_path / "consumequeue" / "T" / "0").exists()  # nothing written yet
+    assert queue.dirty_handles()  # what a flush syncs is written first
+    path = tmp_path / "consumequeue" / "T" / "0" / f"{0:020d}"
+    raw = path.read_bytes()
+    assert [struct.unpack_from(">qiq", raw, 20 * i)[0] for i in range(5)] == [0, 100, 200, 300, 400]
+    # However many units one batch holds, what is gathered stays bounded.
+    big = ConsumeQueueStore(tmp_path / "big").find_or_create("T", 0)
+    for i in range(20_000):
+        big.put(i, 100 * i, 100, 0)
+        assert len(big._pending) <= 64 * 1024
+    big.close()  # writes what is pending
+    again = ConsumeQueueStore(tmp_path / "big")
+    again.load()
+    reopened = again.get("T", 0)
+    assert reopened is not None and reopened.max_offset == 20_000
 
 
 def test_repeated_unit_is_skipped(tmp_path: Path) -> None:

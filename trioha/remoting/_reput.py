@@ -31,7 +31,7 @@ import trio
 from trioha.remoting._json import dumps, loads_lenient
 from trioha.remoting._metadata import write_config_file
 from trioha.remoting._types import CommitLogLike
-from trioha.store._consumequeue import ConsumeQueueStore, tags_code
+from trioha.store._consumequeue import ConsumeQueue, ConsumeQueueStore, tags_code
 from trioha.store._message import (
     PROPERTY_TAGS,
     DecodedBlank,
@@ -131,7 +131,7 @@ class ReputService:
         """
         commitlog = self.commitlog
         done = 0
-        touched: set[tuple[str, int]] = set()
+        touched: dict[tuple[str, int], ConsumeQueue] = {}
         topics: dict[bytes, str] = {}
         while done < max_records and self.reput_from < commitlog.max_offset:
             if self.reput_from < commitlog.min_offset:
@@ -156,9 +156,11 @@ class ReputService:
                             if topic is None:
                                 topic = topics[raw_topic] = raw_topic.decode("utf-8", "replace")
                             props = bytes(buf[result.topic_end + 2 : result.props_end])
-                            queue = self.queues.find_or_create(topic, queue_id)
+                            key = (topic, queue_id)
+                            queue = touched.get(key)
+                            if queue is None:
+                                queue = touched[key] = self.queues.find_or_create(*key)
                             queue.put(f[5], f[6], total, tags_code(_tags(props)))
-                            touched.add((topic, queue_id))
                         pos += total
                         done += 1
                     case DecodedBlank():
@@ -191,10 +193,11 @@ class ReputService:
         self._wake(touched)
         return done
 
-    def _wake(self, touched: set[tuple[str, int]]) -> None:
+    def _wake(self, touched: dict[tuple[str, int], ConsumeQueue]) -> None:
         if not touched:
             return
-        for key in touched:
+        for key, queue in touched.items():
+            queue.write_pending()  # one write per queue and batch (reads would do it anyway)
             event = self._arrivals.pop(key, None)
             if event is not None:
                 event.set()
