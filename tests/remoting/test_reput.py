@@ -8,9 +8,10 @@ import pytest
 import trio
 import trio.testing
 
-from trioha.remoting._reput import ReputService
+from trioha.remoting._reput import _TAG_CODES, _TAG_CODES_MAX, ReputService, _tags_code
 from trioha.store._consumequeue import ConsumeQueueStore, tags_code
 from trioha.store._memory import MemoryCommitLog
+from trioha.store._message import properties_to_string
 
 SEGMENT = 4096
 
@@ -167,3 +168,20 @@ async def test_long_poll_wakes_on_arrival(autojump_clock: trio.abc.Clock, tmp_pa
         await reput.wait_dispatched(log.max_offset)
         nursery.cancel_scope.cancel()
     assert (tmp_path / "cp.json").exists()  # flushed and checkpointed on the way out
+
+
+@pytest.mark.parametrize("tags", [None, "TagA", "标签", "TagA TagB", "x" * 300])
+def test_the_tag_code_comes_from_the_raw_properties(tags: str | None) -> None:
+    props: dict[str, str] = {"KEYS": "k1", "UNIQ_KEY": "abc"}
+    if tags is not None:
+        props["TAGS"] = tags
+    raw = properties_to_string(props).encode()
+    for _ in range(2):  # computed, then cached
+        assert _tags_code(raw) == tags_code(tags)
+
+
+def test_the_tag_code_cache_is_bounded() -> None:
+    for i in range(5000):
+        raw = properties_to_string({"TAGS": f"t{i}"}).encode()
+        assert _tags_code(raw) == tags_code(f"t{i}")
+    assert len(_TAG_CODES) <= _TAG_CODES_MAX

@@ -51,8 +51,8 @@ _TRANSACTION_COMMIT = 0x8
 _TAGS_KEY = PROPERTY_TAGS.encode() + b"\x01"
 
 
-def _tags(props: bytes) -> str | None:
-    """The TAGS value of a record's properties bytes, without decoding the others."""
+def _tags(props: bytes) -> bytes | None:
+    """The raw TAGS value of a record's properties bytes, without decoding the others."""
     at = props.find(_TAGS_KEY)
     while at > 0 and props[at - 1] != 2:  # a key starts the string or follows \x02
         at = props.find(_TAGS_KEY, at + 1)
@@ -60,7 +60,25 @@ def _tags(props: bytes) -> str | None:
         return None
     start = at + len(_TAGS_KEY)
     end = props.find(b"\x02", start)
-    return props[start : end if end >= 0 else len(props)].decode("utf-8", "replace")
+    return props[start : end if end >= 0 else len(props)]
+
+
+#: Tag hash codes by raw tag bytes: a topic has few tags, and hashing one costs a Python loop
+#: over its characters. Bounded, so a producer inventing tags cannot grow it.
+_TAG_CODES: dict[bytes | None, int] = {None: 0}
+_TAG_CODES_MAX = 4096
+
+
+def _tags_code(props: bytes) -> int:
+    """``tagsString2tagsCode`` of the record's TAGS property (0 without one)."""
+    raw = _tags(props)
+    code = _TAG_CODES.get(raw)
+    if code is None:
+        assert raw is not None
+        code = tags_code(raw.decode("utf-8", "replace"))
+        if len(_TAG_CODES) < _TAG_CODES_MAX:
+            _TAG_CODES[raw] = code
+    return code
 
 
 #: Bytes read per step, and records dispatched before yielding to other tasks.
@@ -144,50 +162,49 @@ class ReputService:
                 # Only the fields a consume queue unit needs are read: decoding whole
                 # messages cost a slave most of its catch-up CPU.
                 result = parse_record(buf, pos, len(buf), False, offset)
-                match result:
-                    case RecordLayout(fields=f):
-                        total, queue_id, sysflag = f[0], f[3], f[7]
-                        if sysflag & _TRANSACTION_MASK in (
-                            _TRANSACTION_NOT_TYPE,
-                            _TRANSACTION_COMMIT,
-                        ):
-                            raw_topic = bytes(buf[result.topic_start : result.topic_end])
-                            topic = topics.get(raw_topic)
-                            if topic is None:
-                                topic = topics[raw_topic] = raw_topic.decode("utf-8", "replace")
-                            props = bytes(buf[result.topic_end + 2 : result.props_end])
-                            key = (topic, queue_id)
-                            queue = touched.get(key)
-                            if queue is None:
-                                queue = touched[key] = self.queues.find_or_create(*key)
-                            queue.put(f[5], f[6], total, tags_code(_tags(props)))
-                        pos += total
-                        done += 1
-                    case DecodedBlank():
-                        size = commitlog.segment_size
-                        self.reput_from = (offset + pos) // size * size + size
-                        break
-                    case DecodedIncomplete(at, _available, needed):
-                        if at + needed <= commitlog.max_offset and pos == 0:
-                            # A record larger than one read: read it whole.
-                            buf = commitlog.read(at, needed)
-                            if len(buf) >= needed:
-                                continue
-                        self.reput_from = offset + pos
-                        self._wake(touched)
-                        return done
-                    case DecodedInvalid(at, reason, detail):
-                        self.reput_from = offset + pos
-                        if self._stuck_at != at:
-                            self._stuck_at = at
-                            log.error(
-                                "consume queue building stopped at commit log offset %d: %s (%s)",
-                                at,
-                                detail,
-                                reason.value,
-                            )
-                        self._wake(touched)
-                        return done
+                if type(result) is RecordLayout:  # (not `match`: this runs per message)
+                    f = result.fields
+                    total, queue_id, sysflag = f[0], f[3], f[7]
+                    if sysflag & _TRANSACTION_MASK in (_TRANSACTION_NOT_TYPE, _TRANSACTION_COMMIT):
+                        raw_topic = bytes(buf[result.topic_start : result.topic_end])
+                        topic = topics.get(raw_topic)
+                        if topic is None:
+                            topic = topics[raw_topic] = raw_topic.decode("utf-8", "replace")
+                        key = (topic, queue_id)
+                        queue = touched.get(key)
+                        if queue is None:
+                            queue = touched[key] = self.queues.find_or_create(*key)
+                        props = bytes(buf[result.topic_end + 2 : result.props_end])
+                        queue.put(f[5], f[6], total, _tags_code(props))
+                    pos += total
+                    done += 1
+                elif type(result) is DecodedBlank:
+                    size = commitlog.segment_size
+                    self.reput_from = (offset + pos) // size * size + size
+                    break
+                elif type(result) is DecodedIncomplete:
+                    at, needed = result.offset, result.needed
+                    if at + needed <= commitlog.max_offset and pos == 0:
+                        # A record larger than one read: read it whole.
+                        buf = commitlog.read(at, needed)
+                        if len(buf) >= needed:
+                            continue
+                    self.reput_from = offset + pos
+                    self._wake(touched)
+                    return done
+                else:
+                    assert type(result) is DecodedInvalid
+                    self.reput_from = offset + pos
+                    if self._stuck_at != result.offset:
+                        self._stuck_at = result.offset
+                        log.error(
+                            "consume queue building stopped at commit log offset %d: %s (%s)",
+                            result.offset,
+                            result.detail,
+                            result.reason.value,
+                        )
+                    self._wake(touched)
+                    return done
             else:
                 self.reput_from = offset + pos
         self._wake(touched)
