@@ -38,6 +38,7 @@ import trio
 
 from bench._common import KIB, AckWatch, emit, self_cpu
 from trioha._config import BrokerConfig, BrokerRole
+from trioha._tuning import tune_gc_for_serving
 from trioha.broker import open_broker
 from trioha.net import HAClient, HAService, Wakeup
 from trioha.store import CommitLog, open_store
@@ -221,6 +222,7 @@ def main() -> None:
     elif args.role is None:
         args.role = "ASYNC_MASTER"
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    tune_gc_for_serving()  # as `python -m trioha master|slave` does
     trio.run(run, args)
 
 

@@ -44,6 +44,7 @@ if not __package__:  # run as ``python bench/ha_bench.py``: import ``bench`` fro
 from bench import _catchup, _limits, _puts, _report
 from bench._backlog import make_backlog
 from bench._common import BENCH_DIR, GIB, MIB
+from trioha._tuning import tune_gc_for_serving
 
 RESULTS = BENCH_DIR / "results"
 
@@ -95,6 +96,7 @@ def say(text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    tune_gc_for_serving()  # the put scenarios' master runs here; the CLI tunes the same way
     quick = args.quick
     sections = set(args.only.split(","))
     backlog_total = int((args.backlog_gib or (0.25 if quick else 1.0)) * GIB)

@@ -167,7 +167,10 @@ def _run_slave(args: argparse.Namespace) -> int:
 
 
 async def _serve(config: BrokerConfig) -> None:
+    from trioha._tuning import tune_gc_for_serving
     from trioha.broker import open_broker
+
+    tune_gc_for_serving()
 
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with open_broker(config) as broker, trio.open_nursery() as nursery:

@@ -232,11 +232,17 @@ class Broker:
 
     async def wait_log_grew(self, beyond_offset: int, deadline: float = math.inf) -> bool:
         """Wait until the commit log ends beyond *beyond_offset*; False at *deadline*."""
+        if deadline == math.inf:  # the reput service's wait, once per batch: no cancel scope
+            await self._wait_grown(beyond_offset)
+            return True
         with trio.move_on_at(deadline):
-            while self.store.commitlog.max_offset <= beyond_offset:
-                await self._log_grew.wait()
+            await self._wait_grown(beyond_offset)
             return True
         return False
+
+    async def _wait_grown(self, beyond_offset: int) -> None:
+        while self.store.commitlog.max_offset <= beyond_offset:
+            await self._log_grew.wait()
 
     # --- running ----------------------------------------------------------------------------
     async def _run_async_flusher(self) -> None:
