@@ -18,7 +18,7 @@ With ``--peer-master`` our slave also copies from that (foreign) master; with ``
 master also listens there with the backlog, a foreign slave (started empty) copies it, and the
 put scenarios run again over that connection. Figures are printed as Markdown tables with ratios
 to the limits, saved as JSON (and two PNG plots if matplotlib is installed) under
-``bench/results/``. Expect about 4 minutes, or under one with ``--quick``. The machine is shared:
+``bench/results/``. Expect about 5 minutes, or under one with ``--quick``. The machine is shared:
 read the ratios and the CPU seconds, and the CPU share line, before the absolute figures.
 """
 
