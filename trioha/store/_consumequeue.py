@@ -203,16 +203,20 @@ class ConsumeQueue:
         queue is logged as the bug it is.
         """
         expect = queue_offset * CQ_UNIT_SIZE
-        if expect == self._end and self._pending:  # the common case: the next unit
-            self._pending += _UNIT.pack(commitlog_offset, size, tags)
-            self._end = expect + CQ_UNIT_SIZE
-            self.max_physical_offset = commitlog_offset + size
-            if len(self._pending) >= _PENDING_MAX:
-                self.write_pending()
-            return True
-        if expect < self._end:
-            return False
-        self.write_pending()
+        if expect != self._end or not self._pending:  # not simply the next gathered unit
+            if expect < self._end:
+                return False
+            self.write_pending()
+            self._prepare_end(expect, queue_offset)
+        self._pending += _UNIT.pack(commitlog_offset, size, tags)
+        self._end = expect + CQ_UNIT_SIZE
+        self.max_physical_offset = commitlog_offset + size
+        if len(self._pending) >= _PENDING_MAX:
+            self.write_pending()
+        return True
+
+    def _prepare_end(self, expect: int, queue_offset: int) -> None:
+        """Before a first unit, or one beyond the end: place the start, fill a gap."""
         if not self._files and self._end == 0:
             # A queue whose first message is not at offset 0 (its older messages were
             # never here): its first file is the one holding that unit.
@@ -235,10 +239,6 @@ class ConsumeQueue:
             )
             cq_file.dirty = True
             self._end = stop
-        self._pending += _UNIT.pack(commitlog_offset, size, tags)
-        self._end = expect + CQ_UNIT_SIZE
-        self.max_physical_offset = commitlog_offset + size
-        return True
 
     def write_pending(self) -> None:
         """Write the gathered units to their files (one ``pwrite`` per file they span)."""
