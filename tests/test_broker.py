@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -259,18 +260,23 @@ async def test_a_slow_disk_answers_flush_disk_timeout(
     async with running(config) as master:
         commitlog = master.store.commitlog
         real_flush = commitlog.flush
+        disk_free, flushed = threading.Event(), threading.Event()
 
-        def slow_flush() -> int:
-            time.sleep(0.5)  # in the flusher's worker thread
-            return real_flush()
+        def slow_flush() -> int:  # in the flusher's worker thread: held until the put is late
+            disk_free.wait(10)
+            try:
+                return real_flush()
+            finally:
+                flushed.set()
 
         monkeypatch.setattr(commitlog, "flush", slow_flush)
         with trio.fail_after(10):
             late = await master.put(topic="FooBar", body=b"x")
         assert late.status is PutStatus.FLUSH_DISK_TIMEOUT
         monkeypatch.setattr(commitlog, "flush", real_flush)
+        disk_free.set()
         with trio.fail_after(10):
-            await trio.sleep(0.6)  # the slow flush in flight ends
+            await trio.to_thread.run_sync(flushed.wait)  # the slow flush in flight ends
             ok = await master.put(topic="FooBar", body=b"y")
         assert ok.status is PutStatus.PUT_OK
 
