@@ -2,9 +2,18 @@
 
     async with trioha.open_broker(trioha.BrokerConfig(...)) as broker:
         result = await broker.put(topic="FooBar", body=b"...")
+
+Importing :mod:`trioha` (or any of its sans-IO parts: :mod:`trioha.proto`, :mod:`trioha.store`,
+:mod:`trioha.pipeline`) loads neither Trio nor the broker: the public names below are resolved on
+first use, so a Spark executor, the model checker or an embedder of the core pays only for what
+it touches. ``tests/test_imports.py`` keeps it that way.
 """
 
-from trioha._config import BrokerConfig, BrokerRole, FlushDiskType
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from trioha._errors import (
     ConfigError,
     CorruptLogError,
@@ -22,9 +31,35 @@ from trioha._errors import (
     TriohaError,
 )
 from trioha._status import PutResult, PutStatus
-from trioha.broker import Broker, BrokerStatistics, open_broker
+
+if TYPE_CHECKING:
+    from trioha._config import BrokerConfig, BrokerRole, FlushDiskType
+    from trioha.broker import Broker, BrokerStatistics, open_broker
 
 __version__ = "0.1.0"
+
+# Names whose modules import Trio or read configuration: loaded when first asked for.
+_LAZY = {
+    "BrokerConfig": "trioha._config",
+    "BrokerRole": "trioha._config",
+    "FlushDiskType": "trioha._config",
+    "Broker": "trioha.broker",
+    "BrokerStatistics": "trioha.broker",
+    "open_broker": "trioha.broker",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trioha' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
     "Broker",
