@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from trioha.store import HostAddress, PropertiesForm, StoredMessage
-from trioha.store._base import NewMessage
+from trioha.store._contract import NewMessage
 from trioha.store._store import open_store
 
 SEGMENT = 64 * 1024

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from trioha.store import FileCommitLog, MemoryCommitLog
-from trioha.store._base import LogCore
+from trioha.store._logcore import LogCore
 
 
 class FakeClock:

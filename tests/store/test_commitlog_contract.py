@@ -21,7 +21,7 @@ from trioha.store import (
     StoredMessage,
     decode_record,
 )
-from trioha.store._base import LogCore
+from trioha.store._logcore import LogCore
 
 from .conftest import FakeClock, LogFactory
 

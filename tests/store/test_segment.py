@@ -9,7 +9,7 @@ import pytest
 
 from trioha import StorageError, StoreLayoutError
 from trioha.store import FileCommitLog
-from trioha.store._base import DROP_PAGES_EVERY
+from trioha.store._scan import DROP_PAGES_EVERY
 from trioha.store._segment import (
     DEFAULT_SEGMENT_SIZE,
     SegmentFile,

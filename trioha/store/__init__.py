@@ -6,7 +6,9 @@ The codec (``_message``) is pure; everything else follows RocketMQ's ``CommitLog
 """
 
 from trioha._config import FlushDiskType
-from trioha.store._base import (
+from trioha.store._checkpoint import CHECKPOINT_SIZE, Checkpoint, read_checkpoint, write_checkpoint
+from trioha.store._commitlog import FileCommitLog, RecoveryReport
+from trioha.store._contract import (
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_STORE_HOST,
     AppendResult,
@@ -15,8 +17,6 @@ from trioha.store._base import (
     NewMessage,
     SetAside,
 )
-from trioha.store._checkpoint import CHECKPOINT_SIZE, Checkpoint, read_checkpoint, write_checkpoint
-from trioha.store._commitlog import FileCommitLog, RecoveryReport
 from trioha.store._memory import MemoryCommitLog
 from trioha.store._message import (
     BLANK_MAGIC,

@@ -38,16 +38,15 @@ from typing import Final
 import attrs
 
 from trioha._errors import StorageError, StoreLayoutError
-from trioha.store._base import (
+from trioha.store._contract import (
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_STORE_HOST,
-    LogCore,
-    QueueOffsets,
-    RecordScan,
     SetAside,
     system_clock_ms,
 )
+from trioha.store._logcore import LogCore
 from trioha.store._message import DecodedInvalid, HostAddress, PropertiesForm
+from trioha.store._scan import QueueOffsets, RecordScan
 from trioha.store._segment import (
     SegmentFile,
     ensure_directory,

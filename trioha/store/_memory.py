@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from trioha.store._base import (
+from trioha.store._contract import (
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_STORE_HOST,
-    LogCore,
     SetAside,
     system_clock_ms,
 )
+from trioha.store._logcore import LogCore
 from trioha.store._message import HostAddress, PropertiesForm
 from trioha.store._segment import DEFAULT_SEGMENT_SIZE, MIN_SEGMENT_SIZE
 

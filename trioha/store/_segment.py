@@ -13,7 +13,7 @@ Resident memory: pages touched through the mapping count in the process's RSS un
 so a reader streaming a whole log would grow RSS to the log's size although the kernel may drop
 those pages at any time. :meth:`SegmentFile.drop_pages` (``MADV_DONTNEED``) gives them back: the
 bytes stay in the page cache, and a view still in use faults them back in, never seeing zeros
-(a shared file mapping, unlike an anonymous one). :class:`~trioha.store._base.LogCore` calls it
+(a shared file mapping, unlike an anonymous one). :class:`~trioha.store._logcore.LogCore` calls it
 every few MiB read.
 
 Lifetime of views: a ``memoryview`` handed out keeps the mapping alive even after the segment

@@ -24,14 +24,14 @@ from types import TracebackType
 
 from trioha._config import FlushDiskType
 from trioha._errors import StorageError, StoreLayoutError, StoreLockedError
-from trioha.store._base import (
+from trioha.store._checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from trioha.store._commitlog import FileCommitLog, RecoveryReport
+from trioha.store._contract import (
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_STORE_HOST,
     FlushPolicy,
     system_clock_ms,
 )
-from trioha.store._checkpoint import Checkpoint, read_checkpoint, write_checkpoint
-from trioha.store._commitlog import FileCommitLog, RecoveryReport
 from trioha.store._message import HostAddress, PropertiesForm
 from trioha.store._segment import ensure_directory, fsync_directory
 

@@ -1,11 +1,8 @@
-"""The commit log contract and the logic both commit logs share.
+"""The logic both commit logs share: RocketMQ's placement rules over segments.
 
-``CommitLog`` is the one interface the replication layer, the broker and the pipeline code
-against. Two implementations pass the same contract tests: the file log (``_commitlog``)
-and an in-memory log (``_memory``) for fast protocol tests. They share :class:`LogCore`,
-which holds RocketMQ's placement rules (``CommitLog.DefaultAppendMessageCallback.doAppend``,
-``MappedFileQueue.getLastMappedFile``, ``CommitLog.appendData``); the two differ only in where
-a segment's bytes live.
+:class:`LogCore` holds ``CommitLog.DefaultAppendMessageCallback.doAppend``,
+``MappedFileQueue.getLastMappedFile`` and ``CommitLog.appendData``; the file log
+(``_commitlog``) and the in-memory log (``_memory``) differ only in where a segment's bytes live.
 
 Threading: every method belongs to one owner thread (the Trio thread) except :meth:`flush`,
 which may run in a worker thread (``trio.to_thread.run_sync``) while the owner appends. A
@@ -19,365 +16,37 @@ import abc
 import bisect
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final, Generic, Protocol, Self, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Generic, Self, TypeVar
 
-import attrs
-
-from trioha._config import FlushDiskType
 from trioha._errors import CorruptLogError, MessageTooLargeError, OffsetMismatchError, StorageError
+from trioha.store._contract import (
+    DEFAULT_MAX_MESSAGE_SIZE,
+    DEFAULT_STORE_HOST,
+    AppendResult,
+    NewMessage,
+    SegmentLike,
+    SetAside,
+    system_clock_ms,
+)
 from trioha.store._message import (
     BLANK_RECORD_SIZE,
-    DecodedBlank,
     DecodedIncomplete,
     DecodedInvalid,
     HostAddress,
     PreparedMessage,
     PropertiesForm,
     PropertiesInput,
-    ReadableBuffer,
-    RecordLayout,
     StoredMessage,
     _decode_topic,
     build_message,
     encode_blank,
-    make_msg_id,
-    parse_record,
 )
-
-__all__ = [
-    "DEFAULT_MAX_MESSAGE_SIZE",
-    "DEFAULT_STORE_HOST",
-    "AppendResult",
-    "CommitLog",
-    "FlushDiskType",
-    "FlushPolicy",
-    "LogCore",
-    "NewMessage",
-]
+from trioha.store._scan import PageBudget, QueueOffsets, RecordScan
 
 log = logging.getLogger("trioha.store")
 
-DEFAULT_MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024
-"""``maxMessageSize``: the largest body accepted (4 MiB)."""
-DEFAULT_STORE_HOST: Final = HostAddress("127.0.0.1", 10911)
-
-
-def system_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-# --- values ----------------------------------------------------------------------------
-
-
-def _to_host(value: HostAddress | tuple[str, int] | None) -> HostAddress | None:
-    if value is None or isinstance(value, HostAddress):
-        return value
-    host, port = value
-    return HostAddress(host, port)
-
-
-def _to_properties(value: PropertiesInput) -> tuple[tuple[str, str], ...]:
-    items = value.items() if isinstance(value, Mapping) else value
-    return tuple((str(k), str(v)) for k, v in items)
-
-
-@attrs.frozen
-class NewMessage:
-    """A message to append (``MessageExtBrokerInner`` before the store fills in offsets).
-
-    ``None`` means "the log decides": the born and store timestamps default to now, the
-    born host to the store host, the store host and properties form to the log's own.
-    """
-
-    topic: str
-    body: bytes = attrs.field(converter=bytes)
-    queue_id: int = 0
-    flag: int = 0
-    properties: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_to_properties)
-    sysflag: int = 0
-    born_timestamp: int | None = None
-    born_host: HostAddress | None = attrs.field(default=None, converter=_to_host)
-    store_host: HostAddress | None = attrs.field(default=None, converter=_to_host)
-    reconsume_times: int = 0
-    prepared_transaction_offset: int = 0
-    store_timestamp: int | None = None
-    properties_form: PropertiesForm | None = None
-
-
-@attrs.frozen
-class AppendResult:
-    """Where an appended message went (``AppendMessageResult``)."""
-
-    physical_offset: int
-    size: int
-    queue_offset: int
-    store_timestamp: int
-    store_host: HostAddress
-    topic: str
-    queue_id: int
-
-    @property
-    def end_offset(self) -> int:
-        return self.physical_offset + self.size
-
-    @property
-    def msg_id(self) -> str:
-        return make_msg_id(self.store_host, self.physical_offset)
-
-
-@attrs.frozen
-class FlushPolicy:
-    """When the Trio layer should call ``flush()`` (``FlushRealTimeService``/``GroupCommit``).
-
-    The store starts no threads or tasks; a broker task asks :meth:`due` on its timer.
-    ASYNC_FLUSH flushes every ``interval_ms`` once ``least_pages`` 4 KiB pages are dirty, and
-    at least every ``thorough_interval_ms`` whatever is dirty. SYNC_FLUSH is driven by puts
-    (the caller groups waiters and calls ``flush()`` once per group).
-    """
-
-    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
-    interval_ms: int = 500  # flushIntervalCommitLog
-    least_pages: int = 4  # flushCommitLogLeastPages
-    thorough_interval_ms: int = 10_000  # flushCommitLogThoroughInterval
-
-    def due(self, *, now_ms: int, last_flush_ms: int, unflushed_bytes: int) -> bool:
-        if unflushed_bytes <= 0:
-            return False
-        if self.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-            return True
-        if now_ms - last_flush_ms >= self.thorough_interval_ms:
-            return True
-        return unflushed_bytes >= self.least_pages * 4096
-
-
-class CommitLog(Protocol):
-    """What the rest of trioha needs from a commit log (file or memory)."""
-
-    @property
-    def segment_size(self) -> int:
-        """Bytes per segment file (``mappedFileSizeCommitLog``)."""
-
-    @property
-    def min_offset(self) -> int:
-        """First readable offset: the first segment's start (0 for a log never written)."""
-
-    @property
-    def max_offset(self) -> int:
-        """End of written data (a segment closed by a blank record counts as full)."""
-
-    @property
-    def flushed_offset(self) -> int:
-        """Everything below this offset is durable."""
-
-    def append(
-        self,
-        *,
-        topic: str,
-        body: bytes,
-        queue_id: int = 0,
-        flag: int = 0,
-        properties: PropertiesInput = (),
-        sysflag: int = 0,
-        born_timestamp: int | None = None,
-        born_host: HostAddress | None = None,
-        store_host: HostAddress | None = None,
-        reconsume_times: int = 0,
-        prepared_transaction_offset: int = 0,
-        store_timestamp: int | None = None,
-    ) -> AppendResult:
-        """Append one message at the end of the log."""
-
-    def append_batch(
-        self, messages: Iterable[NewMessage | Mapping[str, Any]]
-    ) -> list[AppendResult]:
-        """Append consecutive records with one write, all in one segment."""
-
-    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> int:
-        """Append replicated bytes exactly at the end of the log; returns the new end."""
-
-    def read(self, offset: int, max_bytes: int) -> memoryview | bytes:
-        """Up to ``max_bytes`` written bytes from ``offset``, within one segment."""
-
-    def iter_messages(self, start: int | None = None) -> Iterator[StoredMessage]:
-        """Messages from ``start`` (default: the first), blank records skipped."""
-
-    def next_queue_offset(self, topic: str, queue_id: int) -> int:
-        """The queue offset the next message for this queue will get."""
-
-    def flush(self) -> int:
-        """Make everything written durable; returns the new flushed offset."""
-
-    def truncate(self, offset: int) -> None:
-        """Drop everything at and after ``offset`` (kept aside, never discarded)."""
-
-    def delete_segments_before(self, offset: int) -> int:
-        """Delete whole oldest segments that end at or before ``offset``; returns how many."""
-
-    def close(self) -> None:
-        """Flush and release the log; idempotent."""
-
-
-# --- the shared core -------------------------------------------------------------------
-
-
-class SegmentLike(Protocol):
-    start: int
-    size: int
-    wrote: int
-    flushed: int
-    data_start: int
-
-    def buffer(self) -> ReadableBuffer: ...
-    def write(self, pos: int, data: bytes | bytearray | memoryview) -> None: ...
-    def view(self, pos: int, end: int) -> memoryview | bytes: ...
-    def zero(self, pos: int, end: int) -> None: ...
-    def drop_pages(self, pos: int = 0, end: int | None = None) -> None: ...
-    def close(self) -> None: ...
-
-
 S = TypeVar("S", bound=SegmentLike)
-
-RecordEvent = tuple[ReadableBuffer, int, int, RecordLayout]  # buffer, pos, segment start, layout
-
-DROP_PAGES_EVERY: Final = 16 << 20
-"""Bytes read through segment mappings between two ``drop_pages``: what reading adds to RSS."""
-
-
-class PageBudget:
-    """Give back mapped pages every :data:`DROP_PAGES_EVERY` bytes read through them.
-
-    A reader streaming the log (a slave's consume-queue builder, the master's HA writer, a
-    recovery scan) would otherwise grow the process's RSS to the size of the log: the pages are
-    the kernel's page cache and cost nothing to drop, but they count as ours while mapped.
-    Counting is best effort when several threads read (a lost count only delays a drop).
-    """
-
-    __slots__ = ("_read", "_touched")
-
-    def __init__(self) -> None:
-        self._read = 0
-        self._touched: set[SegmentLike] = set()
-
-    def note(self, segment: SegmentLike, nbytes: int) -> None:
-        self._touched.add(segment)
-        self._read += nbytes
-        if self._read >= DROP_PAGES_EVERY:
-            self._read = 0
-            touched = list(self._touched)  # one step under the GIL, unlike iterating the set
-            self._touched.clear()
-            for seg in touched:
-                seg.drop_pages()
-
-
-class RecordScan:
-    """Walk records from an offset across segments (``checkMessageAndReturnSize`` loop).
-
-    Iterating yields ``(buffer, pos, segment_start, layout)`` for each valid message; blank
-    records move to the next segment. When iteration ends, ``end`` is the offset where the
-    walk stopped (just after the last good record, or a segment end after a blank) and
-    ``problem`` says why it stopped early (``None``: it reached the written end).
-    ``check_crc_from`` turns CRC checks on for segments starting at or after that offset.
-    """
-
-    __slots__ = (
-        "check_crc_from", "end", "pages", "problem", "segment_size", "segments", "start"
-    )
-
-    def __init__(
-        self,
-        segments: Sequence[SegmentLike],
-        start: int,
-        segment_size: int,
-        *,
-        check_crc_from: int = 0,
-        pages: PageBudget | None = None,
-    ) -> None:
-        self.segments = segments
-        self.pages = pages if pages is not None else PageBudget()
-        self.start = start
-        self.segment_size = segment_size
-        self.check_crc_from = check_crc_from
-        self.end = start
-        self.problem: DecodedIncomplete | DecodedInvalid | None = None
-
-    def __iter__(self) -> Iterator[RecordEvent]:
-        segments = self.segments
-        size = self.segment_size
-        offset = self.start
-        starts = [s.start for s in segments]
-        i = bisect.bisect_right(starts, offset) - 1
-        if i < 0:
-            return
-        while i < len(segments):
-            seg = segments[i]
-            buf = seg.buffer()
-            base = seg.start
-            pos = offset - base
-            end = seg.wrote
-            check_crc = base >= self.check_crc_from
-            noted = pos
-            while pos < end:
-                r = parse_record(buf, pos, end, check_crc, base)
-                if type(r) is RecordLayout:
-                    yield buf, pos, base, r
-                    pos += r.fields[0]
-                    self.end = base + pos
-                    if pos - noted >= DROP_PAGES_EVERY:
-                        self.pages.note(seg, pos - noted)
-                        noted = pos
-                elif type(r) is DecodedBlank:
-                    pos = size
-                    break
-                else:
-                    self.end = base + pos
-                    self.problem = r  # type: ignore[assignment]
-                    self.pages.note(seg, pos - noted)
-                    return
-            self.pages.note(seg, min(pos, end) - noted)
-            offset = base + max(pos, end)
-            self.end = offset
-            i += 1
-
-
-@attrs.frozen
-class SetAside:
-    """Bytes a commit log refused to keep in place, and where they went."""
-
-    offset: int
-    size: int
-    reason: str
-    where: str  # a path for the file log, a label for the memory log
-
-
-class QueueOffsets:
-    """Next queue offset per (topic, queue id), rebuilt by scanning (no ConsumeQueue yet).
-
-    ``cursor`` is the physical offset up to which records have been counted; replicated
-    bytes are counted lazily (only a promoted slave appends and needs them).
-    """
-
-    __slots__ = ("cursor", "last_store_timestamp", "next")
-
-    def __init__(self, cursor: int) -> None:
-        self.next: dict[tuple[str, int], int] = {}
-        self.cursor = cursor
-        self.last_store_timestamp = 0
-
-    def count(self, scan: RecordScan) -> int:
-        """Count every record ``scan`` yields; returns how many."""
-        nxt = self.next
-        n = 0
-        ts = self.last_store_timestamp
-        for buf, _pos, _base, layout in scan:
-            f = layout.fields
-            nxt[(_decode_topic(bytes(buf[layout.topic_start : layout.topic_end])), f[3])] = f[5] + 1
-            ts = f[11]
-            n += 1
-        self.last_store_timestamp = ts
-        self.cursor = scan.end
-        return n
 
 
 class LogCore(abc.ABC, Generic[S]):

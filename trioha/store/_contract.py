@@ -1,0 +1,217 @@
+"""What a commit log promises, and the values that cross that promise.
+
+``CommitLog`` is the one interface the replication layer, the broker and the pipeline code
+against. Two implementations pass the same contract tests: the file log (``_commitlog``) and an
+in-memory log (``_memory``) for fast protocol tests; both build on :class:`~._logcore.LogCore`.
+A message to append is a :class:`NewMessage`; an append answers with an :class:`AppendResult`.
+
+Threading: every method belongs to one owner thread (the Trio thread) except ``flush``, which
+may run in a worker thread (``trio.to_thread.run_sync``) while the owner appends.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Final, Protocol
+
+import attrs
+
+from trioha._config import FlushDiskType
+from trioha.store._message import (
+    HostAddress,
+    PropertiesForm,
+    PropertiesInput,
+    ReadableBuffer,
+    StoredMessage,
+    make_msg_id,
+)
+
+DEFAULT_MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024
+"""``maxMessageSize``: the largest body accepted (4 MiB)."""
+DEFAULT_STORE_HOST: Final = HostAddress("127.0.0.1", 10911)
+
+
+def system_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# --- values ----------------------------------------------------------------------------
+
+
+def _to_host(value: HostAddress | tuple[str, int] | None) -> HostAddress | None:
+    if value is None or isinstance(value, HostAddress):
+        return value
+    host, port = value
+    return HostAddress(host, port)
+
+
+def _to_properties(value: PropertiesInput) -> tuple[tuple[str, str], ...]:
+    items = value.items() if isinstance(value, Mapping) else value
+    return tuple((str(k), str(v)) for k, v in items)
+
+
+@attrs.frozen
+class NewMessage:
+    """A message to append (``MessageExtBrokerInner`` before the store fills in offsets).
+
+    ``None`` means "the log decides": the born and store timestamps default to now, the
+    born host to the store host, the store host and properties form to the log's own.
+    """
+
+    topic: str
+    body: bytes = attrs.field(converter=bytes)
+    queue_id: int = 0
+    flag: int = 0
+    properties: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_to_properties)
+    sysflag: int = 0
+    born_timestamp: int | None = None
+    born_host: HostAddress | None = attrs.field(default=None, converter=_to_host)
+    store_host: HostAddress | None = attrs.field(default=None, converter=_to_host)
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    store_timestamp: int | None = None
+    properties_form: PropertiesForm | None = None
+
+
+@attrs.frozen
+class AppendResult:
+    """Where an appended message went (``AppendMessageResult``)."""
+
+    physical_offset: int
+    size: int
+    queue_offset: int
+    store_timestamp: int
+    store_host: HostAddress
+    topic: str
+    queue_id: int
+
+    @property
+    def end_offset(self) -> int:
+        return self.physical_offset + self.size
+
+    @property
+    def msg_id(self) -> str:
+        return make_msg_id(self.store_host, self.physical_offset)
+
+
+@attrs.frozen
+class FlushPolicy:
+    """When the Trio layer should call ``flush()`` (``FlushRealTimeService``/``GroupCommit``).
+
+    The store starts no threads or tasks; a broker task asks :meth:`due` on its timer.
+    ASYNC_FLUSH flushes every ``interval_ms`` once ``least_pages`` 4 KiB pages are dirty, and
+    at least every ``thorough_interval_ms`` whatever is dirty. SYNC_FLUSH is driven by puts
+    (the caller groups waiters and calls ``flush()`` once per group).
+    """
+
+    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
+    interval_ms: int = 500  # flushIntervalCommitLog
+    least_pages: int = 4  # flushCommitLogLeastPages
+    thorough_interval_ms: int = 10_000  # flushCommitLogThoroughInterval
+
+    def due(self, *, now_ms: int, last_flush_ms: int, unflushed_bytes: int) -> bool:
+        if unflushed_bytes <= 0:
+            return False
+        if self.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            return True
+        if now_ms - last_flush_ms >= self.thorough_interval_ms:
+            return True
+        return unflushed_bytes >= self.least_pages * 4096
+
+
+class CommitLog(Protocol):
+    """What the rest of trioha needs from a commit log (file or memory)."""
+
+    @property
+    def segment_size(self) -> int:
+        """Bytes per segment file (``mappedFileSizeCommitLog``)."""
+
+    @property
+    def min_offset(self) -> int:
+        """First readable offset: the first segment's start (0 for a log never written)."""
+
+    @property
+    def max_offset(self) -> int:
+        """End of written data (a segment closed by a blank record counts as full)."""
+
+    @property
+    def flushed_offset(self) -> int:
+        """Everything below this offset is durable."""
+
+    def append(
+        self,
+        *,
+        topic: str,
+        body: bytes,
+        queue_id: int = 0,
+        flag: int = 0,
+        properties: PropertiesInput = (),
+        sysflag: int = 0,
+        born_timestamp: int | None = None,
+        born_host: HostAddress | None = None,
+        store_host: HostAddress | None = None,
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+        store_timestamp: int | None = None,
+    ) -> AppendResult:
+        """Append one message at the end of the log."""
+
+    def append_batch(
+        self, messages: Iterable[NewMessage | Mapping[str, Any]]
+    ) -> list[AppendResult]:
+        """Append consecutive records with one write, all in one segment."""
+
+    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> int:
+        """Append replicated bytes exactly at the end of the log; returns the new end."""
+
+    def read(self, offset: int, max_bytes: int) -> memoryview | bytes:
+        """Up to ``max_bytes`` written bytes from ``offset``, within one segment."""
+
+    def iter_messages(self, start: int | None = None) -> Iterator[StoredMessage]:
+        """Messages from ``start`` (default: the first), blank records skipped."""
+
+    def next_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The queue offset the next message for this queue will get."""
+
+    def flush(self) -> int:
+        """Make everything written durable; returns the new flushed offset."""
+
+    def truncate(self, offset: int) -> None:
+        """Drop everything at and after ``offset`` (kept aside, never discarded)."""
+
+    def delete_segments_before(self, offset: int) -> int:
+        """Delete whole oldest segments that end at or before ``offset``; returns how many."""
+
+    def close(self) -> None:
+        """Flush and release the log; idempotent."""
+
+
+# --- the shared core -------------------------------------------------------------------
+
+
+class SegmentLike(Protocol):
+    start: int
+    size: int
+    wrote: int
+    flushed: int
+    data_start: int
+
+    def buffer(self) -> ReadableBuffer: ...
+    def write(self, pos: int, data: bytes | bytearray | memoryview) -> None: ...
+    def view(self, pos: int, end: int) -> memoryview | bytes: ...
+    def zero(self, pos: int, end: int) -> None: ...
+    def drop_pages(self, pos: int = 0, end: int | None = None) -> None: ...
+    def close(self) -> None: ...
+
+
+
+
+@attrs.frozen
+class SetAside:
+    """Bytes a commit log refused to keep in place, and where they went."""
+
+    offset: int
+    size: int
+    reason: str
+    where: str  # a path for the file log, a label for the memory log
