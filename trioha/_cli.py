@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--dir", type=Path, help="keep the stores here instead of a temp dir")
     demo.set_defaults(handler=_run_demo)
 
-    for module in ("trioha.pipeline._cli", "trioha.remoting._cli"):
+    for module in ("trioha.pipeline._cli", "trioha._clitools"):
         try:
             register = __import__(module, fromlist=["register_commands"]).register_commands
         except (ImportError, AttributeError):

@@ -24,10 +24,10 @@ import trio
 from trioha._config import BrokerConfig, BrokerRole, FlushDiskType
 from trioha._errors import MessageTooLargeError, StorageError
 from trioha._status import PutResult, PutStatus
+from trioha.broker._clientside import ClientSide, serve_client_side
 from trioha.net import HAClient, HAClientStatistics, HAService, HAServiceStatistics
 from trioha.net._waiters import OffsetWaiters
 from trioha.net._wakeup import Wakeup
-from trioha.remoting import ClientSide, serve_client_side
 from trioha.store import HostAddress, Store, open_store
 from trioha.store._message import PROPERTY_KEYS, PROPERTY_TAGS
 

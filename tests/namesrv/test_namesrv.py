@@ -8,16 +8,16 @@ from typing import Any
 import pytest
 import trio
 
-from trioha.remoting._client import open_remoting_client
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import RequestCode, ResponseCode
-from trioha.remoting._json import loads_lenient
-from trioha.remoting._namesrv import (
+from trioha.namesrv._namesrv import (
     BROKER_CHANNEL_EXPIRED_TIME,
     NamesrvProcessor,
     RouteInfoManager,
     serve_namesrv,
 )
+from trioha.remoting._client import open_remoting_client
+from trioha.remoting._codec import RemotingCommand
+from trioha.remoting._codes import RequestCode, ResponseCode
+from trioha.remoting._json import loads_lenient
 
 
 def wrapper(counter: int, **topics: int) -> dict[str, Any]:

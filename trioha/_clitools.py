@@ -26,6 +26,7 @@ import trio
 
 from trioha._config import parse_address
 from trioha._errors import ConfigError, RemotingError
+from trioha.namesrv._namesrv import DEFAULT_NAMESRV_PORT, serve_namesrv
 from trioha.remoting._client import RemotingClientPool, open_client_pool
 from trioha.remoting._codes import ResponseCode
 from trioha.remoting._mqclient import (
@@ -39,7 +40,6 @@ from trioha.remoting._mqclient import (
     send_message,
     update_consumer_offset,
 )
-from trioha.remoting._namesrv import DEFAULT_NAMESRV_PORT, serve_namesrv
 
 log = logging.getLogger("trioha.cli")
 

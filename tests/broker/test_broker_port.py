@@ -11,10 +11,11 @@ from typing import Any
 
 import trio
 
-from tests.remoting.fakes import FakeBroker, open_fake_broker
+from tests.broker.fakes import FakeBroker, open_fake_broker
 from trioha._config import BrokerConfig
 from trioha._errors import RemotingError
-from trioha.remoting._batch import BatchItem, encode_batch
+from trioha.broker._batch import BatchItem, encode_batch
+from trioha.broker._clientside import ClientSide, serve_client_side
 from trioha.remoting._client import RemotingClientPool, open_client_pool, open_remoting_client
 from trioha.remoting._codec import RemotingCommand
 from trioha.remoting._codes import RequestCode, ResponseCode
@@ -28,7 +29,6 @@ from trioha.remoting._mqclient import (
     send_message,
     update_consumer_offset,
 )
-from trioha.remoting._service import ClientSide, serve_client_side
 from trioha.store import DecodedMessage, decode_record
 
 

@@ -1,6 +1,6 @@
 """A broker for the client side's tests: a real file store, puts and growth, no HA.
 
-It implements ``trioha.remoting.BrokerLike`` the way ``trioha.broker.Broker`` does for an
+It implements ``trioha.broker._types.BrokerLike`` the way ``trioha.broker.Broker`` does for an
 ASYNC_MASTER; a SLAVE refuses puts and gets its bytes through :meth:`FakeBroker.copy_from`
 (what the HA client does, minus the network).
 """

@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 import trio
 
-from tests.remoting.test_official_client import official
+from tests.broker.test_official_client import official
 from trioha._config import BrokerConfig
 from trioha.broker import Broker, open_broker
+from trioha.broker._clientside import ClientSide
+from trioha.broker._types import BrokerLike
+from trioha.namesrv._namesrv import serve_namesrv
 from trioha.remoting._client import open_client_pool
 from trioha.remoting._mqclient import runtime_info
-from trioha.remoting._namesrv import serve_namesrv
-from trioha.remoting._service import ClientSide
-from trioha.remoting._types import BrokerLike
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("rocketmq") is None,

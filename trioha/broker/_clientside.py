@@ -23,15 +23,15 @@ import attrs
 import trio
 
 from trioha._config import BrokerRole, parse_address
+from trioha.broker._metadata import Metadata, write_snapshots
+from trioha.broker._processor import BrokerProcessor
+from trioha.broker._registration import Registrar, namesrv_addresses
+from trioha.broker._reput import CHECKPOINT_FILE, ReputService
+from trioha.broker._slavesync import SlaveSynchronize
+from trioha.broker._types import BrokerLike
+from trioha.namesrv._namesrv import DEFAULT_NAMESRV_PORT, serve_namesrv
 from trioha.remoting._client import RemotingClientPool, open_client_pool
-from trioha.remoting._metadata import Metadata, write_snapshots
-from trioha.remoting._namesrv import DEFAULT_NAMESRV_PORT, serve_namesrv
-from trioha.remoting._processor import BrokerProcessor
-from trioha.remoting._registration import Registrar, namesrv_addresses
-from trioha.remoting._reput import CHECKPOINT_FILE, ReputService
 from trioha.remoting._server import serve_remoting
-from trioha.remoting._slavesync import SlaveSynchronize
-from trioha.remoting._types import BrokerLike
 from trioha.store._consumequeue import ConsumeQueueStore
 
 log = logging.getLogger("trioha.remoting")

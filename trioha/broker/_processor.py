@@ -27,8 +27,11 @@ import trio
 from trioha._config import BrokerRole
 from trioha._errors import RemotingError, StorageError
 from trioha._status import PutResult, PutStatus
-from trioha.remoting._batch import BatchError, decode_batch
-from trioha.remoting._clients import ClientChannel, ClientManager, SubscriptionData
+from trioha.broker._batch import BatchError, decode_batch
+from trioha.broker._clients import ClientChannel, ClientManager, SubscriptionData
+from trioha.broker._metadata import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, Metadata, TopicConfig
+from trioha.broker._reput import ReputService
+from trioha.broker._types import BrokerLike
 from trioha.remoting._codec import HeaderError, RemotingCommand
 from trioha.remoting._codes import (
     AUTO_CREATE_TOPIC,
@@ -43,9 +46,6 @@ from trioha.remoting._codes import (
 )
 from trioha.remoting._connection import RemotingConnection
 from trioha.remoting._json import dumps_bytes, loads_lenient
-from trioha.remoting._metadata import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, Metadata, TopicConfig
-from trioha.remoting._reput import ReputService
-from trioha.remoting._types import BrokerLike
 from trioha.store._consumequeue import ConsumeQueue
 from trioha.store._message import (
     PROPERTY_DELAY_TIME_LEVEL,

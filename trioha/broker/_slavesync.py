@@ -20,11 +20,11 @@ from typing import Any, NoReturn
 import trio
 
 from trioha._errors import RemotingError
+from trioha.broker._metadata import Metadata
 from trioha.remoting._client import RemotingClientPool
 from trioha.remoting._codec import RemotingCommand
 from trioha.remoting._codes import RequestCode, ResponseCode
 from trioha.remoting._json import loads_lenient
-from trioha.remoting._metadata import Metadata
 
 log = logging.getLogger("trioha.remoting.slavesync")
 

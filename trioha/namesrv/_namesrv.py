@@ -33,8 +33,8 @@ from trioha._errors import RemotingError
 from trioha.remoting._codec import RemotingCommand
 from trioha.remoting._codes import MASTER_ID, RequestCode, ResponseCode
 from trioha.remoting._connection import RemotingConnection
+from trioha.remoting._dataversion import DataVersion
 from trioha.remoting._json import dumps_bytes, loads_lenient
-from trioha.remoting._metadata import DataVersion
 from trioha.remoting._server import serve_remoting
 
 log = logging.getLogger("trioha.namesrv")

@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from trioha.remoting._reput import _TAG_CODES, _TAG_CODES_MAX, ReputService, _tags_code
+from trioha.broker._reput import _TAG_CODES, _TAG_CODES_MAX, ReputService, _tags_code
 from trioha.store._consumequeue import ConsumeQueueStore, tags_code
 from trioha.store._memory import MemoryCommitLog
 from trioha.store._message import properties_to_string

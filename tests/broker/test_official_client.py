@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import trio
 
-from tests.remoting.fakes import FakeBroker, open_fake_broker
+from tests.broker.fakes import FakeBroker, open_fake_broker
 from trioha._config import BrokerConfig
-from trioha.remoting._service import ClientSide, serve_client_side
+from trioha.broker._clientside import ClientSide, serve_client_side
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("rocketmq") is None,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ import attrs
 from trioha._config import BrokerConfig
 from trioha._errors import ConfigError
 from trioha.remoting._codes import AUTO_CREATE_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE
+from trioha.remoting._dataversion import DataVersion
 from trioha.remoting._json import dumps, loads_lenient
 
 log = logging.getLogger("trioha.remoting.metadata")
@@ -39,10 +39,6 @@ DLQ_TOPIC_PREFIX = "%DLQ%"
 #: ``TopicValidator.RMQ_SYS_SELF_TEST_TOPIC`` and ``OFFSET_MOVED_EVENT``.
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 # --- files ---------------------------------------------------------------------------------
@@ -101,31 +97,6 @@ def read_config_file(path: Path) -> Any | None:
 
 
 # --- values --------------------------------------------------------------------------------
-
-
-@attrs.frozen
-class DataVersion:
-    """``DataVersion``: a table's version, bumped on every change."""
-
-    timestamp: int
-    counter: int = 0
-
-    @classmethod
-    def new(cls) -> DataVersion:
-        return cls(timestamp=_now_ms(), counter=0)
-
-    def next(self) -> DataVersion:
-        """``nextVersion``: counter + 1 and a fresh timestamp."""
-        return DataVersion(timestamp=_now_ms(), counter=self.counter + 1)
-
-    def to_json(self) -> dict[str, int]:
-        return {"counter": self.counter, "timestamp": self.timestamp}
-
-    @classmethod
-    def from_json(cls, value: Any) -> DataVersion:
-        if not isinstance(value, dict):
-            return cls.new()
-        return cls(timestamp=int(value.get("timestamp", 0)), counter=int(value.get("counter", 0)))
 
 
 @attrs.frozen

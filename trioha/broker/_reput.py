@@ -28,9 +28,9 @@ from typing import NoReturn
 
 import trio
 
+from trioha.broker._metadata import write_config_file
+from trioha.broker._types import CommitLogLike
 from trioha.remoting._json import dumps, loads_lenient
-from trioha.remoting._metadata import write_config_file
-from trioha.remoting._types import CommitLogLike
 from trioha.store._consumequeue import ConsumeQueue, ConsumeQueueStore, tags_code
 from trioha.store._message import (
     PROPERTY_TAGS,

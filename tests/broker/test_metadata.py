@@ -8,9 +8,7 @@ import pytest
 
 from trioha import ConfigError
 from trioha._config import BrokerConfig
-from trioha.remoting._codes import AUTO_CREATE_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE
-from trioha.remoting._json import loads_lenient
-from trioha.remoting._metadata import (
+from trioha.broker._metadata import (
     ConsumerOffsetManager,
     DelayOffsets,
     Metadata,
@@ -20,6 +18,8 @@ from trioha.remoting._metadata import (
     read_config_file,
     write_config_file,
 )
+from trioha.remoting._codes import AUTO_CREATE_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE
+from trioha.remoting._json import loads_lenient
 
 # What a RocketMQ 4.9 master's fastjson writes: integer map keys without quotes (spec §6.1).
 JAVA_OFFSETS = '{"offsetTable":{"T@G":{0:7,1:12},"%RETRY%G@G":{0:0}}}'

@@ -1,0 +1,13 @@
+"""The broker: a store, HA replication and RocketMQ's client side, run as one service.
+
+:func:`open_broker` starts everything in one nursery. The modules here mirror the RocketMQ broker
+classes they stand in for: the request processors (``_send``, ``_pull``, ``_offsets``,
+``_clientmanage``, ``_query``, ``_admin`` behind the dispatching ``_processor``), the consume-queue
+builder (``_reput``), the config managers (``_metadata``), registration with name servers
+(``_registration``) and a slave's metadata sync (``_slavesync``). ``docs/architecture.md`` maps
+the rooms.
+"""
+
+from trioha.broker._broker import Broker, BrokerStatistics, message_record, open_broker
+
+__all__ = ["Broker", "BrokerStatistics", "message_record", "open_broker"]
