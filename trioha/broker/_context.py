@@ -1,0 +1,129 @@
+"""What every request processor of the broker port shares: the broker and its tables.
+
+RocketMQ's processors each hold the ``BrokerController`` and reach everything through it; here
+each holds a :class:`BrokerContext`, which carries exactly what they use, plus the helpers more
+than one processor needs.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from trioha._config import BrokerRole
+from trioha._errors import StorageError
+from trioha.broker._clients import ClientManager
+from trioha.broker._metadata import Metadata
+from trioha.broker._reput import ReputService
+from trioha.broker._types import BrokerLike
+from trioha.remoting._codec import HeaderError, RemotingCommand
+from trioha.remoting._connection import RemotingConnection
+from trioha.remoting._json import loads_lenient
+from trioha.store._consumequeue import ConsumeQueue
+from trioha.store._message import (
+    DecodedMessage,
+    decode_record,
+)
+
+Handler = Callable[[RemotingCommand, RemotingConnection], Awaitable[RemotingCommand | None]]
+
+SERVICE_NOT_AVAILABLE_REMARK = (
+    "service not available now. It may be caused by one of the following reasons: "
+    "the broker's disk is full, messages are put to the slave, message store has been "
+    "shut down, etc."
+)
+
+
+class BrokerContext:
+    """The broker state the processors share (``BrokerController``'s part they use)."""
+
+    def __init__(
+        self,
+        broker: BrokerLike,
+        meta: Metadata,
+        reput: ReputService,
+        *,
+        broker_addr: str,
+        nursery: trio.Nursery,
+        clients: ClientManager | None = None,
+        on_topics_changed: Callable[[], None] = lambda: None,
+        extra_info: Callable[[], dict[str, str]] = dict,
+        clock: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self.broker = broker
+        self.config = broker.config
+        self.meta = meta
+        self.reput = reput
+        self.broker_addr = broker_addr
+        self.clients = clients or ClientManager()
+        self.nursery = nursery
+        self.on_topics_changed = on_topics_changed
+        self.extra_info = extra_info
+        self.now = clock
+        #: Requests answered, by ``"<code name>.<response code>"`` (reported by ``status``).
+        self.served: collections.Counter[str] = collections.Counter()
+
+    @property
+    def is_slave(self) -> bool:
+        return self.config.broker_role is BrokerRole.SLAVE
+
+    def read_record_at(self, offset: int) -> Any:
+        commitlog = self.broker.store.commitlog
+        try:
+            head = commitlog.read(offset, 4)
+            if len(head) < 4:
+                return None
+            size = int.from_bytes(head, "big", signed=True)
+            data = commitlog.read(offset, size)
+        except StorageError:
+            return None
+        decoded = decode_record(data, 0, check_crc=False, base_offset=offset)
+        return decoded.message if isinstance(decoded, DecodedMessage) else None
+
+
+def queue_min_offset(queue: ConsumeQueue, commitlog_min: int) -> int:
+    """First queue offset whose message is still in the commit log (``getMinOffsetInQueue``)."""
+    lo, hi = queue.min_offset, queue.max_offset
+    while lo < hi:  # units are in commit log order: binary search the first one still there
+        mid = (lo + hi) // 2
+        unit = queue.get(mid)
+        if unit is not None and (unit.is_blank or unit.commitlog_offset < commitlog_min):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def json_body(request: RemotingCommand) -> dict[str, Any]:
+    try:
+        value = loads_lenient(request.body) if request.body else {}
+    except ValueError as exc:
+        raise HeaderError(f"request body is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise HeaderError("request body is not a JSON object")
+    return value
+
+
+def topic_error(topic: str) -> str | None:
+    """``TopicValidator.validateTopic``: the remark for an invalid name, None if valid."""
+    if not topic.strip():
+        return "The specified topic is blank."
+    if len(topic) > 127:
+        return "The specified topic is longer than topic max length."
+    if not all(c.isascii() and (c.isalnum() or c in "%|-_") for c in topic):
+        return (
+            f"The specified topic[{topic}] contains illegal characters, "
+            "allowing only ^[%|a-zA-Z0-9_-]+$"
+        )
+    return None
+
+
+def peer_address(connection: RemotingConnection) -> tuple[str, int] | None:
+    host, _, port = connection.peer.rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
