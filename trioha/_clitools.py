@@ -26,7 +26,8 @@ import trio
 
 from trioha._config import parse_address
 from trioha._errors import ConfigError, RemotingError
-from trioha.namesrv._namesrv import DEFAULT_NAMESRV_PORT, serve_namesrv
+from trioha.namesrv._processor import serve_namesrv
+from trioha.namesrv._routes import DEFAULT_NAMESRV_PORT
 from trioha.remoting._client import RemotingClientPool, open_client_pool
 from trioha.remoting._codes import ResponseCode
 from trioha.remoting._mqclient import (

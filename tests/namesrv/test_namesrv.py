@@ -8,12 +8,8 @@ from typing import Any
 import pytest
 import trio
 
-from trioha.namesrv._namesrv import (
-    BROKER_CHANNEL_EXPIRED_TIME,
-    NamesrvProcessor,
-    RouteInfoManager,
-    serve_namesrv,
-)
+from trioha.namesrv._processor import NamesrvProcessor, serve_namesrv
+from trioha.namesrv._routes import BROKER_CHANNEL_EXPIRED_TIME, RouteInfoManager
 from trioha.remoting._client import open_remoting_client
 from trioha.remoting._codec import RemotingCommand
 from trioha.remoting._codes import RequestCode, ResponseCode

@@ -29,7 +29,8 @@ from trioha.broker._registration import Registrar, namesrv_addresses
 from trioha.broker._reput import CHECKPOINT_FILE, ReputService
 from trioha.broker._slavesync import SlaveSynchronize
 from trioha.broker._types import BrokerLike
-from trioha.namesrv._namesrv import DEFAULT_NAMESRV_PORT, serve_namesrv
+from trioha.namesrv._processor import serve_namesrv
+from trioha.namesrv._routes import DEFAULT_NAMESRV_PORT
 from trioha.remoting._client import RemotingClientPool, open_client_pool
 from trioha.remoting._server import serve_remoting
 from trioha.store._consumequeue import ConsumeQueueStore

@@ -5,11 +5,7 @@ Mirrors RocketMQ's ``namesrv`` module: ``RouteInfoManager`` (the tables),
 Run it alone with ``python -m trioha namesrv`` or inside a master with ``--embedded-namesrv``.
 """
 
-from trioha.namesrv._namesrv import (
-    DEFAULT_NAMESRV_PORT,
-    NamesrvProcessor,
-    RouteInfoManager,
-    serve_namesrv,
-)
+from trioha.namesrv._processor import NamesrvProcessor, serve_namesrv
+from trioha.namesrv._routes import DEFAULT_NAMESRV_PORT, RouteInfoManager
 
 __all__ = ["DEFAULT_NAMESRV_PORT", "NamesrvProcessor", "RouteInfoManager", "serve_namesrv"]

@@ -1,0 +1,201 @@
+"""The name server's request codes and its server loop.
+
+Mirrors ``DefaultRequestProcessor`` (registration, routes, cluster info, KV config) and
+``NamesrvController``'s ``scanNotActiveBroker`` task; ``BrokerHousekeepingService`` drops a broker
+whose connection closes. The tables themselves are :class:`~._routes.RouteInfoManager`'s.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import trio
+
+from trioha._errors import RemotingError
+from trioha.namesrv._routes import (
+    DEFAULT_NAMESRV_PORT,
+    NAMESPACE_ORDER_TOPIC_CONFIG,
+    SCAN_INITIAL_DELAY,
+    SCAN_INTERVAL,
+    RouteInfoManager,
+)
+from trioha.remoting._codec import RemotingCommand
+from trioha.remoting._codes import RequestCode, ResponseCode
+from trioha.remoting._connection import RemotingConnection
+from trioha.remoting._dataversion import DataVersion
+from trioha.remoting._json import dumps_bytes, loads_lenient
+from trioha.remoting._server import serve_remoting
+
+log = logging.getLogger("trioha.namesrv")
+
+
+class NamesrvProcessor:
+    """``DefaultRequestProcessor``: the name server's request codes."""
+
+    def __init__(
+        self,
+        routes: RouteInfoManager | None = None,
+        *,
+        clock: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self.routes = routes or RouteInfoManager()
+        self.now = clock
+
+    async def handle_request(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand | None:
+        match request.code:
+            case RequestCode.REGISTER_BROKER:
+                return self._register(request, connection)
+            case RequestCode.UNREGISTER_BROKER:
+                self.routes.unregister_broker(
+                    cluster=request.require("clusterName"),
+                    broker_addr=request.require("brokerAddr"),
+                    broker_name=request.require("brokerName"),
+                    broker_id=request.int_field("brokerId"),
+                )
+                return request.response(ResponseCode.SUCCESS)
+            case RequestCode.GET_ROUTEINFO_BY_TOPIC:
+                topic = request.require("topic")
+                route = self.routes.route(topic)
+                if route is None:
+                    return request.response(
+                        ResponseCode.TOPIC_NOT_EXIST,
+                        f"No topic route info in name server for the topic: {topic}",
+                    )
+                return request.response(ResponseCode.SUCCESS, body=dumps_bytes(route))
+            case RequestCode.GET_BROKER_CLUSTER_INFO:
+                return request.response(
+                    ResponseCode.SUCCESS, body=dumps_bytes(self.routes.cluster_info())
+                )
+            case RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER:
+                return request.response(
+                    ResponseCode.SUCCESS, body=dumps_bytes(self.routes.topic_list())
+                )
+            case RequestCode.QUERY_DATA_VERSION:
+                return self._query_data_version(request)
+            case RequestCode.PUT_KV_CONFIG:
+                namespace = request.require("namespace")
+                self.routes.kv.setdefault(namespace, {})[request.require("key")] = request.require(
+                    "value"
+                )
+                return request.response(ResponseCode.SUCCESS)
+            case RequestCode.GET_KV_CONFIG:
+                value = self.routes.kv.get(request.require("namespace"), {}).get(
+                    request.require("key")
+                )
+                if value is None:
+                    return request.response(
+                        ResponseCode.QUERY_NOT_FOUND,
+                        f"No config item, Namespace: {request.field('namespace')} "
+                        f"Key: {request.field('key')}",
+                    )
+                return request.response(ResponseCode.SUCCESS, fields={"value": value})
+            case RequestCode.DELETE_KV_CONFIG:
+                self.routes.kv.get(request.require("namespace"), {}).pop(
+                    request.require("key"), None
+                )
+                return request.response(ResponseCode.SUCCESS)
+            case RequestCode.GET_KVLIST_BY_NAMESPACE:
+                table = self.routes.kv.get(request.require("namespace"))
+                if not table:
+                    return request.response(
+                        ResponseCode.QUERY_NOT_FOUND,
+                        f"No config item, Namespace: {request.field('namespace')}",
+                    )
+                return request.response(ResponseCode.SUCCESS, body=dumps_bytes({"table": table}))
+        return request.response(
+            ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
+        )
+
+    def _register(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        crc = request.int_field("bodyCrc32", 0)
+        if crc and (zlib.crc32(request.body) & 0x7FFFFFFF) != crc:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"crc32 not match, body crc32 {zlib.crc32(request.body) & 0x7FFFFFFF} != {crc}",
+            )
+        if request.bool_field("compressed"):
+            raise RemotingError(
+                "compressed REGISTER_BROKER bodies are not supported; "
+                "set compressedRegister=false on the broker",
+                code=ResponseCode.SYSTEM_ERROR,
+            )
+        topic_config: dict[str, Any] | None = None
+        if request.body:
+            try:
+                body = loads_lenient(request.body)
+            except ValueError as exc:
+                raise RemotingError(
+                    f"REGISTER_BROKER body is not JSON: {exc}", code=ResponseCode.SYSTEM_ERROR
+                ) from None
+            wrapper = body.get("topicConfigSerializeWrapper") if isinstance(body, dict) else None
+            topic_config = wrapper if isinstance(wrapper, dict) else None
+        result = self.routes.register_broker(
+            cluster=request.require("clusterName"),
+            broker_addr=request.require("brokerAddr"),
+            broker_name=request.require("brokerName"),
+            broker_id=request.int_field("brokerId"),
+            ha_server_addr=request.field("haServerAddr") or "",
+            topic_config=topic_config,
+            channel=connection,
+            now=self.now(),
+        )
+        fields = {"haServerAddr": result.ha_server_addr, "masterAddr": result.master_addr}
+        order = self.routes.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, {})
+        return request.response(
+            ResponseCode.SUCCESS, fields=fields, body=dumps_bytes({"table": order})
+        )
+
+    def _query_data_version(self, request: RemotingCommand) -> RemotingCommand:
+        try:
+            version = DataVersion.from_json(loads_lenient(request.body)) if request.body else None
+        except ValueError:
+            version = None
+        addr = request.require("brokerAddr")
+        changed = self.routes.query_data_version(
+            addr, version or DataVersion(timestamp=-1), self.now()
+        )
+        info = self.routes.live.get(addr)
+        body = dumps_bytes(info.data_version.to_json()) if info is not None else b""
+        return request.response(
+            ResponseCode.SUCCESS, fields={"changed": "true" if changed else "false"}, body=body
+        )
+
+    def connection_closed(self, connection: RemotingConnection) -> None:
+        """``BrokerHousekeepingService.onChannelClose``."""
+        self.routes.on_channel_destroy(connection)
+
+
+async def serve_namesrv(
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_NAMESRV_PORT,
+    *,
+    processor: NamesrvProcessor | None = None,
+    task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """Run a name server on ``host:port`` (0: any free port) until cancelled."""
+    processor = processor or NamesrvProcessor()
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(
+            lambda task_status: serve_remoting(
+                processor,
+                host,
+                port,
+                on_close=processor.connection_closed,
+                task_status=task_status,
+            )
+        )
+        log.info("name server listening on %s:%d", *address)
+        task_status.started(address)
+        await trio.sleep(SCAN_INITIAL_DELAY)
+        while True:
+            processor.routes.scan_not_active(processor.now())
+            await trio.sleep(SCAN_INTERVAL)
+    raise AssertionError("unreachable")  # pragma: no cover
