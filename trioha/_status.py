@@ -12,6 +12,13 @@ import enum
 
 import attrs
 
+from trioha._errors import (
+    MessageIllegalError,
+    MessageTooLargeError,
+    PropertiesTooLargeError,
+    StorageError,
+)
+
 
 class PutStatus(enum.Enum):
     """RocketMQ's ``PutMessageStatus`` names (5.x spellings where they were renamed)."""
@@ -78,3 +85,26 @@ class PutResult:
     @property
     def ok(self) -> bool:
         return self.status is PutStatus.PUT_OK
+
+
+# Why the store refused a put, and the status the producer is told: the one table, searched
+# along the exception's class hierarchy so the most specific refusal wins. A refusal that is the
+# message's fault is MESSAGE_ILLEGAL or PROPERTIES_SIZE_EXCEEDED; any other storage failure
+# means the broker could not write (CREATE_MAPPED_FILE_FAILED, as ``CommitLog.asyncPutMessage``
+# answers when no segment can be had).
+REFUSAL_STATUS: dict[type[Exception], PutStatus] = {
+    PropertiesTooLargeError: PutStatus.PROPERTIES_SIZE_EXCEEDED,
+    MessageTooLargeError: PutStatus.MESSAGE_ILLEGAL,
+    MessageIllegalError: PutStatus.MESSAGE_ILLEGAL,
+    StorageError: PutStatus.CREATE_MAPPED_FILE_FAILED,
+    ValueError: PutStatus.MESSAGE_ILLEGAL,
+}
+
+
+def refusal_status(exc: Exception) -> PutStatus:
+    """The :class:`PutStatus` for a put the store refused with *exc* (see ``REFUSAL_STATUS``)."""
+    for cls in type(exc).__mro__:
+        status = REFUSAL_STATUS.get(cls)
+        if status is not None:
+            return status
+    return PutStatus.UNKNOWN_ERROR

@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-from trioha._errors import LocalProtocolError, RemoteProtocolError
+from trioha._errors import LocalProtocolError, RemoteProtocolError, RequestError
 from trioha.remoting._codes import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
@@ -170,7 +170,7 @@ class RemotingCommand:
         return value.strip().lower() == "true"
 
 
-class HeaderError(ValueError):
+class HeaderError(RequestError):
     """A request's custom header lacks a field or has a malformed one.
 
     The broker answers such a request with SYSTEM_ERROR naming the field, as RocketMQ does

@@ -42,7 +42,13 @@ from typing import Any, Final, NamedTuple, TypeAlias
 
 import attrs
 
-from trioha._errors import CorruptLogError, MessageTooLargeError
+from trioha._errors import (
+    BodyTooLargeError,
+    CorruptLogError,
+    MessageIllegalError,
+    PropertiesTooLargeError,
+    TopicTooLongError,
+)
 
 __all__ = [
     "BLANK_MAGIC",
@@ -233,9 +239,13 @@ def properties_to_string(
     parts: list[str] = []
     for key, value in items:
         if not key or not value:
-            raise ValueError(f"property {key!r}={value!r}: keys and values must be non-empty")
+            raise MessageIllegalError(
+                f"property {key!r}={value!r}: keys and values must be non-empty"
+            )
         if "\x01" in key or "\x02" in key or "\x01" in value or "\x02" in value:
-            raise ValueError(f"property {key!r}={value!r} contains a \\x01 or \\x02 separator")
+            raise MessageIllegalError(
+                f"property {key!r}={value!r} contains a \\x01 or \\x02 separator"
+            )
         parts.append(f"{key}\x01{value}")
     if not parts:
         return ""
@@ -372,7 +382,7 @@ class StoredMessage:
 
 def _check_int(name: str, value: int, lo: int, hi: int) -> None:
     if not lo <= value <= hi:
-        raise ValueError(f"{name}={value} is outside the Java range [{lo}, {hi}]")
+        raise MessageIllegalError(f"{name}={value} is outside the Java range [{lo}, {hi}]")
 
 
 class PreparedMessage:
@@ -440,7 +450,7 @@ class PreparedMessage:
         if type(body) is not bytes:
             body = bytes(body)
         if max_body_size is not None and len(body) > max_body_size:
-            raise MessageTooLargeError(
+            raise BodyTooLargeError(
                 f"message body is {len(body)} bytes, more than maxMessageSize {max_body_size}"
             )
         topic_b = topic.encode("utf-8")
@@ -450,19 +460,21 @@ class PreparedMessage:
             magic = MESSAGE_MAGIC_V2 if len(topic_b) > MAX_TOPIC_SIZE_V1 else MESSAGE_MAGIC
         if magic == MESSAGE_MAGIC:
             if len(topic_b) > MAX_TOPIC_SIZE_V1:
-                raise MessageTooLargeError(
+                raise TopicTooLongError(
                     f"topic is {len(topic_b)} bytes; the V1 record allows {MAX_TOPIC_SIZE_V1}"
                 )
         elif magic == MESSAGE_MAGIC_V2:
             if len(topic_b) > MAX_TOPIC_SIZE_V2:
-                raise MessageTooLargeError(
+                raise TopicTooLongError(
                     f"topic is {len(topic_b)} bytes; the V2 record allows {MAX_TOPIC_SIZE_V2}"
                 )
         else:
-            raise ValueError(f"magic {magic:#x} is neither MESSAGE_MAGIC nor MESSAGE_MAGIC_V2")
+            raise MessageIllegalError(
+                f"magic {magic:#x} is neither MESSAGE_MAGIC nor MESSAGE_MAGIC_V2"
+            )
         props_b = properties_to_string(properties, properties_form).encode("utf-8")
         if len(props_b) > MAX_PROPERTIES_SIZE:
-            raise MessageTooLargeError(
+            raise PropertiesTooLargeError(
                 f"properties are {len(props_b)} bytes; a record allows {MAX_PROPERTIES_SIZE}"
             )
         # The host family bits always follow the hosts, as MessageExt.setBornHostV6Flag does.
