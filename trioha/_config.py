@@ -1,16 +1,17 @@
 """Broker configuration: RocketMQ's settings in snake_case, with RocketMQ's defaults.
 
-Mirrors ``MessageStoreConfig`` and ``BrokerConfig`` (spec §3). ``BrokerConfig.from_properties``
-reads a RocketMQ ``broker.conf`` (camelCase keys). A key trioha does not know is an error that
-names the nearest valid key; a RocketMQ key that trioha knows but has no use for (retention
-times, thread pool sizes, ...) is accepted and logged, so an existing ``broker.conf`` works.
+Mirrors ``MessageStoreConfig`` and ``BrokerConfig`` (docs/rocketmq-protocol.md §3).
+``BrokerConfig.from_properties`` reads a RocketMQ ``broker.conf`` (camelCase keys). A key trioha
+does not know is an error that names the nearest valid key; a RocketMQ key that trioha knows but
+has no use for (retention times, thread pool sizes, ...) is accepted and logged, so an existing
+``broker.conf`` works.
 
 Where trioha's default differs from RocketMQ's, the field says why:
 
 * ``ha_listen_host`` is ``127.0.0.1``: nothing listens beyond loopback unless asked.
 * ``in_sync_replicas`` is 2 (the master and one slave). It counts replicas the way RocketMQ
-  5.x does; 5.x defaults to 1, which makes SYNC_MASTER wait for nobody (spec §5.3). 2 is
-  4.x's SYNC_MASTER behaviour.
+  5.x does; 5.x defaults to 1, which makes SYNC_MASTER wait for nobody
+  (docs/rocketmq-protocol.md §5.3). 2 is 4.x's SYNC_MASTER behaviour.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ log = logging.getLogger("trioha.config")
 GIB = 1 << 30
 MIB = 1 << 20
 
-#: The Java slave's receive buffer (``HAClient.READ_MAX_BUFFER_SIZE``, spec §1.6): a frame larger
-#: than this minus its 12-byte header can never be received by a RocketMQ slave.
+#: The Java slave's receive buffer (``HAClient.READ_MAX_BUFFER_SIZE``, docs/rocketmq-protocol.md
+#: §1.6): a frame larger than this minus its 12-byte header can never be received by a RocketMQ
+#: slave.
 JAVA_SLAVE_READ_BUFFER = 4 * MIB
 
 
@@ -144,11 +146,12 @@ class BrokerConfig:
         if self.ha_transfer_batch_size > JAVA_SLAVE_READ_BUFFER - 12:
             raise ConfigError(
                 f"ha_transfer_batch_size {self.ha_transfer_batch_size} exceeds what a RocketMQ "
-                f"slave can receive ({JAVA_SLAVE_READ_BUFFER - 12} bytes, spec §1.6)"
+                f"slave can receive ({JAVA_SLAVE_READ_BUFFER - 12} bytes, its read buffer less the "
+                "header)"
             )
         if self.broker_role is BrokerRole.SLAVE and self.broker_id == 0:
             # RocketMQ refuses this too (BrokerStartup): a slave with id 0 mistakes a
-            # half-replicated trailing message for corruption (spec §1.7, §11).
+            # half-replicated trailing message for corruption (docs/rocketmq-protocol.md §1.7, §11).
             object.__setattr__(self, "broker_id", 1)
 
     # --- derived ----------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """Put statuses and results, with RocketMQ's names and response codes.
 
-Mirrors ``org.apache.rocketmq.store.PutMessageStatus`` (spec §5.2, §5.3) and the mapping in
-``SendMessageProcessor.handlePutMessageResult``: four statuses mean the message *is stored* on
-the master (the producer sees SEND_OK, FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT or
-SLAVE_NOT_AVAILABLE); the rest are failures.
+Mirrors ``org.apache.rocketmq.store.PutMessageStatus`` (docs/rocketmq-protocol.md §5.2, §5.3)
+and the mapping in ``SendMessageProcessor.handlePutMessageResult``: four statuses mean the
+message *is stored* on the master (the producer sees SEND_OK, FLUSH_DISK_TIMEOUT,
+FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE); the rest are failures.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class PutStatus(enum.Enum):
 
     @property
     def response_code(self) -> int:
-        """The remoting response code the broker answers a send with (spec §5.2)."""
+        """The remoting response code a send is answered with (docs/rocketmq-protocol.md §5.2)."""
         return _RESPONSE_CODES.get(self, 1)
 
 

@@ -4,9 +4,9 @@
 service plus puts) or a slave (the HA client; puts are refused) until the block exits, then
 stops every task and closes the store cleanly (its ``abort`` marker removed).
 
-The put path mirrors ``CommitLog.asyncPutMessage`` (spec §5.1): append under the (here: the
-event loop's) put lock, then a flush request by ``flush_disk_type`` and a replica request by
-role, the two waited on together; the replica status wins when both fail.
+The put path mirrors ``CommitLog.asyncPutMessage`` (docs/rocketmq-protocol.md §5.1): append under
+the (here: the event loop's) put lock, then a flush request by ``flush_disk_type`` and a replica
+request by role, the two waited on together; the replica status wins when both fail.
 """
 
 from __future__ import annotations

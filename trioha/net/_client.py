@@ -1,7 +1,7 @@
 """The slave's HA client: connect, report, receive, append, report, and reconnect.
 
-Mirrors ``HAService.HAClient`` (4.x) / ``DefaultHAClient`` (5.x) (spec §1.2, §1.6, §2.3), with
-these differences on purpose (docs/replication.md):
+Mirrors ``HAService.HAClient`` (4.x) / ``DefaultHAClient`` (5.x) (docs/rocketmq-protocol.md §1.2,
+§1.6, §2.3), with these differences on purpose (docs/replication.md):
 
 * the first report goes out the moment the connection opens (RocketMQ waits a heartbeat
   interval, so a new slave sat idle for 5 s);

@@ -1,7 +1,7 @@
 """The master's HA service: accept slaves, keep a registry, wait for replication.
 
-Mirrors ``HAService`` with ``AcceptSocketService`` and ``GroupTransferService`` (spec §2.1,
-§2.4). Differences, on purpose (docs/replication.md):
+Mirrors ``HAService`` with ``AcceptSocketService`` and ``GroupTransferService``
+(docs/rocketmq-protocol.md §2.1, §2.4). Differences, on purpose (docs/replication.md):
 
 * a connection is added to the registry *before* its tasks start and removed in a ``finally``
   (RocketMQ #8875 leaked connections added after they had already failed);
@@ -212,10 +212,11 @@ class HAService:
     async def wait_replicated(self, end: int, *, start: int = 0) -> PutStatus:
         """Wait until *end* is on enough slaves; PUT_OK, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE.
 
-        ``CommitLog.submitReplicaRequest`` + ``GroupTransferService`` (spec §5.1): a put that no
-        slave can take in time is answered SLAVE_NOT_AVAILABLE at once; one that waits gets
-        ``slave_timeout`` of its own. *start* and *end* bound the put's bytes (the default
-        *start* 0 is the strictest: only connections that served from the log's start count).
+        ``CommitLog.submitReplicaRequest`` + ``GroupTransferService`` (docs/rocketmq-protocol.md
+        §5.1): a put that no slave can take in time is answered SLAVE_NOT_AVAILABLE at once; one
+        that waits gets ``slave_timeout`` of its own. *start* and *end* bound the put's bytes (the
+        default *start* 0 is the strictest: only connections that served from the log's start
+        count).
         """
         if self.required_acks == 0:
             return PutStatus.PUT_OK

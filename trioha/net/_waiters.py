@@ -1,11 +1,12 @@
 """Tasks parked until the log reaches an offset, each with its own timeout (group commit).
 
-The sync put paths of RocketMQ's ``GroupTransferService`` and ``GroupCommitService`` (spec §5.1):
-many puts wait for "the slave (or the disk) holds everything up to my end"; one ack or one fsync
-releases every put it covers. Measured on the sync put path, a ``trio.Event`` and a
-``move_on_after`` scope per put, kept in a heap of ordered attrs instances, cost more master CPU
-than the put itself. Here a waiting put is a parked task (``wait_task_rescheduled``) in a heap of
-plain tuples, and the timeouts of all of them are kept by one task, :meth:`OffsetWaiters.expire`.
+The sync put paths of RocketMQ's ``GroupTransferService`` and ``GroupCommitService``
+(docs/rocketmq-protocol.md §5.1): many puts wait for "the slave (or the disk) holds everything up to
+my end"; one ack or one fsync releases every put it covers. Measured on the sync put path, a
+``trio.Event`` and a ``move_on_after`` scope per put, kept in a heap of ordered attrs instances,
+cost more master CPU than the put itself. Here a waiting put is a parked task
+(``wait_task_rescheduled``) in a heap of plain tuples, and the timeouts of all of them are kept by
+one task, :meth:`OffsetWaiters.expire`.
 
 Every waiter gets the same timeout, so the order of arrival is the order of deadlines: a deque,
 not a second heap, and the expiring task sleeps until the oldest pending deadline.

@@ -3,7 +3,7 @@
 Theory of operation
 ===================
 
-RocketMQ's classic HA has two ends per connection (spec §1, §2):
+RocketMQ's classic HA has two ends per connection (docs/rocketmq-protocol.md §1, §2):
 
 * the **master side** (``HAConnection``): it waits for the slave's first 8-byte report, which is
   the slave's *request offset*; it then chooses ``nextTransferFromWhere`` once for the life of
@@ -281,7 +281,8 @@ SlaveStep: TypeAlias = tuple[SlaveState, tuple[SlaveAction, ...]]
 
 
 def choose_start(request: int, log: LogView, options: MasterOptions) -> int:
-    """``nextTransferFromWhere`` for a request offset (``WriteSocketService.run``, spec §2.2).
+    """``nextTransferFromWhere`` for a request offset (``WriteSocketService.run``,
+    docs/rocketmq-protocol.md §2.2).
 
     A slave reporting 0 has nothing; RocketMQ serves it from the start of the master's last
     segment (``max - max % segmentSize``); with ``sync_from_oldest`` we serve the oldest offset.
@@ -532,9 +533,9 @@ def replicated_offset(vouches: Iterable[Vouch], needed: int, start: int | None =
     would "ack" puts it never received (found by model/; RocketMQ has the same hole through
     ``push2SlaveMaxOffset``).
 
-    RocketMQ 4.x uses the maximum ack ever seen from any slave, which a departed slave or a
-    bogus report keeps inflated (spec §2.1, §8 #3015). trioha counts only live connections'
-    accepted acks, and needs *needed* of them (5.x ``inSyncReplicas`` - 1).
+    RocketMQ 4.x uses the maximum ack ever seen from any slave, which a departed slave or a bogus
+    report keeps inflated (docs/rocketmq-protocol.md §2.1, §8 #3015). trioha counts only live
+    connections' accepted acks, and needs *needed* of them (5.x ``inSyncReplicas`` - 1).
     """
     if needed <= 0:
         raise ValueError("needed must be positive")

@@ -2,7 +2,7 @@
 
 Mirrors ``org.apache.rocketmq.remoting.protocol.RemotingCommand`` (``encode``/``decode``),
 ``RocketMQSerializable`` and Netty's ``LengthFieldBasedFrameDecoder`` as RocketMQ configures
-it (spec §6.1)::
+it (docs/rocketmq-protocol.md §6.1)::
 
     int32 length        4 + header length + body length (the length field itself excluded)
     int32 header info   high byte: serialize type (0 JSON, 1 ROCKETMQ); low 3 bytes: header length

@@ -1,7 +1,7 @@
 """RocketMQ's stored message record: encode and decode, no IO.
 
-Layout (spec §4.1; [494] ``CommitLog.MessageExtEncoder.encode``, ``calMsgLength``,
-``checkMessageAndReturnSize``), all integers big-endian, IPv4 hosts::
+Layout (docs/rocketmq-protocol.md §4.1; [494] ``CommitLog.MessageExtEncoder.encode``,
+``calMsgLength``, ``checkMessageAndReturnSize``), all integers big-endian, IPv4 hosts::
 
      0 TOTALSIZE      int32     whole record, this field included
      4 MAGICCODE      int32     0xDAA320A7, or 0xDAA320AB ("V2", 2-byte topic length)
@@ -22,7 +22,8 @@ Layout (spec §4.1; [494] ``CommitLog.MessageExtEncoder.encode``, ``calMsgLength
        PROPERTIES     int16 length + UTF-8 "k\\x01v\\x02k\\x01v" (4.9 form),
                       "k\\x01v\\x02" (5.x form)
 
-The blank record that closes a file (spec §4.3) is int32 remaining length + int32 0xCBD43194.
+The blank record that closes a file (docs/rocketmq-protocol.md §4.3) is int32 remaining length +
+int32 0xCBD43194.
 
 Decoding never raises on bad bytes: :func:`decode_record` returns a value saying what was
 found, because the recovery scan meets corrupt and torn records as a matter of course.
@@ -133,7 +134,7 @@ PROPERTY_MESSAGE_REPLY_TO_CLIENT: Final = "REPLY_TO_CLIENT"
 PROPERTY_MESSAGE_TTL: Final = "TTL"
 PROPERTY_CLUSTER: Final = "CLUSTER"
 PROPERTY_MESSAGE_TYPE: Final = "MSG_TYPE"
-PROPERTY_CRC32: Final = "__CRC32#"  # 5.x enabledAppendPropCRC (spec §4.4)
+PROPERTY_CRC32: Final = "__CRC32#"  # 5.x enabledAppendPropCRC (docs/rocketmq-protocol.md §4.4)
 
 _INT32_MIN: Final = -(2**31)
 _INT32_MAX: Final = 2**31 - 1
@@ -216,7 +217,7 @@ def _decode_topic(raw: bytes) -> str:
 
 
 class PropertiesForm(enum.Enum):
-    """How the properties string ends (spec §4.1).
+    """How the properties string ends (docs/rocketmq-protocol.md §4.1).
 
     ``V4_9``: 4.9.1 to 5.1.x drop the trailing ``\\x02`` (#2883). ``V5``: 5.2.0 and later
     (and 4.9.0 and earlier) end every pair with ``\\x02`` (#7468). Both parse the same.

@@ -8,7 +8,7 @@ any order and cut the byte streams anywhere:
 
 * the master's writer asks ``next_send``, writes the 12-byte header and ``log.read`` body into
   its outbox and moves any number of bytes of it onto the wire; ``frame_written`` follows the
-  last byte (RocketMQ's ``lastWriteOver``, spec §1.5);
+  last byte (RocketMQ's ``lastWriteOver``, docs/rocketmq-protocol.md §1.5);
 * the slave reads any number of bytes, appends each complete body with ``append_raw`` and
   reports what the store holds (with ``ack_flushed``, only what it has flushed);
 * a :class:`Link` is one TCP connection. Closing one side lets the other drain what is in flight
@@ -411,7 +411,7 @@ class ProtocolPair:
         return k
 
     def _check_frame(self, link: Link, action: SendTransfer | SendHeartbeat) -> None:
-        """What the master sends is a contiguous slice of its log (spec §1.3)."""
+        """A master sends a contiguous slice of its log (docs/rocketmq-protocol.md §1.3)."""
         opts = self.options
         offset = action.offset
         if link.frames:
