@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import heapq
 import itertools
+import math
 from collections.abc import Callable
 from typing import Generic, NoReturn, TypeVar
 
@@ -62,6 +63,12 @@ class OffsetWaiters(Generic[T]):
     def __len__(self) -> int:
         """How many tasks are waiting."""
         return self._pending
+
+    @property
+    def lowest_end(self) -> float:
+        """No waiter needs less than this (``math.inf`` when none waits): a release below it
+        answers nobody. Answered waiters still in the heap may make it lower, never higher."""
+        return self._by_end[0][0] if self._pending else math.inf
 
     async def wait(self, end: int, *, start: int = 0) -> T:
         """Park until ``release`` covers *end* (and, if asked, *start*), or the timeout passes."""
