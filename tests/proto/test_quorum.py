@@ -104,6 +104,6 @@ def test_every_declared_target_is_a_phase_of_its_side() -> None:
     for (phase, _event), rule in MASTER_TABLE.items():
         assert isinstance(phase, MasterPhase)
         assert rule.targets and all(isinstance(t, MasterPhase) for t in rule.targets)
-    for (phase, _event), rule in SLAVE_TABLE.items():
-        assert isinstance(phase, SlavePhase)
-        assert rule.targets and all(isinstance(t, SlavePhase) for t in rule.targets)
+    for (slave_phase, _event), slave_rule in SLAVE_TABLE.items():
+        assert isinstance(slave_phase, SlavePhase)
+        assert slave_rule.targets and all(isinstance(t, SlavePhase) for t in slave_rule.targets)
