@@ -26,6 +26,12 @@ from typing import Any
 import attrs
 
 from trioha._errors import ConfigError
+from trioha.proto._timing import (
+    HEARTBEAT_INTERVAL_MS,
+    HOUSEKEEPING_INTERVAL_MS,
+    SLAVE_TIMEOUT_MS,
+    Timing,
+)
 
 log = logging.getLogger("trioha.config")
 
@@ -111,11 +117,15 @@ class BrokerConfig:
     ha_listen_host: str = "127.0.0.1"
     ha_listen_port: int = attrs.field(default=10912, validator=_port)
     ha_master_address: str | None = attrs.field(default=None, validator=_address)
-    ha_send_heartbeat_interval: int = attrs.field(default=5000, validator=_positive)
-    ha_housekeeping_interval: int = attrs.field(default=20000, validator=_positive)
+    ha_send_heartbeat_interval: int = attrs.field(
+        default=HEARTBEAT_INTERVAL_MS, validator=_positive
+    )
+    ha_housekeeping_interval: int = attrs.field(
+        default=HOUSEKEEPING_INTERVAL_MS, validator=_positive
+    )
     ha_transfer_batch_size: int = attrs.field(default=32768, validator=_positive)
     ha_slave_fallbehind_max: int = attrs.field(default=256 * MIB, validator=_positive)
-    slave_timeout: int = attrs.field(default=3000, validator=_positive)
+    slave_timeout: int = attrs.field(default=SLAVE_TIMEOUT_MS, validator=_positive)
     #: Replicas (the master included, as in RocketMQ 5.x) that must hold a SYNC_MASTER put.
     in_sync_replicas: int = attrs.field(default=2, validator=_positive)
 
@@ -165,6 +175,11 @@ class BrokerConfig:
         if self.ha_master_address is None or len(self.ha_master_address) < 6:
             return None
         return parse_address(self.ha_master_address, what="ha_master_address")
+
+    @property
+    def ha_timing(self) -> Timing:
+        """The heartbeat and housekeeping intervals both HA ends run with, in seconds."""
+        return Timing.from_millis(self.ha_send_heartbeat_interval, self.ha_housekeeping_interval)
 
     @property
     def required_slave_acks(self) -> int:

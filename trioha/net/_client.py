@@ -36,7 +36,6 @@ from trioha.proto import (
     SendReport,
     SlaveAction,
     SlaveConnection,
-    Timing,
     encode_report,
 )
 
@@ -167,9 +166,7 @@ class HAClient:
         self.master_host, self.master_port = master
         self._connect = connect or _open_tcp
         self._on_appended = on_appended
-        self.timing = Timing.from_millis(
-            config.ha_send_heartbeat_interval, config.ha_housekeeping_interval
-        )
+        self.timing = config.ha_timing
         self.connected = False
         self.connects = 0
         self.reported_offset = -1

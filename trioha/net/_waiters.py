@@ -17,11 +17,12 @@ from __future__ import annotations
 import collections
 import heapq
 import itertools
+import math
 from collections.abc import Callable
 from typing import Generic, NoReturn, TypeVar
 
 import trio
-from outcome import Value
+from outcome import Error, Value
 
 from trioha.net._wakeup import Wakeup
 
@@ -63,6 +64,12 @@ class OffsetWaiters(Generic[T]):
     def __len__(self) -> int:
         """How many tasks are waiting."""
         return self._pending
+
+    @property
+    def lowest_end(self) -> float:
+        """No waiter needs less than this (``math.inf`` when none waits): a release below it
+        answers nobody. Answered waiters still in the heap may make it lower, never higher."""
+        return self._by_end[0][0] if self._pending else math.inf
 
     async def wait(self, end: int, *, start: int = 0) -> T:
         """Park until ``release`` covers *end* (and, if asked, *start*), or the timeout passes."""
@@ -136,6 +143,23 @@ class OffsetWaiters(Generic[T]):
                         trio.lowlevel.reschedule(waiter.task, Value(self._expired))
         finally:
             self._expiring -= 1
+            if not self._expiring:
+                self._abandon()
+
+    def _abandon(self) -> None:
+        """The last expiring task stopped: nobody would ever time the parked waiters out.
+
+        Each of them gets an error now instead of waiting forever (its put's outcome is
+        unknown to it: the caller decides, as for a wait refused up front).
+        """
+        for waiter in self._by_deadline:
+            if not waiter.done:
+                waiter.done = True
+                self._pending -= 1
+                stopped = RuntimeError("OffsetWaiters.expire() stopped while this wait was parked")
+                trio.lowlevel.reschedule(waiter.task, Error(stopped))
+        self._by_deadline.clear()
+        self._by_end.clear()
 
     def _answered(self, waiter: _Waiter) -> None:
         """*waiter* leaves before ``release`` reached it (timed out, or cancelled)."""

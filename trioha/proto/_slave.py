@@ -11,7 +11,6 @@ from __future__ import annotations
 from trioha._errors import ProtocolError
 from trioha.proto._buffer import ReceiveBuffer
 from trioha.proto._frames import HEADER_SIZE, MAX_BODY_SIZE, TransferHeader
-from trioha.proto._master import Timing
 from trioha.proto._state import (
     Append,
     AppendConfirmed,
@@ -28,6 +27,7 @@ from trioha.proto._state import (
     SlaveState,
     slave_step,
 )
+from trioha.proto._timing import Timing
 
 
 class SlaveConnection:
