@@ -17,6 +17,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "trioha"
 _MODULE_ROOMS = {
     "_errors": "base",
     "_status": "base",
+    "_histogram": "base",
+    "_logging": "base",
+    "_progress": "base",
     "_config": "config",
     "_tuning": "config",
     "__init__": "root",
@@ -42,17 +45,18 @@ ALLOWED: dict[str, frozenset[str]] = {
         {"base", "config", "proto", "store", "net", "remoting", "namesrv", "acl"}
     ),
     "pipeline": frozenset({"base", "config", "store"}),
+    "metrics": frozenset({"base", "config"}),  # reads statistics() snapshots, imports no broker
     "testing": frozenset({"base", "config", "proto", "store", "net"}),
     "cli": frozenset(
         {"base", "config", "proto", "store", "net", "remoting", "namesrv", "acl", "broker",
-         "pipeline"}
+         "pipeline", "metrics"}
     ),
 }
 
 #: Rooms in the order the diagram lists them (top: what a user runs; bottom: the values).
 ORDER = [
-    "root", "cli", "broker", "testing", "pipeline", "namesrv", "acl", "net", "remoting", "store",
-    "config", "proto", "base",
+    "root", "cli", "metrics", "broker", "testing", "pipeline", "namesrv", "acl", "net",
+    "remoting", "store", "config", "proto", "base",
 ]
 
 
