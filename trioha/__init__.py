@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from trioha._errors import (
     ConfigError,
     CorruptLogError,
+    DamagedLogError,
     LocalProtocolError,
     MessageTooLargeError,
     NotAMessageBoundaryError,
@@ -69,6 +70,7 @@ __all__ = [
     "BrokerStatistics",
     "ConfigError",
     "CorruptLogError",
+    "DamagedLogError",
     "FlushDiskType",
     "LocalProtocolError",
     "MessageTooLargeError",

@@ -66,6 +66,11 @@ class NotAMessageBoundaryError(StorageError):
         self.after = after
 
 
+class DamagedLogError(StorageError):
+    """Recovery cut bytes that had been flushed: damage, not a lost tail; a master refuses
+    to start on such a log unless the operator accepts it explicitly."""
+
+
 class MessageTooLargeError(StorageError):
     """A message does not fit a segment or exceeds a RocketMQ limit."""
 

@@ -474,6 +474,30 @@ def test_damage_before_the_offset_leaves_no_boundary_after_it(make_log: LogFacto
     assert slave.max_offset == offsets[1]
 
 
+# --- skip_past (a new history that never reuses a lost one's offsets) ----------------
+
+
+def test_skip_past_closes_segments_with_end_of_file_records(make_log: LogFactory) -> None:
+    log = make_log(segment_size=1024)
+    offsets = fill(log, 3)
+    end = log.max_offset
+    assert log.skip_past(1500) == 2048  # the first segment boundary beyond 1500
+    assert decode_record(bytes(log.read(end, 1024))) == DecodedBlank(0, 1024 - end)
+    assert decode_record(bytes(log.read(1024, 1024))) == DecodedBlank(0, 1024)
+    after = log.append(topic="FooBar", body=b"b" * 100, queue_id=0)
+    assert (after.physical_offset, after.queue_offset) == (2048, 2)
+    assert [m.physical_offset for m in log.iter_messages()] == [*offsets, 2048]
+    assert log.boundaries_around(1500) == (1024, 2048)
+    assert log.skip_past(100) == log.max_offset  # already beyond: nothing to do
+
+
+def test_skip_past_a_segment_boundary_goes_one_segment_further(make_log: LogFactory) -> None:
+    log = make_log(segment_size=1024)
+    assert log.skip_past(1024) == 2048  # an empty log too: its first record starts at 2048
+    assert log.append(topic="t", body=b"x").physical_offset == 2048
+    assert [m.physical_offset for m in log.iter_messages()] == [2048]
+
+
 # --- delete_segments_before (retention) -----------------------------------------------
 
 

@@ -219,6 +219,9 @@ class CommitLog(Protocol):
     def truncate_to_boundary(self, offset: int) -> list[SetAside]:
         """:meth:`truncate` at a message boundary only; returns what was kept aside."""
 
+    def skip_past(self, offset: int) -> int:
+        """Close segments with END_OF_FILE records so new data starts beyond ``offset``."""
+
     def delete_segments_before(self, offset: int) -> int:
         """Delete whole oldest segments that end at or before ``offset``; returns how many."""
 
@@ -837,6 +840,40 @@ class LogCore(abc.ABC, Generic[S]):
         kept = len(self.set_aside)
         self.truncate(offset)
         return self.set_aside[kept:]
+
+    def skip_past(self, offset: int) -> int:
+        """Start new data at the first segment boundary strictly beyond ``offset``.
+
+        What a classic master does after losing bytes it had sent (docs/replication.md):
+        the rest of the current segment, and every segment up to that boundary, is closed
+        with RocketMQ's own END_OF_FILE blank record (``doAppend``'s ``BLANK_MAGIC_CODE``),
+        which every reader, Java's included, treats as "go to the next file". New records
+        thus never take an offset a slave may hold from the lost history. Returns the new
+        end of the log (unchanged when it is already past ``offset``).
+        """
+        self._check_open()
+        size = self._segment_size
+        target = (offset // size + 1) * size
+        if self.max_offset >= target:
+            return self.max_offset
+        self._catch_up()
+        while self.max_offset < target:
+            if not self._segments or self._segments[-1].wrote >= size:
+                start = self._segments[-1].start + size if self._segments else 0
+                seg = self._add_segment(max(start, self.max_offset - self.max_offset % size))
+            else:
+                seg = self._segments[-1]
+            pos = seg.wrote
+            if size - pos >= BLANK_RECORD_SIZE:
+                seg.write(pos, encode_blank(size - pos))
+            with self._lock:
+                seg.wrote = size
+        self._queues.cursor = self.max_offset
+        log.warning(
+            "commit log closed with end-of-file records up to %d: new data starts there",
+            self.max_offset,
+        )
+        return self.max_offset
 
     def _roll_back_queues(self, offset: int) -> None:
         queues = self._queues
