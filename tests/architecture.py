@@ -1,6 +1,7 @@
 """The rooms of trioha and what each may import, read from the code itself.
 
-``python -m tests.architecture`` prints the import diagram that ``docs/architecture.md`` shows;
+``python -m tests.architecture`` prints the import diagram that ``docs/architecture.md`` shows
+(``--write`` puts it there);
 ``tests/test_architecture.py`` checks that the page matches it and that no room imports a room
 it may not. Every import counts: at module level, inside functions, under ``TYPE_CHECKING``.
 """
@@ -27,6 +28,7 @@ _MODULE_ROOMS = {
     "_cli": "cli",
     "_clitools": "cli",
     "_demo": "cli",
+    "_reseed": "cli",
 }
 
 #: What each room may import besides itself: the layering, written once. A room left out of a
@@ -132,5 +134,24 @@ def mermaid() -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_docs() -> None:
+    """Put the current diagram into ``docs/architecture.md`` (``--write``)."""
+    import re
+
+    page = PACKAGE.parent / "docs" / "architecture.md"
+    text = re.sub(
+        r"(<!-- imports:begin -->\n```mermaid\n).*?(```\n<!-- imports:end -->)",
+        lambda m: m.group(1) + mermaid() + m.group(2),
+        page.read_text(),
+        flags=re.S,
+    )
+    page.write_text(text)
+
+
 if __name__ == "__main__":
-    print(mermaid(), end="")
+    import sys
+
+    if sys.argv[1:] == ["--write"]:
+        write_docs()
+    else:
+        print(mermaid(), end="")

@@ -138,6 +138,9 @@ class BrokerConfig:
     ha_sync_from_oldest: bool = False
     #: Slave: longest wait between reconnect attempts (doubling from 100 ms).
     ha_reconnect_backoff_max: int = attrs.field(default=5000, validator=_positive)
+    #: Master: start even though recovery cut bytes that had been flushed (a damaged record,
+    #: not a lost tail). Off, a master refuses to start on such a log (docs/replication.md).
+    ha_accept_damaged_log: bool = False
 
     # --- client side (BrokerConfig) ---------------------------------------------------------
     listen_port: int = attrs.field(default=10911, validator=_port)

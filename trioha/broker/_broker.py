@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 
@@ -25,9 +26,12 @@ from trioha._status import PutResult, PutStatus, refusal_status
 from trioha.broker._clientside import ClientSide, serve_client_side
 from trioha.broker._types import new_message
 from trioha.net import HAClient, HAClientStatistics, HAService, HAServiceStatistics
+from trioha.net._client import DIVERGED_FILE
+from trioha.net._divergence import open_master_history
 from trioha.net._waiters import OffsetWaiters
 from trioha.net._wakeup import Wakeup
 from trioha.store import HostAddress, NewMessage, Store, open_store
+from trioha.store._sent import SentOffsets
 
 log = logging.getLogger("trioha.broker")
 
@@ -64,7 +68,6 @@ class _GroupFlusher:
         return await self.waiters.wait(end)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        commitlog = self.broker.store.commitlog
         async with trio.open_nursery() as nursery:
             await nursery.start(self.waiters.expire)
             task_status.started()
@@ -72,15 +75,19 @@ class _GroupFlusher:
                 if not self.waiters:
                     await self.wakeup.wait()
                     continue
-                self.waiters.release(await trio.to_thread.run_sync(commitlog.flush))
+                self.waiters.release(await trio.to_thread.run_sync(self.broker.flush_log))
 
 
 class Broker:
     """A running broker; obtain one from :func:`open_broker`."""
 
-    def __init__(self, config: BrokerConfig, store: Store) -> None:
+    def __init__(
+        self, config: BrokerConfig, store: Store, *, sent: SentOffsets | None = None
+    ) -> None:
         self.config = config
         self.store = store
+        #: A master's durable sent and flushed marks (classic divergence checks).
+        self.sent = sent
         self.role = config.broker_role
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
@@ -225,7 +232,14 @@ class Broker:
         while True:
             await trio.sleep(interval)
             if commitlog.max_offset > commitlog.flushed_offset:
-                await trio.to_thread.run_sync(commitlog.flush)
+                await trio.to_thread.run_sync(self.flush_log)
+
+    def flush_log(self) -> int:
+        """Flush the commit log (blocking) and keep the master's flushed mark up to date."""
+        flushed = self.store.commitlog.flush()
+        if self.sent is not None:
+            self.sent.note_flushed(flushed, time.monotonic())
+        return flushed
 
     async def _start(self, nursery: trio.Nursery) -> None:
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH and self.role.is_master:
@@ -233,7 +247,7 @@ class Broker:
         else:
             nursery.start_soon(self._run_async_flusher)
         if self.role.is_master:
-            self.ha_service = HAService(self.config, self.store.commitlog)
+            self.ha_service = HAService(self.config, self.store.commitlog, sent=self.sent)
             self.ha_address = await nursery.start(self.ha_service.serve)
             if self.role is BrokerRole.SYNC_MASTER and self.config.required_slave_acks == 0:
                 log.warning(
@@ -242,7 +256,10 @@ class Broker:
                 )
         else:
             self.ha_client = HAClient(
-                self.config, self.store.commitlog, on_appended=self._on_log_grew
+                self.config,
+                self.store.commitlog,
+                on_appended=self._on_log_grew,
+                diverged_file=self.store.root / DIVERGED_FILE,
             )
             await nursery.start(self.ha_client.run)
         self.client_side = await nursery.start(serve_client_side, self)
@@ -275,7 +292,12 @@ async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
         )
     )
     try:
-        broker = Broker(config, store)
+        sent = None
+        if config.broker_role.is_master:
+            sent = await trio.to_thread.run_sync(
+                lambda: open_master_history(store, accept_damaged=config.ha_accept_damaged_log)
+            )
+        broker = Broker(config, store, sent=sent)
         async with trio.open_nursery() as nursery:
             await broker._start(nursery)
             log.info(
@@ -294,5 +316,7 @@ async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
         # Shielded: a broker stopped by an outer cancellation must still release its store
         # (lock, abort marker), or a restart in the same process finds it locked.
         with trio.CancelScope(shield=True):
+            if sent is not None:
+                await trio.to_thread.run_sync(sent.close)
             await trio.to_thread.run_sync(store.close)
         log.info("%s stopped; store closed cleanly", config.broker_role.value)

@@ -31,6 +31,7 @@ from trioha.proto import MasterOptions, Quorum, Vouch, needed_acks
 
 if TYPE_CHECKING:
     from trioha.store import CommitLog
+    from trioha.store._sent import SentOffsets
 
 log = logging.getLogger("trioha.ha")
 
@@ -58,14 +59,23 @@ class HAServiceStatistics:
     waiting_puts: int
     connections_accepted: int
     connections_closed: int
+    #: Slaves refused because their log holds a history this master lost (classic mode).
+    slaves_refused: int = 0
+    #: Ranges ``(from, to)`` this master may have sent and then lost in a crash.
+    lost_ranges: tuple[tuple[int, int], ...] = ()
 
 
 class HAService:
     """Accepts slave connections and answers "is this offset replicated?"."""
 
-    def __init__(self, config: BrokerConfig, commitlog: CommitLog) -> None:
+    def __init__(
+        self, config: BrokerConfig, commitlog: CommitLog, *, sent: SentOffsets | None = None
+    ) -> None:
         self.config = config
         self.commitlog = commitlog
+        #: The durable "highest offset sent" mark and lost ranges (classic divergence check).
+        self.sent = sent
+        self._refused = 0
         self.options = MasterOptions(
             batch_size=config.ha_transfer_batch_size,
             sync_from_oldest=config.ha_sync_from_oldest,
@@ -135,6 +145,7 @@ class HAService:
             options=self.options,
             timing=self.timing,
             peer=peer,
+            sent=self.sent,
         )
         conn_id = next(self._ids)
         self.connections[conn_id] = conn
@@ -152,6 +163,7 @@ class HAService:
             self._vouches.pop(conn, None)
             self._quorum = None
             self._closed += 1
+            self._refused += conn.refused
             self._connection_change.unpark_all()
             await trio.aclose_forcefully(stream)
             log.info("slave %s disconnected: %s", peer, conn.close_reason or "cancelled")
@@ -260,6 +272,8 @@ class HAService:
             waiting_puts=len(self._waiters),
             connections_accepted=self._accepted,
             connections_closed=self._closed,
+            slaves_refused=self._refused,
+            lost_ranges=self.sent.lost if self.sent is not None else (),
         )
 
 

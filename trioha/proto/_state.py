@@ -66,6 +66,10 @@ class LogView:
     min_offset: int
     max_offset: int
     segment_size: int
+    #: Ranges ``(from, to)`` of bytes this master may have sent and then lost in a crash
+    #: (``trioha.store.SentOffsets``): a first report ``from < offset <= to`` comes from a
+    #: slave holding a history this master no longer has (classic mode's divergence check).
+    lost: tuple[tuple[int, int], ...] = ()
 
     def segment_start(self, offset: int) -> int:
         return offset - offset % self.segment_size
@@ -230,10 +234,19 @@ class Append:
 
 @attrs.frozen
 class Close:
-    """Either side: tear the connection down; *reason* says why, *remote* whose fault it was."""
+    """Either side: tear the connection down; *reason* says why, *remote* whose fault it was.
+
+    ``diverged_at`` says the two logs are not one history. On the master it refuses the
+    slave: before closing, the IO layer sends the heartbeat header ``(diverged_at, 0)``,
+    where the histories part. Every slave's offset check (``HAClient.dispatchReadRequest``,
+    ours and Java's) rejects a frame that does not start at its own end, so the slave is
+    told in the protocol it already speaks. On the slave it is the offset the master pushed:
+    the slave stops and waits for the operator instead of reconnecting.
+    """
 
     reason: str
     remote: bool = True
+    diverged_at: int | None = None
 
 
 MasterAction: TypeAlias = SendTransfer | SendHeartbeat | AckAdvanced | Close
@@ -294,9 +307,11 @@ def choose_start(request: int, log: LogView, options: MasterOptions) -> int:
     return request
 
 
-def _closed(state: MasterState, reason: str, *, remote: bool = True) -> MasterStep:
+def _closed(
+    state: MasterState, reason: str, *, remote: bool = True, diverged_at: int | None = None
+) -> MasterStep:
     return attrs.evolve(state, phase=MasterPhase.CLOSED, write_pending=False), (
-        Close(reason, remote),
+        Close(reason, remote, diverged_at),
     )
 
 
@@ -304,11 +319,23 @@ def _master_first_report(
     state: MasterState, event: ReportReceived, options: MasterOptions
 ) -> MasterStep:
     offset, log = event.offset, event.log
+    for lost_from, lost_to in log.lost:
+        if lost_from < offset <= lost_to:
+            return _closed(
+                state,
+                f"slave requests offset {offset}, inside [{lost_from}, {lost_to}): bytes this "
+                f"master may have sent before it crashed and lost them (its log was recovered "
+                f"to {lost_from}); the slave's log after {lost_from} is a history the master no "
+                f"longer has. Cut the slave back to {lost_from} (`trioha slave "
+                "--truncate-to-master`) or re-seed it",
+                diverged_at=lost_from,
+            )
     if offset > log.max_offset:
         return _closed(
             state,
             f"slave requests offset {offset} but the master's log ends at {log.max_offset}: "
             "the slave holds data this master does not (diverged history or a wrong master)",
+            diverged_at=log.max_offset,
         )
     start = choose_start(offset, log, options)
     if start < log.min_offset:
@@ -405,10 +432,14 @@ def _slave_header(state: SlaveState, event: HeaderReceived) -> SlaveStep:
     if state.expected not in (0, event.offset):
         # HAClient.dispatchReadRequest: "master pushed offset not equal the max phy offset in
         # slave"; nothing of this frame is appended.
+        # A classic master never does this to a healthy slave (it serves from the slave's
+        # report), so it is the master's divergence signal (``Close.diverged_at``) or a
+        # different master's history: either way the logs are not one history.
         return SlaveState(phase=SlavePhase.DISCONNECTED, expected=state.expected), (
             Close(
                 f"master pushed offset {event.offset} but the slave's log ends at "
-                f"{state.expected}; nothing appended"
+                f"{state.expected}; nothing appended",
+                diverged_at=event.offset,
             ),
         )
     if event.size == 0:
