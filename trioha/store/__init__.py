@@ -17,6 +17,7 @@ from trioha.store._base import (
 )
 from trioha.store._checkpoint import CHECKPOINT_SIZE, Checkpoint, read_checkpoint, write_checkpoint
 from trioha.store._commitlog import FileCommitLog, RecoveryReport
+from trioha.store._epochfile import EPOCH_FILE_NAME, EpochFile
 from trioha.store._memory import MemoryCommitLog
 from trioha.store._message import (
     BLANK_MAGIC,
@@ -53,6 +54,7 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
     "DEFAULT_SEGMENT_SIZE",
     "DEFAULT_STORE_HOST",
+    "EPOCH_FILE_NAME",
     "MESSAGE_MAGIC",
     "MESSAGE_MAGIC_V2",
     "MIN_RECORD_SIZE",
@@ -65,6 +67,7 @@ __all__ = [
     "DecodedIncomplete",
     "DecodedInvalid",
     "DecodedMessage",
+    "EpochFile",
     "FileCommitLog",
     "FlushDiskType",
     "FlushPolicy",
