@@ -55,6 +55,17 @@ class OffsetMismatchError(StorageError):
     """Replicated bytes were offered somewhere other than exactly the end of the log."""
 
 
+class NotAMessageBoundaryError(StorageError):
+    """A commit log cut was asked for inside a record; ``before``/``after`` are the nearest
+    boundaries (``after`` is None when no readable record follows ``before``)."""
+
+    def __init__(self, message: str, *, offset: int, before: int, after: int | None) -> None:
+        super().__init__(message)
+        self.offset = offset
+        self.before = before
+        self.after = after
+
+
 class MessageTooLargeError(StorageError):
     """A message does not fit a segment or exceeds a RocketMQ limit."""
 

@@ -27,6 +27,7 @@ import attrs
 
 from trioha._config import FlushDiskType
 from trioha._errors import CorruptLogError, MessageTooLargeError, OffsetMismatchError, StorageError
+from trioha.store._boundary import boundaries_around, check_boundary
 from trioha.store._message import (
     BLANK_RECORD_SIZE,
     DecodedBlank,
@@ -211,6 +212,12 @@ class CommitLog(Protocol):
 
     def truncate(self, offset: int) -> None:
         """Drop everything at and after ``offset`` (kept aside, never discarded)."""
+
+    def boundaries_around(self, offset: int) -> tuple[int, int | None]:
+        """The message boundaries nearest ``offset`` (both ``offset`` when it is one)."""
+
+    def truncate_to_boundary(self, offset: int) -> list[SetAside]:
+        """:meth:`truncate` at a message boundary only; returns what was kept aside."""
 
     def delete_segments_before(self, offset: int) -> int:
         """Delete whole oldest segments that end at or before ``offset``; returns how many."""
@@ -805,6 +812,31 @@ class LogCore(abc.ABC, Generic[S]):
             self.set_aside.append(self._move_aside(s, "truncated"))
         end = later[-1].start + later[-1].wrote if later else seg.start + old
         log.warning("commit log truncated at %d (was up to %d)", offset, end)
+
+    # --- safe truncation (cutting a replica back to the history it shares) ----------------
+
+    def boundaries_around(self, offset: int) -> tuple[int, int | None]:
+        """The nearest message boundaries ``before <= offset <= after`` (see ``_boundary``)."""
+        self._check_open()
+        self._check_range(offset)
+        return boundaries_around(self._segments, self._segment_size, offset)
+
+    def truncate_to_boundary(self, offset: int) -> list[SetAside]:
+        """Cut the log back to ``offset``, which must be a message boundary.
+
+        The safe form of :meth:`truncate` for a replica cut back to what it shares with its
+        master (``CommitLog.truncateDirtyFiles`` at a consistent point): an offset inside a
+        record raises :class:`~trioha.NotAMessageBoundaryError` naming the nearest
+        boundaries, and nothing changes. The cut bytes are kept aside as recovery keeps
+        them; the entries added to :attr:`set_aside` are returned. The written end is always
+        accepted (nothing to cut, even when the last record is only partly received).
+        """
+        self._check_open()
+        self._check_range(offset)
+        check_boundary(self._segments, self._segment_size, offset)
+        kept = len(self.set_aside)
+        self.truncate(offset)
+        return self.set_aside[kept:]
 
     def _roll_back_queues(self, offset: int) -> None:
         queues = self._queues
