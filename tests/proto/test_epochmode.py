@@ -202,7 +202,7 @@ def test_no_common_history_closes_as_diverged() -> None:
     master = Replica(bytearray(b"\1" * 20), entries_of([(5, 0)]))
     slave = Replica(bytearray(b"\2" * 10), entries_of([(1, 0)]))
     run = replicate(master, slave)
-    assert len(run.closes) == 1 and run.closes[0].diverged
+    assert len(run.closes) == 1 and run.closes[0].diverged_at == 0
     assert "no consistent point" in run.closes[0].reason
     assert slave.data == b"\2" * 10  # nothing cut when nothing is known
 
@@ -211,7 +211,7 @@ def test_log_without_history_is_refused_not_trusted() -> None:
     master = Replica(bytearray(b"\1" * 20), entries_of([(1, 0)]))
     slave = Replica(bytearray(b"\1" * 10))
     run = replicate(master, slave)
-    assert run.closes and run.closes[0].diverged
+    assert run.closes and run.closes[0].diverged_at == 0
     assert "no epoch history" in run.closes[0].reason
 
 
@@ -222,7 +222,7 @@ def test_frame_in_an_unknown_epoch_over_held_bytes_is_divergence() -> None:
     assert slave.state.phase is SlavePhase.TRANSFER
     frame = EpochTransferHeader(30, 4, epoch=2, epoch_start=20, confirm_offset=34).to_bytes()
     actions = slave.receive_data(frame + b"abcd", now=0.0)
-    assert isinstance(actions[-1], Close) and actions[-1].diverged
+    assert isinstance(actions[-1], Close) and actions[-1].diverged_at == 20
     assert not any(isinstance(a, Append | RecordEpoch) for a in actions)
 
 

@@ -30,7 +30,7 @@ docs/replication.md) adds a HANDSHAKE phase on both sides before TRANSFER:
 * the slave computes the *consistent point* (``findConsistentPoint``) of its history and the
   master's, truncates its log to it (:class:`Truncate`, executed before anything else) and
   reports it. No common history, or a non-empty log with no history at all, closes the
-  connection with ``diverged`` set: the slave must not reconnect until an operator acts;
+  connection with ``diverged_at`` set: the slave must not reconnect until an operator acts;
 * every frame carries its epoch and the epoch's start; the master never lets a frame cross
   the end of an epoch, and the slave records each new epoch (:class:`RecordEpoch`) before the
   first bytes of it are appended, so its history always describes its log.
@@ -298,13 +298,14 @@ class Append:
 class Close:
     """Either side: tear the connection down; *reason* says why, *remote* whose fault it was.
 
-    *diverged*: the slave's log cannot continue from this master's (no common history, or
-    history it cannot prove): reconnecting will not help until an operator acts.
+    ``diverged_at``: the two logs are not one history, and only the bytes before this offset
+    are known to be shared (0 when nothing is: re-seed). Reconnecting will not help until an
+    operator cuts the slave back there or re-seeds it.
     """
 
     reason: str
     remote: bool = True
-    diverged: bool = False
+    diverged_at: int | None = None
 
 
 @attrs.frozen
@@ -559,9 +560,9 @@ def _slave_connected(state: SlaveState, event: Connected) -> SlaveStep:
     return new, (SendReport(event.log_max),)
 
 
-def _diverged(state: SlaveState, reason: str) -> SlaveStep:
+def _diverged(state: SlaveState, reason: str, at: int = 0) -> SlaveStep:
     return SlaveState(phase=SlavePhase.DISCONNECTED, expected=state.expected), (
-        Close(reason, diverged=True),
+        Close(reason, diverged_at=at),
     )
 
 
@@ -617,17 +618,21 @@ def _slave_frame_epoch(state: SlaveState, event: HeaderReceived) -> SlaveStep | 
     if last is not None and event.epoch == last.epoch:
         if event.epoch_start != last.start_offset:
             return _diverged(state, f"{where}, but the slave's epoch {last.to_line()} starts "
-                             "elsewhere: the histories differ")
+                             "elsewhere: the histories differ",
+                             min(last.start_offset, event.epoch_start))
         return None
     if last is not None and event.epoch < last.epoch:
-        return _diverged(state, f"{where}, older than the slave's last epoch {last.to_line()}")
+        return _diverged(state, f"{where}, older than the slave's last epoch {last.to_line()}",
+                         min(last.start_offset, event.epoch_start))
     if event.epoch_start > event.offset or (state.expected and event.epoch_start != event.offset):
         # The slave holds bytes before this frame that the master says belong to an epoch the
         # slave has never seen: they were written by another master.
         return _diverged(state, f"{where}, but the slave's log already ends at "
-                         f"{state.expected} in epoch {last.to_line() if last else '(none)'}")
+                         f"{state.expected} in epoch {last.to_line() if last else '(none)'}",
+                         min(event.epoch_start, state.expected))
     if last is not None and event.epoch_start <= last.start_offset:
-        return _diverged(state, f"{where}, not after the slave's last epoch {last.to_line()}")
+        return _diverged(state, f"{where}, not after the slave's last epoch {last.to_line()}",
+                         event.epoch_start)
     new = attrs.evolve(state, epochs=epochs.append(event.epoch, event.epoch_start))
     return new, (RecordEpoch(event.epoch, event.epoch_start),)
 
