@@ -22,13 +22,13 @@ from trioha.proto import (
     MasterConnection,
     MasterOptions,
     MasterPhase,
+    SendMasterHandshake,
     SendTransfer,
     Timing,
-    frame_header,
 )
 
 if TYPE_CHECKING:
-    from trioha.store import CommitLog
+    from trioha.store import CommitLog, EpochFile
 
 log = logging.getLogger("trioha.ha")
 
@@ -44,8 +44,14 @@ class AckListener(Protocol):
     def on_ack(self, connection: HAConnection, offset: int) -> None: ...
 
 
-def log_view(commitlog: CommitLog) -> LogView:
-    return LogView(commitlog.min_offset, commitlog.max_offset, commitlog.segment_size)
+def log_view(commitlog: CommitLog, epoch_file: EpochFile | None = None) -> LogView:
+    """The log as the core sees it; with *epoch_file* (epoch mode) its epoch history too."""
+    return LogView(
+        commitlog.min_offset,
+        commitlog.max_offset,
+        commitlog.segment_size,
+        None if epoch_file is None else epoch_file.history,
+    )
 
 
 class HAConnection:
@@ -60,9 +66,14 @@ class HAConnection:
         options: MasterOptions,
         timing: Timing,
         peer: str,
+        epoch_file: EpochFile | None = None,
     ) -> None:
         self.stream = stream
         self.commitlog = commitlog
+        #: Epoch mode: the master's epoch history (None in classic mode).
+        self.epoch_file = epoch_file
+        #: Epoch mode: the handshake to send, put here by the reader for the writer.
+        self.handshake_out: bytes | None = None
         self.listener = listener
         self.peer = peer
         self.proto = MasterConnection(
@@ -110,10 +121,13 @@ class HAConnection:
                         return
                     awaiting = not self.transferring
                     actions = self.proto.receive_data(
-                        data, now=trio.current_time(), log=log_view(self.commitlog)
+                        data, now=trio.current_time(), log=self.view()
                     )
                     for action in actions:
-                        if isinstance(action, AckAdvanced):
+                        if isinstance(action, SendMasterHandshake):
+                            self.handshake_out = self.proto.handshake_bytes(action)
+                            self.wakeup.notify()
+                        elif isinstance(action, AckAdvanced):
                             self.listener.on_ack(self, action.offset)
                         elif isinstance(action, Close):
                             self._end(action.reason, scope)
@@ -129,11 +143,20 @@ class HAConnection:
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self._end(f"connection broken while reading: {exc or type(exc).__name__}", scope)
 
+    def view(self) -> LogView:
+        return log_view(self.commitlog, self.epoch_file)
+
     async def _writer(self, scope: trio.CancelScope) -> None:
         try:
             while True:
+                if self.handshake_out is not None:
+                    handshake, self.handshake_out = self.handshake_out, None
+                    await self.stream.send_all(handshake)
+                    self.bytes_sent += len(handshake)
+                    self.proto.last_write = trio.current_time()
+                    continue
                 now = trio.current_time()
-                view = log_view(self.commitlog)
+                view = self.view()
                 action = self.proto.next_send(now=now, log=view)
                 if isinstance(action, Close):
                     self._end(action.reason, scope)
@@ -149,7 +172,7 @@ class HAConnection:
                 handed_over = False  # the last frame was already reported written
                 closing: Close | None = None
                 while True:
-                    header = frame_header(action)
+                    header = self.proto.header(action, confirm_offset=view.max_offset)
                     parts.append(header)
                     pending += len(header)
                     if not isinstance(action, SendTransfer):

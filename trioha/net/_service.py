@@ -37,7 +37,7 @@ from trioha.proto import (
 )
 
 if TYPE_CHECKING:
-    from trioha.store import CommitLog
+    from trioha.store import CommitLog, EpochFile
 
 log = logging.getLogger("trioha.ha")
 
@@ -70,12 +70,19 @@ class HAServiceStatistics:
 class HAService:
     """Accepts slave connections and answers "is this offset replicated?"."""
 
-    def __init__(self, config: BrokerConfig, commitlog: CommitLog) -> None:
+    def __init__(
+        self, config: BrokerConfig, commitlog: CommitLog, *, epoch_file: EpochFile | None = None
+    ) -> None:
         self.config = config
         self.commitlog = commitlog
+        if config.enable_controller_mode and epoch_file is None:
+            raise ConfigError("epoch mode (enable_controller_mode) needs the store's epoch file")
+        #: Epoch mode: the master's epoch history, begun anew at this start (None: classic).
+        self.epoch_file = epoch_file if config.enable_controller_mode else None
         self.options = MasterOptions(
             batch_size=config.ha_transfer_batch_size,
             sync_from_oldest=config.ha_sync_from_oldest,
+            epoch_mode=config.enable_controller_mode,
         )
         self.timing = Timing.from_millis(
             config.ha_send_heartbeat_interval, config.ha_housekeeping_interval
@@ -141,6 +148,7 @@ class HAService:
             options=self.options,
             timing=self.timing,
             peer=peer,
+            epoch_file=self.epoch_file,
         )
         conn_id = next(self._ids)
         self.connections[conn_id] = conn

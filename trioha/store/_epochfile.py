@@ -75,9 +75,16 @@ class EpochFile:
         """``truncateSuffixByOffset``: forget epochs starting at or after *offset*."""
         self.replace(self.history.truncate_suffix(offset))
 
-    def begin_epoch(self, log_end: int) -> int:
-        """Open a new epoch at *log_end* (this store starts as master); returns its number."""
-        self.replace(self.history.begin_epoch(log_end))
+    def begin_epoch(self, log_end: int, log_start: int | None = None) -> int:
+        """Open a new epoch at *log_end* (this store starts as master); returns its number.
+
+        A log that holds data but no history yet (written before epochs were kept) gets a
+        first epoch from *log_start* for that data, so that a new slave can be served it.
+        """
+        history = self.history
+        if not history and log_start is not None and log_start < log_end:
+            history = history.append(1, log_start)
+        self.replace(history.begin_epoch(log_end))
         return self.history.last_epoch
 
 
