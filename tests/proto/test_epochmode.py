@@ -199,12 +199,23 @@ def test_slave_holding_lost_bytes_truncates_to_the_consistent_point() -> None:
 
 
 def test_no_common_history_closes_as_diverged() -> None:
-    master = Replica(bytearray(b"\1" * 20), entries_of([(5, 0)]))
+    master = Replica(bytearray(b"\1" * 20), entries_of([(5, 4)]))
     slave = Replica(bytearray(b"\2" * 10), entries_of([(1, 0)]))
     run = replicate(master, slave)
     assert len(run.closes) == 1 and run.closes[0].diverged_at == 0
     assert "no consistent point" in run.closes[0].reason
     assert slave.data == b"\2" * 10  # nothing cut when nothing is known
+
+
+def test_a_master_that_lost_every_epoch_the_slave_knows_starts_it_over() -> None:
+    # The master lost everything since its first epoch and began epoch 2 at 0: the only
+    # shared prefix is the empty one.
+    master = Replica(bytearray(b"\1" * 20), entries_of([(2, 0)]))
+    slave = Replica(bytearray(b"\2" * 10), entries_of([(1, 0)]))
+    run = replicate(master, slave)
+    assert not run.closes
+    assert run.truncated == [0]
+    assert slave.data == master.data and slave.epochs == master.epochs
 
 
 def test_log_without_history_is_refused_not_trusted() -> None:

@@ -580,6 +580,11 @@ def _slave_master_handshake(state: SlaveState, event: MasterHandshakeReceived) -
         point = 0
     else:
         point = find_consistent_point(local, end, event.epochs, event.max_offset)
+        if point < 0 and event.epochs and event.epochs.entries[0].start_offset == 0:
+            # Every epoch the slave knows was lost on the master, whose history now starts
+            # over at 0 (a master that lost everything since its first epoch): the shared
+            # prefix is empty. RocketMQ refuses here and needs an operator; the cut is kept.
+            point = 0
         if point < 0:
             return _diverged(
                 state,
