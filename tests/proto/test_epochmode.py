@@ -343,3 +343,60 @@ def test_garbage_to_either_side_closes_cleanly(data: bytes, cuts: list[int]) -> 
         for maction in mconn.receive_data(piece, now=0.0, log=view):
             assert isinstance(maction, SendMasterHandshake | AckAdvanced | Close)
         assert mconn._buffer.__len__() < 16
+
+
+@st.composite
+def hostile_handshakes(draw: st.DrawFn) -> tuple[bytes, bool]:
+    """A master handshake, well-formed or not; and whether a reference reading accepts it."""
+    count = draw(st.one_of(st.integers(0, 5), st.sampled_from([999, 1000, 1001, 1100])))
+    state = draw(st.sampled_from([1, 1, 1, 0, 2, 3, 4, 77, -1]))
+    ordered = draw(st.booleans())
+    if count <= 5:
+        starts = sorted(draw(st.lists(st.integers(0, 300), min_size=count, max_size=count,
+                                      unique=True)))
+    else:
+        starts = list(range(0, 2 * count, 2))
+    epochs = list(range(1, count + 1))
+    if not ordered and count > 1:
+        epochs = draw(st.permutations(epochs))
+    entries = b"".join(entry(e, s) for e, s in zip(epochs, starts, strict=True))
+    max_offset = draw(st.one_of(st.integers(-2, 400), st.just(2500)))
+    last = epochs[-1] if epochs else draw(st.integers(0, 3))
+    body_size = len(entries) + draw(st.sampled_from([0, 0, 0, 1, -12, 12]))
+    data = handshake(body_size, max_offset, last, entries, state=state)
+    good = (
+        state == 1
+        and body_size == len(entries)
+        and count <= 1000
+        and max_offset >= 0
+        and (count == 0 or (epochs == sorted(epochs) and starts[-1] <= max_offset))
+    )
+    if draw(st.booleans()):  # short: the connection ends before the rest arrives
+        data = data[: draw(st.integers(0, len(data)))]
+    complete = len(data) >= 20 + max(0, body_size)
+    return data, good and complete
+
+
+@settings(max_examples=150, deadline=None)
+@given(hostile_handshakes(), st.lists(st.integers(1, 5000), max_size=4))
+def test_hostile_master_handshakes(case: tuple[bytes, bool], cuts: list[int]) -> None:
+    data, accepted = case
+    pieces, rest = [], data
+    for cut in cuts:
+        pieces.append(rest[:cut])
+        rest = rest[cut:]
+    pieces.append(rest)
+    conn = SlaveConnection(log_max=0, now=0.0, epochs=EpochHistory(), max_body=64)
+    conn.initial_actions()
+    actions: list[object] = []
+    for piece in pieces:
+        actions += conn.receive_data(piece, now=0.0)
+        assert conn.buffered <= 20 + 12 * 1000
+    if accepted:
+        assert actions == [SendReport(0)]
+        assert conn.state.phase is SlavePhase.TRANSFER
+    elif actions:
+        assert len(actions) == 1 and isinstance(actions[0], Close), actions
+        assert conn.closed and conn.buffered == 0
+    else:  # incomplete: still waiting, nothing decided
+        assert conn.state.phase is SlavePhase.HANDSHAKE
