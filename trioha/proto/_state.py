@@ -740,6 +740,8 @@ SLAVE_TABLE: dict[tuple[SlavePhase, type], Rule] = {
     (_DISC, Connected): Rule(_slave_connected, (_SXFER, _SHS)),
     (_SHS, MasterHandshakeReceived): Rule(_slave_master_handshake, (_SXFER, _DISC)),
     (_SHS, HeartbeatDue): Rule(lambda s, e: (s, ()), (_SHS,)),
+    # A flush confirming bytes held from before (with acks of flushed bytes): no report yet.
+    (_SHS, AppendConfirmed): Rule(lambda s, e: (s, ()), (_SHS,)),
     (_SHS, ReadIdle): Rule(_slave_idle, (_DISC,)),
     (_SHS, ConnectionLost): Rule(_slave_lost, (_DISC,)),
     (_SXFER, HeaderReceived): Rule(_slave_header, (_SXFER, _DISC)),
