@@ -38,7 +38,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "base": frozenset(),
     "proto": frozenset({"base"}),
     "config": frozenset({"base", "proto"}),  # the protocol's timing defaults, written once
-    "store": frozenset({"base", "config"}),
+    "store": frozenset({"base", "config", "proto"}),  # the epoch file holds proto's EpochHistory
     "net": frozenset({"base", "config", "proto", "store"}),
     "remoting": frozenset({"base", "config", "store"}),
     "acl": frozenset({"base", "config", "remoting"}),

@@ -26,11 +26,16 @@ PINNED_STATES = {
     # Once open findings; they pass since a connection vouches only for what it carried.
     "empty-slave-gap": 1_826,
     "rogue-at-end": 976,
+    # Epoch mode: the slave holding a lost tail cuts back before it streams.
+    "epoch-flush-crash": 510,
+    "epoch-lost-records": 3_366,
+    "epoch-smoke": 35_884,
 }
 #: Too big for the default run; ``pytest -m slow`` checks them (docs/model.md has timings).
 PINNED_SLOW = {
     "multi-segment": 130_204,
     "nightly": 3_758_861,
+    "epoch-ci": 331_812,
 }
 #: The classic-mode divergence check (trioha.net._divergence), kept apart from the above.
 PINNED_STATES.update({"classic-refusal": 470})
@@ -41,6 +46,7 @@ PINNED_TRACE = {
     "async-flush-crash": 8,
     "segment-deletion": 9,
     "last-segment-copy": 2,
+    "classic-lost-records": 8,
 }
 
 
@@ -164,3 +170,14 @@ def test_the_classic_refusal_is_what_keeps_the_slave_out() -> None:
     finally:
         _world._Tx.log = original  # type: ignore[method-assign]
     assert result.violation("NoSilentReattach") is not None
+
+
+def test_epoch_mode_cuts_where_classic_splices() -> None:
+    """The same lost tail: classic HA re-attaches the slave on a spliced log, epoch mode never
+    lets it stream before it has cut back to the consistent point."""
+    classic = model.check("classic-lost-records", stop_at_first=False)
+    assert classic.violation("NoDivergence") is not None
+    assert classic.violation("SlaveIsPrefixOfMaster") is not None
+    epoch = model.check("epoch-lost-records", stop_at_first=False)
+    assert epoch.ok
+    assert "slave_truncated" not in epoch.missed_probes

@@ -325,7 +325,7 @@ def test_the_protocol_core_does_no_io() -> None:
 
 
 def lost_view(max_offset: int, *lost: tuple[int, int]) -> LogView:
-    return LogView(0, max_offset, SEG, lost)
+    return LogView(0, max_offset, SEG, lost=lost)
 
 
 @pytest.mark.parametrize("report", [1501, 1800, 2000])

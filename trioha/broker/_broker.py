@@ -30,7 +30,7 @@ from trioha.net._client import DIVERGED_FILE
 from trioha.net._divergence import open_master_history
 from trioha.net._waiters import OffsetWaiters
 from trioha.net._wakeup import Wakeup
-from trioha.store import HostAddress, NewMessage, Store, open_store
+from trioha.store import EPOCH_FILE_NAME, EpochFile, HostAddress, NewMessage, Store, open_store
 from trioha.store._sent import SentOffsets
 
 log = logging.getLogger("trioha.broker")
@@ -95,6 +95,9 @@ class Broker:
         #: The client side (broker port, consume queues, name server registration, metadata
         #: sync), once started; ``client_side.broker_addr`` is the bound broker address.
         self.client_side: ClientSide | None = None
+        self._client_side_ready = trio.Event()
+        #: Epoch mode (``enable_controller_mode``): the store's epoch history.
+        self.epoch_file: EpochFile | None = None
         self._flusher = _GroupFlusher(self)
         self._log_grew = Wakeup()
         self._puts = 0
@@ -246,8 +249,20 @@ class Broker:
             await nursery.start(self._flusher.run)
         else:
             nursery.start_soon(self._run_async_flusher)
+        if self.config.enable_controller_mode:
+            self.epoch_file = await trio.to_thread.run_sync(
+                EpochFile.open, self.store.root / EPOCH_FILE_NAME
+            )
         if self.role.is_master:
-            self.ha_service = HAService(self.config, self.store.commitlog, sent=self.sent)
+            if self.epoch_file is not None:
+                commitlog = self.store.commitlog
+                epoch = await trio.to_thread.run_sync(
+                    self.epoch_file.begin_epoch, commitlog.max_offset, commitlog.min_offset
+                )
+                log.info("master epoch %d begins at offset %d", epoch, commitlog.max_offset)
+            self.ha_service = HAService(
+                self.config, self.store.commitlog, sent=self.sent, epoch_file=self.epoch_file
+            )
             self.ha_address = await nursery.start(self.ha_service.serve)
             if self.role is BrokerRole.SYNC_MASTER and self.config.required_slave_acks == 0:
                 log.warning(
@@ -260,9 +275,22 @@ class Broker:
                 self.store.commitlog,
                 on_appended=self._on_log_grew,
                 diverged_file=self.store.root / DIVERGED_FILE,
+                epoch_file=self.epoch_file,
+                truncate=self._truncate_replica,
             )
             await nursery.start(self.ha_client.run)
         self.client_side = await nursery.start(serve_client_side, self)
+        self._client_side_ready.set()
+
+    async def _truncate_replica(self, offset: int) -> None:
+        """Epoch mode: cut the commit log and the consume queues back to *offset* together."""
+        from trioha.broker._reput import truncate_replica
+
+        await self._client_side_ready.wait()  # the consume queues are open
+        assert self.client_side is not None
+        reput = self.client_side.reput
+        # In this thread, as the reput service dispatches: it must not run halfway through.
+        truncate_replica(self.store.commitlog, reput.queues, reput.checkpoint, offset, reput=reput)
 
     def statistics(self) -> BrokerStatistics:
         commitlog = self.store.commitlog
@@ -295,7 +323,11 @@ async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
         sent = None
         if config.broker_role.is_master:
             sent = await trio.to_thread.run_sync(
-                lambda: open_master_history(store, accept_damaged=config.ha_accept_damaged_log)
+                lambda: open_master_history(
+                    store,
+                    accept_damaged=config.ha_accept_damaged_log,
+                    epoch_mode=config.enable_controller_mode,
+                )
             )
         broker = Broker(config, store, sent=sent)
         async with trio.open_nursery() as nursery:

@@ -18,6 +18,11 @@ Mirrors ``HAService.HAClient`` (4.x) / ``DefaultHAClient`` (5.x) (docs/rocketmq-
   shown by ``statistics()``: it stops replicating (no reconnect loop) until the operator cuts
   the log back (``trioha slave --truncate-to-master``, which reads that file) or re-seeds it.
 
+In epoch mode (``enable_controller_mode``, RocketMQ 5.x ``AutoSwitchHAClient``) a session
+starts with the handshake; the slave cuts its log (commit log, consume queues, epoch file) to
+the consistent point before its first report, and records every new epoch before the bytes
+of it are appended.
+
 Per connection, one nursery owns a reader task (receive, append) and a writer task (the only
 one that sends: reports after appends and heartbeats); either ending cancels the other.
 """
@@ -40,14 +45,17 @@ from trioha.net._wakeup import Wakeup
 from trioha.proto import (
     Append,
     Close,
+    RecordEpoch,
     SendReport,
+    SendSlaveHandshake,
     SlaveAction,
     SlaveConnection,
-    encode_report,
+    SlaveHandshake,
+    Truncate,
 )
 
 if TYPE_CHECKING:
-    from trioha.store import CommitLog
+    from trioha.store import CommitLog, EpochFile
 
 log = logging.getLogger("trioha.ha")
 
@@ -62,6 +70,8 @@ DIVERGED_REMINDER = 60.0
 DIVERGED_FILE = "haDiverged"
 
 Connector = Callable[[str, int], Awaitable[trio.abc.Stream]]
+#: Cuts the replica (commit log, consume queues) back to an offset; raises StorageError.
+Truncator = Callable[[int], Awaitable[None]]
 
 
 @attrs.frozen
@@ -149,9 +159,11 @@ class _Session:
         self.proto = proto
         self.wakeup = Wakeup()
         self.report: int | None = None
+        self.handshake_pending = False
         self.close_reason: str | None = None
         self.received_data = False
         #: The master pushed this offset where the slave's log does not end (a divergence).
+        #: Epoch mode: where the histories part, when the master's says the slave diverged.
         self.diverged_at: int | None = None
 
     def _end(self, reason: str, scope: trio.CancelScope) -> None:
@@ -165,6 +177,9 @@ class _Session:
         for action in actions:
             if isinstance(action, SendReport):
                 self.report = action.offset
+                self.wakeup.notify()
+            elif isinstance(action, SendSlaveHandshake):
+                self.handshake_pending = True
                 self.wakeup.notify()
             elif isinstance(action, Close):
                 if action.diverged_at is not None:
@@ -190,7 +205,17 @@ class _Session:
                 actions = self.proto.receive_data(data, now=trio.current_time())
                 appended = False
                 for action in actions:
-                    if isinstance(action, Append):
+                    if isinstance(action, Truncate | RecordEpoch):
+                        try:
+                            await self.client.execute(action)
+                        except StorageError as exc:
+                            what = ("cut the log back to the consistent point"
+                                    if isinstance(action, Truncate) else "record the epoch")
+                            log.error("cannot %s %d: %s", what, action.offset
+                                      if isinstance(action, Truncate) else action.epoch, exc)
+                            self._end(f"cannot {what}: {exc}", scope)
+                            return
+                    elif isinstance(action, Append):
                         try:
                             commitlog.append_raw(action.offset, action.data)
                         except StorageError as exc:
@@ -212,9 +237,14 @@ class _Session:
     async def _writer(self, scope: trio.CancelScope) -> None:
         try:
             while True:
+                if self.handshake_pending:
+                    self.handshake_pending = False
+                    await self.stream.send_all(self.proto.encode(SendSlaveHandshake()))
+                    self.proto.report_written(now=trio.current_time())
+                    continue
                 if self.report is not None:
                     offset, self.report = self.report, None
-                    await self.stream.send_all(encode_report(offset))
+                    await self.stream.send_all(self.proto.encode(SendReport(offset)))
                     self.proto.report_written(now=trio.current_time())
                     self.client.reported_offset = offset
                     continue
@@ -238,6 +268,8 @@ class HAClient:
         connect: Connector | None = None,
         on_appended: Callable[[], None] | None = None,
         diverged_file: Path | None = None,
+        epoch_file: EpochFile | None = None,
+        truncate: Truncator | None = None,
     ) -> None:
         master = config.ha_master
         if master is None:
@@ -257,6 +289,13 @@ class HAClient:
         #: Where the sticky divergence is recorded (None: kept in memory only).
         self.diverged_file = diverged_file
         self.divergence = Divergence.read(diverged_file) if diverged_file is not None else None
+        if config.enable_controller_mode and epoch_file is None:
+            raise ConfigError("epoch mode (enable_controller_mode) needs the store's epoch file")
+        #: Epoch mode: this slave's epoch history (None: classic mode).
+        self.epoch_file = epoch_file if config.enable_controller_mode else None
+        self._truncate = truncate
+        #: Epoch mode: cuts made to reach a consistent point, as ``(from, to)`` offsets.
+        self.truncations: list[tuple[int, int]] = []
 
     @property
     def master(self) -> str:
@@ -265,6 +304,28 @@ class HAClient:
     def on_appended(self) -> None:
         if self._on_appended is not None:
             self._on_appended()
+
+    async def execute(self, action: Truncate | RecordEpoch) -> None:
+        """Epoch mode: cut the replica to the consistent point, or record a new epoch."""
+        epoch_file = self.epoch_file
+        assert epoch_file is not None
+        if isinstance(action, RecordEpoch):
+            await trio.to_thread.run_sync(epoch_file.append, action.epoch, action.start_offset)
+            log.info("epoch %d begins at %d (from master %s)", action.epoch,
+                     action.start_offset, self.master)
+            return
+        before = self.commitlog.max_offset
+        if self._truncate is not None:
+            await self._truncate(action.offset)
+        else:
+            await trio.to_thread.run_sync(self.commitlog.truncate_to_boundary, action.offset)
+        await trio.to_thread.run_sync(epoch_file.truncate_suffix, action.offset)
+        self.truncations.append((before, action.offset))
+        log.warning(
+            "cut this slave's log back from %d to %d, the consistent point with master %s: "
+            "the bytes after it were not the master's history (kept in lost+found)",
+            before, action.offset, self.master,
+        )
 
     async def ack_offset(self) -> int:
         """What to report after an append: the written end, or the flushed end if acks must be."""
@@ -302,8 +363,22 @@ class HAClient:
             if self.config.ha_slave_ack_flushed:
                 await trio.to_thread.run_sync(self.commitlog.flush)
             log_max = self.commitlog.max_offset
-            proto = SlaveConnection(log_max=log_max, now=trio.current_time(), timing=self.timing,
-                                    peer=self.master)
+            epochs = None
+            if self.epoch_file is not None:
+                # AutoSwitchHAClient's READY: epochs past the end of the log describe nothing.
+                await trio.to_thread.run_sync(self.epoch_file.truncate_suffix, log_max)
+                epochs = self.epoch_file.history
+            proto = SlaveConnection(
+                log_max=log_max,
+                now=trio.current_time(),
+                timing=self.timing,
+                peer=self.master,
+                epochs=epochs,
+                handshake=SlaveHandshake(
+                    sync_from_last_file=self.config.sync_from_last_file,
+                    broker_id=self.config.broker_id,
+                ),
+            )
             session = _Session(self, stream, proto)
             self.connects += 1
             self._set_connected(True)

@@ -25,13 +25,14 @@ from trioha.proto import (
     MasterOptions,
     MasterPhase,
     SendHeartbeat,
+    SendMasterHandshake,
     SendTransfer,
     Timing,
     frame_header,
 )
 
 if TYPE_CHECKING:
-    from trioha.store import CommitLog
+    from trioha.store import CommitLog, EpochFile
     from trioha.store._sent import SentOffsets
 
 log = logging.getLogger("trioha.ha")
@@ -48,9 +49,18 @@ class AckListener(Protocol):
     def on_ack(self, connection: HAConnection, offset: int) -> None: ...
 
 
-def log_view(commitlog: CommitLog, sent: SentOffsets | None = None) -> LogView:
-    lost = sent.lost if sent is not None else ()
-    return LogView(commitlog.min_offset, commitlog.max_offset, commitlog.segment_size, lost)
+def log_view(
+    commitlog: CommitLog, sent: SentOffsets | None = None, epoch_file: EpochFile | None = None
+) -> LogView:
+    """The log as the core sees it: with *sent* the ranges a classic master lost, with
+    *epoch_file* (epoch mode) its epoch history."""
+    return LogView(
+        commitlog.min_offset,
+        commitlog.max_offset,
+        commitlog.segment_size,
+        lost=sent.lost if sent is not None else (),
+        epochs=None if epoch_file is None else epoch_file.history,
+    )
 
 
 class HAConnection:
@@ -66,11 +76,16 @@ class HAConnection:
         timing: Timing,
         peer: str,
         sent: SentOffsets | None = None,
+        epoch_file: EpochFile | None = None,
     ) -> None:
         self.stream = stream
         self.commitlog = commitlog
         #: The durable "highest offset sent" mark (classic mode's divergence check), if kept.
         self.sent = sent
+        #: Epoch mode: the master's epoch history (None in classic mode).
+        self.epoch_file = epoch_file
+        #: Epoch mode: the handshake to send, put here by the reader for the writer.
+        self.handshake_out: bytes | None = None
         self.listener = listener
         self.peer = peer
         self.proto = MasterConnection(
@@ -119,13 +134,16 @@ class HAConnection:
                         return
                     awaiting = not self.transferring
                     actions = self.proto.receive_data(
-                        data, now=trio.current_time(), log=log_view(self.commitlog, self.sent)
+                        data, now=trio.current_time(), log=self.view()
                     )
                     for action in actions:
-                        if isinstance(action, AckAdvanced):
+                        if isinstance(action, SendMasterHandshake):
+                            self.handshake_out = self.proto.handshake_bytes(action)
+                            self.wakeup.notify()
+                        elif isinstance(action, AckAdvanced):
                             self.listener.on_ack(self, action.offset)
                         elif isinstance(action, Close):
-                            if action.diverged_at is not None:
+                            if action.diverged_at is not None and self.epoch_file is None:
                                 await self._refuse(action.diverged_at, action.reason)
                             self._end(action.reason, scope)
                             return
@@ -157,11 +175,20 @@ class HAConnection:
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                 await self.stream.send_all(frame_header(SendHeartbeat(diverged_at)))
 
+    def view(self) -> LogView:
+        return log_view(self.commitlog, self.sent, self.epoch_file)
+
     async def _writer(self, scope: trio.CancelScope) -> None:
         try:
             while True:
+                if self.handshake_out is not None:
+                    handshake, self.handshake_out = self.handshake_out, None
+                    await self.stream.send_all(handshake)
+                    self.bytes_sent += len(handshake)
+                    self.proto.last_write = trio.current_time()
+                    continue
                 now = trio.current_time()
-                view = log_view(self.commitlog)
+                view = self.view()
                 action = self.proto.next_send(now=now, log=view)
                 if isinstance(action, Close):
                     self._end(action.reason, scope)
@@ -178,7 +205,7 @@ class HAConnection:
                 closing: Close | None = None
                 upto = 0  # the end of the last body in this write
                 while True:
-                    header = frame_header(action)
+                    header = self.proto.header(action, confirm_offset=view.max_offset)
                     parts.append(header)
                     pending += len(header)
                     if not isinstance(action, SendTransfer):

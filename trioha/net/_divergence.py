@@ -35,11 +35,18 @@ __all__ = ["open_master_history"]
 log = logging.getLogger("trioha.ha")
 
 
-def open_master_history(store: Store, *, accept_damaged: bool = False) -> SentOffsets:
+def open_master_history(
+    store: Store, *, accept_damaged: bool = False, epoch_mode: bool = False
+) -> SentOffsets:
     """Check the recovered log against the marks (see the module docstring); blocking.
 
     Returns the marks for the HA service to keep up to date. Raises
     :class:`DamagedLogError` for a damaged log unless ``accept_damaged``.
+
+    In epoch mode only the damage check applies: the new epoch begins at the recovered end,
+    and a slave holding lost bytes truncates to the consistent point that the epochs give, so
+    new data must start exactly there (no end-of-file padding past the lost range, which would
+    make the old epoch look longer than what this master still has).
     """
     commitlog = store.commitlog
     step = max(1, min(DEFAULT_RESERVE_STEP, commitlog.segment_size // 4))
@@ -63,6 +70,9 @@ def open_master_history(store: Store, *, accept_damaged: bool = False) -> SentOf
             )
         log.error("%s; starting as master anyway (ha_accept_damaged_log)", what)
         sent.cut_to(end)
+    if epoch_mode:
+        sent.restart_at(end)
+        return sent
     lost = sent.note_recovered_end(end)
     if lost is not None:
         lost_from, lost_to = lost

@@ -30,7 +30,7 @@ from trioha.net._waiters import OffsetWaiters
 from trioha.proto import MasterOptions, Quorum, Vouch, needed_acks
 
 if TYPE_CHECKING:
-    from trioha.store import CommitLog
+    from trioha.store import CommitLog, EpochFile
     from trioha.store._sent import SentOffsets
 
 log = logging.getLogger("trioha.ha")
@@ -69,16 +69,26 @@ class HAService:
     """Accepts slave connections and answers "is this offset replicated?"."""
 
     def __init__(
-        self, config: BrokerConfig, commitlog: CommitLog, *, sent: SentOffsets | None = None
+        self,
+        config: BrokerConfig,
+        commitlog: CommitLog,
+        *,
+        sent: SentOffsets | None = None,
+        epoch_file: EpochFile | None = None,
     ) -> None:
         self.config = config
         self.commitlog = commitlog
         #: The durable "highest offset sent" mark and lost ranges (classic divergence check).
         self.sent = sent
         self._refused = 0
+        if config.enable_controller_mode and epoch_file is None:
+            raise ConfigError("epoch mode (enable_controller_mode) needs the store's epoch file")
+        #: Epoch mode: the master's epoch history, begun anew at this start (None: classic).
+        self.epoch_file = epoch_file if config.enable_controller_mode else None
         self.options = MasterOptions(
             batch_size=config.ha_transfer_batch_size,
             sync_from_oldest=config.ha_sync_from_oldest,
+            epoch_mode=config.enable_controller_mode,
         )
         self.timing = config.ha_timing
         self.address: tuple[str, int] | None = None
@@ -146,6 +156,7 @@ class HAService:
             timing=self.timing,
             peer=peer,
             sent=self.sent,
+            epoch_file=self.epoch_file,
         )
         conn_id = next(self._ids)
         self.connections[conn_id] = conn

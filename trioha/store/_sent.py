@@ -116,6 +116,15 @@ class SentOffsets:
             self._write()
         return lost
 
+    def restart_at(self, end: int) -> None:
+        """Epoch mode: the epochs, not these marks, tell slaves where histories part; start
+        the marks afresh at the recovered ``end``, with no lost ranges to refuse."""
+        with self._guard:
+            self.sent = self.reserved = end
+            self.flushed = min(self.flushed, end)
+            self.lost = ()
+            self._write()
+
     def refusal(self, offset: int) -> tuple[int, int] | None:
         """The lost range a first report of ``offset`` falls in (``from < offset <= to``)."""
         for lo, hi in self.lost:
