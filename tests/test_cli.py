@@ -26,7 +26,7 @@ def test_help_lists_the_commands() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["master"], "the following arguments are required: --store-dir"),
+        (["master"], "a broker needs --store-dir DIR or -c broker.conf"),
         (["master", "--store-dir", "x", "--ha-listen", "nowhere"], "HOST:PORT"),
         (["master", "--store-dir", "x", "--mapped-file-size", "12q"], "not a size"),
         (["slave", "--store-dir", "x"], "a slave needs --master-ha"),
