@@ -29,6 +29,7 @@ from trioha.net import HAClient, HAClientStatistics, HAService, HAServiceStatist
 from trioha.net._waiters import OffsetWaiters
 from trioha.net._wakeup import Wakeup
 from trioha.store import HostAddress, Store, open_store
+from trioha.store._diskspace import COMMIT_LOG, COMMIT_LOG_FLUSH, DiskGuard, DiskStatistics
 from trioha.store._message import PROPERTY_KEYS, PROPERTY_TAGS
 
 log = logging.getLogger("trioha.broker")
@@ -45,6 +46,8 @@ class BrokerStatistics:
     puts: int
     ha: HAServiceStatistics | None
     client: HAClientStatistics | None
+    #: Whether puts are taken and why not (disk usage, failing writers).
+    disk: DiskStatistics | None = None
 
 
 class _GroupFlusher:
@@ -66,7 +69,6 @@ class _GroupFlusher:
         return await self.waiters.wait(end)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        commitlog = self.broker.store.commitlog
         async with trio.open_nursery() as nursery:
             await nursery.start(self.waiters.expire)
             task_status.started()
@@ -74,7 +76,11 @@ class _GroupFlusher:
                 if not self.waiters:
                     await self.wakeup.wait()
                     continue
-                self.waiters.release(await trio.to_thread.run_sync(commitlog.flush))
+                flushed = await self.broker.flush_commitlog()
+                if flushed is None:  # the flush failed; puts waiting for it time out
+                    await trio.sleep(self.broker.disk_check_interval)
+                    continue
+                self.waiters.release(flushed)
 
 
 def message_record(message: Mapping[str, Any]) -> dict[str, Any]:
@@ -117,6 +123,14 @@ class Broker:
         #: The client side (broker port, consume queues, name server registration, metadata
         #: sync), once started; ``client_side.broker_addr`` is the bound broker address.
         self.client_side: ClientSide | None = None
+        warning, clean_forcibly, max_used = config.disk_ratios
+        self.disk = DiskGuard(
+            {"CL": store.commitlog.directory, "CQ": store.root},
+            warning_ratio=warning,
+            clean_forcibly_ratio=clean_forcibly,
+            max_used_ratio=max_used,
+        )
+        self.disk_check_interval = config.clean_resource_interval / 1000
         self._flusher = _GroupFlusher(self)
         self._log_grew = Wakeup()
         self._puts = 0
@@ -163,6 +177,10 @@ class Broker:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
         if not messages:
             return PutResult(PutStatus.MESSAGE_ILLEGAL)
+        if not self.disk.writable:
+            # checkStoreStatus: RunningFlags not writeable (DISK_FULL, a failing writer).
+            self.disk.refused += 1
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
         try:
             results = self.store.commitlog.append_batch(
                 [message_record(message) for message in messages]
@@ -179,8 +197,13 @@ class Broker:
             log.warning("put refused: %s", exc)
             return PutResult(PutStatus.MESSAGE_ILLEGAL)
         except StorageError as exc:
-            log.error("put failed: %s", exc)
+            if isinstance(exc.__cause__, OSError):  # the disk, not the request
+                self.disk.failed(COMMIT_LOG, exc)
+            else:
+                log.error("put failed: %s", exc)
             return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED)
+        if self.disk.failing(COMMIT_LOG):
+            self.disk.succeeded(COMMIT_LOG)
         self._puts += len(results)
         self._on_log_grew()
         first, last = results[0], results[-1]
@@ -251,10 +274,33 @@ class Broker:
         interval = self.config.flush_interval_commit_log / 1000
         while True:
             await trio.sleep(interval)
-            if commitlog.max_offset > commitlog.flushed_offset:
-                await trio.to_thread.run_sync(commitlog.flush)
+            dirty = commitlog.max_offset > commitlog.flushed_offset
+            if dirty and await self.flush_commitlog() is None:
+                await trio.sleep(self.disk_check_interval)
+
+    async def flush_commitlog(self) -> int | None:
+        """fsync the commit log in a worker thread; None (reported to the disk guard) if the
+        disk refuses, so a flusher retries instead of ending the broker."""
+        try:
+            flushed = await trio.to_thread.run_sync(self.store.commitlog.flush)
+        except StorageError as exc:
+            if not isinstance(exc.__cause__, OSError):
+                raise
+            # Puts go on (a SYNC_FLUSH put gets FLUSH_DISK_TIMEOUT), as in RocketMQ.
+            self.disk.failed(COMMIT_LOG_FLUSH, exc, blocks_puts=False)
+            return None
+        if self.disk.failing(COMMIT_LOG_FLUSH):
+            self.disk.succeeded(COMMIT_LOG_FLUSH)
+        return flushed
+
+    async def _watch_disk(self) -> None:
+        """``isSpaceFull`` every ``cleanResourceInterval``: measure, flip flags, log flips."""
+        while True:
+            self.disk.check(await trio.to_thread.run_sync(self.disk.measure))
+            await trio.sleep(self.disk_check_interval)
 
     async def _start(self, nursery: trio.Nursery) -> None:
+        nursery.start_soon(self._watch_disk)
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH and self.role.is_master:
             await nursery.start(self._flusher.run)
         else:
@@ -284,6 +330,7 @@ class Broker:
             puts=self._puts,
             ha=self.ha_service.statistics() if self.ha_service else None,
             client=self.ha_client.statistics() if self.ha_client else None,
+            disk=self.disk.statistics(),
         )
 
 
@@ -299,8 +346,10 @@ async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
             check_crc=config.check_crc_on_recover,
             store_host=HostAddress(config.broker_ip1, config.listen_port),
             max_message_size=config.max_message_size,
+            commitlog_dir=config.commitlog_dir,
         )
     )
+    clean = False
     try:
         broker = Broker(config, store)
         async with trio.open_nursery() as nursery:
@@ -317,9 +366,23 @@ async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
             finally:
                 broker._closed = True
                 nursery.cancel_scope.cancel()
+        clean = True
     finally:
         # Shielded: a broker stopped by an outer cancellation must still release its store
         # (lock, abort marker), or a restart in the same process finds it locked.
         with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(store.close)
-        log.info("%s stopped; store closed cleanly", config.broker_role.value)
+            await _close_store(store, config, raise_errors=clean)
+
+
+async def _close_store(store: Store, config: BrokerConfig, *, raise_errors: bool) -> None:
+    """Close *store*; when the broker is already failing, a failure to close is logged and
+    not raised, so that the error that stopped the broker is the one the operator sees."""
+    try:
+        await trio.to_thread.run_sync(store.close)
+    except StorageError as exc:
+        if raise_errors:
+            raise
+        log.error("%s stopped; the store could not be closed cleanly (%s): the next start "
+                  "recovers it fully", config.broker_role.value, exc)
+        return
+    log.info("%s stopped; store closed cleanly", config.broker_role.value)

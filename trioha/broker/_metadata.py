@@ -541,5 +541,12 @@ class Metadata:
         """Texts of the changed tables, for :func:`write_snapshots` in a worker thread."""
         return [table.snapshot() for table in self._tables() if table.dirty]
 
+    def mark_dirty(self, paths: Iterable[Path]) -> None:
+        """Mark the tables of *paths* changed again (their snapshot could not be written)."""
+        wanted = set(paths)
+        for table in self._tables():
+            if table.path in wanted:
+                table.dirty = True
+
     def _tables(self) -> Iterable[_ConfigFile]:
         return (self.topics, self.offsets, self.groups, self.delay)

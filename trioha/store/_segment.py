@@ -230,7 +230,7 @@ class SegmentFile:
         try:
             fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         except OSError as exc:
-            raise StorageError(f"cannot create commit log file {temp}: {exc}") from None
+            raise StorageError(f"cannot create commit log file {temp}: {exc}") from exc
         try:
             os.ftruncate(fd, size)
             if path.exists():
@@ -241,7 +241,7 @@ class SegmentFile:
             with contextlib.suppress(OSError):
                 temp.unlink()
             if isinstance(exc, OSError):
-                raise StorageError(f"cannot create commit log file {path}: {exc}") from None
+                raise StorageError(f"cannot create commit log file {path}: {exc}") from exc
             raise
         return cls(path, fd, start, size)
 
@@ -267,7 +267,7 @@ class SegmentFile:
             raise StorageError(
                 f"write of {total} bytes at {self.start + pos} to {self.path} failed "
                 f"after {done}: {exc}"
-            ) from None
+            ) from exc
 
     def mapping(self) -> mmap.mmap:
         """The whole file, mapped read-only (created on first use)."""
