@@ -141,6 +141,7 @@ class _Session:
                             return
                         appended = True
                         self.received_data = True
+                        self.client.append_worked()
                     elif not self._apply((action,), scope):
                         return
                 if appended:
@@ -258,7 +259,7 @@ class HAClient:
                         raise
                     if self.append_error is None:
                         log.error("slave cannot flush its commit log: %s; retrying every "
-                                  "%.0f s", exc, self.disk_retry)
+                                  "%g s", exc, self.disk_retry)
                     self.append_error = str(exc)
                     return False
             log_max = self.commitlog.max_offset
@@ -284,18 +285,21 @@ class HAClient:
         finally:
             await trio.aclose_forcefully(stream)
 
+    def append_worked(self) -> None:
+        """An append succeeded: the end of a disk-full spell, if there was one."""
+        if self.append_error is not None:
+            log.warning("slave appends replicated data again (after: %s)", self.append_error)
+            self.append_error = None
+
     def _after_session(self, session: _Session) -> None:
         """Log, once per spell, what needs an operator: a full disk, a peer that is no HA master."""
         if session.disk_error is not None:
             if self.append_error is None:
                 log.error(
                     "slave cannot append replicated data: %s; replication paused, retrying "
-                    "every %.0f s until there is space", session.disk_error, self.disk_retry,
+                    "every %g s until there is space", session.disk_error, self.disk_retry,
                 )
             self.append_error = str(session.disk_error)
-        elif session.received_data and self.append_error is not None:
-            log.warning("slave appends replicated data again (after: %s)", self.append_error)
-            self.append_error = None
         if session.received_data:
             self._not_ha_warned = False
             return

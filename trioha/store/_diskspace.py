@@ -175,8 +175,7 @@ class DiskGuard:
         if new is DiskLevel.FULL:
             log.error(
                 "disk of the commit log (%s) is %.2f used, above diskSpaceWarningLevelRatio "
-                "%.2f: puts are refused (SERVICE_NOT_AVAILABLE) until it is at or below; "
-                "reads, pulls and replication go on",
+                "%.2f: puts are refused (SERVICE_NOT_AVAILABLE) until it is at or below",
                 where, ratio, self.warning_ratio,
             )
         elif new is DiskLevel.OK:

@@ -264,6 +264,11 @@ class SegmentFile:
             while done < total:
                 done += os.pwrite(self.fd, view[done:], pos + done)
         except OSError as exc:
+            if done:
+                # The part written lies past the log's end and would read as a torn record
+                # after a restart: zero it (those pages are allocated, so a full disk allows).
+                with contextlib.suppress(OSError):
+                    os.pwrite(self.fd, bytes(done), pos)
             raise StorageError(
                 f"write of {total} bytes at {self.start + pos} to {self.path} failed "
                 f"after {done}: {exc}"

@@ -222,6 +222,10 @@ def open_store(
         )
         try:
             checkpoint = read_checkpoint(path / "checkpoint")
+            if not (path / "checkpoint").exists():
+                # StoreCheckpoint creates its file at start: its space is then taken while
+                # there is some, and a clean stop can record itself on a full disk.
+                write_checkpoint(path / "checkpoint", checkpoint)
             (path / "config").mkdir(exist_ok=True)
             abort.touch()
             fsync_directory(path)
