@@ -28,7 +28,7 @@ from trioha.remoting._codes import ResponseCode
 from trioha.remoting._mqclient import pull_message, runtime_info, send_message
 from trioha.store import open_store
 
-FAST_DISK = {"clean_resource_interval": 50}
+FAST_DISK: dict[str, Any] = {"clean_resource_interval": 50}
 
 
 @pytest.fixture
@@ -101,7 +101,7 @@ async def test_a_master_with_a_full_disk_refuses_puts_keeps_serving_and_resumes(
         await wait_until(lambda: master.statistics().disk.level.startswith("above diskSpaceW"),
                          "DISK_FULL")
         stats = master.statistics().disk
-        assert stats is not None and not stats.writable and stats.commitlog_ratio > 0.9
+        assert not stats.writable and stats.commitlog_ratio > 0.9
         assert (await master.put(topic="Full", body=b"x")).status is PutStatus.SERVICE_NOT_AVAILABLE
 
         # What a producer gets: code 14 with RocketMQ's remark and the used fractions.

@@ -47,7 +47,7 @@ class BrokerStatistics:
     ha: HAServiceStatistics | None
     client: HAClientStatistics | None
     #: Whether puts are taken and why not (disk usage, failing writers).
-    disk: DiskStatistics | None = None
+    disk: DiskStatistics
 
 
 class _GroupFlusher:
