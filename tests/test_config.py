@@ -166,3 +166,13 @@ def test_store_paths_and_disk_ratios_are_honoured(tmp_path: Path) -> None:
     assert config.disk_ratios == (0.92, 0.85, 0.80)
     assert config.server_channel_max_idle_time_seconds == 60
     assert BrokerConfig(store_path_root_dir=str(tmp_path)).commitlog_dir == tmp_path / "commitlog"
+
+
+def test_store_paths_trioha_cannot_move_are_refused_not_ignored(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    same = write(tmp_path, f"storePathRootDir={root}\nstorePathConsumeQueue={root}/consumequeue\n")
+    assert BrokerConfig.from_properties(same).store_root == root
+    moved = write(tmp_path, f"storePathRootDir={root}\nstorePathIndex=/elsewhere/index\n")
+    with pytest.raises(ConfigError, match=r"broker.conf:2: storePathIndex=/elsewhere/index "
+                       r"cannot be honoured: trioha keeps it at .*store/index"):
+        BrokerConfig.from_properties(moved)

@@ -229,6 +229,7 @@ class BrokerConfig:
         except OSError as exc:
             raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
         values: dict[str, Any] = {}
+        fixed_paths: dict[str, tuple[str, str]] = {}
         fields = {f.name: f for f in attrs.fields(cls)}
         try:
             entries = _parse_properties(text)
@@ -237,6 +238,9 @@ class BrokerConfig:
         for lineno, key, raw in entries:
             name = _snake(LEGACY_KEYS.get(key, key))
             where = f"{path}:{lineno}"
+            if key in FIXED_STORE_PATHS:
+                fixed_paths[key] = (where, raw)
+                continue
             if name not in fields:
                 if key in IGNORED_ROCKETMQ_KEYS:
                     log.info("%s: %s is a RocketMQ setting trioha has no use for", where, key)
@@ -245,13 +249,30 @@ class BrokerConfig:
             values[name] = _convert(fields[name], raw, where, key)
         values.update(overrides)
         try:
-            return cls(**values)
+            config = cls(**values)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{path}: {exc}") from None
+        for key, (where, raw) in fixed_paths.items():
+            expected = config.store_root / FIXED_STORE_PATHS[key]
+            if Path(raw).expanduser() != expected:
+                raise ConfigError(
+                    f"{where}: {key}={raw} cannot be honoured: trioha keeps it at {expected} "
+                    "(under storePathRootDir); remove the line or point it there"
+                )
+        return config
 
 
 # RocketMQ's older spellings, still accepted by its config loader and found in old files.
 LEGACY_KEYS = {"mapedFileSizeCommitLog": "mappedFileSizeCommitLog"}
+
+# Store paths RocketMQ derives from storePathRootDir (StorePathConfigHelper) and some files set
+# explicitly: accepted when they name that same place, refused otherwise (never ignored).
+FIXED_STORE_PATHS = {
+    "storePathConsumeQueue": "consumequeue",
+    "storePathIndex": "index",
+    "storeCheckpoint": "checkpoint",
+    "abortFile": "abort",
+}
 
 # RocketMQ settings a real broker.conf commonly carries that trioha accepts and ignores.
 IGNORED_ROCKETMQ_KEYS = frozenset(
@@ -259,10 +280,6 @@ IGNORED_ROCKETMQ_KEYS = frozenset(
         "deleteWhen",
         "fileReservedTime",
         "brokerIP2",
-        "storePathConsumeQueue",
-        "storePathIndex",
-        "storeCheckpoint",
-        "abortFile",
         "mapedFileSizeConsumeQueue",
         "mappedFileSizeConsumeQueue",
         "maxIndexNum",
