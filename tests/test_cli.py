@@ -147,3 +147,29 @@ def test_broker_conf_alone_starts_a_master_with_its_commit_log_where_it_says(
     assert (tmp_path / "other-disk" / "commitlog").is_dir()
     assert not (tmp_path / "store" / "commitlog").exists()
     assert (tmp_path / "store" / "checkpoint").exists()
+
+
+def test_an_os_error_inside_nursery_groups_is_the_one_line() -> None:
+    import errno
+
+    from trioha._cli import _trioha_error, error_line
+    from trioha._errors import StorageError
+
+    bare = PermissionError(errno.EACCES, "Permission denied", "/data/store/lock")
+    group = BaseExceptionGroup("nursery", [BaseExceptionGroup("inner", [bare])])
+    found = _trioha_error(group)
+    assert found is bare
+    assert error_line(found) == "Permission denied (/data/store/lock)"
+    # A TriohaError wins over a bare OSError, and shows the OSError it was raised from.
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as exc:
+            raise StorageError("cannot write checkpoint /s/checkpoint") from exc
+    except StorageError as wrapped:
+        storage = wrapped
+    found = _trioha_error(BaseExceptionGroup("nursery", [bare, storage]))
+    assert found is storage
+    assert error_line(storage) == (
+        "cannot write checkpoint /s/checkpoint (caused by: No space left on device)"
+    )

@@ -137,6 +137,9 @@ async def test_a_master_with_a_full_disk_refuses_puts_keeps_serving_and_resumes(
     full = [r for r in caplog.records if "above diskSpaceWarningLevelRatio" in r.getMessage()
             and r.levelno == logging.ERROR]
     assert len(full) == 1
+    # The OS's own words reach the operator.
+    assert any(r.levelno == logging.ERROR and "No space left on device" in r.getMessage()
+               for r in caplog.records)
     # Nothing stored was damaged: the store reopens cleanly with every message.
     with open_store(tmpfs / "master") as store:
         assert store.recovery.clean_shutdown and store.recovery.cut_bytes == 0
