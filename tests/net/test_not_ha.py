@@ -35,8 +35,10 @@ def test_signs() -> None:
     assert "are not an HA frame" in str(
         not_ha_sign(b"GET / HTTP/1.1\r\n", protocol_error=True, closed_by_peer=False, seconds=0)
     )
-    assert not_ha_sign(b"", protocol_error=False, closed_by_peer=True, seconds=0.01) == (
-        "it closed the connection at once without sending anything"
+    assert not_ha_sign(b"", protocol_error=False, closed_by_peer=True, seconds=0.01,
+                       offset=123) == (
+        "it closed the connection at once without sending anything (if it is the HA port, it "
+        "refused this slave's offset 123: its log says why)"
     )
     # A master that closes after a while, or a network break, is no sign.
     assert not_ha_sign(b"", protocol_error=False, closed_by_peer=True, seconds=30) is None
@@ -129,3 +131,28 @@ async def test_a_slave_pointed_at_a_non_ha_port_says_so_and_backs_off(
 )
 def test_close_reasons_that_need_an_operator_are_warnings(reason: str, level: int) -> None:
     assert close_level(reason) == level
+
+
+async def test_a_diverged_slave_hears_both_readings_and_the_master_warns(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.test_broker import master_config
+    from trioha.broker import open_broker
+
+    caplog.set_level(logging.INFO)
+    async with open_broker(master_config(tmp_path / "m")) as master, trio.open_nursery() as n:
+        assert master.ha_address is not None
+        host, port = master.ha_address
+        slave_log = MemoryCommitLog(segment_size=1 << 20)
+        slave_log.append(topic="T", body=b"only on the slave")
+        config = BrokerConfig(broker_role=BrokerRole.SLAVE, ha_master_address=f"{host}:{port}",
+                              ha_reconnect_backoff_max=400)
+        client = HAClient(config, slave_log)
+        n.start_soon(client.run)
+        await trio.sleep(0.5)
+        n.cancel_scope.cancel()
+    master_side = [r for r in caplog.records if "diverged history" in r.getMessage()]
+    assert master_side and all(r.levelno == logging.WARNING for r in master_side)
+    slave_side = [r for r in caplog.records if MESSAGE in r.getMessage()]
+    assert slave_side
+    assert f"refused this slave's offset {slave_log.max_offset}" in slave_side[0].getMessage()

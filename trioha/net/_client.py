@@ -91,6 +91,8 @@ class _Session:
         #: An append the disk refused (its StorageError chains the OSError).
         self.disk_error: StorageError | None = None
         self.started = trio.current_time()
+        #: The offset this session asked the master for (its first report).
+        self.requested = proto.state.expected
 
     def _end(self, reason: str, scope: trio.CancelScope) -> None:
         if self.close_reason is None:
@@ -308,6 +310,7 @@ class HAClient:
             protocol_error=session.protocol_error,
             closed_by_peer=session.close_reason == "master closed the connection",
             seconds=trio.current_time() - session.started,
+            offset=session.requested,
         )
         if sign is not None:
             log.log(
@@ -348,7 +351,12 @@ _IMMEDIATE = 1.0
 
 
 def not_ha_sign(
-    first_bytes: bytes, *, protocol_error: bool, closed_by_peer: bool, seconds: float
+    first_bytes: bytes,
+    *,
+    protocol_error: bool,
+    closed_by_peer: bool,
+    seconds: float,
+    offset: int | None = None,
 ) -> str | None:
     """What shows that the peer of a session that delivered no data is not an HA master,
     or None. The signs, as a broker or name server port answers a slave's 8-byte report:
@@ -366,7 +374,13 @@ def not_ha_sign(
         prefix = first_bytes[:12].hex(" ")
         return f"its first bytes ({prefix}) are not an HA frame"
     if closed_by_peer and not first_bytes and seconds < _IMMEDIATE:
-        return "it closed the connection at once without sending anything"
+        # An HA master does this too when it refuses the slave's offset (a diverged or
+        # deleted one), so the line says that as well.
+        return (
+            "it closed the connection at once without sending anything (if it is the HA port, "
+            f"it refused this slave's offset{'' if offset is None else f' {offset}'}: its log "
+            "says why)"
+        )
     return None
 
 
