@@ -2,16 +2,14 @@
 
 Mirrors what ``DefaultMessageStore`` does under disk pressure (its ``isSpaceFull`` check and
 ``RunningFlags``): puts are refused with RocketMQ's statuses, reads, pulls and replication go
-on, nothing stored is damaged, and writing resumes on its own once space is back. A mount
-needs root; elsewhere these tests skip (``test_reput_faults.py`` injects ENOSPC instead).
+on, nothing stored is damaged, and writing resumes on its own once space is back. Each test
+runs twice: on a real 2 MiB tmpfs (root only; skipped elsewhere) and with ENOSPC injected at
+the file layer (everywhere).
 """
 
 from __future__ import annotations
 
-import errno
 import logging
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from typing import Any
 import pytest
 import trio
 
+from tests.broker._diskfaults import Disk, injected_disk, tmpfs_disk
 from tests.test_broker import master_config, slave_config
 from trioha._demo import compare_logs
 from trioha._status import PutStatus
@@ -31,38 +30,14 @@ from trioha.store import open_store
 FAST_DISK: dict[str, Any] = {"clean_resource_interval": 50}
 
 
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A 2 MiB tmpfs mounted for this test only (skips where mounting is not allowed)."""
-    mount = tmp_path / "tmpfs"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
-        capture_output=True, text=True, check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def fill(mount: Path) -> Path:
-    """Write a file until the filesystem is full; returns it (delete it to free the space)."""
-    filler = mount / "filler"
-    chunk = b"\xab" * 4096
-    with open(filler, "wb", buffering=0) as f:
-        while True:
-            try:
-                f.write(chunk)
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:
-                    raise
-                break
-    return filler
+@pytest.fixture(params=["tmpfs", "injected"])
+def disk(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Disk]:
+    if request.param == "tmpfs":
+        yield from tmpfs_disk(tmp_path)
+    else:
+        yield injected_disk(tmp_path, monkeypatch)
 
 
 async def wait_until(check: Any, what: str, seconds: float = 10.0) -> None:
@@ -81,10 +56,10 @@ async def put_until_refused(broker: Broker, limit: int = 2000) -> tuple[int, Put
 
 
 async def test_a_master_with_a_full_disk_refuses_puts_keeps_serving_and_resumes(
-    tmp_path: Path, tmpfs: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, disk: Disk, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    mconf = master_config(tmpfs / "master", **FAST_DISK)
+    mconf = master_config(disk.root / "master", **FAST_DISK)
     async with open_broker(mconf) as master, open_broker(
         slave_config(tmp_path / "slave", master, **FAST_DISK)
     ) as slave, open_client_pool() as pool:
@@ -93,7 +68,7 @@ async def test_a_master_with_a_full_disk_refuses_puts_keeps_serving_and_resumes(
         for i in range(20):
             result = await master.put(topic="Full", body=b"before %d" % i)
             assert result.status is PutStatus.PUT_OK
-        filler = fill(tmpfs)
+        disk.fill()
 
         # The last allocated page may still take a message or two; then the disk says no.
         ok, status = await put_until_refused(master)
@@ -122,7 +97,7 @@ async def test_a_master_with_a_full_disk_refuses_puts_keeps_serving_and_resumes(
         assert table["stats.disk.writable"] == "False"
 
         # Space back: writing resumes without a restart.
-        filler.unlink()
+        disk.free()
         await wait_until(lambda: master.statistics().disk.writable, "writable again")
         for i in range(10):
             assert (await master.put(topic="Full", body=b"after %d" % i)).status is PutStatus.PUT_OK
@@ -141,17 +116,17 @@ async def test_a_master_with_a_full_disk_refuses_puts_keeps_serving_and_resumes(
     assert any(r.levelno == logging.ERROR and "No space left on device" in r.getMessage()
                for r in caplog.records)
     # Nothing stored was damaged: the store reopens cleanly with every message.
-    with open_store(tmpfs / "master") as store:
+    with open_store(disk.root / "master") as store:
         assert store.recovery.clean_shutdown and store.recovery.cut_bytes == 0
         assert sum(1 for _ in store.commitlog.iter_messages()) == expected
 
 
 async def test_a_slave_with_a_full_disk_pauses_replication_and_resumes(
-    tmp_path: Path, tmpfs: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, disk: Disk, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
     async with open_broker(master_config(tmp_path / "master", **FAST_DISK)) as master:
-        sconf = slave_config(tmpfs / "slave", master, **FAST_DISK)
+        sconf = slave_config(disk.root / "slave", master, **FAST_DISK)
         async with open_broker(sconf) as slave:
             assert slave.ha_client is not None
             await master.put(topic="T", body=b"first")
@@ -159,7 +134,7 @@ async def test_a_slave_with_a_full_disk_pauses_replication_and_resumes(
                 lambda: slave.store.commitlog.max_offset == master.store.commitlog.max_offset,
                 "slave caught up",
             )
-            filler = fill(tmpfs)
+            disk.fill()
             for i in range(400):  # ~400 KiB: more than any page left on the slave
                 await master.put(topic="T", body=bytes([i % 251]) * 1024)
             await wait_until(lambda: slave.ha_client.append_error is not None, "append refused")
@@ -175,7 +150,7 @@ async def test_a_slave_with_a_full_disk_pauses_replication_and_resumes(
         async with open_broker(sconf) as slave:
             assert slave.ha_client is not None
             await wait_until(lambda: slave.ha_client.append_error is not None, "refused again")
-            filler.unlink()
+            disk.free()
             await wait_until(
                 lambda: slave.store.commitlog.max_offset == master.store.commitlog.max_offset,
                 "slave caught up after space came back",

@@ -1,69 +1,33 @@
 """Background writers under an injected ENOSPC: nothing raises, nothing is lost, all resumes.
 
-Runs everywhere (no mount needed): the file layer of one module at a time is swapped for one
-whose writes fail with ENOSPC while the test says so. ``test_disk_full.py`` does the same
-against a real full filesystem.
+Runs everywhere (no mount needed): the file layer the store's writers see is swapped for one
+whose writes fail with ENOSPC while the test says so (``tests/broker/_diskfaults.py``).
+``test_disk_full.py`` runs whole brokers on a real full filesystem and on this one.
 """
 
 from __future__ import annotations
 
-import errno
 import logging
-import os
-import types
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
 
+from tests.broker._diskfaults import FullDisk
 from tests.broker.test_reput import fill
 from tests.test_broker import master_config
-from trioha.broker import _metadata
 from trioha.broker._clientside import _Persister
 from trioha.broker._metadata import Metadata
 from trioha.broker._reput import ReputService
-from trioha.store import _consumequeue
 from trioha.store._consumequeue import ConsumeQueueStore
 from trioha.store._diskspace import CONSUME_QUEUE, METADATA, DiskGuard
 from trioha.store._memory import MemoryCommitLog
 
 
-class FullDisk:
-    """An ``os`` module whose writes fail with ENOSPC while ``full`` is set."""
-
-    def __init__(self) -> None:
-        self.full = False
-        self.refused = 0
-        self.module = types.SimpleNamespace(**{k: getattr(os, k) for k in dir(os)
-                                               if not k.startswith("__")})
-        self.module.pwrite = self._pwrite
-        self.module.fsync = self._fsync
-        self.module.replace = self._replace
-
-    def _refuse(self) -> None:
-        if self.full:
-            self.refused += 1
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    def _pwrite(self, fd: int, data: Any, offset: int) -> int:
-        self._refuse()
-        return os.pwrite(fd, data, offset)
-
-    def _fsync(self, fd: int) -> None:
-        self._refuse()
-        os.fsync(fd)
-
-    def _replace(self, src: Any, dst: Any) -> None:
-        self._refuse()
-        os.replace(src, dst)
-
-
 @pytest.fixture
-def disk(monkeypatch: pytest.MonkeyPatch) -> FullDisk:
-    fake = FullDisk()
-    monkeypatch.setattr(_consumequeue, "os", fake.module)
-    monkeypatch.setattr(_metadata, "os", fake.module)
+def disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FullDisk:
+    fake = FullDisk(tmp_path)
+    fake.install(monkeypatch)
     return fake
 
 
