@@ -129,6 +129,7 @@ class Broker:
             warning_ratio=warning,
             clean_forcibly_ratio=clean_forcibly,
             max_used_ratio=max_used,
+            master=config.broker_role.is_master,
         )
         self.disk_check_interval = config.clean_resource_interval / 1000
         self._flusher = _GroupFlusher(self)

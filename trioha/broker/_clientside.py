@@ -211,6 +211,9 @@ async def _start(
             "connectionsOpen": str(connections.open),
             "connectionsRefused": str(connections.refused),
             "connectionsIdleClosed": str(connections.idle_closed),
+            # DefaultMessageStore.getRuntimeInfo's RunningStats names.
+            "commitLogDiskRatio": str(reput.disk.ratios.get("CL", -1.0)),
+            "consumeQueueDiskRatio": str(reput.disk.ratios.get("CQ", -1.0)),
         }
         if registrar is not None:
             info["namesrvRegistrations"] = str(registrar.registrations)

@@ -103,8 +103,12 @@ class DiskGuard:
         clean_forcibly_ratio: float = 0.85,
         max_used_ratio: float = 0.75,
         measure: Callable[[Path], float] = used_ratio,
+        master: bool = True,
     ) -> None:
         self.paths = dict(paths)
+        #: A slave ignores DISK_FULL (``appendToCommitLog`` only checks for shutdown): it
+        #: appends replicated data until a write fails, and its log lines say so.
+        self.master = master
         self.warning_ratio = warning_ratio
         self.clean_forcibly_ratio = clean_forcibly_ratio
         self.max_used_ratio = max_used_ratio
@@ -175,8 +179,11 @@ class DiskGuard:
         if new is DiskLevel.FULL:
             log.error(
                 "disk of the commit log (%s) is %.2f used, above diskSpaceWarningLevelRatio "
-                "%.2f: puts are refused (SERVICE_NOT_AVAILABLE) until it is at or below",
+                "%.2f: %s",
                 where, ratio, self.warning_ratio,
+                "puts are refused (SERVICE_NOT_AVAILABLE) until it is at or below"
+                if self.master
+                else "the slave appends replicated data until a write fails; free space",
             )
         elif new is DiskLevel.OK:
             log.info("disk of the commit log (%s) is %.2f used: back to normal", where, ratio)
