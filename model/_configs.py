@@ -157,6 +157,36 @@ CONFIGS: dict[str, Config] = {
             rogue_reports_end=True,
             faults=Faults(bogus=1),
         ),
+        # --- classic-mode divergence check (trioha's own; docs/replication.md) -------------
+        _config(
+            "classic-refusal",
+            "async-flush-crash with trioha's classic refusal: the master records what it "
+            "sent, a crash that loses sent bytes starts the new history past them, and a "
+            "slave holding them is refused until the operator cuts it back; it is never "
+            "served a spliced log (NoSilentReattach) and no new message lands where it holds "
+            "another (NoMessageDivergence).",
+            master_sync_flush=False,
+            sync_puts=False,
+            async_puts=True,
+            batch_size=2,
+            time=False,
+            classic_refusal=True,
+            faults=Faults(crashes=1),
+        ),
+        _config(
+            "classic-lost-sent",
+            "The master loses the last N records it had sent (ASYNC_FLUSH: any flushed "
+            "prefix of 3 messages survives); a drop may cut a slave off while it receives "
+            "the END_OF_FILE padding, and a slave restart may cut its log anywhere.",
+            messages=3,
+            master_sync_flush=False,
+            sync_puts=False,
+            async_puts=True,
+            batch_size=2,
+            time=False,
+            classic_refusal=True,
+            faults=Faults(crashes=1, drops=1, restarts=1),
+        ),
     )
 }
 

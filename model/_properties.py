@@ -107,8 +107,52 @@ def well_formed(w: World) -> str | None:
     return None
 
 
+# --- classic-mode divergence check (Config.classic_refusal) ------------------------------------
+
+
+def no_silent_reattach(w: World) -> str | None:
+    """A slave being served holds a prefix of the master's log (no splice, ever).
+
+    The trace the classic refusal exists to rule out: a master loses bytes it had sent, and a
+    slave holding them is served again, its old bytes followed by the new history.
+    """
+    i = w.attached()
+    if i < 0 or w.conns[i].master.phase is not MasterPhase.TRANSFER or not w.slog:
+        return None
+    held = w.mlog[w.sbase : w.send]
+    if w.send > w.mmax or held != w.slog:
+        return (
+            f"master c{i} serves the slave, whose log [{w.sbase}, {w.send}) is not the "
+            f"master's (which ends at {w.mmax}): the slave was silently re-attached to a "
+            "history that differs from its own"
+        )
+    return None
+
+
+def no_message_divergence(w: World) -> str | None:
+    """NoDivergence, except where the master holds END_OF_FILE padding over a lost range.
+
+    With the classic refusal the slave may still hold bytes the master lost (nothing can
+    undo a crash); what must never happen is a *message* of the new history at an offset the
+    slave holds with another byte.
+    """
+    if not w.slog:
+        return None
+    for offset in range(max(w.mmin, w.sbase), min(w.mmax, w.send)):
+        mine, theirs = w.mlog[offset], w.slog[offset - w.sbase]
+        if mine not in (theirs, 0):
+            return (
+                f"master and slave disagree at offset {offset}: master has message {mine}, "
+                f"slave has message {theirs}"
+            )
+    return None
+
+
 STATE_INVARIANTS: tuple[Invariant[World], ...] = (
     Invariant("NoDivergence", no_divergence, "both logs agree where both hold an offset"),
+    Invariant(
+        "NoSilentReattach", no_silent_reattach, "a served slave holds a prefix of the master"
+    ),
     Invariant("SyncAckedOnSlave", sync_acked_on_slave, "a PUT_OK sync put is on the slave"),
     Invariant("SyncAckedOnMaster", sync_acked_on_master, "a PUT_OK sync put is on the master"),
     Invariant("AckNotAhead", ack_not_ahead, "the master never trusts more than the slave held"),
@@ -211,6 +255,21 @@ PROBES: tuple[ProbeSpec, ...] = (
         lambda c: c.faults.crashes > 0 and not c.master_sync_flush,
     ),
     ProbeSpec(
+        "master_lost_sent",
+        "a master crash lost bytes it had sent (classic refusal)",
+        lambda c: c.classic_refusal and c.faults.crashes > 0 and not c.master_sync_flush,
+    ),
+    ProbeSpec(
+        "slave_refused",
+        "a slave holding a lost history was refused (classic refusal)",
+        lambda c: c.classic_refusal and c.faults.crashes > 0 and not c.master_sync_flush,
+    ),
+    ProbeSpec(
+        "slave_truncated_to_master",
+        "the operator cut a refused slave back, and it went on (classic refusal)",
+        lambda c: c.classic_refusal and c.faults.crashes > 0 and not c.master_sync_flush,
+    ),
+    ProbeSpec(
         "master_closed:deleted_offset",
         "a slave's offset had been deleted on the master (#3388)",
         lambda c: c.faults.deletions > 0,
@@ -252,6 +311,17 @@ class HASpec:
             yield Edge(step, out.world, step.fault, out.violations, out.marks)
 
     def invariants(self) -> Sequence[Invariant[World]]:
+        if self.config.classic_refusal:  # the loss itself cannot be undone; see above
+            return tuple(
+                Invariant(
+                    "NoMessageDivergence",
+                    no_message_divergence,
+                    "no new message at an offset the slave holds otherwise",
+                )
+                if i.name == "NoDivergence"
+                else i
+                for i in STATE_INVARIANTS
+            )
         return STATE_INVARIANTS
 
     def transition_invariants(self) -> Sequence[str]:

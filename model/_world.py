@@ -2,8 +2,8 @@
 
 Every protocol decision in here is made by the production core, :func:`trioha.proto.master_step`
 and :func:`trioha.proto.slave_step`, with the production states, events and actions; sync
-replication is decided by :func:`trioha.proto.replicated_offset` and
-:func:`trioha.proto.slaves_available`, as ``trioha.net.HAService`` does. This module only
+replication is decided by :class:`trioha.proto.Quorum`, as ``trioha.net.HAService`` and
+``trioha.testing`` decide it. This module only
 supplies what surrounds the core in a real deployment: the two commit logs, the TCP streams as
 FIFO channels, the clock, the producers, and faults.
 
@@ -63,6 +63,7 @@ from trioha.proto import (
     MasterOptions,
     MasterPhase,
     MasterState,
+    Quorum,
     ReadIdle,
     ReportReceived,
     SendHeartbeat,
@@ -76,9 +77,7 @@ from trioha.proto import (
     Vouch,
     choose_start,
     master_step,
-    replicated_offset,
     slave_step,
-    slaves_available,
     vouch,
 )
 
@@ -151,6 +150,12 @@ class Config:
     #: A rogue client's first report is the master's current end (it guessed or read it)
     #: instead of an offset beyond any end; only rogue connections, never the slave's stream.
     rogue_reports_end: bool = False
+    #: trioha's classic-mode divergence check (``trioha.net._divergence``): the master keeps a
+    #: durable mark of what it sent; a crash that loses sent bytes records the lost range,
+    #: closes the log with END_OF_FILE padding (message id 0) up to the first segment
+    #: boundary past the mark, and refuses first reports inside the range. A refused slave
+    #: stops (sticky) until the operator cuts it back (``TruncateToMaster``).
+    classic_refusal: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.segment_size % self.message_size:
@@ -269,6 +274,13 @@ class World:
     sflushed: int = 0
     #: Fault budgets left.
     budget: Faults = Faults()
+    # --- classic-mode divergence check (Config.classic_refusal; constant otherwise) ---------
+    #: The master's durable "highest offset sent" mark.
+    msent: int = 0
+    #: Lost ranges ``(from, to)``: first reports ``from < r <= to`` are refused.
+    mlost: tuple[tuple[int, int], ...] = ()
+    #: The slave's sticky divergence: the offset the master named, -1 when none.
+    sdiverged: int = -1
 
     @property
     def send(self) -> int:
@@ -312,6 +324,8 @@ class Kind(enum.Enum):
     MASTER_CRASH = "MasterCrash"
     DELETE_SEGMENT = "DeleteSegment"
     BOGUS_REPORT = "BogusReport"
+    # the operator (not a fault: liveness may use it)
+    TRUNCATE_TO_MASTER = "TruncateToMaster"
 
 
 FAULT_KINDS = frozenset(
@@ -506,6 +520,9 @@ class _Tx:
         self.slog = world.slog
         self.sflushed = world.sflushed
         self.budget = world.budget
+        self.msent = world.msent
+        self.mlost = world.mlost
+        self.sdiverged = world.sdiverged
         self.violations: list[tuple[str, str]] = []
         self.marks: set[str] = set()
         self.notes: list[str] | None = [] if explain else None
@@ -525,7 +542,7 @@ class _Tx:
         return self.sbase + len(self.slog) if self.slog else 0
 
     def log(self) -> LogView:
-        return LogView(self.mmin, len(self.mlog), self.cfg.segment_size)
+        return LogView(self.mmin, len(self.mlog), self.cfg.segment_size, self.mlost)
 
     def conn(self, i: int) -> Conn:
         conn = self.conns[i]
@@ -546,6 +563,10 @@ class _Tx:
             if c is not None and c.master.phase is MasterPhase.TRANSFER
         ]
 
+    def quorum(self) -> Quorum:
+        """The one sync replication rule over the live vouches (``HAService._sync_quorum``)."""
+        return Quorum.of(self.live_acks(), self.cfg.needed_acks)
+
     def freeze(self) -> World:
         intern = self.intern
         conns = tuple(intern(c) for c in self.conns if c is not None)
@@ -565,6 +586,9 @@ class _Tx:
             self.slog if self.slog is w.slog else intern(self.slog),
             self.sflushed,
             self.budget if self.budget is w.budget else intern(self.budget),
+            self.msent,
+            self.mlost,
+            self.sdiverged,
         )
 
     # --- the master side ------------------------------------------------------------------
@@ -594,6 +618,7 @@ class _Tx:
                 self.release_waiters()
             elif isinstance(action, Close):
                 self.marks.add("master_closed:" + _reason_tag(action.reason))
+                self.refused(i, action)
                 self.master_close(i)
 
     def master_wrote(self, i: int, action: SendTransfer | SendHeartbeat) -> None:
@@ -610,6 +635,8 @@ class _Tx:
         sent_end = action.offset + size if size else conn.sent_end
         if not size and conn.sent_end < 0:
             sent_end = action.offset
+        if self.cfg.classic_refusal and size:
+            self.msent = max(self.msent, action.offset + size)  # durable before it is sent
         self.conns[i] = conn.but(down=down, sent_end=sent_end)
         self.master_actions(i, self.master_feed(i, FrameWritten()))
 
@@ -617,11 +644,11 @@ class _Tx:
         """``HAService.on_ack``: every waiting sync put the live acks now cover is PUT_OK."""
         if not self.pending:
             return
-        vouches = self.live_acks()
+        quorum = self.quorum()
         keep = []
         for end, mid in self.pending:
             start = end - self.cfg.message_size
-            if end <= replicated_offset(vouches, self.cfg.needed_acks, start):
+            if quorum.holds(start, end):
                 self.acked += ((end - self.cfg.message_size, end, mid),)
                 self.marks.add("sync_acked")
                 if self.budget.drops < self.cfg.faults.drops:
@@ -637,6 +664,14 @@ class _Tx:
         self.conns[i] = None
         if conn.attached:
             self.slave_feed(ConnectionLost())
+
+    def refused(self, i: int, close: Close) -> None:
+        """Classic refusal: the attached slave is told where the histories part (sticky)."""
+        conn = self.conn(i)
+        if self.cfg.classic_refusal and close.diverged_at is not None and conn.attached:
+            self.sdiverged = close.diverged_at
+            self.marks.add("slave_refused")
+            self.note(f"slave refused: the master's history parts from its own at {self.sdiverged}")
 
     # --- the slave side -------------------------------------------------------------------
     def slave_feed(self, event: SlaveEvent) -> tuple[SlaveAction, ...]:
@@ -737,6 +772,7 @@ def _reason_tag(reason: str) -> str:
         ("#3388", "deleted_offset"),
         ("beyond what was sent", "ack_beyond_sent"),
         ("holds data this master does not", "request_beyond_end"),
+        ("may have sent before it crashed", "lost_range"),
         ("went backwards", "report_backwards"),
         ("housekeeping", "housekeeping"),
     ):
@@ -836,8 +872,10 @@ class HAModel:
         if w.slog and w.sflushed < w.send:
             yield Step(Kind.SLAVE_FLUSH)
         att = w.attached()
-        if att < 0:
+        if att < 0 and w.sdiverged < 0:
             yield Step(Kind.CONNECTED)
+        if w.sdiverged >= 0:
+            yield Step(Kind.TRUNCATE_TO_MASTER)
         elif w.slave.phase is SlavePhase.TRANSFER and w.send > w.slave.reported:
             yield Step(Kind.APPEND_CONFIRMED, att)
         for i, conn in enumerate(w.conns):
@@ -937,11 +975,11 @@ class HAModel:
             tx.mflushed = end
         tx.note(f"master appends message {mid} at [{end - cfg.message_size}, {end})")
         if step.arg:
-            acks = tx.live_acks()
-            if not slaves_available(acks, cfg.needed_acks, end, cfg.fallbehind_max):
+            quorum = tx.quorum()
+            if not quorum.available(end, cfg.fallbehind_max):
                 tx.marks.add("slave_not_available")
                 tx.note("sync put answered SLAVE_NOT_AVAILABLE (no slave streaming close enough)")
-            elif replicated_offset(acks, cfg.needed_acks, end - cfg.message_size) >= end:
+            elif quorum.holds(end - cfg.message_size, end):
                 tx.acked += ((end - cfg.message_size, end, mid),)
                 tx.note("sync put answered PUT_OK at once")
             else:
@@ -958,7 +996,7 @@ class HAModel:
         return True
 
     def _connected(self, tx: _Tx, w: World, step: Step) -> bool:
-        if w.attached() >= 0:
+        if w.attached() >= 0 or w.sdiverged >= 0:
             return False
         if self.config.slave_ack_flushed and w.slog:
             tx.sflushed = w.send  # the slave flushes before its first report
@@ -1134,6 +1172,37 @@ class HAModel:
         if w.mflushed < w.mmax:
             tx.marks.add("master_lost_unflushed")
         tx.note(f"master restarts with its log ending at {len(tx.mlog)}")
+        if self.config.classic_refusal:
+            self._lost_sent_bytes(tx)
+        return True
+
+    # --- classic-mode divergence check (Config.classic_refusal) ---------------------------
+    def _lost_sent_bytes(self, tx: _Tx) -> None:
+        """``open_master_history``: a lost range, and END_OF_FILE padding past the mark."""
+        end = len(tx.mlog)
+        if tx.msent <= end:
+            return
+        size = self.config.segment_size
+        tx.mlost = (*tx.mlost, (end, tx.msent))
+        target = (tx.msent // size + 1) * size  # LogCore.skip_past
+        tx.mlog = tx.mlog + (0,) * (target - end)
+        tx.mflushed = target
+        tx.marks.add("master_lost_sent")
+        tx.note(f"master lost [{end}, {tx.msent}) it had sent; new messages start at {target}")
+
+    def _truncate_to_master(self, tx: _Tx, w: World, step: Step) -> bool:
+        """``trioha slave --truncate-to-master``: cut the slave back to the named offset."""
+        if w.sdiverged < 0:
+            return False
+        cut = w.sdiverged
+        if cut <= w.sbase:
+            tx.sbase, tx.slog, tx.sflushed = 0, (), 0
+        else:
+            tx.slog = w.slog[: cut - w.sbase]
+            tx.sflushed = min(w.sflushed, tx.send)
+        tx.sdiverged = -1
+        tx.marks.add("slave_truncated_to_master")
+        tx.note(f"the operator cuts the slave back to {tx.send}")
         return True
 
     def _delete_segment(self, tx: _Tx, w: World, step: Step) -> bool:
@@ -1173,6 +1242,7 @@ _HANDLERS = {
     Kind.MASTER_CRASH: HAModel._master_crash,
     Kind.DELETE_SEGMENT: HAModel._delete_segment,
     Kind.BOGUS_REPORT: HAModel._bogus_report,
+    Kind.TRUNCATE_TO_MASTER: HAModel._truncate_to_master,
 }
 
 

@@ -55,19 +55,54 @@ class OffsetMismatchError(StorageError):
     """Replicated bytes were offered somewhere other than exactly the end of the log."""
 
 
+class NotAMessageBoundaryError(StorageError):
+    """A commit log cut was asked for inside a record; ``before``/``after`` are the nearest
+    boundaries (``after`` is None when no readable record follows ``before``)."""
+
+    def __init__(self, message: str, *, offset: int, before: int, after: int | None) -> None:
+        super().__init__(message)
+        self.offset = offset
+        self.before = before
+        self.after = after
+
+
+class DamagedLogError(StorageError):
+    """Recovery cut bytes that had been flushed: damage, not a lost tail; a master refuses
+    to start on such a log unless the operator accepts it explicitly."""
+
+
 class MessageTooLargeError(StorageError):
-    """A message does not fit a segment or exceeds a RocketMQ limit."""
+    """A message does not fit a segment or exceeds a RocketMQ limit (MESSAGE_ILLEGAL)."""
+
+
+class BodyTooLargeError(MessageTooLargeError):
+    """A body is longer than ``maxMessageSize`` (MESSAGE_ILLEGAL)."""
+
+
+class PropertiesTooLargeError(MessageTooLargeError):
+    """Encoded properties exceed the record's 32767-byte field (PROPERTIES_SIZE_EXCEEDED)."""
+
+
+class TopicTooLongError(MessageTooLargeError):
+    """A topic is longer than its record version allows (MESSAGE_ILLEGAL)."""
+
+
+class MessageIllegalError(StorageError, ValueError):
+    """A message field cannot be stored as RocketMQ stores it: a number outside its Java type,
+    an unknown record version (MESSAGE_ILLEGAL). A ``ValueError`` too, as bad arguments are."""
 
 
 # --- other subsystems ------------------------------------------------------------------
 
 
-class ReplicationError(TriohaError):
-    """Replication cannot proceed (for example the slave's offset no longer exists)."""
-
-
 class PipelineError(TriohaError):
     """The Spark pipeline cannot run (pyspark or Java missing, bad input directory, ...)."""
+
+
+class RequestError(TriohaError, ValueError):
+    """A remoting request that cannot be served as sent: a missing or malformed header field, a
+    body that does not decode. It is answered with an error naming the fault, and the
+    connection stays open (RocketMQ's ``RemotingCommandException``)."""
 
 
 class RemotingError(TriohaError):

@@ -133,9 +133,11 @@ def test_close_reasons_that_need_an_operator_are_warnings(reason: str, level: in
     assert close_level(reason) == level
 
 
-async def test_a_diverged_slave_hears_both_readings_and_the_master_warns(
+async def test_a_diverged_slave_is_not_mistaken_for_a_wrong_port(
     tmp_path: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A real master refusing a slave's history is an HA master: the slave must say diverged
+    (at ERROR) and not "does not speak RocketMQ HA"; the master's side is at WARNING or above."""
     from tests.test_broker import master_config
     from trioha.broker import open_broker
 
@@ -149,10 +151,9 @@ async def test_a_diverged_slave_hears_both_readings_and_the_master_warns(
                               ha_reconnect_backoff_max=400)
         client = HAClient(config, slave_log)
         n.start_soon(client.run)
-        await trio.sleep(0.5)
+        with trio.fail_after(5):
+            await client.wait_diverged()
         n.cancel_scope.cancel()
     master_side = [r for r in caplog.records if "diverged history" in r.getMessage()]
-    assert master_side and all(r.levelno == logging.WARNING for r in master_side)
-    slave_side = [r for r in caplog.records if MESSAGE in r.getMessage()]
-    assert slave_side
-    assert f"refused this slave's offset {slave_log.max_offset}" in slave_side[0].getMessage()
+    assert master_side and all(r.levelno >= logging.WARNING for r in master_side)
+    assert not [r for r in caplog.records if MESSAGE in r.getMessage()]

@@ -1,4 +1,5 @@
-"""Parity tests for the transition rules, one per RocketMQ behaviour (spec §1-§2, §9, §11)."""
+"""Parity tests for the transition rules, one per RocketMQ behaviour (docs/rocketmq-protocol.md
+§1-§2, §9, §11)."""
 
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ def test_sync_from_oldest_serves_a_full_copy() -> None:
 
 
 def test_request_inside_a_file_is_served_from_exactly_there() -> None:
-    # Observed against the Java master (spec §11): no alignment to messages.
+    # Observed against the Java master (docs/rocketmq-protocol.md §11): no alignment to messages.
     assert first_transfer(master(), 1234, view(2500)) == SendTransfer(1234, 300)
 
 
@@ -208,7 +209,8 @@ def frame(offset: int, body: bytes) -> bytes:
 
 
 def test_slave_reports_its_max_offset_at_once() -> None:
-    # RocketMQ waits haSendHeartbeatInterval before the first report (spec §1.2); we don't.
+    # RocketMQ waits haSendHeartbeatInterval before the first report (docs/rocketmq-protocol.md
+    # §1.2); we don't.
     assert slave(1500).initial_actions() == (SendReport(1500),)
 
 
@@ -317,3 +319,49 @@ def test_the_protocol_core_does_no_io() -> None:
                 names = [node.module]
             for name in names:
                 assert name.split(".")[0] not in forbidden, f"{path.name} imports {name}"
+
+
+# --- classic mode's divergence check (trioha's own: docs/replication.md) -----------------------
+
+
+def lost_view(max_offset: int, *lost: tuple[int, int]) -> LogView:
+    return LogView(0, max_offset, SEG, lost)
+
+
+@pytest.mark.parametrize("report", [1501, 1800, 2000])
+def test_a_first_report_inside_a_lost_range_is_refused_with_the_fork(report: int) -> None:
+    conn = master()
+    actions = conn.receive_data(encode_report(report), now=0.0, log=lost_view(5200, (1500, 2000)))
+    assert len(actions) == 1
+    close = actions[0]
+    assert isinstance(close, Close)
+    assert close.diverged_at == 1500
+    assert f"requests offset {report}, inside [1500, 2000)" in close.reason
+    assert "--truncate-to-master" in close.reason
+    assert conn.state.phase is MasterPhase.CLOSED
+    assert conn.state.ack_offset == -1  # never counted as an ack
+
+
+@pytest.mark.parametrize("report", [0, 1200, 1500, 2001, 3000, 5200])
+def test_reports_outside_every_lost_range_are_served(report: int) -> None:
+    """At the fork, before it, and in the new history beyond the range: one history."""
+    conn = master()
+    log = lost_view(5200, (1500, 2000), (100, 200))
+    conn.receive_data(encode_report(report), now=0.0, log=log)
+    assert conn.state.phase is MasterPhase.TRANSFER
+
+
+def test_a_report_beyond_the_masters_end_tells_the_slave_where_the_master_ends() -> None:
+    conn = master()
+    (close,) = conn.receive_data(encode_report(2600), now=0.0, log=view(2500))
+    assert isinstance(close, Close)
+    assert close.diverged_at == 2500
+
+
+def test_a_slave_told_a_frame_off_its_end_reports_a_divergence() -> None:
+    slave = SlaveConnection(log_max=1800, now=0.0, timing=TIMING)
+    slave.initial_actions()
+    (close,) = slave.receive_data(encode_header(1500, 0), now=0.0)
+    assert isinstance(close, Close)
+    assert close.diverged_at == 1500
+    assert slave.closed

@@ -4,9 +4,9 @@
 service plus puts) or a slave (the HA client; puts are refused) until the block exits, then
 stops every task and closes the store cleanly (its ``abort`` marker removed).
 
-The put path mirrors ``CommitLog.asyncPutMessage`` (spec §5.1): append under the (here: the
-event loop's) put lock, then a flush request by ``flush_disk_type`` and a replica request by
-role, the two waited on together; the replica status wins when both fail.
+The put path mirrors ``CommitLog.asyncPutMessage`` (docs/rocketmq-protocol.md §5.1): append under
+the (here: the event loop's) put lock, then a flush request by ``flush_disk_type`` and a replica
+request by role, the two waited on together; the replica status wins when both fail.
 """
 
 from __future__ import annotations
@@ -16,21 +16,23 @@ import math
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
 
 import attrs
 import trio
 
 from trioha._config import BrokerConfig, BrokerRole, FlushDiskType
-from trioha._errors import MessageTooLargeError, StorageError
-from trioha._status import PutResult, PutStatus
+from trioha._errors import StorageError
+from trioha._status import PutResult, PutStatus, refusal_status
 from trioha.broker._clientside import ClientSide, serve_client_side
+from trioha.broker._types import new_message
 from trioha.net import HAClient, HAClientStatistics, HAService, HAServiceStatistics
+from trioha.net._client import DIVERGED_FILE
+from trioha.net._divergence import open_master_history
 from trioha.net._waiters import OffsetWaiters
 from trioha.net._wakeup import Wakeup
-from trioha.store import HostAddress, Store, open_store
+from trioha.store import HostAddress, NewMessage, Store, open_store
 from trioha.store._diskspace import COMMIT_LOG, COMMIT_LOG_FLUSH, DiskGuard, DiskStatistics
-from trioha.store._message import PROPERTY_KEYS, PROPERTY_TAGS
+from trioha.store._sent import SentOffsets
 
 log = logging.getLogger("trioha.broker")
 
@@ -83,39 +85,16 @@ class _GroupFlusher:
                 self.waiters.release(flushed)
 
 
-def message_record(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A put's keyword arguments as the store's ``append_batch`` takes them.
-
-    ``tags`` and ``keys`` become RocketMQ's TAGS and KEYS properties (several keys joined by
-    spaces, as ``Message.setKeys``); the born timestamp defaults to now.
-    """
-    props = dict(message.get("properties") or {})
-    keys = message.get("keys")
-    if keys:
-        props[PROPERTY_KEYS] = keys if isinstance(keys, str) else " ".join(keys)
-    if message.get("tags"):
-        props[PROPERTY_TAGS] = message["tags"]
-    record: dict[str, Any] = {
-        "topic": message["topic"],
-        "body": bytes(message["body"]),
-        "queue_id": message.get("queue_id", 0),
-        "flag": message.get("flag", 0),
-        "sysflag": message.get("sysflag", 0),
-        "properties": props,
-        "born_timestamp": message.get("born_timestamp") or int(time.time() * 1000),
-        "reconsume_times": message.get("reconsume_times", 0),
-    }
-    if message.get("born_host") is not None:
-        record["born_host"] = message["born_host"]
-    return record
-
-
 class Broker:
     """A running broker; obtain one from :func:`open_broker`."""
 
-    def __init__(self, config: BrokerConfig, store: Store) -> None:
+    def __init__(
+        self, config: BrokerConfig, store: Store, *, sent: SentOffsets | None = None
+    ) -> None:
         self.config = config
         self.store = store
+        #: A master's durable sent and flushed marks (classic divergence checks).
+        self.sent = sent
         self.role = config.broker_role
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
@@ -153,27 +132,38 @@ class Broker:
         born_host: tuple[str, int] | None = None,
         reconsume_times: int = 0,
     ) -> PutResult:
-        """Store one message; returns when the flush and replication policies are satisfied."""
-        return await self.put_batch(
-            [
-                {
-                    "topic": topic,
-                    "body": body,
-                    "tags": tags,
-                    "keys": keys,
-                    "properties": properties,
-                    "queue_id": queue_id,
-                    "flag": flag,
-                    "sysflag": sysflag,
-                    "born_timestamp": born_timestamp,
-                    "born_host": born_host,
-                    "reconsume_times": reconsume_times,
-                }
-            ]
-        )
+        """Store one message; returns when the flush and replication policies are satisfied.
 
-    async def put_batch(self, messages: Sequence[Mapping[str, Any]]) -> PutResult:
-        """Store several messages as consecutive records (RocketMQ's batch put)."""
+        Never raises for a refused message: the status says why (see :meth:`put_batch`).
+        """
+        try:
+            message = new_message(
+                topic=topic,
+                body=body,
+                tags=tags,
+                keys=keys,
+                properties=properties,
+                queue_id=queue_id,
+                flag=flag,
+                sysflag=sysflag,
+                born_timestamp=born_timestamp,
+                born_host=born_host,
+                reconsume_times=reconsume_times,
+            )
+        except ValueError as exc:  # a born host that is no address
+            log.warning("put refused: %s", exc)
+            return PutResult(PutStatus.MESSAGE_ILLEGAL)
+        return await self.put_batch([message])
+
+    async def put_batch(self, messages: Sequence[NewMessage]) -> PutResult:
+        """Store several messages as consecutive records (RocketMQ's batch put).
+
+        A refusal is a status, never an exception: SERVICE_NOT_AVAILABLE on a slave or a
+        stopped broker, the status :func:`~trioha._status.refusal_status` gives for what the
+        store refused (MESSAGE_ILLEGAL, PROPERTIES_SIZE_EXCEEDED, CREATE_MAPPED_FILE_FAILED),
+        and the flush and replication outcomes (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT,
+        SLAVE_NOT_AVAILABLE) once stored.
+        """
         if self._closed or not self.role.is_master:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
         if not messages:
@@ -183,26 +173,16 @@ class Broker:
             self.disk.refused += 1
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
         try:
-            results = self.store.commitlog.append_batch(
-                [message_record(message) for message in messages]
-            )
-        except MessageTooLargeError as exc:
-            log.warning("put refused: %s", exc)
-            status = (
-                PutStatus.PROPERTIES_SIZE_EXCEEDED
-                if "propert" in str(exc)
-                else PutStatus.MESSAGE_ILLEGAL
-            )
-            return PutResult(status)
-        except (ValueError, TypeError) as exc:
-            log.warning("put refused: %s", exc)
-            return PutResult(PutStatus.MESSAGE_ILLEGAL)
-        except StorageError as exc:
+            results = self.store.commitlog.append_batch(messages)
+        except (StorageError, ValueError) as exc:  # ValueError: a topic that is no UTF-8
+            status = refusal_status(exc)
             if isinstance(exc.__cause__, OSError):  # the disk, not the request
                 self.disk.failed(COMMIT_LOG, exc)
-            else:
+            elif status is PutStatus.CREATE_MAPPED_FILE_FAILED:
                 log.error("put failed: %s", exc)
-            return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED)
+            else:
+                log.warning("put refused: %s", exc)
+            return PutResult(status)
         if self.disk.failing(COMMIT_LOG):
             self.disk.succeeded(COMMIT_LOG)
         self._puts += len(results)
@@ -279,11 +259,18 @@ class Broker:
             if dirty and await self.flush_commitlog() is None:
                 await trio.sleep(self.disk_check_interval)
 
+    def flush_log(self) -> int:
+        """Flush the commit log (blocking) and keep the master's flushed mark up to date."""
+        flushed = self.store.commitlog.flush()
+        if self.sent is not None:
+            self.sent.note_flushed(flushed, time.monotonic())
+        return flushed
+
     async def flush_commitlog(self) -> int | None:
-        """fsync the commit log in a worker thread; None (reported to the disk guard) if the
-        disk refuses, so a flusher retries instead of ending the broker."""
+        """:meth:`flush_log` in a worker thread; None (reported to the disk guard) if the disk
+        refuses, so a flusher retries instead of ending the broker."""
         try:
-            flushed = await trio.to_thread.run_sync(self.store.commitlog.flush)
+            flushed = await trio.to_thread.run_sync(self.flush_log)
         except StorageError as exc:
             if not isinstance(exc.__cause__, OSError):
                 raise
@@ -307,7 +294,7 @@ class Broker:
         else:
             nursery.start_soon(self._run_async_flusher)
         if self.role.is_master:
-            self.ha_service = HAService(self.config, self.store.commitlog)
+            self.ha_service = HAService(self.config, self.store.commitlog, sent=self.sent)
             self.ha_address = await nursery.start(self.ha_service.serve)
             if self.role is BrokerRole.SYNC_MASTER and self.config.required_slave_acks == 0:
                 log.warning(
@@ -316,7 +303,10 @@ class Broker:
                 )
         else:
             self.ha_client = HAClient(
-                self.config, self.store.commitlog, on_appended=self._on_log_grew
+                self.config,
+                self.store.commitlog,
+                on_appended=self._on_log_grew,
+                diverged_file=self.store.root / DIVERGED_FILE,
             )
             await nursery.start(self.ha_client.run)
         self.client_side = await nursery.start(serve_client_side, self)
@@ -352,7 +342,12 @@ async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
     )
     clean = False
     try:
-        broker = Broker(config, store)
+        sent = None
+        if config.broker_role.is_master:
+            sent = await trio.to_thread.run_sync(
+                lambda: open_master_history(store, accept_damaged=config.ha_accept_damaged_log)
+            )
+        broker = Broker(config, store, sent=sent)
         async with trio.open_nursery() as nursery:
             await broker._start(nursery)
             log.info(
@@ -372,6 +367,8 @@ async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
         # Shielded: a broker stopped by an outer cancellation must still release its store
         # (lock, abort marker), or a restart in the same process finds it locked.
         with trio.CancelScope(shield=True):
+            if sent is not None:
+                await trio.to_thread.run_sync(sent.close)
             await _close_store(store, config, raise_errors=clean)
 
 

@@ -1,7 +1,7 @@
 """The slave's HA client: connect, report, receive, append, report, and reconnect.
 
-Mirrors ``HAService.HAClient`` (4.x) / ``DefaultHAClient`` (5.x) (spec §1.2, §1.6, §2.3), with
-these differences on purpose (docs/replication.md):
+Mirrors ``HAService.HAClient`` (4.x) / ``DefaultHAClient`` (5.x) (docs/rocketmq-protocol.md §1.2,
+§1.6, §2.3), with these differences on purpose (docs/replication.md):
 
 * the first report goes out the moment the connection opens (RocketMQ waits a heartbeat
   interval, so a new slave sat idle for 5 s);
@@ -16,7 +16,12 @@ these differences on purpose (docs/replication.md):
   one ERROR says why, and the slave reconnects every ``cleanResourceInterval`` until an
   append works again (RocketMQ's slave kept reconnecting at once);
 * a peer that is not an HA master (a broker or name server port given by mistake) is
-  recognised by what it does and named in a WARNING (:func:`not_ha_sign`).
+  recognised by what it does and named in a WARNING (:func:`not_ha_sign`);
+* a master that says the two logs are not one history (a frame not at the slave's end: see
+  ``proto.Close.diverged_at``) puts the client in a sticky *diverged* state, logged at ERROR
+  with both offsets, recorded in ``<store>/haDiverged`` so that a restart remembers it, and
+  shown by ``statistics()``: it stops replicating (no reconnect loop) until the operator cuts
+  the log back (``trioha slave --truncate-to-master``, which reads that file) or re-seeds it.
 
 Per connection, one nursery owns a reader task (receive, append) and a writer task (the only
 one that sends: reports after appends and heartbeats); either ending cancels the other.
@@ -26,14 +31,16 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 import attrs
 import trio
 
 from trioha._config import BrokerConfig
-from trioha._errors import ConfigError, StorageError
+from trioha._errors import ConfigError, StorageError, StoreLayoutError
 from trioha.net._service import close_level
 from trioha.net._wakeup import Wakeup
 from trioha.proto import (
@@ -42,7 +49,6 @@ from trioha.proto import (
     SendReport,
     SlaveAction,
     SlaveConnection,
-    Timing,
     encode_report,
 )
 
@@ -57,8 +63,71 @@ log = logging.getLogger("trioha.ha")
 READ_SIZE = 1024 * 1024
 CONNECT_TIMEOUT = 5.0  # RemotingUtil.connect's 5000 ms
 INITIAL_BACKOFF = 0.1
+#: While diverged, the ERROR is repeated this often (seconds) so that it cannot be missed.
+DIVERGED_REMINDER = 60.0
+DIVERGED_FILE = "haDiverged"
 
 Connector = Callable[[str, int], Awaitable[trio.abc.Stream]]
+
+
+@attrs.frozen
+class Divergence:
+    """The slave's log and its master's are not one history (the sticky state)."""
+
+    #: Where the master says the histories part: the master's log is the slave's up to here.
+    master_offset: int
+    #: Where the slave's log ended when it was told.
+    slave_offset: int
+    master: str
+    reason: str
+
+    def describe(self) -> str:
+        return (
+            f"diverged from master {self.master}: the master's history ends at "
+            f"{self.master_offset} where this slave's differs, and this slave holds up to "
+            f"{self.slave_offset} ({self.reason}). Replication is stopped: cut this slave back "
+            f"to {self.master_offset} with `trioha slave --truncate-to-master` (the cut bytes "
+            "are kept in lost+found) or re-seed it"
+        )
+
+    def to_text(self) -> str:
+        return (
+            f"master_offset {self.master_offset}\nslave_offset {self.slave_offset}\n"
+            f"master {self.master}\nreason {self.reason.replace(chr(10), ' ')}\n"
+        )
+
+    @classmethod
+    def read(cls, path: Path) -> Divergence | None:
+        """The recorded divergence at ``path``, None without one."""
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StoreLayoutError(f"cannot read {path}: {exc}") from None
+        fields = dict(line.partition(" ")[::2] for line in text.splitlines() if line)
+        try:
+            return cls(
+                int(fields["master_offset"]),
+                int(fields["slave_offset"]),
+                fields.get("master", "?"),
+                fields.get("reason", ""),
+            )
+        except (KeyError, ValueError):
+            raise StoreLayoutError(
+                f"{path} does not record a divergence as trioha writes it ({text[:80]!r}); "
+                "check it and remove it by hand if the slave was re-seeded"
+            ) from None
+
+    def write(self, path: Path) -> None:
+        temp = path.with_name(path.name + ".tmp")
+        try:
+            temp.write_text(self.to_text(), encoding="utf-8")
+            with open(temp, "rb") as handle:
+                os.fsync(handle.fileno())
+            os.replace(temp, path)
+        except OSError as exc:
+            log.error("cannot record the divergence in %s: %s", path, exc)
 
 
 @attrs.frozen
@@ -71,6 +140,12 @@ class HAClientStatistics:
     last_close_reason: str | None
     #: Why appends fail now (a full disk), or None while they work.
     append_error: str | None = None
+    #: Sticky: this slave must be cut back or re-seeded before it replicates again.
+    needs_reseed: bool = False
+    #: Where the master's history ends (it parts from this slave's there); -1 if not diverged.
+    diverged_master_offset: int = -1
+    #: Where this slave's log ended when it was told; -1 if not diverged.
+    diverged_slave_offset: int = -1
 
 
 class _Session:
@@ -93,6 +168,8 @@ class _Session:
         self.started = trio.current_time()
         #: The offset this session asked the master for (its first report).
         self.requested = proto.state.expected
+        #: The master pushed this offset where the slave's log does not end (a divergence).
+        self.diverged_at: int | None = None
 
     def _end(self, reason: str, scope: trio.CancelScope) -> None:
         if self.close_reason is None:
@@ -107,6 +184,8 @@ class _Session:
                 self.report = action.offset
                 self.wakeup.notify()
             elif isinstance(action, Close):
+                if action.diverged_at is not None:
+                    self.diverged_at = action.diverged_at
                 self._end(action.reason, scope)
                 return False
         return True
@@ -128,8 +207,10 @@ class _Session:
                 if len(self.first_bytes) < _SNIFF:
                     self.first_bytes += bytes(data[: _SNIFF - len(self.first_bytes)])
                 actions = self.proto.receive_data(data, now=trio.current_time())
-                if not self.received_data and any(isinstance(a, Close) for a in actions):
-                    self.protocol_error = True
+                if not self.received_data and any(
+                    isinstance(a, Close) and a.diverged_at is None for a in actions
+                ):
+                    self.protocol_error = True  # bytes that are no HA frame, not a refusal
                 appended = False
                 for action in actions:
                     if isinstance(action, Append):
@@ -188,6 +269,7 @@ class HAClient:
         *,
         connect: Connector | None = None,
         on_appended: Callable[[], None] | None = None,
+        diverged_file: Path | None = None,
     ) -> None:
         master = config.ha_master
         if master is None:
@@ -197,9 +279,7 @@ class HAClient:
         self.master_host, self.master_port = master
         self._connect = connect or _open_tcp
         self._on_appended = on_appended
-        self.timing = Timing.from_millis(
-            config.ha_send_heartbeat_interval, config.ha_housekeeping_interval
-        )
+        self.timing = config.ha_timing
         self.connected = False
         self.connects = 0
         self.reported_offset = -1
@@ -210,6 +290,9 @@ class HAClient:
         self.disk_retry = config.clean_resource_interval / 1000
         self._not_ha_warned = False
         self._state_change = trio.lowlevel.ParkingLot()
+        #: Where the sticky divergence is recorded (None: kept in memory only).
+        self.diverged_file = diverged_file
+        self.divergence = Divergence.read(diverged_file) if diverged_file is not None else None
 
     @property
     def master(self) -> str:
@@ -232,6 +315,8 @@ class HAClient:
         backoff = INITIAL_BACKOFF
         cap = self.config.ha_reconnect_backoff_max / 1000
         while True:
+            if self.divergence is not None:
+                await self._stay_diverged()
             try:
                 with trio.fail_after(CONNECT_TIMEOUT):
                     stream = await self._connect(self.master_host, self.master_port)
@@ -282,6 +367,8 @@ class HAClient:
                 if session.disk_error is None:
                     log.log(close_level(reason), "disconnected from master %s: %s",
                             self.master, reason)
+            if session.diverged_at is not None:
+                self._diverged(session.diverged_at, log_max, session.close_reason or "")
             self._after_session(session)
             return session.received_data
         finally:
@@ -302,8 +389,8 @@ class HAClient:
                     "every %g s until there is space", session.disk_error, self.disk_retry,
                 )
             self.append_error = str(session.disk_error)
-        if session.received_data:
-            self._not_ha_warned = False
+        if session.received_data or session.diverged_at is not None:
+            self._not_ha_warned = False  # an HA master: it sent data, or said we diverged
             return
         sign = not_ha_sign(
             session.first_bytes,
@@ -319,6 +406,38 @@ class HAClient:
                 "port is usually listenPort+1): %s", self.master, sign,
             )
             self._not_ha_warned = True
+    # --- the sticky divergence ----------------------------------------------------------------
+
+    def _diverged(self, master_offset: int, slave_offset: int, reason: str) -> None:
+        self.divergence = Divergence(
+            master_offset, max(slave_offset, self.commitlog.max_offset), self.master, reason
+        )
+        log.error("%s", self.divergence.describe())
+        if self.diverged_file is not None:
+            self.divergence.write(self.diverged_file)
+        self._state_change.unpark_all()
+
+    async def _stay_diverged(self) -> None:
+        """Replicate nothing while diverged; repeat the ERROR now and then."""
+        while self.divergence is not None:
+            log.error("%s", self.divergence.describe())
+            with trio.move_on_after(DIVERGED_REMINDER):
+                await self._state_change.park()
+
+    def clear_divergence(self) -> None:
+        """The operator cut the log back or re-seeded it: replicate again."""
+        self.divergence = None
+        if self.diverged_file is not None:
+            self.diverged_file.unlink(missing_ok=True)
+        self._state_change.unpark_all()
+
+    async def wait_diverged(self, deadline: float = math.inf) -> bool:
+        """Wait until the client is in the diverged state; False at *deadline*."""
+        with trio.move_on_at(deadline):
+            while self.divergence is None:
+                await self._state_change.park()
+            return True
+        return False
 
     def _set_connected(self, value: bool) -> None:
         self.connected = value
@@ -341,6 +460,9 @@ class HAClient:
             connects=self.connects,
             last_close_reason=self.last_close_reason,
             append_error=self.append_error,
+            needs_reseed=self.divergence is not None,
+            diverged_master_offset=self.divergence.master_offset if self.divergence else -1,
+            diverged_slave_offset=self.divergence.slave_offset if self.divergence else -1,
         )
 
 

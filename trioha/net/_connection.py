@@ -1,13 +1,15 @@
 """One slave connection on the master: a reader task and a writer task in one nursery.
 
-Mirrors ``HAConnection`` with its ``ReadSocketService`` and ``WriteSocketService`` (spec §2.2).
-The two tasks share nothing but the sans-IO :class:`~trioha.proto.MasterConnection`; either one
-ending or failing cancels the other, and the owner (``HAService``) removes the connection from
-its registry in a ``finally``, so a connection can never leak (RocketMQ #8875).
+Mirrors ``HAConnection`` with its ``ReadSocketService`` and ``WriteSocketService``
+(docs/rocketmq-protocol.md §2.2). The two tasks share nothing but the sans-IO
+:class:`~trioha.proto.MasterConnection`; either one ending or failing cancels the other, and the
+owner (``HAService``) removes the connection from its registry in a ``finally``, so a connection can
+never leak (RocketMQ #8875).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from typing import TYPE_CHECKING, Protocol
@@ -22,6 +24,7 @@ from trioha.proto import (
     MasterConnection,
     MasterOptions,
     MasterPhase,
+    SendHeartbeat,
     SendTransfer,
     Timing,
     frame_header,
@@ -29,6 +32,7 @@ from trioha.proto import (
 
 if TYPE_CHECKING:
     from trioha.store import CommitLog
+    from trioha.store._sent import SentOffsets
 
 log = logging.getLogger("trioha.ha")
 
@@ -44,8 +48,9 @@ class AckListener(Protocol):
     def on_ack(self, connection: HAConnection, offset: int) -> None: ...
 
 
-def log_view(commitlog: CommitLog) -> LogView:
-    return LogView(commitlog.min_offset, commitlog.max_offset, commitlog.segment_size)
+def log_view(commitlog: CommitLog, sent: SentOffsets | None = None) -> LogView:
+    lost = sent.lost if sent is not None else ()
+    return LogView(commitlog.min_offset, commitlog.max_offset, commitlog.segment_size, lost)
 
 
 class HAConnection:
@@ -60,9 +65,12 @@ class HAConnection:
         options: MasterOptions,
         timing: Timing,
         peer: str,
+        sent: SentOffsets | None = None,
     ) -> None:
         self.stream = stream
         self.commitlog = commitlog
+        #: The durable "highest offset sent" mark (classic mode's divergence check), if kept.
+        self.sent = sent
         self.listener = listener
         self.peer = peer
         self.proto = MasterConnection(
@@ -73,6 +81,7 @@ class HAConnection:
         self.bytes_sent = 0
         self.frames_sent = 0
         self.heartbeats_sent = 0
+        self.refused = False
         self.connected_at = trio.current_time()
 
     @property
@@ -110,12 +119,14 @@ class HAConnection:
                         return
                     awaiting = not self.transferring
                     actions = self.proto.receive_data(
-                        data, now=trio.current_time(), log=log_view(self.commitlog)
+                        data, now=trio.current_time(), log=log_view(self.commitlog, self.sent)
                     )
                     for action in actions:
                         if isinstance(action, AckAdvanced):
                             self.listener.on_ack(self, action.offset)
                         elif isinstance(action, Close):
+                            if action.diverged_at is not None:
+                                await self._refuse(action.diverged_at, action.reason)
                             self._end(action.reason, scope)
                             return
                     if awaiting and self.transferring:
@@ -128,6 +139,23 @@ class HAConnection:
             )
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self._end(f"connection broken while reading: {exc or type(exc).__name__}", scope)
+
+    async def _refuse(self, diverged_at: int, reason: str) -> None:
+        """Tell a diverged slave so in its own protocol, then let the connection close.
+
+        The writer sends nothing before a first report, so the reader may write here. The
+        header ``(diverged_at, 0)`` fails every slave's offset check (see ``proto.Close``).
+        """
+        self.refused = True
+        log.error(
+            "refusing slave %s: %s. Its log and this master's are not one history; it gets "
+            "no data until the operator cuts it back or re-seeds it",
+            self.peer,
+            reason,
+        )
+        with trio.move_on_after(1.0):
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await self.stream.send_all(frame_header(SendHeartbeat(diverged_at)))
 
     async def _writer(self, scope: trio.CancelScope) -> None:
         try:
@@ -148,6 +176,7 @@ class HAConnection:
                 pending = frames = heartbeats = 0
                 handed_over = False  # the last frame was already reported written
                 closing: Close | None = None
+                upto = 0  # the end of the last body in this write
                 while True:
                     header = frame_header(action)
                     parts.append(header)
@@ -166,6 +195,7 @@ class HAConnection:
                         return
                     parts.append(body)
                     pending += action.size
+                    upto = action.offset + action.size
                     frames += 1
                     if pending >= WRITE_BATCH or action.offset + action.size >= view.max_offset:
                         break
@@ -176,7 +206,13 @@ class HAConnection:
                         closing = following
                         break
                     action = following  # a transfer, or a heartbeat that ends the batch
+                sent = self.sent
+                if sent is not None and sent.needs_reserve(upto):
+                    # The durable mark first: a crash must never forget bytes a slave holds.
+                    await trio.to_thread.run_sync(sent.reserve, upto)
                 await self.stream.send_all(parts[0] if len(parts) == 1 else b"".join(parts))
+                if sent is not None:
+                    sent.note_sent(upto)
                 self.frames_sent += frames
                 self.heartbeats_sent += heartbeats
                 self.bytes_sent += pending

@@ -3,7 +3,7 @@
 Theory of operation
 ===================
 
-RocketMQ's classic HA has two ends per connection (spec §1, §2):
+RocketMQ's classic HA has two ends per connection (docs/rocketmq-protocol.md §1, §2):
 
 * the **master side** (``HAConnection``): it waits for the slave's first 8-byte report, which is
   the slave's *request offset*; it then chooses ``nextTransferFromWhere`` once for the life of
@@ -45,8 +45,8 @@ Where trioha deliberately differs from RocketMQ (docs/replication.md says why):
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable
-from typing import TypeAlias
+from collections.abc import Callable
+from typing import Generic, TypeAlias, TypeVar
 
 import attrs
 
@@ -66,6 +66,10 @@ class LogView:
     min_offset: int
     max_offset: int
     segment_size: int
+    #: Ranges ``(from, to)`` of bytes this master may have sent and then lost in a crash
+    #: (``trioha.store.SentOffsets``): a first report ``from < offset <= to`` comes from a
+    #: slave holding a history this master no longer has (classic mode's divergence check).
+    lost: tuple[tuple[int, int], ...] = ()
 
     def segment_start(self, offset: int) -> int:
         return offset - offset % self.segment_size
@@ -230,10 +234,19 @@ class Append:
 
 @attrs.frozen
 class Close:
-    """Either side: tear the connection down; *reason* says why, *remote* whose fault it was."""
+    """Either side: tear the connection down; *reason* says why, *remote* whose fault it was.
+
+    ``diverged_at`` says the two logs are not one history. On the master it refuses the
+    slave: before closing, the IO layer sends the heartbeat header ``(diverged_at, 0)``,
+    where the histories part. Every slave's offset check (``HAClient.dispatchReadRequest``,
+    ours and Java's) rejects a frame that does not start at its own end, so the slave is
+    told in the protocol it already speaks. On the slave it is the offset the master pushed:
+    the slave stops and waits for the operator instead of reconnecting.
+    """
 
     reason: str
     remote: bool = True
+    diverged_at: int | None = None
 
 
 MasterAction: TypeAlias = SendTransfer | SendHeartbeat | AckAdvanced | Close
@@ -281,7 +294,8 @@ SlaveStep: TypeAlias = tuple[SlaveState, tuple[SlaveAction, ...]]
 
 
 def choose_start(request: int, log: LogView, options: MasterOptions) -> int:
-    """``nextTransferFromWhere`` for a request offset (``WriteSocketService.run``, spec §2.2).
+    """``nextTransferFromWhere`` for a request offset (``WriteSocketService.run``,
+    docs/rocketmq-protocol.md §2.2).
 
     A slave reporting 0 has nothing; RocketMQ serves it from the start of the master's last
     segment (``max - max % segmentSize``); with ``sync_from_oldest`` we serve the oldest offset.
@@ -293,9 +307,11 @@ def choose_start(request: int, log: LogView, options: MasterOptions) -> int:
     return request
 
 
-def _closed(state: MasterState, reason: str, *, remote: bool = True) -> MasterStep:
+def _closed(
+    state: MasterState, reason: str, *, remote: bool = True, diverged_at: int | None = None
+) -> MasterStep:
     return attrs.evolve(state, phase=MasterPhase.CLOSED, write_pending=False), (
-        Close(reason, remote),
+        Close(reason, remote, diverged_at),
     )
 
 
@@ -303,11 +319,23 @@ def _master_first_report(
     state: MasterState, event: ReportReceived, options: MasterOptions
 ) -> MasterStep:
     offset, log = event.offset, event.log
+    for lost_from, lost_to in log.lost:
+        if lost_from < offset <= lost_to:
+            return _closed(
+                state,
+                f"slave requests offset {offset}, inside [{lost_from}, {lost_to}): bytes this "
+                f"master may have sent before it crashed and lost them (its log was recovered "
+                f"to {lost_from}); the slave's log after {lost_from} is a history the master no "
+                f"longer has. Cut the slave back to {lost_from} (`trioha slave "
+                "--truncate-to-master`) or re-seed it",
+                diverged_at=lost_from,
+            )
     if offset > log.max_offset:
         return _closed(
             state,
             f"slave requests offset {offset} but the master's log ends at {log.max_offset}: "
             "the slave holds data this master does not (diverged history or a wrong master)",
+            diverged_at=log.max_offset,
         )
     start = choose_start(offset, log, options)
     if start < log.min_offset:
@@ -404,10 +432,14 @@ def _slave_header(state: SlaveState, event: HeaderReceived) -> SlaveStep:
     if state.expected not in (0, event.offset):
         # HAClient.dispatchReadRequest: "master pushed offset not equal the max phy offset in
         # slave"; nothing of this frame is appended.
+        # A classic master never does this to a healthy slave (it serves from the slave's
+        # report), so it is the master's divergence signal (``Close.diverged_at``) or a
+        # different master's history: either way the logs are not one history.
         return SlaveState(phase=SlavePhase.DISCONNECTED, expected=state.expected), (
             Close(
                 f"master pushed offset {event.offset} but the slave's log ends at "
-                f"{state.expected}; nothing appended"
+                f"{state.expected}; nothing appended",
+                diverged_at=event.offset,
             ),
         )
     if event.size == 0:
@@ -449,22 +481,32 @@ def _slave_lost(state: SlaveState, event: ConnectionLost) -> SlaveStep:
 
 # --- the table ---------------------------------------------------------------------------------
 
-MasterRule: TypeAlias = Callable[[MasterState, "MasterEvent", MasterOptions], MasterStep]
-SlaveRule: TypeAlias = Callable[[SlaveState, "SlaveEvent"], SlaveStep]
+StateT = TypeVar("StateT", MasterState, SlaveState)
+ActionT = TypeVar("ActionT", MasterAction, SlaveAction)
+PhaseT = TypeVar("PhaseT", MasterPhase, SlavePhase)
 
 
 @attrs.frozen
-class Rule:
-    """One allowed (phase, event) pair: the function and the phases it can lead to."""
+class Rule(Generic[StateT, ActionT, PhaseT]):
+    """One allowed (phase, event) pair: the function and the phases it can lead to.
 
-    apply: Callable[..., tuple[object, tuple[object, ...]]]
-    targets: tuple[enum.Enum, ...]
+    ``apply`` takes the state, the event (of the type the table keys it by) and, on the master
+    side, :class:`MasterOptions`; the step functions check at run time that the phase it
+    returns is one of ``targets``, so the drawn diagram cannot claim what the code does not do.
+    """
+
+    apply: Callable[..., tuple[StateT, tuple[ActionT, ...]]]
+    targets: tuple[PhaseT, ...]
+
+
+MasterRule: TypeAlias = Rule[MasterState, MasterAction, MasterPhase]
+SlaveRule: TypeAlias = Rule[SlaveState, SlaveAction, SlavePhase]
 
 
 _AWAIT, _XFER, _CLOSED = MasterPhase.AWAIT_REPORT, MasterPhase.TRANSFER, MasterPhase.CLOSED
 _DISC, _SXFER = SlavePhase.DISCONNECTED, SlavePhase.TRANSFER
 
-MASTER_TABLE: dict[tuple[MasterPhase, type], Rule] = {
+MASTER_TABLE: dict[tuple[MasterPhase, type], MasterRule] = {
     (_AWAIT, ReportReceived): Rule(_master_first_report, (_XFER, _CLOSED)),
     (_AWAIT, SendReady): Rule(_master_await_send, (_AWAIT,)),
     (_AWAIT, ReadIdle): Rule(_master_idle, (_CLOSED,)),
@@ -477,7 +519,7 @@ MASTER_TABLE: dict[tuple[MasterPhase, type], Rule] = {
     (_CLOSED, ConnectionLost): Rule(_master_lost, (_CLOSED,)),
 }
 
-SLAVE_TABLE: dict[tuple[SlavePhase, type], Rule] = {
+SLAVE_TABLE: dict[tuple[SlavePhase, type], SlaveRule] = {
     (_DISC, Connected): Rule(_slave_connected, (_SXFER,)),
     (_SXFER, HeaderReceived): Rule(_slave_header, (_SXFER, _DISC)),
     (_SXFER, BodyReceived): Rule(_slave_body, (_SXFER,)),
@@ -498,7 +540,10 @@ def master_step(state: MasterState, event: MasterEvent, options: MasterOptions) 
         raise LocalProtocolError(
             f"master side cannot handle {type(event).__name__} in phase {state.phase.value}"
         )
-    return rule.apply(state, event, options)  # type: ignore[return-value]
+    new, actions = rule.apply(state, event, options)
+    if new.phase not in rule.targets:
+        raise _wrong_target("master", state.phase, event, new.phase, rule.targets)
+    return new, actions
 
 
 def slave_step(state: SlaveState, event: SlaveEvent) -> SlaveStep:
@@ -508,49 +553,21 @@ def slave_step(state: SlaveState, event: SlaveEvent) -> SlaveStep:
         raise LocalProtocolError(
             f"slave side cannot handle {type(event).__name__} in phase {state.phase.value}"
         )
-    return rule.apply(state, event)  # type: ignore[return-value]
+    new, actions = rule.apply(state, event)
+    if new.phase not in rule.targets:
+        raise _wrong_target("slave", state.phase, event, new.phase, rule.targets)
+    return new, actions
 
 
-# --- sync replication (GroupTransferService), over every live connection's ack ----------------
-
-
-Vouch: TypeAlias = tuple[int, int]
-"""One live connection as sync replication sees it: ``(served_from, ack_offset)``."""
-
-
-def vouch(state: MasterState) -> Vouch:
-    """What a connection in TRANSFER vouches for (see :data:`Vouch`)."""
-    return state.served_from, state.ack_offset
-
-
-def replicated_offset(vouches: Iterable[Vouch], needed: int, start: int | None = None) -> int:
-    """The highest end that *needed* live connections have acked; -1 if too few.
-
-    With *start* (where a put's bytes begin), only connections served from at or before it
-    count: a connection vouches only for bytes it carried itself. Without that, a slave served
-    from the master's last segment (or any client whose first report is the master's end)
-    would "ack" puts it never received (found by model/; RocketMQ has the same hole through
-    ``push2SlaveMaxOffset``).
-
-    RocketMQ 4.x uses the maximum ack ever seen from any slave, which a departed slave or a
-    bogus report keeps inflated (spec §2.1, §8 #3015). trioha counts only live connections'
-    accepted acks, and needs *needed* of them (5.x ``inSyncReplicas`` - 1).
-    """
-    if needed <= 0:
-        raise ValueError("needed must be positive")
-    ordered = sorted(
-        (ack for served, ack in vouches if start is None or served <= start), reverse=True
+def _wrong_target(
+    side: str, phase: enum.Enum, event: object, got: enum.Enum, targets: tuple[enum.Enum, ...]
+) -> AssertionError:
+    """The table declared other phases than its rule reached: a bug in this file, never input."""
+    declared = ", ".join(t.value for t in targets)
+    return AssertionError(
+        f"{side} rule for {type(event).__name__} in {phase.value} led to {got.value}, "
+        f"but the table declares only {declared}"
     )
-    if len(ordered) < needed:
-        return -1
-    return ordered[needed - 1]
-
-
-def slaves_available(vouches: Iterable[Vouch], needed: int, end: int, fallbehind_max: int
-                     ) -> bool:
-    """``HAService.isSlaveOK`` per slave: are *needed* live slaves within ``fallbehind_max``?"""
-    close_enough = sum(1 for _served, ack in vouches if end - ack < fallbehind_max)
-    return close_enough >= needed
 
 
 def transition_table_mermaid() -> str:
