@@ -26,14 +26,19 @@ from trioha._config import BrokerRole, parse_address
 from trioha.broker._metadata import Metadata, write_snapshots
 from trioha.broker._processor import BrokerProcessor
 from trioha.broker._registration import Registrar, namesrv_addresses
-from trioha.broker._reput import CHECKPOINT_FILE, ReputService
+from trioha.broker._reput import CHECKPOINT_FILE, FLUSH_INTERVAL, ReputService
 from trioha.broker._slavesync import SlaveSynchronize
 from trioha.broker._types import BrokerLike
 from trioha.namesrv._processor import serve_namesrv
 from trioha.namesrv._routes import DEFAULT_NAMESRV_PORT
 from trioha.remoting._client import RemotingClientPool, open_client_pool
-from trioha.remoting._server import serve_remoting
+from trioha.remoting._server import (
+    ConnectionCounters,
+    default_max_connections,
+    serve_remoting,
+)
 from trioha.store._consumequeue import ConsumeQueueStore
+from trioha.store._diskspace import METADATA, DiskGuard
 
 log = logging.getLogger("trioha.remoting")
 
@@ -54,6 +59,7 @@ class ClientSide:
     registrar: Registrar | None = None
     slave_sync: SlaveSynchronize | None = None
     namesrv_addr: tuple[str, int] | None = None
+    connections: ConnectionCounters = attrs.field(factory=ConnectionCounters)
 
 
 async def serve_client_side(
@@ -70,11 +76,16 @@ async def serve_client_side(
     root = broker.store.root
     meta = await trio.to_thread.run_sync(Metadata.load, root, config)
     queues = ConsumeQueueStore(root)
+    disk: DiskGuard = getattr(broker, "disk", None) or DiskGuard({})
     reput = ReputService(
-        broker.store.commitlog, queues, checkpoint=root / "config" / CHECKPOINT_FILE
+        broker.store.commitlog,
+        queues,
+        checkpoint=root / "config" / CHECKPOINT_FILE,
+        disk=disk,
+        retry_interval=min(FLUSH_INTERVAL, config.clean_resource_interval / 1000),
     )
     reput.recover()
-    persister = _Persister(meta)
+    persister = _Persister(meta, disk)
     try:
         # The pool outlives the tasks using it (the registrar unregisters on the way out).
         async with open_client_pool() as pool, trio.open_nursery() as nursery:
@@ -109,7 +120,15 @@ async def _start(
             if addresses
             else ("127.0.0.1", DEFAULT_NAMESRV_PORT)
         )
-        namesrv_bound = await nursery.start(serve_namesrv, host, port)
+        namesrv_bound = await nursery.start(
+            lambda task_status: serve_namesrv(
+                host,
+                port,
+                setting="namesrvAddr, --embedded-namesrv",
+                idle_timeout=config.server_channel_max_idle_time_seconds,
+                task_status=task_status,
+            )
+        )
         if not addresses or port == 0:  # register with the port it really got
             bound = f"{namesrv_bound[0]}:{namesrv_bound[1]}"
             config = attrs.evolve(config, namesrv_addr=";".join([bound, *addresses[1:]]))
@@ -120,6 +139,7 @@ async def _start(
         if registrar is not None:
             registrar.request()
 
+    connections = ConnectionCounters()
     processor = BrokerProcessor(
         broker,
         meta,
@@ -134,6 +154,10 @@ async def _start(
             config.broker_ip1,
             config.listen_port,
             on_close=processor.connection_closed,
+            setting="listenPort, --listen",
+            idle_timeout=config.server_channel_max_idle_time_seconds,
+            max_connections=config.server_max_connections or default_max_connections(),
+            counters=connections,
             task_status=task_status,
         )
     )
@@ -182,7 +206,15 @@ async def _start(
         await nursery.start(registrar.run)
 
     def extra_info() -> dict[str, str]:
-        info = {"namesrvAddr": config.namesrv_addr or ""}
+        info = {
+            "namesrvAddr": config.namesrv_addr or "",
+            "connectionsOpen": str(connections.open),
+            "connectionsRefused": str(connections.refused),
+            "connectionsIdleClosed": str(connections.idle_closed),
+            # DefaultMessageStore.getRuntimeInfo's RunningStats names.
+            "commitLogDiskRatio": str(reput.disk.ratios.get("CL", -1.0)),
+            "consumeQueueDiskRatio": str(reput.disk.ratios.get("CQ", -1.0)),
+        }
         if registrar is not None:
             info["namesrvRegistrations"] = str(registrar.registrations)
         if slave_sync is not None:
@@ -200,6 +232,7 @@ async def _start(
         registrar=registrar,
         slave_sync=slave_sync,
         namesrv_addr=namesrv_bound,
+        connections=connections,
     )
 
 
@@ -209,15 +242,26 @@ class _Persister:
     The tables are encoded in the event loop (they change there), only the file IO moves.
     """
 
-    def __init__(self, meta: Metadata) -> None:
+    def __init__(self, meta: Metadata, disk: DiskGuard) -> None:
         self.meta = meta
+        self.disk = disk
         self._lock = trio.Lock()
 
     async def persist(self) -> None:
+        """Write what changed; a refused write (a full disk) is reported to the disk guard
+        and the tables stay dirty, so the next round writes them again."""
         async with self._lock:
             snapshots = self.meta.dirty_snapshots()
-            if snapshots:
+            if not snapshots:
+                return
+            try:
                 await trio.to_thread.run_sync(write_snapshots, snapshots)
+            except OSError as exc:
+                self.meta.mark_dirty(path for path, _text in snapshots)
+                self.disk.failed(METADATA, exc, blocks_puts=False)
+                return
+            if self.disk.failing(METADATA):
+                self.disk.succeeded(METADATA)
 
 
 async def _housekeeping(processor: BrokerProcessor, persister: _Persister) -> NoReturn:

@@ -28,7 +28,7 @@ from trioha.remoting._codes import RequestCode, ResponseCode
 from trioha.remoting._connection import RemotingConnection
 from trioha.remoting._dataversion import DataVersion
 from trioha.remoting._json import dumps_bytes, loads_lenient
-from trioha.remoting._server import serve_remoting
+from trioha.remoting._server import default_max_connections, serve_remoting
 
 log = logging.getLogger("trioha.namesrv")
 
@@ -173,14 +173,24 @@ class NamesrvProcessor:
         self.routes.on_channel_destroy(connection)
 
 
+#: ``NettyServerConfig.serverChannelMaxIdleTimeSeconds``.
+DEFAULT_IDLE_TIMEOUT = 120.0
+
+
 async def serve_namesrv(
     host: str = "127.0.0.1",
     port: int = DEFAULT_NAMESRV_PORT,
     *,
     processor: NamesrvProcessor | None = None,
+    setting: str = "--listen",
+    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
-    """Run a name server on ``host:port`` (0: any free port) until cancelled."""
+    """Run a name server on ``host:port`` (0: any free port) until cancelled.
+
+    A connection idle for ``idle_timeout`` seconds is closed (``serverChannelMaxIdleTimeSeconds``);
+    an address that cannot be bound is a one-line ``ConfigError`` naming *setting*.
+    """
     processor = processor or NamesrvProcessor()
     async with trio.open_nursery() as nursery:
         address = await nursery.start(
@@ -189,6 +199,9 @@ async def serve_namesrv(
                 host,
                 port,
                 on_close=processor.connection_closed,
+                setting=setting,
+                idle_timeout=idle_timeout,
+                max_connections=default_max_connections(),
                 task_status=task_status,
             )
         )
