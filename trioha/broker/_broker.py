@@ -24,6 +24,7 @@ import trio
 from trioha._config import BrokerConfig, BrokerRole, FlushDiskType
 from trioha._errors import MessageTooLargeError, StorageError
 from trioha._status import PutResult, PutStatus
+from trioha.acl import HASecurity
 from trioha.broker._clientside import ClientSide, serve_client_side
 from trioha.net import HAClient, HAClientStatistics, HAService, HAServiceStatistics
 from trioha.net._waiters import OffsetWaiters
@@ -260,7 +261,12 @@ class Broker:
         else:
             nursery.start_soon(self._run_async_flusher)
         if self.role.is_master:
-            self.ha_service = HAService(self.config, self.store.commitlog)
+            security = HASecurity.for_config(self.config, master=True)
+            self.ha_service = HAService(
+                self.config,
+                self.store.commitlog,
+                accept=security.accept if security is not None else None,
+            )
             self.ha_address = await nursery.start(self.ha_service.serve)
             if self.role is BrokerRole.SYNC_MASTER and self.config.required_slave_acks == 0:
                 log.warning(
@@ -268,8 +274,12 @@ class Broker:
                     self.config.in_sync_replicas,
                 )
         else:
+            security = HASecurity.for_config(self.config, master=False)
             self.ha_client = HAClient(
-                self.config, self.store.commitlog, on_appended=self._on_log_grew
+                self.config,
+                self.store.commitlog,
+                on_appended=self._on_log_grew,
+                connect=security.connector(trio.open_tcp_stream) if security is not None else None,
             )
             await nursery.start(self.ha_client.run)
         self.client_side = await nursery.start(serve_client_side, self)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NoReturn
 
 import attrs
@@ -67,12 +68,20 @@ class HAServiceStatistics:
     connections_closed: int
 
 
+StreamGate = Callable[[trio.abc.Stream, str], Awaitable[trio.abc.Stream | None]]
+
+
 class HAService:
     """Accepts slave connections and answers "is this offset replicated?"."""
 
-    def __init__(self, config: BrokerConfig, commitlog: CommitLog) -> None:
+    def __init__(
+        self, config: BrokerConfig, commitlog: CommitLog, *, accept: StreamGate | None = None
+    ) -> None:
         self.config = config
         self.commitlog = commitlog
+        #: Runs on each accepted socket before the HA protocol (trioha.acl.HASecurity.accept):
+        #: the stream to serve, or None to drop the connection.
+        self.accept = accept
         self.options = MasterOptions(
             batch_size=config.ha_transfer_batch_size,
             sync_from_oldest=config.ha_sync_from_oldest,
@@ -116,7 +125,7 @@ class HAService:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.time_out_puts)
             task_status.started(self.address)
-            await trio.serve_listeners(self.handle_stream, listeners)
+            await trio.serve_listeners(self._serve_accepted, listeners)
         raise AssertionError("unreachable: serve_listeners never returns")
 
     async def time_out_puts(
@@ -129,6 +138,16 @@ class HAService:
         :meth:`wait_replicated` refuses to wait rather than wait forever.
         """
         await self._waiters.expire(task_status=task_status)
+
+    async def _serve_accepted(self, stream: trio.SocketStream) -> None:
+        peer = _peer_name(stream)
+        served: trio.abc.Stream | None = stream
+        if self.accept is not None:
+            served = await self.accept(stream, peer)
+        if served is None:
+            await trio.aclose_forcefully(stream)
+            return
+        await self.handle_stream(served, peer)
 
     async def handle_stream(self, stream: trio.abc.Stream, peer: str | None = None) -> None:
         """Serve one slave on *stream* until the connection ends; never raises."""
