@@ -111,7 +111,7 @@ class HASecurity:
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT):
                 return await self._accept(stream)
-        except (HAAuthError, trio.TooSlowError, trio.BrokenResourceError) as exc:
+        except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
             self.refused += 1
             reason = str(exc.__cause__ or exc) or "timed out"
             self._log.warning(

@@ -1,0 +1,209 @@
+"""TLS on the broker port (``tls.server.mode``) and the authenticated HA port.
+
+Certificates come from a throwaway CA made by ``trustme`` for each test.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from trioha._config import BrokerConfig
+from trioha._errors import ConfigError, RemotingError
+from trioha.acl import HASecurity
+from trioha.broker import Broker, open_broker
+from trioha.remoting import ResponseCode
+from trioha.remoting._client import open_client_pool
+from trioha.remoting._mqclient import pull_message, send_message
+
+trustme = pytest.importorskip("trustme")
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> dict[str, str]:
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    client = ca.issue_cert("slave.example")
+    paths = {
+        "ca": tmp_path / "ca.pem",
+        "cert": tmp_path / "server.pem",
+        "key": tmp_path / "server.key",
+        "client_cert": tmp_path / "client.pem",
+        "client_key": tmp_path / "client.key",
+    }
+    ca.cert_pem.write_to_path(str(paths["ca"]))
+    server.cert_chain_pems[0].write_to_path(str(paths["cert"]))
+    server.private_key_pem.write_to_path(str(paths["key"]))
+    client.cert_chain_pems[0].write_to_path(str(paths["client_cert"]))
+    client.private_key_pem.write_to_path(str(paths["client_key"]))
+    other = trustme.CA()  # a CA nobody trusts
+    stranger = other.issue_cert("127.0.0.1")
+    stranger.cert_chain_pems[0].write_to_path(str(tmp_path / "stranger.pem"))
+    stranger.private_key_pem.write_to_path(str(tmp_path / "stranger.key"))
+    return {k: str(v) for k, v in paths.items()} | {
+        "stranger_cert": str(tmp_path / "stranger.pem"),
+        "stranger_key": str(tmp_path / "stranger.key"),
+    }
+
+
+def trusting(pki: dict[str, str]) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=pki["ca"])
+    ctx.check_hostname = False
+    return ctx
+
+
+@asynccontextmanager
+async def running(config: BrokerConfig) -> AsyncIterator[Broker]:
+    async with open_broker(config) as broker:
+        yield broker
+
+
+def broker_config(root: Path, pki: dict[str, str], mode: str, **more: Any) -> BrokerConfig:
+    return BrokerConfig(
+        store_path_root_dir=str(root),
+        listen_port=0,
+        ha_listen_port=0,
+        mapped_file_size_commit_log=1 << 20,
+        tls_server_mode=mode,
+        tls_server_cert_path=pki["cert"],
+        tls_server_key_path=pki["key"],
+        **more,
+    )
+
+
+async def test_producer_and_consumer_over_tls(tmp_path: Path, pki: dict[str, str]) -> None:
+    async with running(broker_config(tmp_path / "s", pki, "enforcing")) as broker:
+        assert broker.client_side is not None
+        addr = broker.client_side.broker_addr
+        async with open_client_pool(ssl_context=trusting(pki)) as pool:
+            for i in range(5):
+                sent = await send_message(pool, addr, topic="Tls", body=b"m%d" % i, queue_id=0)
+                assert sent.status == "SEND_OK"
+            await broker.client_side.reput.wait_dispatched(broker.store.commitlog.max_offset)
+            pulled = await pull_message(pool, addr, group="G", topic="Tls", queue_id=0, offset=0)
+            assert pulled.code == ResponseCode.SUCCESS
+            assert [m.body for m in pulled.messages] == [b"m%d" % i for i in range(5)]
+        # Plaintext against an enforcing port: the connection is closed, nothing is served.
+        async with open_client_pool() as plain:
+            with pytest.raises(RemotingError, match="no response"):
+                await send_message(plain, addr, topic="Tls", body=b"x", queue_id=0)
+        assert broker.statistics().puts == 5
+
+
+async def test_permissive_serves_tls_and_plaintext_on_one_port(
+    tmp_path: Path, pki: dict[str, str]
+) -> None:
+    async with running(broker_config(tmp_path / "s", pki, "permissive")) as broker:
+        assert broker.client_side is not None
+        addr = broker.client_side.broker_addr
+        async with open_client_pool(ssl_context=trusting(pki)) as tls, open_client_pool() as plain:
+            for pool in (tls, plain):
+                sent = await send_message(pool, addr, topic="Both", body=b"x", queue_id=0)
+                assert sent.status == "SEND_OK"
+
+
+async def test_a_client_that_checks_the_server_refuses_an_unknown_certificate(
+    tmp_path: Path, pki: dict[str, str]
+) -> None:
+    config = broker_config(tmp_path / "s", pki, "enforcing").evolve(
+        tls_server_cert_path=pki["stranger_cert"], tls_server_key_path=pki["stranger_key"]
+    )
+    async with running(config) as broker, open_client_pool(ssl_context=trusting(pki)) as pool:
+        assert broker.client_side is not None
+        with pytest.raises(RemotingError, match="TLS handshake"):
+            await send_message(pool, broker.client_side.broker_addr, topic="T", body=b"x",
+                               queue_id=0)
+
+
+def test_enforcing_without_a_certificate_is_a_start_up_error() -> None:
+    from trioha.acl import TlsAcceptor
+
+    with pytest.raises(ConfigError, match="certPath"):
+        TlsAcceptor.for_config(BrokerConfig(tls_server_mode="enforcing"), what="broker port")
+    with pytest.raises(ConfigError, match="tls_server_mode"):
+        BrokerConfig(tls_server_mode="enforce")
+
+
+async def ha_pair(
+    tmp_path: Path, master_more: dict[str, Any], slave_more: dict[str, Any], wait: float = 5.0
+) -> tuple[int, int, Broker]:
+    """Run a master and a slave; (master end, slave end, master) once the slave has it all
+    or after *wait* seconds (a refused slave gets several tries in one second)."""
+    master_config = BrokerConfig(
+        store_path_root_dir=str(tmp_path / "m"),
+        listen_port=0,
+        ha_listen_port=0,
+        mapped_file_size_commit_log=1 << 20,
+        **master_more,
+    )
+    async with running(master_config) as master:
+        for i in range(3):
+            await master.put(topic="HA", body=b"body-%d" % i)
+        assert master.ha_address is not None
+        slave_config = BrokerConfig(
+            store_path_root_dir=str(tmp_path / "s"),
+            broker_role="SLAVE",
+            listen_port=0,
+            mapped_file_size_commit_log=1 << 20,
+            ha_master_address=f"127.0.0.1:{master.ha_address[1]}",
+            **slave_more,
+        )
+        target = master.store.commitlog.max_offset
+        async with running(slave_config) as slave:
+            with trio.move_on_after(wait):
+                while slave.store.commitlog.max_offset < target:  # noqa: ASYNC110
+                    await trio.sleep(0.02)
+            return target, slave.store.commitlog.max_offset, master
+
+
+async def test_ha_pair_over_tls_with_a_shared_secret(tmp_path: Path, pki: dict[str, str]) -> None:
+    tls: dict[str, Any] = {"ha_tls_enable": True, "ha_tls_trust_cert_path": pki["ca"]}
+    target, got, master = await ha_pair(
+        tmp_path,
+        {**tls, "ha_tls_cert_path": pki["cert"], "ha_tls_key_path": pki["key"],
+         "ha_auth_secret": "s3cret"},
+        {**tls, "ha_auth_secret": "s3cret"},
+    )
+    assert got == target > 0
+    assert master.ha_service is not None and master.ha_service.accept is not None
+
+
+async def test_ha_port_refuses_a_wrong_secret_and_a_plain_slave(
+    tmp_path: Path, pki: dict[str, str]
+) -> None:
+    master = {"ha_auth_secret": "s3cret"}
+    target, got, _ = await ha_pair(tmp_path / "a", master, {"ha_auth_secret": "guess"}, 1)
+    assert target > 0 and got == 0
+    target, got, _ = await ha_pair(tmp_path / "b", master, {}, 1)  # RocketMQ-like
+    assert target > 0 and got == 0
+
+
+async def test_ha_client_certificate_is_checked(tmp_path: Path, pki: dict[str, str]) -> None:
+    master: dict[str, Any] = {
+        "ha_tls_enable": True, "ha_tls_cert_path": pki["cert"], "ha_tls_key_path": pki["key"],
+        "ha_tls_trust_cert_path": pki["ca"], "ha_tls_need_client_auth": True,
+    }
+    base = {"ha_tls_enable": True, "ha_tls_trust_cert_path": pki["ca"]}
+    _, got, _ = await ha_pair(tmp_path / "a", master, base, 1)  # no certificate
+    assert got == 0
+    _, got, _ = await ha_pair(
+        tmp_path / "b", master,
+        {**base, "ha_tls_cert_path": pki["stranger_cert"], "ha_tls_key_path": pki["stranger_key"]},
+        1,
+    )
+    assert got == 0
+    target, got, _ = await ha_pair(
+        tmp_path / "c", master,
+        {**base, "ha_tls_cert_path": pki["client_cert"], "ha_tls_key_path": pki["client_key"]},
+    )
+    assert got == target > 0
+
+
+def test_ha_security_is_off_by_default() -> None:
+    assert HASecurity.for_config(BrokerConfig(), master=True) is None
