@@ -2,7 +2,8 @@
 
 ``register_commands(subparsers)`` adds them to ``python -m trioha``:
 
-* ``namesrv [--listen HOST:PORT]``: a name server (default 127.0.0.1:9876);
+* ``namesrv [--listen HOST:PORT] [--acl-file plain_acl.yml] [--tls-config tls.properties]``:
+  a name server (default 127.0.0.1:9876), with the ACL and TLS of docs/security.md;
 * ``put --namesrv HOST:PORT --topic T [--count N] [--size B]``: send N messages to the
   topic's masters, round robin over the queues, one status line each;
 * ``tail --namesrv HOST:PORT --topic T --group G``: consume every queue of the topic as group
@@ -20,11 +21,13 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
+from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 import trio
 
-from trioha._config import parse_address
+from trioha._config import BrokerConfig, parse_address
 from trioha._errors import ConfigError, RemotingError
 from trioha.namesrv._processor import serve_namesrv
 from trioha.namesrv._routes import DEFAULT_NAMESRV_PORT
@@ -95,6 +98,20 @@ def register_commands(subparsers: Any) -> None:
         metavar="HOST:PORT",
         help=f"listen address (default 127.0.0.1:{DEFAULT_NAMESRV_PORT}; port 0 picks one)",
     )
+    namesrv.add_argument(
+        "--acl-file",
+        type=Path,
+        metavar="plain_acl.yml",
+        help="check every request against this RocketMQ ACL file (reloaded when it changes): "
+        "a valid signature always, an admin account for anything but reads",
+    )
+    namesrv.add_argument(
+        "--tls-config",
+        type=Path,
+        metavar="tls.properties",
+        help="RocketMQ TLS settings (tls.server.mode, tls.server.certPath, tls.server.keyPath, "
+        "...) for the name server port",
+    )
     namesrv.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     namesrv.set_defaults(handler=_run_namesrv)
 
@@ -125,12 +142,22 @@ def register_commands(subparsers: Any) -> None:
 
 
 def _run_namesrv(args: argparse.Namespace) -> int:
+    from trioha.acl import PlainAcl, TlsAcceptor
+
     host, port = parse_address(args.listen, what="--listen")
+    acl = PlainAcl.load(args.acl_file) if args.acl_file else None
+    tls = None
+    if args.tls_config:
+        tls = TlsAcceptor.for_config(
+            BrokerConfig.from_properties(args.tls_config), what="name server"
+        )
 
     async def main() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
-                await nursery.start(serve_namesrv, host, port)
+                await nursery.start(partial(serve_namesrv, host, port, acl=acl, tls=tls))
+                if acl is not None:
+                    nursery.start_soon(acl.watch)
                 async for signum in signals:
                     log.info("%s received; stopping", signal.Signals(signum).name)
                     nursery.cancel_scope.cancel()
