@@ -180,14 +180,14 @@ class BrokerConfig:
     #: name servers, a slave's metadata sync). The secret may be left out when the ACL file
     #: holds the account. RocketMQ 4.x sends these unsigned.
     acl_access_key: str | None = None
-    acl_secret_key: str | None = None
+    acl_secret_key: str | None = attrs.field(default=None, repr=False)
     #: ``tls.server.mode``: ``disabled`` (plaintext only), ``permissive`` (TLS or plaintext,
     #: told apart by the first byte) or ``enforcing`` (TLS only), for the broker port and an
     #: embedded name server. A TLS client is refused while no certificate is configured.
     tls_server_mode: str = attrs.field(default="permissive", validator=_choice(TLS_MODES))
     tls_server_cert_path: str | None = None  # tls.server.certPath: PEM chain
     tls_server_key_path: str | None = None  # tls.server.keyPath: PEM private key
-    tls_server_key_password: str | None = None  # tls.server.keyPassword
+    tls_server_key_password: str | None = attrs.field(default=None, repr=False)
     #: ``tls.server.need.client.auth``: ``none``, ``optional`` or ``require`` a client certificate.
     tls_server_need_client_auth: str = attrs.field(
         default="none", converter=_lower, validator=_choice(("none", "optional", "require"))
@@ -199,7 +199,7 @@ class BrokerConfig:
     tls_enable: bool = False
     tls_client_cert_path: str | None = None  # tls.client.certPath
     tls_client_key_path: str | None = None  # tls.client.keyPath
-    tls_client_key_password: str | None = None  # tls.client.keyPassword
+    tls_client_key_password: str | None = attrs.field(default=None, repr=False)
     #: ``tls.client.authServer``: verify the server's certificate against ``trustCertPath``.
     tls_client_auth_server: bool = False
     tls_client_trust_cert_path: str | None = None

@@ -252,3 +252,27 @@ def test_refusals_name_the_resource_java_would_name_first() -> None:
     keys = "TopicX %RETRY%G1 T2 T3 %RETRY%G2 abc q zz TopicY %RETRY%C Z1 Z2 Z3 Z4"
     java = "zz abc TopicY TopicX %RETRY%C q Z1 Z2 Z3 %RETRY%G1 Z4 %RETRY%G2 T2 T3"
     assert java_hashmap_order(keys.split(" ")) == java.split(" ")
+
+
+def test_broker_conf_spells_the_keys_as_rocketmq(tmp_path: Path) -> None:
+    from trioha._config import BrokerConfig
+
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        "aclEnable=true\naclFile=/etc/acl.yml\naclAccessKey=brokerAdmin\n"
+        "tls.server.mode=enforcing\ntls.server.certPath=/c\ntls.server.keyPath=/k\n"
+        "tls.server.keyPassword=pw\ntls.server.need.client.auth=REQUIRE\n"
+        "tls.server.authClient=true\ntls.server.trustCertPath=/t\ntls.enable=true\n"
+        "tls.client.authServer=true\ntls.client.trustCertPath=/ct\ntls.test.mode.enable=false\n"
+        "haTlsEnable=true\nhaTlsNeedClientAuth=true\nhaAuthSecret=xyz\naclSecretKey=sk12345\n"
+    )
+    c = BrokerConfig.from_properties(conf)
+    assert (c.acl_enable, c.acl_file, c.acl_access_key) == (True, "/etc/acl.yml", "brokerAdmin")
+    assert (c.tls_server_mode, c.tls_server_need_client_auth) == ("enforcing", "require")
+    assert (c.tls_server_key_password, c.tls_server_trust_cert_path) == ("pw", "/t")
+    assert c.tls_server_auth_client and c.tls_enable and c.tls_client_auth_server
+    assert c.ha_tls_enable and c.ha_tls_need_client_auth and c.ha_auth_secret == "xyz"
+    assert "xyz" not in repr(c) and "sk12345" not in repr(c) and "pw" not in repr(c)
+    conf.write_text("tls.server.mode=enforce\n")
+    with pytest.raises(ConfigError, match="tls_server_mode"):
+        BrokerConfig.from_properties(conf)
