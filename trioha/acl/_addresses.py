@@ -2,7 +2,7 @@
 
 A pattern is compiled once when the ACL file loads; an invalid one is an error that names it.
 The client address is compared as text, IPv6 addresses after expansion to eight groups of four
-upper-case hex digits, exactly as RocketMQ compares them:
+upper-case hex digits, as RocketMQ compares them (docs/rocketmq-protocol.md §12.4):
 
 * blank: matches nothing; ``*``, ``*.*.*.*``, ``*:*:*:*:*:*:*:*``: matches everything;
 * ``192.168.1.{1,2,3}``: the prefix followed by each listed item;

@@ -4,8 +4,9 @@ Mirrors ``AclClientRPCHook`` / ``AclUtils.combineRequestContent`` / ``AclSigner`
 bytes are the *values* of every ext field except ``Signature``, in ascending key order by
 Java's ``String.compareTo`` (UTF-16 code units), concatenated with no separator and encoded as
 UTF-8, followed by the raw body. The signature is the standard Base64 (padded) of
-HMAC-SHA1 keyed with the UTF-8 secret key. The same function signs (a client, or a broker
-talking to another broker or a name server) and verifies (the broker and the name server).
+HMAC-SHA1 keyed with the UTF-8 secret key (docs/rocketmq-protocol.md §12.2). The same
+function signs (a client, or a broker talking to another broker or a name server) and verifies
+(the broker and the name server).
 """
 
 from __future__ import annotations

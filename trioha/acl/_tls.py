@@ -1,4 +1,4 @@
-"""TLS on the remoting ports, as RocketMQ 4.9.7 offers it (``TlsSystemConfig``, ``TlsHelper``).
+"""TLS on the remoting ports as RocketMQ 4.9.7 offers it (docs/rocketmq-protocol.md §13).
 
 * :func:`server_context` / :func:`client_context` build stdlib ``ssl`` contexts from the
   RocketMQ settings (``tls.server.*``, ``tls.client.*``).

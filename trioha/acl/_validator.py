@@ -2,7 +2,7 @@
 
 Mirrors ``PlainAccessValidator.parse`` (which resources a request needs) and
 ``PlainPermissionManager.validate``/``checkPerm`` (whether the caller has them), in RocketMQ's
-order, first match deciding:
+order, first match deciding (docs/rocketmq-protocol.md §12.3):
 
 1. a global white pattern matches the client IP: allowed;
 2. no ``AccessKey``: ``No accessKey is configured``;
