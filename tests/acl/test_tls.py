@@ -46,14 +46,16 @@ def pki(tmp_path: Path) -> dict[str, str]:
     stranger = other.issue_cert("127.0.0.1")
     stranger.cert_chain_pems[0].write_to_path(str(tmp_path / "stranger.pem"))
     stranger.private_key_pem.write_to_path(str(tmp_path / "stranger.key"))
+    other.cert_pem.write_to_path(str(tmp_path / "stranger-ca.pem"))
     return {k: str(v) for k, v in paths.items()} | {
         "stranger_cert": str(tmp_path / "stranger.pem"),
         "stranger_key": str(tmp_path / "stranger.key"),
+        "stranger_ca": str(tmp_path / "stranger-ca.pem"),
     }
 
 
-def trusting(pki: dict[str, str]) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cafile=pki["ca"])
+def trusting(pki: dict[str, str], ca: str = "ca") -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=pki[ca])
     ctx.check_hostname = False
     return ctx
 
@@ -207,3 +209,68 @@ async def test_ha_client_certificate_is_checked(tmp_path: Path, pki: dict[str, s
 
 def test_ha_security_is_off_by_default() -> None:
     assert HASecurity.for_config(BrokerConfig(), master=True) is None
+
+
+async def test_the_broker_registers_over_tls_with_a_signed_request(
+    tmp_path: Path, pki: dict[str, str]
+) -> None:
+    """``tls.enable`` and ``aclAccessKey``: registration with an enforcing, ACL-checking
+    embedded name server goes over TLS, signed with the broker's own account."""
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text(
+        "accounts:\n  - {accessKey: brokerAdmin, secretKey: brokerSecret1, admin: true}\n"
+    )
+    config = broker_config(
+        tmp_path / "s", pki, "enforcing",
+        namesrv_addr="127.0.0.1:0", embedded_namesrv=True, tls_enable=True,
+        tls_client_auth_server=True, tls_client_trust_cert_path=pki["ca"],
+        acl_enable=True, acl_file=str(acl_file), acl_access_key="brokerAdmin",
+    )
+    async with running(config) as broker:
+        side = broker.client_side
+        assert side is not None and side.registrar is not None and side.acl is not None
+        assert side.registrar.registrations >= 1
+        assert side.guard is not None and side.guard.denied == 0
+
+
+async def test_a_changed_certificate_is_used_for_new_connections(
+    tmp_path: Path, pki: dict[str, str]
+) -> None:
+    import shutil
+
+    from trioha.acl import TlsAcceptor
+    from trioha.remoting import RemotingCommand, serve_remoting
+    from trioha.remoting._connection import RejectAllRequests
+
+    cert, key = tmp_path / "live.pem", tmp_path / "live.key"
+    shutil.copy(pki["cert"], cert)
+    shutil.copy(pki["key"], key)
+    config = BrokerConfig(
+        tls_server_mode="enforcing", tls_server_cert_path=str(cert), tls_server_key_path=str(key)
+    )
+    acceptor = TlsAcceptor.for_config(config, what="test port")
+    assert acceptor is not None
+    ping = RemotingCommand.request(999)
+    async with trio.open_nursery() as nursery:
+        host, port = await nursery.start(
+            lambda task_status: serve_remoting(
+                RejectAllRequests(), "127.0.0.1", 0, wrap_stream=acceptor,
+                task_status=task_status,
+            )
+        )
+        address = f"{host}:{port}"
+        async with open_client_pool(ssl_context=trusting(pki)) as pool:
+            answer = await pool.request(address, ping)
+            assert answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        cert.write_text("not a certificate")  # a broken edit: the old context stays
+        assert not acceptor.reload_if_changed()
+        shutil.copy(pki["stranger_cert"], cert)
+        shutil.copy(pki["stranger_key"], key)
+        assert acceptor.reload_if_changed() and acceptor.reloads == 1
+        async with open_client_pool(ssl_context=trusting(pki, "stranger_ca")) as pool:
+            answer = await pool.request(address, ping)
+            assert answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        async with open_client_pool(ssl_context=trusting(pki)) as pool:
+            with pytest.raises(RemotingError, match="TLS handshake"):
+                await pool.request(address, ping)
+        nursery.cancel_scope.cancel()

@@ -9,6 +9,9 @@
   whose first byte is 0 for any frame up to 16 MiB): kept in ``permissive`` mode, closed in
   ``enforcing`` mode. ``disabled`` needs no acceptor.
 
+The certificate, key and trust files are looked at again (at most once a second, when a
+client connects) and the context rebuilt when one changed; open connections keep theirs.
+
 Differences from RocketMQ (docs/security.md): no throwaway self-signed certificate is made
 (``tls.test.mode.enable`` is ignored): without a certificate a TLS client is refused; and a
 client certificate can only be asked for together with a trust store to verify it against
@@ -18,6 +21,8 @@ client certificate can only be asked for together with a trust store to verify i
 from __future__ import annotations
 
 import logging
+import math
+import os
 import ssl
 from collections.abc import Awaitable, Callable
 
@@ -34,6 +39,9 @@ log = logging.getLogger("trioha.tls")
 TLS_HANDSHAKE = 0x16
 #: How long an accepted socket may take to send its first byte and finish the TLS handshake.
 HANDSHAKE_TIMEOUT = 10.0
+
+#: The certificate files are looked at, on an accept, at most this often.
+RELOAD_CHECK_INTERVAL = 1.0
 
 StreamWrapper = Callable[[trio.SocketStream], Awaitable[trio.abc.Stream | None]]
 
@@ -104,12 +112,25 @@ def client_context(config: BrokerConfig) -> ssl.SSLContext | None:
 class TlsAcceptor:
     """Sniffs each accepted socket and wraps it in TLS or refuses it (see the module doc)."""
 
-    def __init__(self, mode: str, context: ssl.SSLContext | None, *, what: str) -> None:
+    def __init__(
+        self,
+        mode: str,
+        context: ssl.SSLContext | None,
+        *,
+        what: str,
+        reload: Callable[[], ssl.SSLContext | None] | None = None,
+        watched: tuple[str, ...] = (),
+    ) -> None:
         if mode not in {"permissive", "enforcing"}:
             raise ConfigError(f"TlsAcceptor needs mode permissive or enforcing, got {mode!r}")
         self.mode = mode
         self.context = context
         self.what = what
+        self.reloads = 0
+        self._reload = reload
+        self._watched = watched
+        self._stamp = _stamp(watched)
+        self._checked = -math.inf
         self.tls = 0
         self.plaintext = 0
         self.refused = 0
@@ -126,10 +147,44 @@ class TlsAcceptor:
         context = server_context(config)
         if config.tls_server_mode == "disabled" or context is None:
             return None
-        return cls(config.tls_server_mode, context, what=what)
+        watched = (
+            config.tls_server_cert_path,
+            config.tls_server_key_path,
+            config.tls_server_trust_cert_path,
+        )
+        return cls(
+            config.tls_server_mode,
+            context,
+            what=what,
+            reload=lambda: server_context(config),
+            watched=tuple(p for p in watched if p),
+        )
+
+    def reload_if_changed(self) -> bool:
+        """Rebuild the context when a certificate, key or trust file changed (as RocketMQ's
+        ``FileWatchService`` does); open connections keep their session. A file that does not
+        load leaves the previous context in use."""
+        stamp = _stamp(self._watched)
+        if stamp == self._stamp or self._reload is None:
+            return False
+        self._stamp = stamp
+        try:
+            context = self._reload()
+        except ConfigError as exc:
+            log.error("%s: TLS files changed but cannot be loaded; keeping the old ones: %s",
+                      self.what, exc)
+            return False
+        self.context = context
+        self.reloads += 1
+        log.info("%s: TLS certificate reloaded", self.what)
+        return True
 
     async def __call__(self, stream: trio.SocketStream) -> trio.abc.Stream | None:
         peer = _peer(stream)
+        now = trio.current_time()
+        if now - self._checked >= RELOAD_CHECK_INTERVAL:
+            self._checked = now
+            self.reload_if_changed()
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT):
                 first = await stream.receive_some(65536)
@@ -173,6 +228,18 @@ class TlsAcceptor:
             return None
         self.tls += 1
         return tls
+
+
+def _stamp(paths: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
+    out = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append((-1, -1))
+        else:
+            out.append((st.st_mtime_ns, st.st_size))
+    return tuple(out)
 
 
 def _peer(stream: trio.abc.Stream) -> str:
