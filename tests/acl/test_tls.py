@@ -231,6 +231,8 @@ async def test_the_broker_registers_over_tls_with_a_signed_request(
         assert side is not None and side.registrar is not None and side.acl is not None
         assert side.registrar.registrations >= 1
         assert side.guard is not None and side.guard.denied == 0
+        info = side.processor.extra_info()
+        assert info["aclDenied"] == "0" and info["aclReloadError"] == ""
 
 
 async def test_a_changed_certificate_is_used_for_new_connections(

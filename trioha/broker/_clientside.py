@@ -211,6 +211,11 @@ async def _start(
         info = {"namesrvAddr": config.namesrv_addr or ""}
         if registrar is not None:
             info["namesrvRegistrations"] = str(registrar.registrations)
+        if guard is not None and acl is not None:  # trioha's own: the ACL at work
+            info["aclAllowed"] = str(guard.allowed)
+            info["aclDenied"] = str(guard.denied)
+            info["aclReloads"] = str(acl.reloads)
+            info["aclReloadError"] = acl.last_error or ""
         if slave_sync is not None:
             info["masterAddr"] = slave_sync.master_addr or ""
             info["metadataSyncs"] = str(slave_sync.syncs)
