@@ -9,9 +9,6 @@ with ``set_session_credentials``.
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,7 +17,7 @@ from typing import Any
 import pytest
 import trio
 
-from tests.broker.official_client import __file__ as HELPER
+from tests.broker.test_official_client import official
 from trioha._config import BrokerConfig
 from trioha.acl import PlainAcl, RequestSigner
 from trioha.broker import Broker, open_broker
@@ -55,19 +52,17 @@ needs_client = pytest.mark.skipif(
 )
 
 
-async def official(home: Path, creds: tuple[str, str] | None, *args: str) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RMQ_")}
-    env["HOME"] = str(home)
-    if creds is not None:
-        env["RMQ_ACCESS_KEY"], env["RMQ_SECRET_KEY"] = creds
-    with trio.fail_after(120):
-        done = await trio.run_process(
-            [sys.executable, str(HELPER), *args], capture_stdout=True, capture_stderr=True, env=env
+async def start_namesrv(
+    nursery: trio.Nursery, acl_file: Path, processor: NamesrvProcessor
+) -> str:
+    """A name server with the ACL of *acl_file* on a free port; its address."""
+    host, port = await nursery.start(
+        lambda task_status: serve_namesrv(
+            "127.0.0.1", 0, processor=processor, acl=PlainAcl.load(acl_file),
+            task_status=task_status,
         )
-    lines = done.stdout.decode().strip().splitlines()
-    assert lines, done.stderr.decode()[-2000:]
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
+    )
+    return f"{host}:{port}"
 
 
 @asynccontextmanager
@@ -86,13 +81,7 @@ async def acl_cluster(
     acl_file.write_text(ACL)
     processor = NamesrvProcessor()
     async with trio.open_nursery() as outer:
-        host, port = await outer.start(
-            lambda task_status: serve_namesrv(
-                "127.0.0.1", 0, processor=processor, acl=PlainAcl.load(acl_file),
-                task_status=task_status,
-            )
-        )
-        namesrv = f"{host}:{port}"
+        namesrv = await start_namesrv(outer, acl_file, processor)
         common: dict[str, Any] = {
             "namesrv_addr": namesrv,
             "mapped_file_size_commit_log": 1 << 20,
@@ -135,11 +124,15 @@ async def test_official_client_with_credentials_against_sync_master_and_slave(
         assert len(processor.routes.live) == 2
 
         good = ("RocketMQ", "12345678")
-        sent = await official(tmp_path, good, "produce", namesrv, "AclTopic", "20", "ok")
+        sent = await official(
+            tmp_path, "produce", namesrv, "AclTopic", "20", "ok", credentials=good
+        )
         assert sent["errors"] == [] and sent["statuses"] == ["OK"] * 20
         # SEND_OK from a SYNC_MASTER: the slave holds every message.
         assert slave.store.commitlog.max_offset >= master.store.commitlog.max_offset > 0
-        got = await official(tmp_path, good, "push", namesrv, "AclTopic", "AclGroup", "20", "30")
+        got = await official(
+            tmp_path, "push", namesrv, "AclTopic", "AclGroup", "20", "30", credentials=good
+        )
         assert sorted(set(got["bodies"])) == sorted(f"ok-{i}" for i in range(20))
 
         # The slave's metadata sync is signed: it got the master's topic and offsets.
@@ -153,7 +146,9 @@ async def test_official_client_with_credentials_against_sync_master_and_slave(
         puts = master.statistics().puts
         refused = side.guard.denied
         for creds in (("RocketMQ", "wrong-secret"), ("readOnly1", "readOnly1secret"), None):
-            bad = await official(tmp_path, creds, "produce", namesrv, "AclTopic", "1", "bad")
+            bad = await official(
+                tmp_path, "produce", namesrv, "AclTopic", "1", "bad", credentials=creds
+            )
             assert bad["statuses"] == [] and len(bad["errors"]) == 1, creds
         assert master.statistics().puts == puts  # nothing stored
         # The account without PUB got through the name server (reads need any valid
@@ -178,13 +173,7 @@ async def test_unsigned_registration_and_kv_writes_are_refused(tmp_path: Path) -
         return RemotingCommand.request(code, fields, body if code == 103 else b"")
 
     async with trio.open_nursery() as nursery:
-        host, port = await nursery.start(
-            lambda task_status: serve_namesrv(
-                "127.0.0.1", 0, processor=processor, acl=PlainAcl.load(acl_file),
-                task_status=task_status,
-            )
-        )
-        namesrv = f"{host}:{port}"
+        namesrv = await start_namesrv(nursery, acl_file, processor)
         async with open_client_pool() as stranger, open_client_pool(rpc_hook=admin) as broker:
             ok = await broker.request(namesrv, register("127.0.0.1:10911", "broker-a"))
             assert ok.code == ResponseCode.SUCCESS

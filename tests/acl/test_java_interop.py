@@ -19,6 +19,7 @@ import pytest
 import trio
 
 from tests.acl.java_probe import probe
+from tests.acl.test_acl_e2e import ACL
 from trioha._config import BrokerConfig
 from trioha.broker import open_broker
 
@@ -37,21 +38,6 @@ def _reference() -> Path:
 
 
 REFERENCE = _reference()
-
-ACL = """
-accounts:
-  - accessKey: RocketMQ
-    secretKey: "12345678"
-    defaultTopicPerm: DENY
-    defaultGroupPerm: DENY
-    topicPerms:
-      - AclTopic=PUB|SUB
-    groupPerms:
-      - AclGroup=SUB
-  - accessKey: brokerAdmin
-    secretKey: brokerSecret1
-    admin: true
-"""
 
 JVM = (
     "-Xms256m -Xmx512m -XX:+UseG1GC -XX:MaxDirectMemorySize=512m "

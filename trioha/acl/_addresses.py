@@ -27,16 +27,16 @@ def _expand_v6(text: str) -> str:
 
 
 def _is_v4(text: str) -> bool:
-    try:
-        ipaddress.IPv4Address(text)
-    except ValueError:
-        return False
-    return True
+    return _parses(ipaddress.IPv4Address, text)
 
 
 def _is_v6(text: str) -> bool:
+    return _parses(ipaddress.IPv6Address, text)
+
+
+def _parses(kind: type[ipaddress.IPv4Address | ipaddress.IPv6Address], text: str) -> bool:
     try:
-        ipaddress.IPv6Address(text)
+        kind(text)
     except ValueError:
         return False
     return True

@@ -13,7 +13,9 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections import OrderedDict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import NoReturn
 
@@ -36,11 +38,13 @@ WATCH_INTERVAL = 5.0
 LOGGED_MAX = 4096
 
 
-def _stamp(paths: list[Path]) -> tuple[tuple[str, int, int], ...]:
+def file_stamps(paths: Iterable[str | Path]) -> tuple[tuple[str, int, int], ...]:
+    """Path, modification time and size of each file (-1s for a missing one): what the
+    watchers compare to notice a file added, removed or changed."""
     out = []
     for path in paths:
         try:
-            st = path.stat()
+            st = os.stat(path)
         except OSError:
             out.append((str(path), -1, -1))
         else:
@@ -65,7 +69,7 @@ class PlainAcl:
         if not acl.path.is_file():
             raise ConfigError(f"ACL is enabled but the ACL file {acl.path} does not exist")
         files = acl_files(acl.path)
-        acl._stamp = _stamp(files)
+        acl._stamp = file_stamps(files)
         acl.table = load_table(files)
         log.info(
             "ACL loaded from %s: %d accounts, %d global white patterns",
@@ -78,7 +82,7 @@ class PlainAcl:
     def reload_if_changed(self) -> bool:
         """Reload when a file was added, removed or changed; True if a new table is in use."""
         files = acl_files(self.path)
-        stamp = _stamp(files)
+        stamp = file_stamps(files)
         if stamp == self._stamp:
             return False
         self._stamp = stamp

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import ssl
 from collections.abc import Awaitable, Callable
 
@@ -30,7 +29,7 @@ import trio
 
 from trioha._config import BrokerConfig
 from trioha._errors import ConfigError
-from trioha.acl._guard import LogOnce
+from trioha.acl._guard import LogOnce, file_stamps
 from trioha.acl._streams import PrefixedStream
 
 log = logging.getLogger("trioha.tls")
@@ -129,7 +128,7 @@ class TlsAcceptor:
         self.reloads = 0
         self._reload = reload
         self._watched = watched
-        self._stamp = _stamp(watched)
+        self._stamp = file_stamps(watched)
         self._checked = -math.inf
         self.tls = 0
         self.plaintext = 0
@@ -164,7 +163,7 @@ class TlsAcceptor:
         """Rebuild the context when a certificate, key or trust file changed (as RocketMQ's
         ``FileWatchService`` does); open connections keep their session. A file that does not
         load leaves the previous context in use."""
-        stamp = _stamp(self._watched)
+        stamp = file_stamps(self._watched)
         if stamp == self._stamp or self._reload is None:
             return False
         self._stamp = stamp
@@ -228,18 +227,6 @@ class TlsAcceptor:
             return None
         self.tls += 1
         return tls
-
-
-def _stamp(paths: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
-    out = []
-    for path in paths:
-        try:
-            st = os.stat(path)
-        except OSError:
-            out.append((-1, -1))
-        else:
-            out.append((st.st_mtime_ns, st.st_size))
-    return tuple(out)
 
 
 def _peer(stream: trio.abc.Stream) -> str:
