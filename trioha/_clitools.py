@@ -11,6 +11,11 @@
   is gone it reads from the slave (the route lists it);
 * ``status HOST:PORT``: a broker's runtime figures (GET_BROKER_RUNTIME_INFO): role, offsets,
   slaves and their lag, metadata versions.
+
+``put``, ``tail`` and ``status`` sign their requests with ``TRIOHA_ACCESS_KEY`` and
+``TRIOHA_SECRET_KEY`` when those are set (the ACL, docs/security.md; ``status`` needs an admin
+account), and speak TLS when ``TRIOHA_TLS=1`` (any server certificate) or ``TRIOHA_TLS_TRUST``
+names the CA file to verify the server against. Secrets stay out of the process's arguments.
 """
 
 from __future__ import annotations
@@ -18,9 +23,12 @@ from __future__ import annotations
 import argparse
 import itertools
 import logging
+import os
 import signal
+import ssl
 import sys
 from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from functools import partial
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
@@ -167,6 +175,31 @@ def _run_namesrv(args: argparse.Namespace) -> int:
     return 0
 
 
+def _open_pool() -> AbstractAsyncContextManager[RemotingClientPool]:
+    """A client pool signing and speaking TLS as the environment says (module docstring)."""
+    from trioha.acl import RequestSigner
+
+    access_key, secret_key = os.environ.get("TRIOHA_ACCESS_KEY"), os.environ.get(
+        "TRIOHA_SECRET_KEY"
+    )
+    if access_key and not secret_key:
+        raise ConfigError("TRIOHA_ACCESS_KEY is set but TRIOHA_SECRET_KEY is not")
+    signer = RequestSigner(access_key, secret_key or "") if access_key else None
+    trust = os.environ.get("TRIOHA_TLS_TRUST")
+    context: ssl.SSLContext | None = None
+    if trust or os.environ.get("TRIOHA_TLS") == "1":
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False  # as RocketMQ: the chain is checked, not the host name
+        if trust:
+            try:
+                context.load_verify_locations(trust)
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigError(f"TRIOHA_TLS_TRUST={trust}: {exc}") from None
+        else:
+            context.verify_mode = ssl.CERT_NONE
+    return open_client_pool(rpc_hook=signer, ssl_context=context)
+
+
 # --- put -------------------------------------------------------------------------------------
 
 
@@ -181,7 +214,7 @@ async def put_messages(
 ) -> int:
     """Send ``count`` messages; one line per status. Returns how many were not stored."""
     failed = 0
-    async with open_client_pool() as pool:
+    async with _open_pool() as pool:
         route = await _route(pool, namesrv, topic, allow_missing=True)
         targets = _write_queues(route) if route else []
         if not targets:
@@ -401,7 +434,7 @@ async def tail_messages(
     namesrv: str, topic: str, group: str, *, count: int | None = None, out: TextIO = sys.stdout
 ) -> int:
     """Consume and print until cancelled (or ``count`` messages); returns how many printed."""
-    async with open_client_pool() as pool, trio.open_nursery() as nursery:
+    async with _open_pool() as pool, trio.open_nursery() as nursery:
         tail = _Tail(
             pool, namesrv, topic, group, out=out, limit=count, done=nursery.cancel_scope.cancel
         )
@@ -432,7 +465,7 @@ def _run_tail(args: argparse.Namespace) -> int:
 
 async def broker_status(broker: str, *, out: TextIO = sys.stdout) -> dict[str, str]:
     """Print and return a broker's runtime table."""
-    async with open_client_pool() as pool:
+    async with _open_pool() as pool:
         with trio.fail_after(REQUEST_TIMEOUT):
             table = await runtime_info(pool, broker)
     width = max((len(k) for k in table), default=0)

@@ -71,3 +71,49 @@ async def test_namesrv_command_with_acl_and_tls(tmp_path: Path) -> None:
                 assert "No accessKey is configured" in (refused.remark or "")
             process.terminate()
         assert process.returncode == 0
+
+
+async def test_put_and_status_sign_and_speak_tls_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from trioha._clitools import broker_status, put_messages
+    from trioha._config import BrokerConfig
+    from trioha.broker import open_broker
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "cert.pem"))
+    cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    (tmp_path / "plain_acl.yml").write_text(
+        "accounts:\n  - {accessKey: operator1, secretKey: operatorSecret, admin: true}\n"
+        "  - {accessKey: RocketMQ, secretKey: '12345678', defaultTopicPerm: PUB}\n"
+    )
+    config = BrokerConfig(
+        store_path_root_dir=str(tmp_path / "store"), listen_port=0, ha_listen_port=0,
+        mapped_file_size_commit_log=1 << 20, namesrv_addr="127.0.0.1:0", embedded_namesrv=True,
+        acl_enable=True, acl_file=str(tmp_path / "plain_acl.yml"), acl_access_key="operator1",
+        tls_server_mode="enforcing", tls_server_cert_path=str(tmp_path / "cert.pem"),
+        tls_server_key_path=str(tmp_path / "key.pem"), tls_enable=True,
+    )
+    monkeypatch.setenv("TRIOHA_TLS_TRUST", str(tmp_path / "ca.pem"))
+    async with open_broker(config) as broker:
+        side = broker.client_side
+        assert side is not None and side.namesrv_addr is not None
+        namesrv = f"{side.namesrv_addr[0]}:{side.namesrv_addr[1]}"
+        monkeypatch.setenv("TRIOHA_ACCESS_KEY", "RocketMQ")
+        monkeypatch.setenv("TRIOHA_SECRET_KEY", "12345678")
+        out = io.StringIO()
+        assert await put_messages(namesrv, "Cli", count=2, size=8, out=out) == 0, out.getvalue()
+        assert broker.statistics().puts == 2
+        from trioha._errors import RemotingError
+
+        with pytest.raises(ExceptionGroup) as info:  # out of the pool's nursery
+            await broker_status(side.broker_addr, out=io.StringIO())
+        assert info.group_contains(RemotingError, match="Need admin permission .*code=28")
+        monkeypatch.setenv("TRIOHA_ACCESS_KEY", "operator1")
+        monkeypatch.setenv("TRIOHA_SECRET_KEY", "operatorSecret")
+        table = await broker_status(side.broker_addr, out=io.StringIO())
+        assert table["aclDenied"] == "1"
