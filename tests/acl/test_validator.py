@@ -276,3 +276,10 @@ def test_broker_conf_spells_the_keys_as_rocketmq(tmp_path: Path) -> None:
     conf.write_text("tls.server.mode=enforce\n")
     with pytest.raises(ConfigError, match="tls_server_mode"):
         BrokerConfig.from_properties(conf)
+
+
+def test_an_empty_group_names_no_resource(validator: AccessValidator) -> None:
+    """The C++ producer unregisters with ``consumerGroup=""``; RocketMQ refuses that."""
+    request = signed(RequestCode.UNREGISTER_CLIENT, {"clientID": "c", "producerGroup": "PG",
+                                                     "consumerGroup": ""})
+    assert validator.check(request, PEER) is None

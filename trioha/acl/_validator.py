@@ -27,6 +27,8 @@ Where RocketMQ is known to be wrong, trioha does better (docs/security.md):
   offset queries and LOCK/UNLOCK_BATCH_MQ need the same topic and group permissions as their
   siblings; a send to a retry topic needs SUB on that retry topic (RocketMQ names a
   ``%RETRY%``+producer-group resource that no file lists, or none at all).
+* **An empty group** names no resource (RocketMQ checks ``%RETRY%`` itself, refusing the C++
+  producer's UNREGISTER_CLIENT).
 * **QUERY_MESSAGE**: a 4.9.7 client's signature covers ``_UNIQUE_KEY_QUERY`` and is accepted
   (see :func:`~._signature.signature_matches`).
 * **The name server** (RocketMQ checks nothing there): every request needs a valid signature;
@@ -41,8 +43,7 @@ from collections.abc import Callable
 
 import attrs
 
-from trioha.acl._permission import PUB, SUB, check_perm, is_retry_topic, print_resource
-from trioha.acl._permission import retry_topic as _retry
+from trioha.acl._permission import PUB, SUB, check_perm, is_retry_topic, print_resource, retry_topic
 from trioha.acl._plainacl import AclTable
 from trioha.acl._signature import ACCESS_KEY, signature_matches
 from trioha.remoting._codec import RemotingCommand
@@ -153,6 +154,12 @@ def java_hashmap_order(keys: list[str]) -> list[str]:
         return (h ^ (h >> 16)) & (size - 1)
 
     return sorted(keys, key=bucket)  # stable: a bucket keeps insertion order
+
+
+def _retry(group: str | None) -> str | None:
+    """A group's resource; an empty group names none. The C++ client sends ``consumerGroup=""``
+    when a producer unregisters, which RocketMQ checks as group ``""`` (and refuses)."""
+    return retry_topic(group) if group else None
 
 
 def _send_topic(request: RemotingCommand, resources: _Resources, topic_field: str) -> None:
