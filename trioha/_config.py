@@ -203,6 +203,10 @@ class BrokerConfig:
     #: ``tls.client.authServer``: verify the server's certificate against ``trustCertPath``.
     tls_client_auth_server: bool = False
     tls_client_trust_cert_path: str | None = None
+    #: ``tls.config.file``: a properties file whose ``tls.*`` settings (all but
+    #: ``tls.server.mode`` and ``tls.enable``) override this file's, as RocketMQ reads it.
+    #: Unlike RocketMQ, nothing is read unless it is set.
+    tls_config_file: str | None = None
     #: trioha's own, off by default so RocketMQ slaves and masters still connect: TLS on the
     #: HA port (master: ``ha_tls_cert_path``/``ha_tls_key_path``; both sides verify the peer
     #: against ``ha_tls_trust_cert_path`` when set, and a master with
@@ -289,11 +293,31 @@ class BrokerConfig:
                     continue
                 raise ConfigError(f"{where}: unknown key {key!r}{_nearest(key, fields)}")
             values[name] = _convert(fields[name], raw, where, key)
+        if values.get("tls_config_file"):
+            values.update(_tls_file_values(Path(values["tls_config_file"]), fields))
         values.update(overrides)
         try:
             return cls(**values)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{path}: {exc}") from None
+
+
+def _tls_file_values(path: Path, fields: dict[str, Any]) -> dict[str, Any]:
+    """The settings of a ``tls.config.file`` (``TlsSystemConfig``): only ``tls.*`` keys."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read tls.config.file {path}: {exc.strerror or exc}") from None
+    values: dict[str, Any] = {}
+    for lineno, key, raw in _parse_properties(text):
+        name = _snake(key.replace(".", "_"))
+        where = f"{path}:{lineno}"
+        if key in {"tls.server.mode", "tls.enable", "tls.config.file"} or name not in fields:
+            if key in IGNORED_ROCKETMQ_KEYS:
+                continue
+            raise ConfigError(f"{where}: {key!r} cannot be set in a tls.config.file")
+        values[name] = _convert(fields[name], raw, where, key)
+    return values
 
 
 # RocketMQ's older spellings, still accepted by its config loader and found in old files.

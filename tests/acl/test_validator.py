@@ -283,3 +283,22 @@ def test_an_empty_group_names_no_resource(validator: AccessValidator) -> None:
     request = signed(RequestCode.UNREGISTER_CLIENT, {"clientID": "c", "producerGroup": "PG",
                                                      "consumerGroup": ""})
     assert validator.check(request, PEER) is None
+
+
+def test_tls_config_file_settings_win(tmp_path: Path) -> None:
+    from trioha._config import BrokerConfig
+
+    (tmp_path / "tls.properties").write_text(
+        "tls.server.certPath=/from/file.pem\ntls.test.mode.enable=false\n"
+    )
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        f"tls.config.file={tmp_path / 'tls.properties'}\ntls.server.certPath=/from/conf.pem\n"
+    )
+    assert BrokerConfig.from_properties(conf).tls_server_cert_path == "/from/file.pem"
+    (tmp_path / "tls.properties").write_text("tls.server.mode=disabled\n")
+    with pytest.raises(ConfigError, match=r"cannot be set in a tls\.config\.file"):
+        BrokerConfig.from_properties(conf)
+    (tmp_path / "tls.properties").unlink()
+    with pytest.raises(ConfigError, match=r"cannot read tls\.config\.file"):
+        BrokerConfig.from_properties(conf)
