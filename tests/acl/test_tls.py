@@ -276,3 +276,44 @@ async def test_a_changed_certificate_is_used_for_new_connections(
             with pytest.raises(RemotingError, match="TLS handshake"):
                 await pool.request(address, ping)
         nursery.cancel_scope.cancel()
+
+
+async def test_the_sniffer_on_memory_streams(
+    pki: dict[str, str], autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """First byte 0x00: plaintext (kept in permissive, refused in enforcing, logged once);
+    silence: given up after the idle limit; a ClientHello: a TLS stream."""
+    from trioha.acl import TlsAcceptor
+    from trioha.acl._tls import FIRST_BYTE_TIMEOUT
+
+    config = broker_config(Path("."), pki, "enforcing")
+    enforcing = TlsAcceptor.for_config(config, what="port")
+    permissive = TlsAcceptor.for_config(config.evolve(tls_server_mode="permissive"), what="port")
+    assert enforcing is not None and permissive is not None
+    frame = b"\x00\x00\x00\x10rest-of-a-frame"
+    for _ in range(2):
+        client, server = trio.testing.memory_stream_pair()
+        await client.send_all(frame)
+        assert await enforcing(server) is None  # type: ignore[arg-type]
+    assert enforcing.refused == 2
+    assert sum("plaintext connection" in r.message for r in caplog.records) == 1
+    client, server = trio.testing.memory_stream_pair()
+    await client.send_all(frame)
+    kept = await permissive(server)  # type: ignore[arg-type]
+    assert kept is not None and await kept.receive_some() == frame
+    client, server = trio.testing.memory_stream_pair()
+    start = trio.current_time()
+    assert await permissive(server) is None  # type: ignore[arg-type]
+    assert trio.current_time() - start == pytest.approx(FIRST_BYTE_TIMEOUT)
+
+    async def hello() -> None:
+        tls = trio.SSLStream(client, trusting(pki), server_hostname="127.0.0.1")
+        await tls.do_handshake()
+        await tls.send_all(b"over tls")
+
+    client, server = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hello)
+        wrapped = await enforcing(server)  # type: ignore[arg-type]
+        assert isinstance(wrapped, trio.SSLStream)
+        assert await wrapped.receive_some() == b"over tls"

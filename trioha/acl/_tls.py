@@ -36,7 +36,10 @@ log = logging.getLogger("trioha.tls")
 
 #: First byte of a TLS record of type handshake.
 TLS_HANDSHAKE = 0x16
-#: How long an accepted socket may take to send its first byte and finish the TLS handshake.
+#: How long an accepted socket may stay silent before its first byte (RocketMQ's idle limit for
+#: a server channel, ``serverChannelMaxIdleTimeSeconds``: 120 s).
+FIRST_BYTE_TIMEOUT = 120.0
+#: How long the TLS handshake may take once the ClientHello has begun.
 HANDSHAKE_TIMEOUT = 10.0
 
 #: The certificate files are looked at, on an accept, at most this often.
@@ -184,41 +187,47 @@ class TlsAcceptor:
         if now - self._checked >= RELOAD_CHECK_INTERVAL:
             self._checked = now
             self.reload_if_changed()
+        host = peer.rsplit(":", 1)[0]  # refusals are logged once per client address
+        try:
+            with trio.fail_after(FIRST_BYTE_TIMEOUT):
+                first = await stream.receive_some(65536)
+        except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError):
+            log.debug("%s: %s sent nothing", self.what, peer)
+            return None
+        if not first:
+            return None
+        if first[0] != TLS_HANDSHAKE:
+            if self.mode == "enforcing":
+                self.refused += 1
+                self._log.warning(
+                    (host, "plaintext"),
+                    "%s: plaintext connection from %s refused (tls.server.mode=enforcing)",
+                    self.what,
+                    peer,
+                )
+                return None
+            self.plaintext += 1
+            return PrefixedStream(stream, first)
+        if self.context is None:
+            self.refused += 1
+            self._log.warning(
+                (host, "no-cert"),
+                "%s: TLS connection from %s refused: no tls.server.certPath/keyPath",
+                self.what,
+                peer,
+            )
+            return None
+        tls = trio.SSLStream(PrefixedStream(stream, first), self.context, server_side=True)
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT):
-                first = await stream.receive_some(65536)
-                if not first:
-                    return None
-                if first[0] != TLS_HANDSHAKE:
-                    if self.mode == "enforcing":
-                        self.refused += 1
-                        self._log.warning(
-                            (peer, "plaintext"),
-                            "%s: plaintext connection from %s refused (tls.server.mode=enforcing)",
-                            self.what,
-                            peer,
-                        )
-                        return None
-                    self.plaintext += 1
-                    return PrefixedStream(stream, first)
-                if self.context is None:
-                    self.refused += 1
-                    self._log.warning(
-                        (peer, "no-cert"),
-                        "%s: TLS connection from %s refused: no tls.server.certPath/keyPath",
-                        self.what,
-                        peer,
-                    )
-                    return None
-                tls = trio.SSLStream(PrefixedStream(stream, first), self.context, server_side=True)
                 await tls.do_handshake()
         except trio.TooSlowError:
-            log.debug("%s: %s sent nothing or did not finish the TLS handshake", self.what, peer)
+            log.debug("%s: %s did not finish the TLS handshake", self.what, peer)
             return None
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self.refused += 1
             self._log.warning(
-                (peer, "handshake"),
+                (host, "handshake"),
                 "%s: TLS handshake with %s failed: %s",
                 self.what,
                 peer,
