@@ -317,3 +317,41 @@ async def test_the_sniffer_on_memory_streams(
         wrapped = await enforcing(server)  # type: ignore[arg-type]
         assert isinstance(wrapped, trio.SSLStream)
         assert await wrapped.receive_some() == b"over tls"
+
+
+async def test_ha_secret_exchange_on_memory_streams() -> None:
+    """Both sides prove the secret and the HA protocol's bytes flow after the exchange; a wrong
+    secret is refused by the master before it proves anything."""
+    master = HASecurity(BrokerConfig(ha_auth_secret="s3cret"), master=True)
+    slave = HASecurity(BrokerConfig(ha_auth_secret="s3cret"), master=False)
+    impostor = HASecurity(BrokerConfig(ha_auth_secret="guess"), master=False)
+
+    async def pipe(_host: str, _port: int) -> trio.abc.Stream:
+        return slave_end
+
+    slave_end, master_end = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+
+        async def slave_side() -> None:
+            stream = await slave.connector(pipe)("m", 1)
+            await stream.send_all(b"REPORT!!")  # the HA protocol's first 8 bytes
+
+        nursery.start_soon(slave_side)
+        accepted = await master.accept(master_end, "127.0.0.1:1")
+        assert accepted is not None
+        data = b""
+        while len(data) < 8:
+            data += await accepted.receive_some()
+        assert data == b"REPORT!!"
+
+    slave_end, master_end = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+
+        async def impostor_side() -> None:
+            with pytest.raises(ConnectionError, match="closed"):
+                await impostor.connector(pipe)("m", 1)
+
+        nursery.start_soon(impostor_side)
+        assert await master.accept(master_end, "127.0.0.1:2") is None
+        await master_end.aclose()
+    assert master.refused == 1
