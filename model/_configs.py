@@ -103,6 +103,57 @@ CONFIGS: dict[str, Config] = {
             faults=Faults(crashes=1),
         ),
         _config(
+            "epoch-flush-crash",
+            "async-flush-crash in epoch mode: the restarted master begins a new epoch, and the "
+            "slave holding its lost tail cuts back to the consistent point before it reports.",
+            epoch_mode=True,
+            master_sync_flush=False,
+            sync_puts=False,
+            async_puts=True,
+            batch_size=2,
+            time=False,
+            faults=Faults(crashes=1),
+        ),
+        _config(
+            "classic-lost-records",
+            "The master loses its last records after sending them (recovery cut a damaged "
+            "record, or a power cut took a sent tail) and writes new ones at those offsets; "
+            "classic HA has no way to tell the slave.",
+            sync_puts=False,
+            async_puts=True,
+            batch_size=2,
+            time=False,
+            faults=Faults(tail_losses=1),
+            expect="NoDivergence",
+        ),
+        _config(
+            "epoch-lost-records",
+            "The same in epoch mode, with a slave restart and a drop: the slave is a prefix "
+            "of the master whenever it streams.",
+            epoch_mode=True,
+            messages=3,
+            sync_puts=False,
+            async_puts=True,
+            batch_size=2,
+            time=False,
+            faults=Faults(tail_losses=1, restarts=1, drops=1),
+        ),
+        _config(
+            "epoch-smoke",
+            "smoke's world in epoch mode: sync puts, frames of 1 byte; a drop, a slave restart "
+            "and a master crash (SYNC_FLUSH), each connection starting with the handshakes.",
+            epoch_mode=True,
+            faults=Faults(drops=1, restarts=1, crashes=1),
+        ),
+        _config(
+            "epoch-ci",
+            "ci's world in epoch mode: sync puts, a slave restart, a stale master-side "
+            "connection whose late reports still arrive, and a master crash (SYNC_FLUSH). "
+            "About 3 * 10^5 states; slow tier.",
+            epoch_mode=True,
+            faults=Faults(restarts=1, stale=1, crashes=1),
+        ),
+        _config(
             "segment-deletion",
             "The master deletes the segment a disconnected slave still needs; the slave can "
             "never catch up again and must be re-seeded (#3388).",
@@ -156,6 +207,36 @@ CONFIGS: dict[str, Config] = {
             time=False,
             rogue_reports_end=True,
             faults=Faults(bogus=1),
+        ),
+        # --- classic-mode divergence check (trioha's own; docs/replication.md) -------------
+        _config(
+            "classic-refusal",
+            "async-flush-crash with trioha's classic refusal: the master records what it "
+            "sent, a crash that loses sent bytes starts the new history past them, and a "
+            "slave holding them is refused until the operator cuts it back; it is never "
+            "served a spliced log (NoSilentReattach) and no new message lands where it holds "
+            "another (NoMessageDivergence).",
+            master_sync_flush=False,
+            sync_puts=False,
+            async_puts=True,
+            batch_size=2,
+            time=False,
+            classic_refusal=True,
+            faults=Faults(crashes=1),
+        ),
+        _config(
+            "classic-lost-sent",
+            "The master loses the last N records it had sent (ASYNC_FLUSH: any flushed "
+            "prefix of 3 messages survives); a drop may cut a slave off while it receives "
+            "the END_OF_FILE padding, and a slave restart may cut its log anywhere.",
+            messages=3,
+            master_sync_flush=False,
+            sync_puts=False,
+            async_puts=True,
+            batch_size=2,
+            time=False,
+            classic_refusal=True,
+            faults=Faults(crashes=1, drops=1, restarts=1),
         ),
     )
 }

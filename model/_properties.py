@@ -21,20 +21,51 @@ from model._world import (
     divergence,
     full_copy,
 )
-from trioha.proto import MasterPhase, SlavePhase
+from trioha.proto import MasterPhase, SlavePhase, find_consistent_point
 
 # --- state invariants -------------------------------------------------------------------------
 
 
 def no_divergence(w: World) -> str | None:
-    """Where both logs hold an offset, they hold the same byte (RocketMQ #323)."""
+    """Where both logs hold an offset, they hold the same byte (RocketMQ #323).
+
+    Epoch mode (the master keeps an epoch history): a slave that is not streaming may still
+    hold bytes of an epoch the master has since lost; it cuts them at its next handshake,
+    before it reports. What it keeps, everything below its consistent point with the master's
+    current history, must be the master's.
+    """
+    limit = None
+    if w.mepochs and w.slave.phase is not SlavePhase.TRANSFER and w.slog:
+        mine = w.sepochs.truncate_suffix(w.send)
+        limit = max(0, find_consistent_point(mine, w.send, w.mepochs, w.mmax)) if mine else 0
     offset = divergence(w)
-    if offset is None:
+    if offset is None or (limit is not None and offset >= limit):
         return None
     return (
         f"master and slave disagree at offset {offset}: master has message "
         f"{w.mlog[offset]}, slave has message {w.slog[offset - w.sbase]}"
     )
+
+
+def slave_is_prefix_of_master(w: World) -> str | None:
+    """While the slave streams from the master, its log is a prefix of the master's current log.
+
+    Checked whenever the slave's core is in TRANSFER (after any handshake and truncation):
+    it holds nothing beyond the master's end and nothing different below it (only the
+    master's stored part, ``[mmin, mmax)``, can be compared). NoDivergence compares what both
+    hold; this also refuses a slave that holds more than the master (a spliced future).
+    """
+    if w.slave.phase is not SlavePhase.TRANSFER or not w.slog:
+        return None
+    if w.send > w.mmax:
+        return (
+            f"the slave streams with its log ending at {w.send}, beyond the master's end "
+            f"{w.mmax}: it holds bytes the master does not"
+        )
+    offset = divergence(w)
+    if offset is not None:
+        return f"the slave streams but its byte at {offset} is not the master's"
+    return None
 
 
 def sync_acked_on_slave(w: World) -> str | None:
@@ -90,7 +121,7 @@ def well_formed(w: World) -> str | None:
     if len(attached) > 1:
         return f"the slave is on {len(attached)} connections at once"
     in_transfer = w.slave.phase is SlavePhase.TRANSFER
-    if bool(attached) != in_transfer:
+    if bool(attached) != (w.slave.phase is not SlavePhase.DISCONNECTED):
         return f"slave core is {w.slave.phase.value} but attached to {len(attached)} connections"
     if in_transfer and w.slave.expected != w.send:
         return f"slave core expects {w.slave.expected} but its log ends at {w.send}"
@@ -107,8 +138,57 @@ def well_formed(w: World) -> str | None:
     return None
 
 
+# --- classic-mode divergence check (Config.classic_refusal) ------------------------------------
+
+
+def no_silent_reattach(w: World) -> str | None:
+    """A slave being served holds a prefix of the master's log (no splice, ever).
+
+    The trace the classic refusal exists to rule out: a master loses bytes it had sent, and a
+    slave holding them is served again, its old bytes followed by the new history.
+    """
+    i = w.attached()
+    if i < 0 or w.conns[i].master.phase is not MasterPhase.TRANSFER or not w.slog:
+        return None
+    held = w.mlog[w.sbase : w.send]
+    if w.send > w.mmax or held != w.slog:
+        return (
+            f"master c{i} serves the slave, whose log [{w.sbase}, {w.send}) is not the "
+            f"master's (which ends at {w.mmax}): the slave was silently re-attached to a "
+            "history that differs from its own"
+        )
+    return None
+
+
+def no_message_divergence(w: World) -> str | None:
+    """NoDivergence, except where the master holds END_OF_FILE padding over a lost range.
+
+    With the classic refusal the slave may still hold bytes the master lost (nothing can
+    undo a crash); what must never happen is a *message* of the new history at an offset the
+    slave holds with another byte.
+    """
+    if not w.slog:
+        return None
+    for offset in range(max(w.mmin, w.sbase), min(w.mmax, w.send)):
+        mine, theirs = w.mlog[offset], w.slog[offset - w.sbase]
+        if mine not in (theirs, 0):
+            return (
+                f"master and slave disagree at offset {offset}: master has message {mine}, "
+                f"slave has message {theirs}"
+            )
+    return None
+
+
 STATE_INVARIANTS: tuple[Invariant[World], ...] = (
     Invariant("NoDivergence", no_divergence, "both logs agree where both hold an offset"),
+    Invariant(
+        "NoSilentReattach", no_silent_reattach, "a served slave holds a prefix of the master"
+    ),
+    Invariant(
+        "SlaveIsPrefixOfMaster",
+        slave_is_prefix_of_master,
+        "a streaming slave's log is a prefix of the master's current log",
+    ),
     Invariant("SyncAckedOnSlave", sync_acked_on_slave, "a PUT_OK sync put is on the slave"),
     Invariant("SyncAckedOnMaster", sync_acked_on_master, "a PUT_OK sync put is on the master"),
     Invariant("AckNotAhead", ack_not_ahead, "the master never trusts more than the slave held"),
@@ -126,6 +206,7 @@ TRANSITION_INVARIANTS: tuple[tuple[str, str], ...] = (
     ("NoFrameRejected", "the slave's offset check never fires: the master resumes exactly"),
     ("HeartbeatsKeepLinkOpen", "housekeeping never closes a healthy, idle link"),
     ("NoLocalProtocolError", "the core never rejects an event the IO layer feeds it"),
+    ("TruncateAligned", "epoch mode cuts the slave's log only at a message boundary"),
 )
 
 # --- probes -----------------------------------------------------------------------------------
@@ -153,7 +234,11 @@ PROBES: tuple[ProbeSpec, ...] = (
     ProbeSpec("sync_acked", "a sync put answered PUT_OK", lambda c: c.sync_puts),
     ProbeSpec("sync_timeout", "a sync put answered FLUSH_SLAVE_TIMEOUT", lambda c: c.sync_puts),
     ProbeSpec("heartbeat_received", "the slave received a heartbeat frame", lambda c: c.time),
-    ProbeSpec("reports_coalesced", "one read took several reports, the newest counted", _always),
+    ProbeSpec(
+        "reports_coalesced",
+        "one read took several reports, the newest counted",
+        lambda c: not c.epoch_mode,
+    ),
     ProbeSpec(
         "sync_acked_after_drop",
         "a sync put was answered PUT_OK after a connection drop",
@@ -211,6 +296,32 @@ PROBES: tuple[ProbeSpec, ...] = (
         lambda c: c.faults.crashes > 0 and not c.master_sync_flush,
     ),
     ProbeSpec(
+        "master_lost_sent",
+        "a master crash lost bytes it had sent (classic refusal)",
+        lambda c: c.classic_refusal and c.faults.crashes > 0 and not c.master_sync_flush,
+    ),
+    ProbeSpec(
+        "slave_refused",
+        "a slave holding a lost history was refused (classic refusal)",
+        lambda c: c.classic_refusal and c.faults.crashes > 0 and not c.master_sync_flush,
+    ),
+    ProbeSpec(
+        "slave_truncated_to_master",
+        "the operator cut a refused slave back, and it went on (classic refusal)",
+        lambda c: c.classic_refusal and c.faults.crashes > 0 and not c.master_sync_flush,
+    ),
+    ProbeSpec(
+        "master_lost_records",
+        "a master crash lost records it may have sent",
+        lambda c: c.faults.tail_losses > 0,
+    ),
+    ProbeSpec(
+        "slave_truncated",
+        "epoch mode: the slave cut its log back to the consistent point",
+        lambda c: c.epoch_mode
+        and (c.faults.tail_losses > 0 or (c.faults.crashes > 0 and not c.master_sync_flush)),
+    ),
+    ProbeSpec(
         "master_closed:deleted_offset",
         "a slave's offset had been deleted on the master (#3388)",
         lambda c: c.faults.deletions > 0,
@@ -252,6 +363,22 @@ class HASpec:
             yield Edge(step, out.world, step.fault, out.violations, out.marks)
 
     def invariants(self) -> Sequence[Invariant[World]]:
+        if self.config.classic_refusal:
+            # The loss itself cannot be undone (see above), and a classic slave streams from
+            # the moment it connects: the master learns where it stands only from its first
+            # report, and refuses it then. So the slave-side SlaveIsPrefixOfMaster cannot hold
+            # in classic mode; its master-side form, NoSilentReattach, is what is promised.
+            return tuple(
+                Invariant(
+                    "NoMessageDivergence",
+                    no_message_divergence,
+                    "no new message at an offset the slave holds otherwise",
+                )
+                if i.name == "NoDivergence"
+                else i
+                for i in STATE_INVARIANTS
+                if i.name != "SlaveIsPrefixOfMaster"
+            )
         return STATE_INVARIANTS
 
     def transition_invariants(self) -> Sequence[str]:

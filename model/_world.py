@@ -35,6 +35,11 @@ Abstractions (each one chosen to keep the state space small without hiding a beh
   (``ConnectionLost``) or by housekeeping.
 * **Faults** have budgets so every run is finite; recovery never needs one (liveness ignores
   fault edges).
+* **Epoch mode** (``Config.epoch_mode``): both epoch histories are part of the world (the
+  master begins a new epoch at its recovered end after every crash; the slave's is its epoch
+  file, which survives restarts). The slave's handshake travels up as the report
+  :data:`HANDSHAKE`, the master's down as a :class:`Hello` item; frame headers carry the
+  epoch and its start. Each slave-to-master message is read on its own, in order.
 """
 
 from __future__ import annotations
@@ -54,27 +59,35 @@ from trioha.proto import (
     Close,
     Connected,
     ConnectionLost,
+    EpochHistory,
     FrameWritten,
+    HandshakeReceived,
     HeaderReceived,
     HeartbeatDue,
     LogView,
     MasterAction,
     MasterEvent,
+    MasterHandshakeReceived,
     MasterOptions,
     MasterPhase,
     MasterState,
     Quorum,
     ReadIdle,
+    RecordEpoch,
     ReportReceived,
     SendHeartbeat,
+    SendMasterHandshake,
     SendReady,
     SendReport,
+    SendSlaveHandshake,
     SendTransfer,
     SlaveAction,
     SlaveEvent,
     SlavePhase,
     SlaveState,
+    Truncate,
     Vouch,
+    choose_epoch_start,
     choose_start,
     master_step,
     slave_step,
@@ -106,6 +119,9 @@ class Faults:
     deletions: int = 0
     #: A report beyond the master's end arrives (RocketMQ #3015/#1155).
     bogus: int = 0
+    #: The master crashes and loses its last records, flushed or not, down to any message
+    #: boundary (recovery met a damaged record; or a power cut took a tail already sent).
+    tail_losses: int = 0
 
     def total(self) -> int:
         return sum(attrs.astuple(self))
@@ -150,6 +166,14 @@ class Config:
     #: A rogue client's first report is the master's current end (it guessed or read it)
     #: instead of an offset beyond any end; only rogue connections, never the slave's stream.
     rogue_reports_end: bool = False
+    #: trioha's classic-mode divergence check (``trioha.net._divergence``): the master keeps a
+    #: durable mark of what it sent; a crash that loses sent bytes records the lost range,
+    #: closes the log with END_OF_FILE padding (message id 0) up to the first segment
+    #: boundary past the mark, and refuses first reports inside the range. A refused slave
+    #: stops (sticky) until the operator cuts it back (``TruncateToMaster``).
+    classic_refusal: bool = False
+    #: Speak the AutoSwitch protocol (``enable_controller_mode``): epochs and handshakes.
+    epoch_mode: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.segment_size % self.message_size:
@@ -159,7 +183,11 @@ class Config:
 
     @property
     def options(self) -> MasterOptions:
-        return MasterOptions(batch_size=self.batch_size, sync_from_oldest=self.sync_from_oldest)
+        return MasterOptions(
+            batch_size=self.batch_size,
+            sync_from_oldest=self.sync_from_oldest,
+            epoch_mode=self.epoch_mode,
+        )
 
     @property
     def bogus_offset(self) -> int:
@@ -170,12 +198,30 @@ class Config:
 # --- the world --------------------------------------------------------------------------------
 
 
+#: Epoch mode: the slave's handshake, as it travels up among the reports.
+HANDSHAKE = -1
+_NO_EPOCHS = EpochHistory()
+
+
 @attrs.frozen(cache_hash=True)
 class FrameHeader:
-    """The 12-byte header of a frame on the wire: ``(offset, size)``; size 0 is a heartbeat."""
+    """The header of a frame on the wire: ``(offset, size)``; size 0 is a heartbeat.
+
+    Epoch mode adds the frame's epoch and that epoch's start offset.
+    """
 
     offset: int
     size: int
+    epoch: int = -1
+    epoch_start: int = -1
+
+
+@attrs.frozen(cache_hash=True)
+class Hello:
+    """Epoch mode: the master's handshake, its max offset and epoch history."""
+
+    max_offset: int
+    epochs: EpochHistory
 
 
 @attrs.frozen(cache_hash=True)
@@ -185,7 +231,7 @@ class FrameBody:
     data: tuple[int, ...]
 
 
-Item = FrameHeader | FrameBody
+Item = FrameHeader | FrameBody | Hello
 
 
 @attrs.frozen(cache_hash=True)
@@ -268,6 +314,16 @@ class World:
     sflushed: int = 0
     #: Fault budgets left.
     budget: Faults = Faults()
+    # --- classic-mode divergence check (Config.classic_refusal; constant otherwise) ---------
+    #: The master's durable "highest offset sent" mark.
+    msent: int = 0
+    #: Lost ranges ``(from, to)``: first reports ``from < r <= to`` are refused.
+    mlost: tuple[tuple[int, int], ...] = ()
+    #: The slave's sticky divergence: the offset the master named, -1 when none.
+    sdiverged: int = -1
+    #: Epoch mode: the master's epoch history and the slave's (its epoch file).
+    mepochs: EpochHistory = _NO_EPOCHS
+    sepochs: EpochHistory = _NO_EPOCHS
 
     @property
     def send(self) -> int:
@@ -311,10 +367,14 @@ class Kind(enum.Enum):
     MASTER_CRASH = "MasterCrash"
     DELETE_SEGMENT = "DeleteSegment"
     BOGUS_REPORT = "BogusReport"
+    # the operator (not a fault: liveness may use it)
+    TRUNCATE_TO_MASTER = "TruncateToMaster"
+    MASTER_LOSES_TAIL = "MasterLosesTail"
 
 
 FAULT_KINDS = frozenset(
     {
+        Kind.MASTER_LOSES_TAIL,
         Kind.DROP,
         Kind.READ_IDLE,
         Kind.SLAVE_RESTART,
@@ -367,6 +427,7 @@ _ARG_LABELS: dict[Kind, Callable[[int], str]] = {
     Kind.READ_IDLE: lambda a: "slave side" if a else "master side",
     Kind.SLAVE_RESTART: lambda a: f"log cut to {a}",
     Kind.BOGUS_REPORT: lambda a: "rogue connection" if a < 0 else "on this connection",
+    Kind.MASTER_LOSES_TAIL: lambda a: f"log cut to {a}",
 }
 
 
@@ -505,6 +566,11 @@ class _Tx:
         self.slog = world.slog
         self.sflushed = world.sflushed
         self.budget = world.budget
+        self.msent = world.msent
+        self.mlost = world.mlost
+        self.sdiverged = world.sdiverged
+        self.mepochs = world.mepochs
+        self.sepochs = world.sepochs
         self.violations: list[tuple[str, str]] = []
         self.marks: set[str] = set()
         self.notes: list[str] | None = [] if explain else None
@@ -524,7 +590,10 @@ class _Tx:
         return self.sbase + len(self.slog) if self.slog else 0
 
     def log(self) -> LogView:
-        return LogView(self.mmin, len(self.mlog), self.cfg.segment_size)
+        epochs = self.mepochs if self.cfg.epoch_mode else None
+        return LogView(
+            self.mmin, len(self.mlog), self.cfg.segment_size, lost=self.mlost, epochs=epochs
+        )
 
     def conn(self, i: int) -> Conn:
         conn = self.conns[i]
@@ -568,6 +637,11 @@ class _Tx:
             self.slog if self.slog is w.slog else intern(self.slog),
             self.sflushed,
             self.budget if self.budget is w.budget else intern(self.budget),
+            self.msent,
+            self.mlost,
+            self.sdiverged,
+            self.mepochs if self.mepochs is w.mepochs else intern(self.mepochs),
+            self.sepochs if self.sepochs is w.sepochs else intern(self.sepochs),
         )
 
     # --- the master side ------------------------------------------------------------------
@@ -591,12 +665,17 @@ class _Tx:
         for action in actions:
             if self.conns[i] is None:
                 return
-            if isinstance(action, SendTransfer | SendHeartbeat):
+            if isinstance(action, SendMasterHandshake):
+                conn = self.conn(i)
+                hello = Hello(action.max_offset, action.epochs)
+                self.conns[i] = conn.but(down=(*conn.down, hello))
+            elif isinstance(action, SendTransfer | SendHeartbeat):
                 self.master_wrote(i, action)
             elif isinstance(action, AckAdvanced):
                 self.release_waiters()
             elif isinstance(action, Close):
                 self.marks.add("master_closed:" + _reason_tag(action.reason))
+                self.refused(i, action)
                 self.master_close(i)
 
     def master_wrote(self, i: int, action: SendTransfer | SendHeartbeat) -> None:
@@ -606,13 +685,17 @@ class _Tx:
         size = action.size if isinstance(action, SendTransfer) else 0
         self.violations.extend(check_frame(conn, action.offset, size, log, self.cfg.batch_size))
         down = conn.down
-        items: tuple[Item, ...] = (FrameHeader(action.offset, size),)
+        items: tuple[Item, ...] = (
+            FrameHeader(action.offset, size, action.epoch, action.epoch_start),
+        )
         if size:
             items += (FrameBody(self.mlog[action.offset : action.offset + size]),)
         down += items
         sent_end = action.offset + size if size else conn.sent_end
         if not size and conn.sent_end < 0:
             sent_end = action.offset
+        if self.cfg.classic_refusal and size:
+            self.msent = max(self.msent, action.offset + size)  # durable before it is sent
         self.conns[i] = conn.but(down=down, sent_end=sent_end)
         self.master_actions(i, self.master_feed(i, FrameWritten()))
 
@@ -641,6 +724,14 @@ class _Tx:
         if conn.attached:
             self.slave_feed(ConnectionLost())
 
+    def refused(self, i: int, close: Close) -> None:
+        """Classic refusal: the attached slave is told where the histories part (sticky)."""
+        conn = self.conn(i)
+        if self.cfg.classic_refusal and close.diverged_at is not None and conn.attached:
+            self.sdiverged = close.diverged_at
+            self.marks.add("slave_refused")
+            self.note(f"slave refused: the master's history parts from its own at {self.sdiverged}")
+
     # --- the slave side -------------------------------------------------------------------
     def slave_feed(self, event: SlaveEvent) -> tuple[SlaveAction, ...]:
         before = self.slave
@@ -662,11 +753,20 @@ class _Tx:
                 conn = self.conn(i)
                 self.violations.extend(check_report(conn, action.offset))
                 self.conns[i] = conn.but(up=(*conn.up, action.offset), last_report=action.offset)
+            elif isinstance(action, SendSlaveHandshake):
+                conn = self.conn(i)
+                self.conns[i] = conn.but(up=(*conn.up, HANDSHAKE))
+            elif isinstance(action, Truncate):
+                self.truncate_slave(action.offset)
+            elif isinstance(action, RecordEpoch):
+                self.sepochs = self.sepochs.append(action.epoch, action.start_offset)
             elif isinstance(action, Append):
                 self.append(action, body)
             elif isinstance(action, Close):
                 tag = _reason_tag(action.reason)
                 self.marks.add("slave_closed:" + tag)
+                if action.diverged_at is not None:
+                    self.marks.add("slave_diverged")
                 if tag == "offset_mismatch":
                     self.violations.append(("NoFrameRejected", f"slave: {action.reason}"))
                 self.slave_close(i)
@@ -690,6 +790,27 @@ class _Tx:
                     f"Append at {action.offset} but the slave's log ends at {self.send}",
                 )
             )
+
+    def truncate_slave(self, offset: int) -> None:
+        """Epoch mode: the slave cuts its log and epoch file back to the consistent point."""
+        if offset % self.cfg.message_size:
+            self.violations.append(
+                ("TruncateAligned", f"the slave was told to cut its log inside a message at "
+                 f"{offset}")
+            )
+        self.marks.add("slave_truncated")
+        if offset <= self.sbase:
+            self.sbase, self.slog, self.sflushed = 0, (), 0
+        else:
+            self.slog = self.slog[: offset - self.sbase]
+            self.sflushed = min(self.sflushed, offset)
+        self.sepochs = self.sepochs.truncate_suffix(offset)
+        self.note(f"slave cuts its log back to {offset} (the consistent point)")
+
+    def master_restarted(self) -> None:
+        """Epoch mode: the master begins a new epoch at its recovered end."""
+        if self.cfg.epoch_mode:
+            self.mepochs = self.mepochs.begin_epoch(len(self.mlog))
 
     def slave_close(self, i: int) -> None:
         """The slave side closed connection *i*: the master side goes too, unless it lingers."""
@@ -721,7 +842,12 @@ def _conn_key(conn: Conn) -> tuple[object, ...]:
         m.next_transfer,
         m.write_pending,
         tuple(
-            (0, it.offset, it.size) if isinstance(it, FrameHeader) else (1, *it.data)
+            (0, it.offset, it.size, it.epoch, it.epoch_start)
+            if isinstance(it, FrameHeader)
+            else (1, *it.data)
+            if isinstance(it, FrameBody)
+            else (2, it.max_offset, *(e for x in it.epochs.entries for e in (x.epoch,
+                                                                           x.start_offset)))
             for it in conn.down
         ),
         conn.up,
@@ -736,10 +862,13 @@ def _conn_key(conn: Conn) -> tuple[object, ...]:
 def _reason_tag(reason: str) -> str:
     """A short stable tag for a close reason, for probes."""
     for needle, tag in (
+        ("no consistent point", "no_consistent_point"),
+        ("no epoch history", "no_epoch_history"),
         ("pushed offset", "offset_mismatch"),
         ("#3388", "deleted_offset"),
         ("beyond what was sent", "ack_beyond_sent"),
         ("holds data this master does not", "request_beyond_end"),
+        ("may have sent before it crashed", "lost_range"),
         ("went backwards", "report_backwards"),
         ("housekeeping", "housekeeping"),
     ):
@@ -823,6 +952,8 @@ class HAModel:
         return result
 
     def initial(self) -> World:
+        if self.config.epoch_mode:  # the master's first start: epoch 1 from offset 0
+            return World(budget=self.config.faults, mepochs=EpochHistory().begin_epoch(0))
         return World(budget=self.config.faults)
 
     # --- enumerating steps ----------------------------------------------------------------
@@ -839,12 +970,15 @@ class HAModel:
         if w.slog and w.sflushed < w.send:
             yield Step(Kind.SLAVE_FLUSH)
         att = w.attached()
-        if att < 0:
+        if att < 0 and w.sdiverged < 0:
             yield Step(Kind.CONNECTED)
+        if w.sdiverged >= 0:
+            yield Step(Kind.TRUNCATE_TO_MASTER)
         elif w.slave.phase is SlavePhase.TRANSFER and w.send > w.slave.reported:
             yield Step(Kind.APPEND_CONFIRMED, att)
         for i, conn in enumerate(w.conns):
-            for k in range(1, len(conn.up) + 1):
+            # Epoch mode reads each message in order; classic may take several, newest counts.
+            for k in range(1, 1 + (min(1, len(conn.up)) if cfg.epoch_mode else len(conn.up))):
                 yield Step(Kind.REPORT_RECEIVED, i, k)
             if (
                 conn.attached
@@ -878,6 +1012,9 @@ class HAModel:
                 yield Step(Kind.SLAVE_RESTART, arg=cut)
         if b.crashes:
             yield Step(Kind.MASTER_CRASH)
+        if b.tail_losses:
+            for cut in range(w.mmin, w.mmax, cfg.message_size):
+                yield Step(Kind.MASTER_LOSES_TAIL, arg=cut)
         if b.deletions and w.mmin + cfg.segment_size < w.mmax:
             yield Step(Kind.DELETE_SEGMENT)
         if b.bogus:
@@ -888,6 +1025,8 @@ class HAModel:
 
     def _quiescent(self, w: World) -> bool:
         if any(c.up or c.down for c in w.conns):
+            return False
+        if w.slave.phase is SlavePhase.HANDSHAKE:
             return False
         return not (w.slave.phase is SlavePhase.TRANSFER and w.send > w.slave.reported)
 
@@ -961,14 +1100,20 @@ class HAModel:
         return True
 
     def _connected(self, tx: _Tx, w: World, step: Step) -> bool:
-        if w.attached() >= 0:
+        if w.attached() >= 0 or w.sdiverged >= 0:
             return False
         if self.config.slave_ack_flushed and w.slog:
             tx.sflushed = w.send  # the slave flushes before its first report
-        conn = Conn(master=MasterState())
+        epochs = None
+        phase = MasterPhase.AWAIT_REPORT
+        if self.config.epoch_mode:
+            # AutoSwitchHAClient's READY: epochs past the end of the log describe nothing.
+            tx.sepochs = epochs = w.sepochs.truncate_suffix(w.send)
+            phase = MasterPhase.HANDSHAKE
+        conn = Conn(master=MasterState(phase=phase))
         tx.conns.append(conn)
         i = len(tx.conns) - 1
-        tx.slave_actions(i, tx.slave_feed(Connected(w.send)))
+        tx.slave_actions(i, tx.slave_feed(Connected(w.send, epochs)))
         return True
 
     def _append_confirmed(self, tx: _Tx, w: World, step: Step) -> bool:
@@ -990,7 +1135,10 @@ class HAModel:
             tx.marks.add("late_report_on_stale_connection")
         if step.arg > 1:
             tx.marks.add("reports_coalesced")
-        tx.master_actions(step.conn, tx.master_feed(step.conn, ReportReceived(offset, tx.log())))
+        event: MasterEvent = (
+            HandshakeReceived(tx.log()) if offset == HANDSHAKE else ReportReceived(offset, tx.log())
+        )
+        tx.master_actions(step.conn, tx.master_feed(step.conn, event))
         return True
 
     def _send_ready(self, tx: _Tx, w: World, step: Step) -> bool:
@@ -1004,6 +1152,11 @@ class HAModel:
         conn = tx.conn(step.conn)
         item = conn.down[0]
         tx.conns[step.conn] = conn.but(down=conn.down[1:], s_read=0)
+        if isinstance(item, Hello):
+            tx.slave_actions(
+                step.conn, tx.slave_feed(MasterHandshakeReceived(item.max_offset, item.epochs))
+            )
+            return True
         if not isinstance(item, FrameHeader):
             tx.violations.append(
                 (
@@ -1014,7 +1167,10 @@ class HAModel:
             return True
         if item.size == 0:
             tx.marks.add("heartbeat_received")
-        tx.slave_actions(step.conn, tx.slave_feed(HeaderReceived(item.offset, item.size)))
+        tx.slave_actions(
+            step.conn,
+            tx.slave_feed(HeaderReceived(item.offset, item.size, item.epoch, item.epoch_start)),
+        )
         return True
 
     def _body_received(self, tx: _Tx, w: World, step: Step) -> bool:
@@ -1136,7 +1292,56 @@ class HAModel:
         tx.pending = ()
         if w.mflushed < w.mmax:
             tx.marks.add("master_lost_unflushed")
+        tx.master_restarted()
         tx.note(f"master restarts with its log ending at {len(tx.mlog)}")
+        if self.config.classic_refusal:
+            self._lost_sent_bytes(tx)
+        return True
+
+    # --- classic-mode divergence check (Config.classic_refusal) ---------------------------
+    def _lost_sent_bytes(self, tx: _Tx) -> None:
+        """``open_master_history``: a lost range, and END_OF_FILE padding past the mark."""
+        end = len(tx.mlog)
+        if tx.msent <= end:
+            return
+        size = self.config.segment_size
+        tx.mlost = (*tx.mlost, (end, tx.msent))
+        target = (tx.msent // size + 1) * size  # LogCore.skip_past
+        tx.mlog = tx.mlog + (0,) * (target - end)
+        tx.mflushed = target
+        tx.marks.add("master_lost_sent")
+        tx.note(f"master lost [{end}, {tx.msent}) it had sent; new messages start at {target}")
+
+    def _truncate_to_master(self, tx: _Tx, w: World, step: Step) -> bool:
+        """``trioha slave --truncate-to-master``: cut the slave back to the named offset."""
+        if w.sdiverged < 0:
+            return False
+        cut = w.sdiverged
+        if cut <= w.sbase:
+            tx.sbase, tx.slog, tx.sflushed = 0, (), 0
+        else:
+            tx.slog = w.slog[: cut - w.sbase]
+            tx.sflushed = min(w.sflushed, tx.send)
+        tx.sdiverged = -1
+        tx.marks.add("slave_truncated_to_master")
+        tx.note(f"the operator cuts the slave back to {tx.send}")
+        return True
+
+    def _master_loses_tail(self, tx: _Tx, w: World, step: Step) -> bool:
+        """The master crashes and its log comes back shorter, at message boundary ``arg``."""
+        tx.spend("tail_losses")
+        att = tx.attached()
+        for i in range(len(tx.conns)):
+            if i != att:
+                tx.conns[i] = None
+        if att >= 0:
+            tx.master_close(att)
+        tx.mlog = w.mlog[: step.arg]
+        tx.mflushed = min(w.mflushed, step.arg)
+        tx.pending = ()
+        tx.marks.add("master_lost_records")
+        tx.master_restarted()
+        tx.note(f"master restarts having lost its records from {step.arg} on")
         return True
 
     def _delete_segment(self, tx: _Tx, w: World, step: Step) -> bool:
@@ -1176,6 +1381,8 @@ _HANDLERS = {
     Kind.MASTER_CRASH: HAModel._master_crash,
     Kind.DELETE_SEGMENT: HAModel._delete_segment,
     Kind.BOGUS_REPORT: HAModel._bogus_report,
+    Kind.TRUNCATE_TO_MASTER: HAModel._truncate_to_master,
+    Kind.MASTER_LOSES_TAIL: HAModel._master_loses_tail,
 }
 
 
@@ -1194,8 +1401,12 @@ def caught_up(w: World, config: Config) -> bool:
         return False
     log = LogView(w.mmin, w.mmax, config.segment_size)
     i = w.attached()
+    start = (
+        choose_epoch_start(0, log, False) if config.epoch_mode
+        else choose_start(0, log, config.options)
+    )
     return (
-        choose_start(0, log, config.options) >= w.mmax
+        start >= w.mmax
         and w.conns[i].master.phase is MasterPhase.TRANSFER
     )
 

@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     master.add_argument("--sync-from-oldest", action="store_true",
                         help="serve a slave reporting 0 from the oldest offset (a full copy), "
                         "not the last segment (ha_sync_from_oldest)")
+    master.add_argument("--accept-damaged-log", action="store_true",
+                        help="start even though recovery cut bytes that had been flushed "
+                             "(damage); slaves holding them are refused (docs/replication.md)")
     master.add_argument("--embedded-namesrv", action="store_true",
                         help="also run a name server on 127.0.0.1:9876 for a one-command setup")
     master.set_defaults(handler=_run_master)
@@ -88,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the master's HA address (haMasterAddress)")
     slave.add_argument("--ack-flushed", action="store_true",
                        help="ack only what is flushed to disk (ha_slave_ack_flushed)")
+    slave.add_argument("--truncate-to-master", action="store_true",
+                       help="cut a slave its master refused back to where their histories "
+                            "part (kept in lost+found), then exit (docs/replication.md)")
     slave.set_defaults(handler=_run_slave)
 
     demo = sub.add_parser("demo", help="run a master and a slave on loopback with a sync workload")
@@ -145,6 +151,8 @@ def _run_master(args: argparse.Namespace) -> int:
         extra["embedded_namesrv"] = True
     if args.sync_from_oldest:
         extra["ha_sync_from_oldest"] = True
+    if args.accept_damaged_log:
+        extra["ha_accept_damaged_log"] = True
     role = BrokerRole(args.role) if args.role else None
     config = _broker_config(args, role, **extra)
     if not config.broker_role.is_master:
@@ -160,6 +168,11 @@ def _run_slave(args: argparse.Namespace) -> int:
         ha_master_address=args.master_ha,
         ha_slave_ack_flushed=True if args.ack_flushed else None,
     )
+    if args.truncate_to_master:
+        from trioha._reseed import truncate_to_master
+
+        print(truncate_to_master(config))
+        return 0
     if config.ha_master is None:
         raise ConfigError("a slave needs --master-ha HOST:PORT (or haMasterAddress in -c)")
     trio.run(_serve, config)

@@ -145,6 +145,14 @@ class BrokerConfig:
     slave_timeout: int = attrs.field(default=SLAVE_TIMEOUT_MS, validator=_positive)
     #: Replicas (the master included, as in RocketMQ 5.x) that must hold a SYNC_MASTER put.
     in_sync_replicas: int = attrs.field(default=2, validator=_positive)
+    #: ``enableControllerMode`` (5.x BrokerConfig): replicate with the AutoSwitch HA protocol
+    #: (epochs, handshake, truncation to the consistent point) instead of the classic one.
+    #: trioha has no controller: roles stay static (``broker_role``) and a master's epoch
+    #: comes from its own epoch file. Both ends of a connection must agree.
+    enable_controller_mode: bool = False
+    #: ``syncFromLastFile`` (5.x, epoch mode): a slave with an empty log asks for the start of
+    #: the master's last segment instead of a full copy from its oldest offset.
+    sync_from_last_file: bool = False
 
     # --- trioha's own HA options (where it deliberately does better; docs/replication.md) ----
     #: Slave: report (ack) only what is flushed to disk, so an acked message survives a
@@ -155,6 +163,9 @@ class BrokerConfig:
     ha_sync_from_oldest: bool = False
     #: Slave: longest wait between reconnect attempts (doubling from 100 ms).
     ha_reconnect_backoff_max: int = attrs.field(default=5000, validator=_positive)
+    #: Master: start even though recovery cut bytes that had been flushed (a damaged record,
+    #: not a lost tail). Off, a master refuses to start on such a log (docs/replication.md).
+    ha_accept_damaged_log: bool = False
 
     # --- client side (BrokerConfig) ---------------------------------------------------------
     listen_port: int = attrs.field(default=10911, validator=_port)

@@ -55,6 +55,22 @@ class OffsetMismatchError(StorageError):
     """Replicated bytes were offered somewhere other than exactly the end of the log."""
 
 
+class NotAMessageBoundaryError(StorageError):
+    """A commit log cut was asked for inside a record; ``before``/``after`` are the nearest
+    boundaries (``after`` is None when no readable record follows ``before``)."""
+
+    def __init__(self, message: str, *, offset: int, before: int, after: int | None) -> None:
+        super().__init__(message)
+        self.offset = offset
+        self.before = before
+        self.after = after
+
+
+class DamagedLogError(StorageError):
+    """Recovery cut bytes that had been flushed: damage, not a lost tail; a master refuses
+    to start on such a log unless the operator accepts it explicitly."""
+
+
 class MessageTooLargeError(StorageError):
     """A message does not fit a segment or exceeds a RocketMQ limit (MESSAGE_ILLEGAL)."""
 

@@ -8,7 +8,15 @@ import pytest
 import trio
 import trio.testing
 
-from trioha.broker._reput import _TAG_CODES, _TAG_CODES_MAX, ReputService, _tags_code
+from trioha import NotAMessageBoundaryError
+from trioha.broker._reput import (
+    _TAG_CODES,
+    _TAG_CODES_MAX,
+    ReputService,
+    _tags_code,
+    truncate_replica,
+)
+from trioha.remoting._json import loads_lenient
 from trioha.store._consumequeue import ConsumeQueueStore, tags_code
 from trioha.store._memory import MemoryCommitLog
 from trioha.store._message import properties_to_string
@@ -185,3 +193,68 @@ def test_the_tag_code_cache_is_bounded() -> None:
         raw = properties_to_string({"TAGS": f"t{i}"}).encode()
         assert _tags_code(raw) == tags_code(f"t{i}")
     assert len(_TAG_CODES) <= _TAG_CODES_MAX
+
+
+# --- truncate_replica: the safe truncation, with the queues following ---------------------
+
+
+def test_truncate_replica_cuts_log_queues_and_checkpoint_together(tmp_path: Path) -> None:
+    log = MemoryCommitLog(segment_size=SEGMENT)
+    fill(log, 10)
+    reput = service(log, tmp_path)
+    reput.dispatch_available()
+    trio.run(reput.flush)
+    assert loads_lenient((tmp_path / "cp.json").read_text())["dispatchedOffset"] == log.max_offset
+    cut = list(log.iter_messages())[6].physical_offset
+    kept = truncate_replica(log, reput.queues, tmp_path / "cp.json", cut, reput=reput)
+    assert [k.offset for k in kept] == [cut]
+    assert log.max_offset == cut
+    q0, q1 = reput.queues.get("T", 0), reput.queues.get("T", 1)
+    assert q0 is not None
+    assert q1 is not None
+    assert (q0.max_offset, q1.max_offset) == (3, 3)
+    assert reput.reput_from == cut
+    assert loads_lenient((tmp_path / "cp.json").read_text())["dispatchedOffset"] == cut
+    # New history at the same offsets is indexed afresh, pointing at the new records.
+    fill(log, 2)
+    reput.dispatch_available()
+    unit = q0.get(3)
+    assert unit is not None
+    assert unit.commitlog_offset == cut
+
+
+def test_truncate_replica_refuses_a_cut_inside_a_record_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    log = MemoryCommitLog(segment_size=SEGMENT)
+    fill(log, 5)
+    queues = ConsumeQueueStore(tmp_path, file_size=200)
+    reput = ReputService(log, queues, checkpoint=tmp_path / "cp.json")
+    reput.recover()
+    reput.dispatch_available()
+    end = log.max_offset
+    with pytest.raises(NotAMessageBoundaryError, match="not a message boundary"):
+        truncate_replica(log, queues, tmp_path / "cp.json", end - 3)
+    assert log.max_offset == end
+    q0 = queues.get("T", 0)
+    assert q0 is not None
+    assert q0.max_offset == 3
+
+
+def test_truncate_replica_offline_leaves_queues_a_restart_agrees_with(tmp_path: Path) -> None:
+    log = MemoryCommitLog(segment_size=SEGMENT)
+    fill(log, 10)
+    reput = service(log, tmp_path)
+    reput.dispatch_available()
+    trio.run(reput.flush)
+    reput.queues.close()
+    queues = ConsumeQueueStore(tmp_path, file_size=200)
+    queues.load()
+    cut = list(log.iter_messages())[4].physical_offset
+    truncate_replica(log, queues, tmp_path / "cp.json", cut)
+    queues.close()
+    again = service(log, tmp_path)
+    assert again.reput_from == cut
+    q0 = again.queues.get("T", 0)
+    assert q0 is not None
+    assert q0.max_offset == 2

@@ -11,7 +11,9 @@ import attrs
 import pytest
 
 import model
-from model import CONFIGS
+from model import CONFIGS, _world
+from model._properties import no_silent_reattach
+from trioha.proto import LogView
 
 #: Distinct states of each passing configuration (complete breadth-first search).
 PINNED_STATES = {
@@ -24,18 +26,27 @@ PINNED_STATES = {
     # Once open findings; they pass since a connection vouches only for what it carried.
     "empty-slave-gap": 1_826,
     "rogue-at-end": 976,
+    # Epoch mode: the slave holding a lost tail cuts back before it streams.
+    "epoch-flush-crash": 510,
+    "epoch-lost-records": 3_366,
+    "epoch-smoke": 35_884,
 }
 #: Too big for the default run; ``pytest -m slow`` checks them (docs/model.md has timings).
 PINNED_SLOW = {
     "multi-segment": 130_204,
     "nightly": 3_758_861,
+    "epoch-ci": 331_812,
 }
+#: The classic-mode divergence check (trioha.net._divergence), kept apart from the above.
+PINNED_STATES.update({"classic-refusal": 470})
+PINNED_SLOW.update({"classic-lost-sent": 29_412})
 #: Known-bad configurations: the length of the shortest counterexample.
 PINNED_TRACE = {
     "ack-written-restart": 9,
     "async-flush-crash": 8,
     "segment-deletion": 9,
     "last-segment-copy": 2,
+    "classic-lost-records": 8,
 }
 
 
@@ -111,3 +122,62 @@ def test_depth_first_finds_the_same_violation() -> None:
     first = result.first_violation
     assert first is not None
     assert first.name == "SyncAckedOnSlave"
+
+
+# --- classic-mode divergence check ------------------------------------------------------------
+
+
+def test_without_the_classic_refusal_a_slave_is_silently_reattached() -> None:
+    """async-flush-crash's shortest trace, continued: the slave reconnects and is served.
+
+    The engine stops at the divergence (NoDivergence); two more steps give the trace the
+    classic refusal exists to rule out, which classic-refusal proves unreachable.
+    """
+    config = CONFIGS["async-flush-crash"]
+    first = model.check(config).first_violation
+    assert first is not None
+    ha = model.HAModel(config)
+    world = first.trace.final
+    for step in (model.Step(model.Kind.CONNECTED), model.Step(model.Kind.REPORT_RECEIVED, 0, 1)):
+        outcome = ha.apply(world, step)
+        assert outcome is not None, step
+        world = outcome.world
+    message = no_silent_reattach(world)
+    assert message is not None
+    assert "silently re-attached" in message
+
+
+def test_with_the_classic_refusal_no_slave_is_reattached_and_every_property_holds() -> None:
+    result = model.check("classic-refusal", stop_at_first=False)
+    assert result.violation("NoSilentReattach") is None
+    assert result.violation("NoMessageDivergence") is None
+    assert result.ok
+
+
+def test_the_classic_refusal_is_what_keeps_the_slave_out() -> None:
+    """Bug injection: a master that forgets its lost ranges re-attaches the slave."""
+    config = CONFIGS["classic-refusal"]
+
+    original = _world._Tx.log
+
+    def forgetful(self: _world._Tx) -> LogView:
+        view = original(self)
+        return LogView(view.min_offset, view.max_offset, view.segment_size)
+
+    _world._Tx.log = forgetful  # type: ignore[method-assign]
+    try:
+        result = model.check(config, stop_at_first=False)
+    finally:
+        _world._Tx.log = original  # type: ignore[method-assign]
+    assert result.violation("NoSilentReattach") is not None
+
+
+def test_epoch_mode_cuts_where_classic_splices() -> None:
+    """The same lost tail: classic HA re-attaches the slave on a spliced log, epoch mode never
+    lets it stream before it has cut back to the consistent point."""
+    classic = model.check("classic-lost-records", stop_at_first=False)
+    assert classic.violation("NoDivergence") is not None
+    assert classic.violation("SlaveIsPrefixOfMaster") is not None
+    epoch = model.check("epoch-lost-records", stop_at_first=False)
+    assert epoch.ok
+    assert "slave_truncated" not in epoch.missed_probes

@@ -4,7 +4,8 @@ The only acceptable outcomes are progress or a clean :class:`~trioha.proto.Close
 connection: never another exception, never a buffer that grows past one frame, never a change
 to the log other than an append at exactly its end. Each stream is also fed three ways (all at
 once, one byte at a time, cut anywhere) and must give the same result every way, and the result
-must equal a reference reading written here from the spec (§1.3, §1.4, §1.6), not from the code.
+must equal a reference reading written here from RocketMQ's rules (docs/rocketmq-protocol.md
+§1.3, §1.4, §1.6), not from the code.
 """
 
 from __future__ import annotations

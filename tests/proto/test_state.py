@@ -319,3 +319,49 @@ def test_the_protocol_core_does_no_io() -> None:
                 names = [node.module]
             for name in names:
                 assert name.split(".")[0] not in forbidden, f"{path.name} imports {name}"
+
+
+# --- classic mode's divergence check (trioha's own: docs/replication.md) -----------------------
+
+
+def lost_view(max_offset: int, *lost: tuple[int, int]) -> LogView:
+    return LogView(0, max_offset, SEG, lost=lost)
+
+
+@pytest.mark.parametrize("report", [1501, 1800, 2000])
+def test_a_first_report_inside_a_lost_range_is_refused_with_the_fork(report: int) -> None:
+    conn = master()
+    actions = conn.receive_data(encode_report(report), now=0.0, log=lost_view(5200, (1500, 2000)))
+    assert len(actions) == 1
+    close = actions[0]
+    assert isinstance(close, Close)
+    assert close.diverged_at == 1500
+    assert f"requests offset {report}, inside [1500, 2000)" in close.reason
+    assert "--truncate-to-master" in close.reason
+    assert conn.state.phase is MasterPhase.CLOSED
+    assert conn.state.ack_offset == -1  # never counted as an ack
+
+
+@pytest.mark.parametrize("report", [0, 1200, 1500, 2001, 3000, 5200])
+def test_reports_outside_every_lost_range_are_served(report: int) -> None:
+    """At the fork, before it, and in the new history beyond the range: one history."""
+    conn = master()
+    log = lost_view(5200, (1500, 2000), (100, 200))
+    conn.receive_data(encode_report(report), now=0.0, log=log)
+    assert conn.state.phase is MasterPhase.TRANSFER
+
+
+def test_a_report_beyond_the_masters_end_tells_the_slave_where_the_master_ends() -> None:
+    conn = master()
+    (close,) = conn.receive_data(encode_report(2600), now=0.0, log=view(2500))
+    assert isinstance(close, Close)
+    assert close.diverged_at == 2500
+
+
+def test_a_slave_told_a_frame_off_its_end_reports_a_divergence() -> None:
+    slave = SlaveConnection(log_max=1800, now=0.0, timing=TIMING)
+    slave.initial_actions()
+    (close,) = slave.receive_data(encode_header(1500, 0), now=0.0)
+    assert isinstance(close, Close)
+    assert close.diverged_at == 1500
+    assert slave.closed

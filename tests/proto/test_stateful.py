@@ -38,6 +38,10 @@ MACHINES: dict[str, tuple[type[ReplicationMachine], float]] = {
         replication_machine(PairOptions(segment_size=512, batch_size=3, ack_flushed=True)),
         0.25,
     ),
+    "epoch-mode": (
+        replication_machine(PairOptions(segment_size=1024, batch_size=64, epoch_mode=True)),
+        0.25,
+    ),
     "from-broker-config": (
         replication_machine(
             PairOptions.from_config(

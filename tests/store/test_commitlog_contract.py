@@ -13,7 +13,13 @@ from typing import Any
 
 import pytest
 
-from trioha import CorruptLogError, MessageTooLargeError, OffsetMismatchError, StorageError
+from trioha import (
+    CorruptLogError,
+    MessageTooLargeError,
+    NotAMessageBoundaryError,
+    OffsetMismatchError,
+    StorageError,
+)
 from trioha.store import (
     BLANK_MAGIC,
     DecodedBlank,
@@ -367,6 +373,133 @@ def test_truncate_to_the_start_empties_the_log(make_log: LogFactory) -> None:
     assert (log.min_offset, log.max_offset) == (0, 0)
     assert list(log.iter_messages()) == []
     assert log.next_queue_offset("FooBar", 0) == 0
+
+
+# --- truncate_to_boundary (truncateDirtyFiles at a consistent point) ------------------
+
+
+def test_truncate_to_boundary_cuts_at_a_record_and_keeps_the_tail_aside(
+    make_log: LogFactory,
+) -> None:
+    log = make_log(segment_size=1024)
+    offsets = fill(log, 12)
+    before = all_bytes(log)
+    kept = log.truncate_to_boundary(offsets[3])
+    assert log.max_offset == offsets[3]
+    assert [(k.offset, k.reason) for k in kept] == [
+        (offsets[3], "truncated"),
+        (1024, "truncated"),
+        (2048, "truncated"),
+    ]
+    assert kept == log.set_aside
+    assert all_bytes(log) == before[: offsets[3]]
+    assert log.next_queue_offset("FooBar", 1) == 1
+
+
+@pytest.mark.parametrize("inside", [1, 8, REC // 2, REC - 1])
+def test_truncate_inside_a_record_is_refused_naming_the_nearest_boundaries(
+    make_log: LogFactory, inside: int
+) -> None:
+    log = make_log(segment_size=1024)
+    offsets = fill(log, 8)
+    before = all_bytes(log)
+    cut = offsets[6] + inside
+    refused = f"at {cut}: it is not a message boundary"
+    with pytest.raises(NotAMessageBoundaryError, match=refused) as e:
+        log.truncate_to_boundary(cut)
+    assert (e.value.offset, e.value.before, e.value.after) == (cut, offsets[6], offsets[7])
+    assert str(offsets[6]) in str(e.value)
+    assert str(offsets[7]) in str(e.value)
+    assert all_bytes(log) == before  # nothing changed
+    assert log.set_aside == []
+    assert log.boundaries_around(cut) == (offsets[6], offsets[7])
+    assert log.boundaries_around(offsets[6]) == (offsets[6], offsets[6])
+
+
+def test_boundaries_around_a_blank_record_and_segment_ends(make_log: LogFactory) -> None:
+    """The END_OF_FILE marker's start and the segment's end are boundaries; its padding is not."""
+    log = make_log(segment_size=1024)
+    fill(log, 8)
+    blank_at = 5 * REC
+    assert log.boundaries_around(blank_at) == (blank_at, blank_at)
+    assert log.boundaries_around(1000) == (blank_at, 1024)
+    assert log.boundaries_around(1024) == (1024, 1024)
+    assert log.boundaries_around(0) == (0, 0)
+    assert log.boundaries_around(log.max_offset) == (log.max_offset, log.max_offset)
+    with pytest.raises(NotAMessageBoundaryError, match=f"boundaries are {blank_at} and 1024"):
+        log.truncate_to_boundary(1000)
+    log.truncate_to_boundary(1024)
+    assert log.max_offset == 1024
+    log.truncate_to_boundary(blank_at)
+    assert log.max_offset == blank_at
+    assert log.append(topic="FooBar", body=b"").physical_offset == 1024  # a new marker first
+    assert decode_record(bytes(log.read(blank_at, 1024))) == DecodedBlank(0, 1024 - blank_at)
+
+
+def test_a_partly_received_last_record_has_no_boundary_after_it(make_log: LogFactory) -> None:
+    master = make_log(segment_size=1024)
+    offsets = fill(master, 4)
+    slave = make_log(segment_size=1024)
+    slave.append_raw(0, master.read(0, offsets[3] + 50))
+    assert slave.boundaries_around(offsets[3] + 20) == (offsets[3], None)
+    with pytest.raises(NotAMessageBoundaryError, match=f"before it is {offsets[3]} "):
+        slave.truncate_to_boundary(offsets[3] + 20)
+    slave.truncate_to_boundary(slave.max_offset)  # its end: nothing to cut
+    assert slave.set_aside == []
+    slave.truncate_to_boundary(offsets[3])
+    assert slave.max_offset == offsets[3]
+
+
+def test_a_log_started_inside_a_segment_counts_from_its_first_record(
+    make_log: LogFactory,
+) -> None:
+    master = make_log(segment_size=1024)
+    offsets = fill(master, 9)
+    slave = make_log(segment_size=1024)
+    slave.append_raw(offsets[6], master.read(offsets[6], 1 << 20))
+    assert slave.boundaries_around(offsets[7] + 3) == (offsets[7], offsets[8])
+    slave.truncate_to_boundary(offsets[7])
+    assert slave.max_offset == offsets[7]
+    with pytest.raises(StorageError, match="outside"):
+        slave.truncate_to_boundary(offsets[5])
+
+
+def test_damage_before_the_offset_leaves_no_boundary_after_it(make_log: LogFactory) -> None:
+    master = make_log(segment_size=1024)
+    offsets = fill(master, 4)
+    data = bytearray(master.read(0, 1 << 20))
+    data[offsets[1] + 4 : offsets[1] + 8] = b"\xde\xad\xbe\xef"  # a bad magic
+    slave = make_log(segment_size=1024)
+    slave.append_raw(0, data)
+    assert slave.boundaries_around(offsets[2] + 1) == (offsets[1], None)
+    with pytest.raises(NotAMessageBoundaryError):
+        slave.truncate_to_boundary(offsets[3])
+    slave.truncate_to_boundary(offsets[1])
+    assert slave.max_offset == offsets[1]
+
+
+# --- skip_past (a new history that never reuses a lost one's offsets) ----------------
+
+
+def test_skip_past_closes_segments_with_end_of_file_records(make_log: LogFactory) -> None:
+    log = make_log(segment_size=1024)
+    offsets = fill(log, 3)
+    end = log.max_offset
+    assert log.skip_past(1500) == 2048  # the first segment boundary beyond 1500
+    assert decode_record(bytes(log.read(end, 1024))) == DecodedBlank(0, 1024 - end)
+    assert decode_record(bytes(log.read(1024, 1024))) == DecodedBlank(0, 1024)
+    after = log.append(topic="FooBar", body=b"b" * 100, queue_id=0)
+    assert (after.physical_offset, after.queue_offset) == (2048, 2)
+    assert [m.physical_offset for m in log.iter_messages()] == [*offsets, 2048]
+    assert log.boundaries_around(1500) == (1024, 2048)
+    assert log.skip_past(100) == log.max_offset  # already beyond: nothing to do
+
+
+def test_skip_past_a_segment_boundary_goes_one_segment_further(make_log: LogFactory) -> None:
+    log = make_log(segment_size=1024)
+    assert log.skip_past(1024) == 2048  # an empty log too: its first record starts at 2048
+    assert log.append(topic="t", body=b"x").physical_offset == 2048
+    assert [m.physical_offset for m in log.iter_messages()] == [2048]
 
 
 # --- delete_segments_before (retention) -----------------------------------------------

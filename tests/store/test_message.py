@@ -46,7 +46,10 @@ NOW = 1_700_000_000_000
 
 
 def java_record(props: str, *, queue_offset: int = 0, physical_offset: int = 0) -> bytes:
-    """The record built field by field from the spec table, the way Java's encoder does."""
+    """The record built field by field from the layout, the way Java's encoder does.
+
+    docs/rocketmq-protocol.md §4.1.
+    """
     topic = b"FooBar"
     props_b = props.encode()
     total = 84 + 4 + len(BODY) + 1 + len(topic) + 2 + len(props_b)

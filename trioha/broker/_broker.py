@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 
@@ -26,9 +27,12 @@ from trioha.acl import HASecurity
 from trioha.broker._clientside import ClientSide, serve_client_side
 from trioha.broker._types import new_message
 from trioha.net import HAClient, HAClientStatistics, HAService, HAServiceStatistics
+from trioha.net._client import DIVERGED_FILE
+from trioha.net._divergence import open_master_history
 from trioha.net._waiters import OffsetWaiters
 from trioha.net._wakeup import Wakeup
-from trioha.store import HostAddress, NewMessage, Store, open_store
+from trioha.store import EPOCH_FILE_NAME, EpochFile, HostAddress, NewMessage, Store, open_store
+from trioha.store._sent import SentOffsets
 
 log = logging.getLogger("trioha.broker")
 
@@ -65,7 +69,6 @@ class _GroupFlusher:
         return await self.waiters.wait(end)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        commitlog = self.broker.store.commitlog
         async with trio.open_nursery() as nursery:
             await nursery.start(self.waiters.expire)
             task_status.started()
@@ -73,15 +76,19 @@ class _GroupFlusher:
                 if not self.waiters:
                     await self.wakeup.wait()
                     continue
-                self.waiters.release(await trio.to_thread.run_sync(commitlog.flush))
+                self.waiters.release(await trio.to_thread.run_sync(self.broker.flush_log))
 
 
 class Broker:
     """A running broker; obtain one from :func:`open_broker`."""
 
-    def __init__(self, config: BrokerConfig, store: Store) -> None:
+    def __init__(
+        self, config: BrokerConfig, store: Store, *, sent: SentOffsets | None = None
+    ) -> None:
         self.config = config
         self.store = store
+        #: A master's durable sent and flushed marks (classic divergence checks).
+        self.sent = sent
         self.role = config.broker_role
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
@@ -89,6 +96,9 @@ class Broker:
         #: The client side (broker port, consume queues, name server registration, metadata
         #: sync), once started; ``client_side.broker_addr`` is the bound broker address.
         self.client_side: ClientSide | None = None
+        self._client_side_ready = trio.Event()
+        #: Epoch mode (``enable_controller_mode``): the store's epoch history.
+        self.epoch_file: EpochFile | None = None
         self._flusher = _GroupFlusher(self)
         self._log_grew = Wakeup()
         self._puts = 0
@@ -226,18 +236,37 @@ class Broker:
         while True:
             await trio.sleep(interval)
             if commitlog.max_offset > commitlog.flushed_offset:
-                await trio.to_thread.run_sync(commitlog.flush)
+                await trio.to_thread.run_sync(self.flush_log)
+
+    def flush_log(self) -> int:
+        """Flush the commit log (blocking) and keep the master's flushed mark up to date."""
+        flushed = self.store.commitlog.flush()
+        if self.sent is not None:
+            self.sent.note_flushed(flushed, time.monotonic())
+        return flushed
 
     async def _start(self, nursery: trio.Nursery) -> None:
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH and self.role.is_master:
             await nursery.start(self._flusher.run)
         else:
             nursery.start_soon(self._run_async_flusher)
+        if self.config.enable_controller_mode:
+            self.epoch_file = await trio.to_thread.run_sync(
+                EpochFile.open, self.store.root / EPOCH_FILE_NAME
+            )
         if self.role.is_master:
+            if self.epoch_file is not None:
+                commitlog = self.store.commitlog
+                epoch = await trio.to_thread.run_sync(
+                    self.epoch_file.begin_epoch, commitlog.max_offset, commitlog.min_offset
+                )
+                log.info("master epoch %d begins at offset %d", epoch, commitlog.max_offset)
             security = HASecurity.for_config(self.config, master=True)
             self.ha_service = HAService(
                 self.config,
                 self.store.commitlog,
+                sent=self.sent,
+                epoch_file=self.epoch_file,
                 accept=security.accept if security is not None else None,
             )
             self.ha_address = await nursery.start(self.ha_service.serve)
@@ -252,10 +281,24 @@ class Broker:
                 self.config,
                 self.store.commitlog,
                 on_appended=self._on_log_grew,
+                diverged_file=self.store.root / DIVERGED_FILE,
+                epoch_file=self.epoch_file,
+                truncate=self._truncate_replica,
                 connect=security.connector(trio.open_tcp_stream) if security is not None else None,
             )
             await nursery.start(self.ha_client.run)
         self.client_side = await nursery.start(serve_client_side, self)
+        self._client_side_ready.set()
+
+    async def _truncate_replica(self, offset: int) -> None:
+        """Epoch mode: cut the commit log and the consume queues back to *offset* together."""
+        from trioha.broker._reput import truncate_replica
+
+        await self._client_side_ready.wait()  # the consume queues are open
+        assert self.client_side is not None
+        reput = self.client_side.reput
+        # In this thread, as the reput service dispatches: it must not run halfway through.
+        truncate_replica(self.store.commitlog, reput.queues, reput.checkpoint, offset, reput=reput)
 
     def statistics(self) -> BrokerStatistics:
         commitlog = self.store.commitlog
@@ -285,7 +328,16 @@ async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
         )
     )
     try:
-        broker = Broker(config, store)
+        sent = None
+        if config.broker_role.is_master:
+            sent = await trio.to_thread.run_sync(
+                lambda: open_master_history(
+                    store,
+                    accept_damaged=config.ha_accept_damaged_log,
+                    epoch_mode=config.enable_controller_mode,
+                )
+            )
+        broker = Broker(config, store, sent=sent)
         async with trio.open_nursery() as nursery:
             await broker._start(nursery)
             log.info(
@@ -304,5 +356,7 @@ async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
         # Shielded: a broker stopped by an outer cancellation must still release its store
         # (lock, abort marker), or a restart in the same process finds it locked.
         with trio.CancelScope(shield=True):
+            if sent is not None:
+                await trio.to_thread.run_sync(sent.close)
             await trio.to_thread.run_sync(store.close)
         log.info("%s stopped; store closed cleanly", config.broker_role.value)

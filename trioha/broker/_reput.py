@@ -32,6 +32,7 @@ from trioha.broker._metadata import write_config_file
 from trioha.broker._types import CommitLogLike
 from trioha.remoting._json import dumps, loads_lenient
 from trioha.store._consumequeue import ConsumeQueue, ConsumeQueueStore, tags_code
+from trioha.store._contract import CommitLog, SetAside
 from trioha.store._message import (
     PROPERTY_TAGS,
     DecodedBlank,
@@ -126,14 +127,18 @@ class ReputService:
         )
 
     def _read_checkpoint(self) -> int | None:
-        try:
-            value = loads_lenient(self.checkpoint.read_text(encoding="utf-8"))
-            return int(value["dispatchedOffset"])
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.warning("ignoring unreadable %s: %s", self.checkpoint, exc)
-            return None
+        return _read_dispatched(self.checkpoint)
+
+    def truncated(self, offset: int) -> int:
+        """Follow a cut of the commit log back to ``offset``; returns the units removed.
+
+        Call it right after the commit log was truncated (:func:`truncate_replica` does
+        both): units pointing at or past ``offset`` go, durably, and building resumes there.
+        """
+        removed = cut_consume_queues(self.queues, self.checkpoint, offset)
+        self.reput_from = min(self.reput_from, offset)
+        self._stuck_at = None
+        return removed
 
     # --- dispatching --------------------------------------------------------------------
     @property
@@ -292,3 +297,57 @@ def _sync_all(fds: list[int]) -> None:
             os.fdatasync(fd)
         except OSError as exc:  # a file closed meanwhile (truncation); the next flush retries
             log.debug("consume queue fsync of fd %d failed: %s", fd, exc)
+
+
+# --- cutting a replica back (the safe truncation) ----------------------------------------
+
+
+def cut_consume_queues(queues: ConsumeQueueStore, checkpoint: Path, offset: int) -> int:
+    """Make the consume queues and the build checkpoint end at commit log ``offset``.
+
+    ``truncateDirtyLogicFiles`` after a cut of the commit log, made durable at once: the
+    removed units are fsynced away and the checkpoint lowered before any new bytes land at
+    those offsets, so no crash can bring back a unit pointing into a history that is gone.
+    Returns how many units were removed.
+    """
+    removed = queues.truncate_dirty(offset)
+    _sync_all(queues.dirty_handles())
+    saved = _read_dispatched(checkpoint)
+    if saved is not None and saved > offset:
+        write_config_file(checkpoint, dumps({"dispatchedOffset": offset}))
+    return removed
+
+
+def truncate_replica(
+    commitlog: CommitLog,
+    queues: ConsumeQueueStore,
+    checkpoint: Path,
+    offset: int,
+    *,
+    reput: ReputService | None = None,
+) -> list[SetAside]:
+    """Cut a replica back to ``offset``: commit log, consume queues and their checkpoint.
+
+    ``offset`` must be a message boundary (:class:`~trioha.NotAMessageBoundaryError`
+    otherwise, and nothing changes). The commit log goes first: it is the truth, and a
+    crash between the steps is repaired on the next start (``truncate_dirty`` cuts the
+    queues to the recovered log). The cut bytes are kept aside; what was kept is returned.
+    Pass the running ``reput`` service (whose ``queues`` are these) to have it follow.
+    """
+    kept = commitlog.truncate_to_boundary(offset)
+    if reput is not None:
+        reput.truncated(offset)
+    else:
+        cut_consume_queues(queues, checkpoint, offset)
+    return kept
+
+
+def _read_dispatched(checkpoint: Path) -> int | None:
+    try:
+        value = loads_lenient(checkpoint.read_text(encoding="utf-8"))
+        return int(value["dispatchedOffset"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("ignoring unreadable %s: %s", checkpoint, exc)
+        return None

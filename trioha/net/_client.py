@@ -11,7 +11,17 @@ Mirrors ``HAService.HAClient`` (4.x) / ``DefaultHAClient`` (5.x) (docs/rocketmq-
   ignored the append's result);
 * reconnects back off from 100 ms doubling to ``ha_reconnect_backoff_max``;
 * with ``ha_slave_ack_flushed`` the slave reports only what it has flushed, so an acked message
-  survives a slave restart.
+  survives a slave restart;
+* a master that says the two logs are not one history (a frame not at the slave's end: see
+  ``proto.Close.diverged_at``) puts the client in a sticky *diverged* state, logged at ERROR
+  with both offsets, recorded in ``<store>/haDiverged`` so that a restart remembers it, and
+  shown by ``statistics()``: it stops replicating (no reconnect loop) until the operator cuts
+  the log back (``trioha slave --truncate-to-master``, which reads that file) or re-seeds it.
+
+In epoch mode (``enable_controller_mode``, RocketMQ 5.x ``AutoSwitchHAClient``) a session
+starts with the handshake; the slave cuts its log (commit log, consume queues, epoch file) to
+the consistent point before its first report, and records every new epoch before the bytes
+of it are appended.
 
 Per connection, one nursery owns a reader task (receive, append) and a writer task (the only
 one that sends: reports after appends and heartbeats); either ending cancels the other.
@@ -21,26 +31,31 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 import attrs
 import trio
 
 from trioha._config import BrokerConfig
-from trioha._errors import ConfigError, StorageError
+from trioha._errors import ConfigError, StorageError, StoreLayoutError
 from trioha.net._wakeup import Wakeup
 from trioha.proto import (
     Append,
     Close,
+    RecordEpoch,
     SendReport,
+    SendSlaveHandshake,
     SlaveAction,
     SlaveConnection,
-    encode_report,
+    SlaveHandshake,
+    Truncate,
 )
 
 if TYPE_CHECKING:
-    from trioha.store import CommitLog
+    from trioha.store import CommitLog, EpochFile
 
 log = logging.getLogger("trioha.ha")
 
@@ -50,8 +65,73 @@ log = logging.getLogger("trioha.ha")
 READ_SIZE = 1024 * 1024
 CONNECT_TIMEOUT = 5.0  # RemotingUtil.connect's 5000 ms
 INITIAL_BACKOFF = 0.1
+#: While diverged, the ERROR is repeated this often (seconds) so that it cannot be missed.
+DIVERGED_REMINDER = 60.0
+DIVERGED_FILE = "haDiverged"
 
 Connector = Callable[[str, int], Awaitable[trio.abc.Stream]]
+#: Cuts the replica (commit log, consume queues) back to an offset; raises StorageError.
+Truncator = Callable[[int], Awaitable[None]]
+
+
+@attrs.frozen
+class Divergence:
+    """The slave's log and its master's are not one history (the sticky state)."""
+
+    #: Where the master says the histories part: the master's log is the slave's up to here.
+    master_offset: int
+    #: Where the slave's log ended when it was told.
+    slave_offset: int
+    master: str
+    reason: str
+
+    def describe(self) -> str:
+        return (
+            f"diverged from master {self.master}: the master's history ends at "
+            f"{self.master_offset} where this slave's differs, and this slave holds up to "
+            f"{self.slave_offset} ({self.reason}). Replication is stopped: cut this slave back "
+            f"to {self.master_offset} with `trioha slave --truncate-to-master` (the cut bytes "
+            "are kept in lost+found) or re-seed it"
+        )
+
+    def to_text(self) -> str:
+        return (
+            f"master_offset {self.master_offset}\nslave_offset {self.slave_offset}\n"
+            f"master {self.master}\nreason {self.reason.replace(chr(10), ' ')}\n"
+        )
+
+    @classmethod
+    def read(cls, path: Path) -> Divergence | None:
+        """The recorded divergence at ``path``, None without one."""
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StoreLayoutError(f"cannot read {path}: {exc}") from None
+        fields = dict(line.partition(" ")[::2] for line in text.splitlines() if line)
+        try:
+            return cls(
+                int(fields["master_offset"]),
+                int(fields["slave_offset"]),
+                fields.get("master", "?"),
+                fields.get("reason", ""),
+            )
+        except (KeyError, ValueError):
+            raise StoreLayoutError(
+                f"{path} does not record a divergence as trioha writes it ({text[:80]!r}); "
+                "check it and remove it by hand if the slave was re-seeded"
+            ) from None
+
+    def write(self, path: Path) -> None:
+        temp = path.with_name(path.name + ".tmp")
+        try:
+            temp.write_text(self.to_text(), encoding="utf-8")
+            with open(temp, "rb") as handle:
+                os.fsync(handle.fileno())
+            os.replace(temp, path)
+        except OSError as exc:
+            log.error("cannot record the divergence in %s: %s", path, exc)
 
 
 @attrs.frozen
@@ -62,6 +142,12 @@ class HAClientStatistics:
     bytes_received: int
     connects: int
     last_close_reason: str | None
+    #: Sticky: this slave must be cut back or re-seeded before it replicates again.
+    needs_reseed: bool = False
+    #: Where the master's history ends (it parts from this slave's there); -1 if not diverged.
+    diverged_master_offset: int = -1
+    #: Where this slave's log ended when it was told; -1 if not diverged.
+    diverged_slave_offset: int = -1
 
 
 class _Session:
@@ -73,8 +159,12 @@ class _Session:
         self.proto = proto
         self.wakeup = Wakeup()
         self.report: int | None = None
+        self.handshake_pending = False
         self.close_reason: str | None = None
         self.received_data = False
+        #: The master pushed this offset where the slave's log does not end (a divergence).
+        #: Epoch mode: where the histories part, when the master's says the slave diverged.
+        self.diverged_at: int | None = None
 
     def _end(self, reason: str, scope: trio.CancelScope) -> None:
         if self.close_reason is None:
@@ -88,7 +178,12 @@ class _Session:
             if isinstance(action, SendReport):
                 self.report = action.offset
                 self.wakeup.notify()
+            elif isinstance(action, SendSlaveHandshake):
+                self.handshake_pending = True
+                self.wakeup.notify()
             elif isinstance(action, Close):
+                if action.diverged_at is not None:
+                    self.diverged_at = action.diverged_at
                 self._end(action.reason, scope)
                 return False
         return True
@@ -110,7 +205,17 @@ class _Session:
                 actions = self.proto.receive_data(data, now=trio.current_time())
                 appended = False
                 for action in actions:
-                    if isinstance(action, Append):
+                    if isinstance(action, Truncate | RecordEpoch):
+                        try:
+                            await self.client.execute(action)
+                        except StorageError as exc:
+                            what = ("cut the log back to the consistent point"
+                                    if isinstance(action, Truncate) else "record the epoch")
+                            log.error("cannot %s %d: %s", what, action.offset
+                                      if isinstance(action, Truncate) else action.epoch, exc)
+                            self._end(f"cannot {what}: {exc}", scope)
+                            return
+                    elif isinstance(action, Append):
                         try:
                             commitlog.append_raw(action.offset, action.data)
                         except StorageError as exc:
@@ -132,9 +237,14 @@ class _Session:
     async def _writer(self, scope: trio.CancelScope) -> None:
         try:
             while True:
+                if self.handshake_pending:
+                    self.handshake_pending = False
+                    await self.stream.send_all(self.proto.encode(SendSlaveHandshake()))
+                    self.proto.report_written(now=trio.current_time())
+                    continue
                 if self.report is not None:
                     offset, self.report = self.report, None
-                    await self.stream.send_all(encode_report(offset))
+                    await self.stream.send_all(self.proto.encode(SendReport(offset)))
                     self.proto.report_written(now=trio.current_time())
                     self.client.reported_offset = offset
                     continue
@@ -157,6 +267,9 @@ class HAClient:
         *,
         connect: Connector | None = None,
         on_appended: Callable[[], None] | None = None,
+        diverged_file: Path | None = None,
+        epoch_file: EpochFile | None = None,
+        truncate: Truncator | None = None,
     ) -> None:
         master = config.ha_master
         if master is None:
@@ -173,6 +286,16 @@ class HAClient:
         self.bytes_received = 0
         self.last_close_reason: str | None = None
         self._state_change = trio.lowlevel.ParkingLot()
+        #: Where the sticky divergence is recorded (None: kept in memory only).
+        self.diverged_file = diverged_file
+        self.divergence = Divergence.read(diverged_file) if diverged_file is not None else None
+        if config.enable_controller_mode and epoch_file is None:
+            raise ConfigError("epoch mode (enable_controller_mode) needs the store's epoch file")
+        #: Epoch mode: this slave's epoch history (None: classic mode).
+        self.epoch_file = epoch_file if config.enable_controller_mode else None
+        self._truncate = truncate
+        #: Epoch mode: cuts made to reach a consistent point, as ``(from, to)`` offsets.
+        self.truncations: list[tuple[int, int]] = []
 
     @property
     def master(self) -> str:
@@ -181,6 +304,28 @@ class HAClient:
     def on_appended(self) -> None:
         if self._on_appended is not None:
             self._on_appended()
+
+    async def execute(self, action: Truncate | RecordEpoch) -> None:
+        """Epoch mode: cut the replica to the consistent point, or record a new epoch."""
+        epoch_file = self.epoch_file
+        assert epoch_file is not None
+        if isinstance(action, RecordEpoch):
+            await trio.to_thread.run_sync(epoch_file.append, action.epoch, action.start_offset)
+            log.info("epoch %d begins at %d (from master %s)", action.epoch,
+                     action.start_offset, self.master)
+            return
+        before = self.commitlog.max_offset
+        if self._truncate is not None:
+            await self._truncate(action.offset)
+        else:
+            await trio.to_thread.run_sync(self.commitlog.truncate_to_boundary, action.offset)
+        await trio.to_thread.run_sync(epoch_file.truncate_suffix, action.offset)
+        self.truncations.append((before, action.offset))
+        log.warning(
+            "cut this slave's log back from %d to %d, the consistent point with master %s: "
+            "the bytes after it were not the master's history (kept in lost+found)",
+            before, action.offset, self.master,
+        )
 
     async def ack_offset(self) -> int:
         """What to report after an append: the written end, or the flushed end if acks must be."""
@@ -195,6 +340,8 @@ class HAClient:
         backoff = INITIAL_BACKOFF
         cap = self.config.ha_reconnect_backoff_max / 1000
         while True:
+            if self.divergence is not None:
+                await self._stay_diverged()
             try:
                 with trio.fail_after(CONNECT_TIMEOUT):
                     stream = await self._connect(self.master_host, self.master_port)
@@ -216,8 +363,22 @@ class HAClient:
             if self.config.ha_slave_ack_flushed:
                 await trio.to_thread.run_sync(self.commitlog.flush)
             log_max = self.commitlog.max_offset
-            proto = SlaveConnection(log_max=log_max, now=trio.current_time(), timing=self.timing,
-                                    peer=self.master)
+            epochs = None
+            if self.epoch_file is not None:
+                # AutoSwitchHAClient's READY: epochs past the end of the log describe nothing.
+                await trio.to_thread.run_sync(self.epoch_file.truncate_suffix, log_max)
+                epochs = self.epoch_file.history
+            proto = SlaveConnection(
+                log_max=log_max,
+                now=trio.current_time(),
+                timing=self.timing,
+                peer=self.master,
+                epochs=epochs,
+                handshake=SlaveHandshake(
+                    sync_from_last_file=self.config.sync_from_last_file,
+                    broker_id=self.config.broker_id,
+                ),
+            )
             session = _Session(self, stream, proto)
             self.connects += 1
             self._set_connected(True)
@@ -231,9 +392,44 @@ class HAClient:
                 self.last_close_reason = session.close_reason
                 log.info("disconnected from master %s: %s", self.master,
                          session.close_reason or "cancelled")
+            if session.diverged_at is not None:
+                self._diverged(session.diverged_at, log_max, session.close_reason or "")
             return session.received_data
         finally:
             await trio.aclose_forcefully(stream)
+
+    # --- the sticky divergence ----------------------------------------------------------------
+
+    def _diverged(self, master_offset: int, slave_offset: int, reason: str) -> None:
+        self.divergence = Divergence(
+            master_offset, max(slave_offset, self.commitlog.max_offset), self.master, reason
+        )
+        log.error("%s", self.divergence.describe())
+        if self.diverged_file is not None:
+            self.divergence.write(self.diverged_file)
+        self._state_change.unpark_all()
+
+    async def _stay_diverged(self) -> None:
+        """Replicate nothing while diverged; repeat the ERROR now and then."""
+        while self.divergence is not None:
+            log.error("%s", self.divergence.describe())
+            with trio.move_on_after(DIVERGED_REMINDER):
+                await self._state_change.park()
+
+    def clear_divergence(self) -> None:
+        """The operator cut the log back or re-seeded it: replicate again."""
+        self.divergence = None
+        if self.diverged_file is not None:
+            self.diverged_file.unlink(missing_ok=True)
+        self._state_change.unpark_all()
+
+    async def wait_diverged(self, deadline: float = math.inf) -> bool:
+        """Wait until the client is in the diverged state; False at *deadline*."""
+        with trio.move_on_at(deadline):
+            while self.divergence is None:
+                await self._state_change.park()
+            return True
+        return False
 
     def _set_connected(self, value: bool) -> None:
         self.connected = value
@@ -255,6 +451,9 @@ class HAClient:
             bytes_received=self.bytes_received,
             connects=self.connects,
             last_close_reason=self.last_close_reason,
+            needs_reseed=self.divergence is not None,
+            diverged_master_offset=self.divergence.master_offset if self.divergence else -1,
+            diverged_slave_offset=self.divergence.slave_offset if self.divergence else -1,
         )
 
 

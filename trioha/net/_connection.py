@@ -9,6 +9,7 @@ never leak (RocketMQ #8875).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from typing import TYPE_CHECKING, Protocol
@@ -23,13 +24,16 @@ from trioha.proto import (
     MasterConnection,
     MasterOptions,
     MasterPhase,
+    SendHeartbeat,
+    SendMasterHandshake,
     SendTransfer,
     Timing,
     frame_header,
 )
 
 if TYPE_CHECKING:
-    from trioha.store import CommitLog
+    from trioha.store import CommitLog, EpochFile
+    from trioha.store._sent import SentOffsets
 
 log = logging.getLogger("trioha.ha")
 
@@ -45,8 +49,18 @@ class AckListener(Protocol):
     def on_ack(self, connection: HAConnection, offset: int) -> None: ...
 
 
-def log_view(commitlog: CommitLog) -> LogView:
-    return LogView(commitlog.min_offset, commitlog.max_offset, commitlog.segment_size)
+def log_view(
+    commitlog: CommitLog, sent: SentOffsets | None = None, epoch_file: EpochFile | None = None
+) -> LogView:
+    """The log as the core sees it: with *sent* the ranges a classic master lost, with
+    *epoch_file* (epoch mode) its epoch history."""
+    return LogView(
+        commitlog.min_offset,
+        commitlog.max_offset,
+        commitlog.segment_size,
+        lost=sent.lost if sent is not None else (),
+        epochs=None if epoch_file is None else epoch_file.history,
+    )
 
 
 class HAConnection:
@@ -61,9 +75,17 @@ class HAConnection:
         options: MasterOptions,
         timing: Timing,
         peer: str,
+        sent: SentOffsets | None = None,
+        epoch_file: EpochFile | None = None,
     ) -> None:
         self.stream = stream
         self.commitlog = commitlog
+        #: The durable "highest offset sent" mark (classic mode's divergence check), if kept.
+        self.sent = sent
+        #: Epoch mode: the master's epoch history (None in classic mode).
+        self.epoch_file = epoch_file
+        #: Epoch mode: the handshake to send, put here by the reader for the writer.
+        self.handshake_out: bytes | None = None
         self.listener = listener
         self.peer = peer
         self.proto = MasterConnection(
@@ -74,6 +96,7 @@ class HAConnection:
         self.bytes_sent = 0
         self.frames_sent = 0
         self.heartbeats_sent = 0
+        self.refused = False
         self.connected_at = trio.current_time()
 
     @property
@@ -111,12 +134,17 @@ class HAConnection:
                         return
                     awaiting = not self.transferring
                     actions = self.proto.receive_data(
-                        data, now=trio.current_time(), log=log_view(self.commitlog)
+                        data, now=trio.current_time(), log=self.view()
                     )
                     for action in actions:
-                        if isinstance(action, AckAdvanced):
+                        if isinstance(action, SendMasterHandshake):
+                            self.handshake_out = self.proto.handshake_bytes(action)
+                            self.wakeup.notify()
+                        elif isinstance(action, AckAdvanced):
                             self.listener.on_ack(self, action.offset)
                         elif isinstance(action, Close):
+                            if action.diverged_at is not None and self.epoch_file is None:
+                                await self._refuse(action.diverged_at, action.reason)
                             self._end(action.reason, scope)
                             return
                     if awaiting and self.transferring:
@@ -130,11 +158,37 @@ class HAConnection:
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self._end(f"connection broken while reading: {exc or type(exc).__name__}", scope)
 
+    async def _refuse(self, diverged_at: int, reason: str) -> None:
+        """Tell a diverged slave so in its own protocol, then let the connection close.
+
+        The writer sends nothing before a first report, so the reader may write here. The
+        header ``(diverged_at, 0)`` fails every slave's offset check (see ``proto.Close``).
+        """
+        self.refused = True
+        log.error(
+            "refusing slave %s: %s. Its log and this master's are not one history; it gets "
+            "no data until the operator cuts it back or re-seeds it",
+            self.peer,
+            reason,
+        )
+        with trio.move_on_after(1.0):
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await self.stream.send_all(frame_header(SendHeartbeat(diverged_at)))
+
+    def view(self) -> LogView:
+        return log_view(self.commitlog, self.sent, self.epoch_file)
+
     async def _writer(self, scope: trio.CancelScope) -> None:
         try:
             while True:
+                if self.handshake_out is not None:
+                    handshake, self.handshake_out = self.handshake_out, None
+                    await self.stream.send_all(handshake)
+                    self.bytes_sent += len(handshake)
+                    self.proto.last_write = trio.current_time()
+                    continue
                 now = trio.current_time()
-                view = log_view(self.commitlog)
+                view = self.view()
                 action = self.proto.next_send(now=now, log=view)
                 if isinstance(action, Close):
                     self._end(action.reason, scope)
@@ -149,8 +203,9 @@ class HAConnection:
                 pending = frames = heartbeats = 0
                 handed_over = False  # the last frame was already reported written
                 closing: Close | None = None
+                upto = 0  # the end of the last body in this write
                 while True:
-                    header = frame_header(action)
+                    header = self.proto.header(action, confirm_offset=view.max_offset)
                     parts.append(header)
                     pending += len(header)
                     if not isinstance(action, SendTransfer):
@@ -167,6 +222,7 @@ class HAConnection:
                         return
                     parts.append(body)
                     pending += action.size
+                    upto = action.offset + action.size
                     frames += 1
                     if pending >= WRITE_BATCH or action.offset + action.size >= view.max_offset:
                         break
@@ -177,7 +233,13 @@ class HAConnection:
                         closing = following
                         break
                     action = following  # a transfer, or a heartbeat that ends the batch
+                sent = self.sent
+                if sent is not None and sent.needs_reserve(upto):
+                    # The durable mark first: a crash must never forget bytes a slave holds.
+                    await trio.to_thread.run_sync(sent.reserve, upto)
                 await self.stream.send_all(parts[0] if len(parts) == 1 else b"".join(parts))
+                if sent is not None:
+                    sent.note_sent(upto)
                 self.frames_sent += frames
                 self.heartbeats_sent += heartbeats
                 self.bytes_sent += pending

@@ -31,7 +31,8 @@ from trioha.net._waiters import OffsetWaiters
 from trioha.proto import MasterOptions, Quorum, Vouch, needed_acks
 
 if TYPE_CHECKING:
-    from trioha.store import CommitLog
+    from trioha.store import CommitLog, EpochFile
+    from trioha.store._sent import SentOffsets
 
 log = logging.getLogger("trioha.ha")
 
@@ -59,6 +60,10 @@ class HAServiceStatistics:
     waiting_puts: int
     connections_accepted: int
     connections_closed: int
+    #: Slaves refused because their log holds a history this master lost (classic mode).
+    slaves_refused: int = 0
+    #: Ranges ``(from, to)`` this master may have sent and then lost in a crash.
+    lost_ranges: tuple[tuple[int, int], ...] = ()
 
 
 StreamGate = Callable[[trio.abc.Stream, str], Awaitable[trio.abc.Stream | None]]
@@ -68,16 +73,30 @@ class HAService:
     """Accepts slave connections and answers "is this offset replicated?"."""
 
     def __init__(
-        self, config: BrokerConfig, commitlog: CommitLog, *, accept: StreamGate | None = None
+        self,
+        config: BrokerConfig,
+        commitlog: CommitLog,
+        *,
+        sent: SentOffsets | None = None,
+        epoch_file: EpochFile | None = None,
+        accept: StreamGate | None = None,
     ) -> None:
         self.config = config
         self.commitlog = commitlog
         #: Runs on each accepted socket before the HA protocol (trioha.acl.HASecurity.accept):
         #: the stream to serve, or None to drop the connection.
         self.accept = accept
+        #: The durable "highest offset sent" mark and lost ranges (classic divergence check).
+        self.sent = sent
+        self._refused = 0
+        if config.enable_controller_mode and epoch_file is None:
+            raise ConfigError("epoch mode (enable_controller_mode) needs the store's epoch file")
+        #: Epoch mode: the master's epoch history, begun anew at this start (None: classic).
+        self.epoch_file = epoch_file if config.enable_controller_mode else None
         self.options = MasterOptions(
             batch_size=config.ha_transfer_batch_size,
             sync_from_oldest=config.ha_sync_from_oldest,
+            epoch_mode=config.enable_controller_mode,
         )
         self.timing = config.ha_timing
         self.address: tuple[str, int] | None = None
@@ -154,6 +173,8 @@ class HAService:
             options=self.options,
             timing=self.timing,
             peer=peer,
+            sent=self.sent,
+            epoch_file=self.epoch_file,
         )
         conn_id = next(self._ids)
         self.connections[conn_id] = conn
@@ -171,6 +192,7 @@ class HAService:
             self._vouches.pop(conn, None)
             self._quorum = None
             self._closed += 1
+            self._refused += conn.refused
             self._connection_change.unpark_all()
             await trio.aclose_forcefully(stream)
             log.info("slave %s disconnected: %s", peer, conn.close_reason or "cancelled")
@@ -279,6 +301,8 @@ class HAService:
             waiting_puts=len(self._waiters),
             connections_accepted=self._accepted,
             connections_closed=self._closed,
+            slaves_refused=self._refused,
+            lost_ranges=self.sent.lost if self.sent is not None else (),
         )
 
 

@@ -11,12 +11,25 @@ from __future__ import annotations
 import attrs
 
 from trioha._errors import ProtocolError
-from trioha.proto._buffer import ReportWords
+from trioha.proto._buffer import ReceiveBuffer, ReportWords
+from trioha.proto._epochframes import (
+    EPOCH_REPORT_SIZE,
+    SLAVE_HANDSHAKE_SIZE,
+    STATE_HANDSHAKE,
+    STATE_TRANSFER,
+    EpochTransferHeader,
+    SlaveHandshake,
+    decode_epoch_report,
+    encode_master_handshake,
+    peek_state,
+    state_name,
+)
 from trioha.proto._frames import Report, encode_header
 from trioha.proto._state import (
     Close,
     ConnectionLost,
     FrameWritten,
+    HandshakeReceived,
     LogView,
     MasterAction,
     MasterEvent,
@@ -26,6 +39,7 @@ from trioha.proto._state import (
     ReadIdle,
     ReportReceived,
     SendHeartbeat,
+    SendMasterHandshake,
     SendReady,
     SendTransfer,
     master_step,
@@ -34,7 +48,12 @@ from trioha.proto._timing import Timing
 
 
 class MasterConnection:
-    """One slave as the master sees it; sans-IO."""
+    """One slave as the master sees it; sans-IO.
+
+    With ``options.epoch_mode`` it speaks the AutoSwitch protocol: it starts in HANDSHAKE,
+    reads the slave's 16-byte handshake and 12-byte reports (``AutoSwitchHAConnection``'s
+    ``ReadSocketService``), and its frames carry 36-byte headers (:meth:`header`).
+    """
 
     def __init__(
         self,
@@ -47,11 +66,16 @@ class MasterConnection:
         self.options = options or MasterOptions()
         self.timing = timing or Timing()
         self.peer = peer
-        self.state = MasterState()
+        self.state = MasterState(
+            phase=MasterPhase.HANDSHAKE if self.options.epoch_mode else MasterPhase.AWAIT_REPORT
+        )
         self.last_read = now
         self.last_write = now
         self.bytes_received = 0
         self._words = ReportWords()
+        self._buffer = ReceiveBuffer()
+        #: Epoch mode: the slave's handshake, once received.
+        self.handshake: SlaveHandshake | None = None
 
     # --- queries ----------------------------------------------------------------------------
     @property
@@ -81,6 +105,8 @@ class MasterConnection:
         if data:
             self.last_read = now
             self.bytes_received += len(data)
+        if self.options.epoch_mode:
+            return self._receive_epoch(data, log)
         word = self._words.feed(data)
         if word is None:
             return ()
@@ -89,6 +115,58 @@ class MasterConnection:
         except ProtocolError as exc:
             return self._close(str(exc))
         return self._step(ReportReceived(report.offset, log))
+
+    def _receive_epoch(self, data: bytes | bytearray | memoryview, log: LogView
+                       ) -> tuple[MasterAction, ...]:
+        """Every complete handshake or report, in order; any other state field closes."""
+        buf = self._buffer
+        buf.feed(data)
+        actions: list[MasterAction] = []
+        while not self.closed and len(buf) >= 4:
+            state = peek_state(buf.peek(4))
+            try:
+                if state == STATE_HANDSHAKE:
+                    if len(buf) < SLAVE_HANDSHAKE_SIZE:
+                        break
+                    handshake = SlaveHandshake.from_bytes(buf.take(SLAVE_HANDSHAKE_SIZE))
+                    self.handshake = handshake
+                    event: MasterEvent = HandshakeReceived(log, handshake.sync_from_last_file)
+                elif state == STATE_TRANSFER:
+                    if len(buf) < EPOCH_REPORT_SIZE:
+                        break
+                    event = ReportReceived(decode_epoch_report(buf.take(EPOCH_REPORT_SIZE)), log)
+                else:
+                    actions.extend(self._close(
+                        f"slave sent a message with state field {state} ({state_name(state)}); "
+                        "only HANDSHAKE (1) and TRANSFER (2) are valid"
+                    ))
+                    break
+            except ProtocolError as exc:
+                actions.extend(self._close(str(exc)))
+                break
+            actions.extend(self._step(event))
+        if self.closed:
+            buf.clear()
+        return tuple(actions)
+
+    def header(self, action: SendTransfer | SendHeartbeat, *, confirm_offset: int = -1) -> bytes:
+        """The header bytes of a frame: 12 in classic mode, 36 in epoch mode.
+
+        *confirm_offset* is the master's confirm offset (epoch mode); with static roles every
+        written byte is confirmed (``getConfirmOffset`` without a SyncStateSet), so the net
+        layer passes the log's max offset.
+        """
+        if not self.options.epoch_mode:
+            return frame_header(action)
+        size = action.size if isinstance(action, SendTransfer) else 0
+        return EpochTransferHeader(
+            action.offset, size, action.epoch, action.epoch_start, confirm_offset
+        ).to_bytes()
+
+    @staticmethod
+    def handshake_bytes(action: SendMasterHandshake) -> bytes:
+        """The master's handshake: 20-byte header and its epoch entries."""
+        return encode_master_handshake(action.max_offset, action.epochs)
 
     def next_send(
         self, *, now: float, log: LogView
@@ -119,6 +197,7 @@ class MasterConnection:
 
     def connection_lost(self) -> None:
         self._words.clear()
+        self._buffer.clear()
         self._step(ConnectionLost())
 
     # --- helpers ----------------------------------------------------------------------------

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from trioha._errors import ProtocolError
 from trioha.proto._buffer import ReceiveBuffer
-from trioha.proto._frames import HEADER_SIZE, MAX_BODY_SIZE, TransferHeader
+from trioha.proto._epochframes import (
+    EPOCH_TRANSFER_HEADER_SIZE,
+    MASTER_HANDSHAKE_HEADER_SIZE,
+    EpochTransferHeader,
+    MasterHandshakeHeader,
+    SlaveHandshake,
+    encode_epoch_report,
+)
+from trioha.proto._epochs import EpochHistory
+from trioha.proto._frames import HEADER_SIZE, MAX_BODY_SIZE, TransferHeader, encode_report
 from trioha.proto._state import (
     Append,
     AppendConfirmed,
@@ -20,7 +29,10 @@ from trioha.proto._state import (
     ConnectionLost,
     HeaderReceived,
     HeartbeatDue,
+    MasterHandshakeReceived,
     ReadIdle,
+    SendReport,
+    SendSlaveHandshake,
     SlaveAction,
     SlaveEvent,
     SlavePhase,
@@ -36,6 +48,10 @@ class SlaveConnection:
     Created when the TCP connection opens, with the end of the local log. Its first action is
     the report of that offset: the slave asks at once (RocketMQ's client waits a heartbeat
     interval first; docs/rocketmq-protocol.md §1.2).
+
+    With *epochs* (the slave's epoch history) it speaks the AutoSwitch protocol
+    (``AutoSwitchHAClient``): its first action is the handshake (*handshake* says what it
+    carries), then it reads the master's handshake, and frames have 36-byte headers.
     """
 
     def __init__(
@@ -46,7 +62,17 @@ class SlaveConnection:
         timing: Timing | None = None,
         max_body: int = MAX_BODY_SIZE,
         peer: str = "?",
+        epochs: EpochHistory | None = None,
+        handshake: SlaveHandshake | None = None,
     ) -> None:
+        self.epoch_mode = epochs is not None
+        self.handshake = handshake or SlaveHandshake()
+        #: Epoch mode: the master's confirm offset from the newest frame header (-1: none).
+        self.confirm_offset = -1
+        #: Epoch mode: the master's max offset from its handshake (-1: not yet received).
+        self.master_max_offset = -1
+        self._header_size = EPOCH_TRANSFER_HEADER_SIZE if self.epoch_mode else HEADER_SIZE
+        self._master_handshake: MasterHandshakeHeader | None = None
         self.timing = timing or Timing()
         self.max_body = max_body
         self.peer = peer
@@ -54,7 +80,7 @@ class SlaveConnection:
         self.last_write = now
         self.bytes_received = 0
         self._buffer = ReceiveBuffer()
-        self.state, first = slave_step(SlaveState(), Connected(log_max))
+        self.state, first = slave_step(SlaveState(), Connected(log_max, epochs))
         self._initial: tuple[SlaveAction, ...] = first
 
     # --- queries ----------------------------------------------------------------------------
@@ -94,18 +120,20 @@ class SlaveConnection:
         buf = self._buffer
         while not self.closed:
             receiving = self.state.receiving
-            if receiving is None:
-                if len(buf) < HEADER_SIZE:
+            if self.state.phase is SlavePhase.HANDSHAKE:
+                if not self._read_handshake(actions):
+                    break
+            elif receiving is None:
+                size = self._header_size
+                if len(buf) < size:
                     break
                 try:
-                    header = TransferHeader.from_bytes(
-                        buf.peek(HEADER_SIZE), max_body=self.max_body
-                    )
+                    event = self._parse_header(buf.peek(size))
                 except ProtocolError as exc:
                     actions.append(self._close(str(exc)))
                     break
-                buf.skip(HEADER_SIZE)
-                actions.extend(self._step(HeaderReceived(header.offset, header.size)))
+                buf.skip(size)
+                actions.extend(self._step(event))
             else:
                 size = receiving[1]
                 if len(buf) < size:
@@ -116,6 +144,45 @@ class SlaveConnection:
                     for a in self._step(BodyReceived())
                 )
         return actions
+
+    def _parse_header(self, data: bytes) -> HeaderReceived:
+        if not self.epoch_mode:
+            header = TransferHeader.from_bytes(data, max_body=self.max_body)
+            return HeaderReceived(header.offset, header.size)
+        epoch_header = EpochTransferHeader.from_bytes(data, max_body=self.max_body)
+        self.confirm_offset = epoch_header.confirm_offset
+        return HeaderReceived(
+            epoch_header.offset, epoch_header.size, epoch_header.epoch, epoch_header.epoch_start
+        )
+
+    def _read_handshake(self, actions: list[SlaveAction]) -> bool:
+        """Consume the master's handshake if it is complete; False to wait for more bytes."""
+        buf = self._buffer
+        try:
+            if self._master_handshake is None:
+                if len(buf) < MASTER_HANDSHAKE_HEADER_SIZE:
+                    return False
+                self._master_handshake = MasterHandshakeHeader.from_bytes(
+                    buf.take(MASTER_HANDSHAKE_HEADER_SIZE)
+                )
+            head = self._master_handshake
+            if len(buf) < head.body_size:
+                return False
+            epochs = head.entries_from_bytes(buf.take(head.body_size))
+        except ProtocolError as exc:
+            actions.append(self._close(str(exc)))
+            return False
+        self.master_max_offset = head.max_offset
+        actions.extend(self._step(MasterHandshakeReceived(head.max_offset, epochs)))
+        return True
+
+    def encode(self, action: SendReport | SendSlaveHandshake) -> bytes:
+        """The bytes of a report (8 classic, 12 epoch mode) or of the handshake."""
+        if isinstance(action, SendSlaveHandshake):
+            return self.handshake.to_bytes()
+        if self.epoch_mode:
+            return encode_epoch_report(action.offset)
+        return encode_report(action.offset)
 
     def appended(self, offset: int, *, now: float) -> tuple[SlaveAction, ...]:
         """The store holds the log up to *offset*; returns the report to send, if any."""

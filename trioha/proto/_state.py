@@ -22,6 +22,19 @@ RocketMQ's classic HA has two ends per connection (docs/rocketmq-protocol.md §1
 
 Either side closes a connection that has been silent for ``haHousekeepingInterval``.
 
+**Epoch mode** (RocketMQ 5.x ``AutoSwitchHAConnection`` / ``AutoSwitchHAClient``, docs/rocketmq-
+protocol.md §7.2, docs/replication.md) adds a HANDSHAKE phase on both sides before TRANSFER:
+
+* the slave opens with its handshake; the master answers with its max offset and its epoch
+  history (:mod:`trioha.proto._epochs`), then waits for the first report as in classic mode;
+* the slave computes the *consistent point* (``findConsistentPoint``) of its history and the
+  master's, truncates its log to it (:class:`Truncate`, executed before anything else) and
+  reports it. No common history, or a non-empty log with no history at all, closes the
+  connection with ``diverged_at`` set: the slave must not reconnect until an operator acts;
+* every frame carries its epoch and the epoch's start; the master never lets a frame cross
+  the end of an epoch, and the slave records each new epoch (:class:`RecordEpoch`) before the
+  first bytes of it are appended, so its history always describes its log.
+
 The functions here are *pure*: a frozen, hashable state and an event go in; a new state and a
 tuple of actions come out. They never see bytes, sockets or clocks: the byte-level wrappers in
 ``_master.py`` and ``_slave.py`` turn bytes and time into events, and the Trio layer executes
@@ -51,6 +64,7 @@ from typing import Generic, TypeAlias, TypeVar
 import attrs
 
 from trioha._errors import LocalProtocolError
+from trioha.proto._epochs import EpochHistory, find_consistent_point
 
 # --- inputs the core needs to know about the log --------------------------------------------
 
@@ -66,6 +80,12 @@ class LogView:
     min_offset: int
     max_offset: int
     segment_size: int
+    #: Ranges ``(from, to)`` of bytes this master may have sent and then lost in a crash
+    #: (``trioha.store.SentOffsets``): a first report ``from < offset <= to`` comes from a
+    #: slave holding a history this master no longer has (classic mode's divergence check).
+    lost: tuple[tuple[int, int], ...] = attrs.field(default=(), kw_only=True)
+    #: The master's epoch history (epoch mode only; None in classic mode).
+    epochs: EpochHistory | None = attrs.field(default=None, kw_only=True)
 
     def segment_start(self, offset: int) -> int:
         return offset - offset % self.segment_size
@@ -83,6 +103,8 @@ class MasterOptions:
     batch_size: int = 32 * 1024
     #: Serve a slave reporting 0 from the oldest offset, not the last segment (RocketMQ #3661).
     sync_from_oldest: bool = False
+    #: Speak the AutoSwitch (epoch) protocol: a connection starts in HANDSHAKE.
+    epoch_mode: bool = False
 
 
 # --- phases --------------------------------------------------------------------------------
@@ -91,6 +113,8 @@ class MasterOptions:
 class MasterPhase(enum.Enum):
     """Where one master-side connection is in its life."""
 
+    #: Epoch mode: connected, waiting for the slave's handshake.
+    HANDSHAKE = "HANDSHAKE"
     #: Connected; ``slaveRequestOffset == -1``: nothing is sent until the first report.
     AWAIT_REPORT = "AWAIT_REPORT"
     #: ``nextTransferFromWhere`` is chosen; frames and heartbeats flow.
@@ -103,6 +127,8 @@ class SlavePhase(enum.Enum):
     """Where the slave's HA client is."""
 
     DISCONNECTED = "DISCONNECTED"
+    #: Epoch mode: handshake sent, waiting for the master's (its epochs and max offset).
+    HANDSHAKE = "HANDSHAKE"
     #: Connected and reported; receiving frames.
     TRANSFER = "TRANSFER"
 
@@ -116,6 +142,15 @@ class ReportReceived:
 
     offset: int
     log: LogView
+
+
+@attrs.frozen
+class HandshakeReceived:
+    """Master, epoch mode: the slave's handshake arrived."""
+
+    log: LogView
+    #: The slave's ``isSyncFromLastFile``: serve a report of 0 from the last segment.
+    sync_from_last_file: bool = False
 
 
 @attrs.frozen
@@ -133,17 +168,34 @@ class FrameWritten:
 
 @attrs.frozen
 class Connected:
-    """Slave: a connection to the master is open; *log_max* is where the log ends."""
+    """Slave: a connection to the master is open; *log_max* is where the log ends.
+
+    *epochs* is the slave's epoch history in epoch mode, None in classic mode.
+    """
 
     log_max: int
+    epochs: EpochHistory | None = None
+
+
+@attrs.frozen
+class MasterHandshakeReceived:
+    """Slave, epoch mode: the master's handshake (its max offset and epoch history)."""
+
+    max_offset: int
+    epochs: EpochHistory
 
 
 @attrs.frozen
 class HeaderReceived:
-    """Slave: a frame's 12-byte header has arrived (its body may still be on the way)."""
+    """Slave: a frame's header has arrived (its body may still be on the way).
+
+    Epoch mode adds the frame's epoch and that epoch's start offset (-1 in classic mode).
+    """
 
     offset: int
     size: int
+    epoch: int = -1
+    epoch_start: int = -1
 
 
 @attrs.frozen
@@ -173,9 +225,12 @@ class ConnectionLost:
     """Either side: the transport ended (EOF, reset, or the IO layer closed it)."""
 
 
-MasterEvent: TypeAlias = ReportReceived | SendReady | FrameWritten | ReadIdle | ConnectionLost
+MasterEvent: TypeAlias = (
+    HandshakeReceived | ReportReceived | SendReady | FrameWritten | ReadIdle | ConnectionLost
+)
 SlaveEvent: TypeAlias = (
     Connected
+    | MasterHandshakeReceived
     | HeaderReceived
     | BodyReceived
     | AppendConfirmed
@@ -188,11 +243,24 @@ SlaveEvent: TypeAlias = (
 
 
 @attrs.frozen
+class SendMasterHandshake:
+    """Master, epoch mode: send the handshake with *max_offset* and the epoch history."""
+
+    max_offset: int
+    epochs: EpochHistory
+
+
+@attrs.frozen
 class SendTransfer:
-    """Master: send the header ``(offset, size)`` and commit log bytes ``[offset, offset+size)``."""
+    """Master: send the header ``(offset, size)`` and commit log bytes ``[offset, offset+size)``.
+
+    In epoch mode the header also carries the epoch holding these bytes and its start.
+    """
 
     offset: int
     size: int
+    epoch: int = -1
+    epoch_start: int = -1
 
 
 @attrs.frozen
@@ -200,6 +268,8 @@ class SendHeartbeat:
     """Master: send the header ``(offset, 0)`` with no body."""
 
     offset: int
+    epoch: int = -1
+    epoch_start: int = -1
 
 
 @attrs.frozen
@@ -230,14 +300,49 @@ class Append:
 
 @attrs.frozen
 class Close:
-    """Either side: tear the connection down; *reason* says why, *remote* whose fault it was."""
+    """Either side: tear the connection down; *reason* says why, *remote* whose fault it was.
+
+    ``diverged_at`` says the two logs are not one history. On the master it refuses the
+    slave: before closing, the IO layer sends the heartbeat header ``(diverged_at, 0)``,
+    where the histories part. Every slave's offset check (``HAClient.dispatchReadRequest``,
+    ours and Java's) rejects a frame that does not start at its own end, so the slave is
+    told in the protocol it already speaks. On the slave it is the offset the master pushed:
+    the slave stops and waits for the operator instead of reconnecting.
+
+    In epoch mode ``diverged_at`` is the end of what the two logs are known to share (0 when
+    nothing is: re-seed); reconnecting will not help until an operator cuts the slave back
+    there or re-seeds it.
+    """
 
     reason: str
     remote: bool = True
+    diverged_at: int | None = None
 
 
-MasterAction: TypeAlias = SendTransfer | SendHeartbeat | AckAdvanced | Close
-SlaveAction: TypeAlias = SendReport | Append | Close
+@attrs.frozen
+class SendSlaveHandshake:
+    """Slave, epoch mode: send the 16-byte handshake."""
+
+
+@attrs.frozen
+class Truncate:
+    """Slave, epoch mode: cut the commit log, its consume queues and the epoch file to
+    *offset* (the consistent point) before anything else is done or sent."""
+
+    offset: int
+
+
+@attrs.frozen
+class RecordEpoch:
+    """Slave, epoch mode: append ``(epoch, start_offset)`` to the epoch file, durably, before
+    the frame's bytes are appended."""
+
+    epoch: int
+    start_offset: int
+
+
+MasterAction: TypeAlias = SendMasterHandshake | SendTransfer | SendHeartbeat | AckAdvanced | Close
+SlaveAction: TypeAlias = SendSlaveHandshake | Truncate | RecordEpoch | SendReport | Append | Close
 
 # --- states ----------------------------------------------------------------------------------
 
@@ -258,6 +363,8 @@ class MasterState:
     served_from: int = -1
     #: A frame is handed to the IO layer and not yet written (``!lastWriteOver``).
     write_pending: bool = False
+    #: Epoch mode: the slave's handshake asked for the last segment on a report of 0.
+    from_last_file: bool = False
 
 
 @attrs.frozen
@@ -272,6 +379,8 @@ class SlaveState:
     reported: int = -1
     #: The header of the frame whose body is still arriving.
     receiving: tuple[int, int] | None = None
+    #: Epoch mode: the epoch history of the slave's log (None in classic mode).
+    epochs: EpochHistory | None = None
 
 
 MasterStep: TypeAlias = tuple[MasterState, tuple[MasterAction, ...]]
@@ -294,9 +403,30 @@ def choose_start(request: int, log: LogView, options: MasterOptions) -> int:
     return request
 
 
-def _closed(state: MasterState, reason: str, *, remote: bool = True) -> MasterStep:
+def choose_epoch_start(request: int, log: LogView, from_last_file: bool) -> int:
+    """Epoch mode's start (``AutoSwitchHAConnection.WriteSocketService``).
+
+    See docs/rocketmq-protocol.md §7.3.
+
+    A report of 0 is served from the oldest offset (a full copy, 5.x's default), or from the
+    start of the last segment when the slave's handshake asked for ``syncFromLastFile``.
+    """
+    if request == 0:
+        return max(0, log.segment_start(log.max_offset)) if from_last_file else log.min_offset
+    return request
+
+
+def _epochs_of(log: LogView) -> EpochHistory:
+    if log.epochs is None:
+        raise LocalProtocolError("epoch mode needs the master's epoch history in its LogView")
+    return log.epochs
+
+
+def _closed(
+    state: MasterState, reason: str, *, remote: bool = True, diverged_at: int | None = None
+) -> MasterStep:
     return attrs.evolve(state, phase=MasterPhase.CLOSED, write_pending=False), (
-        Close(reason, remote),
+        Close(reason, remote, diverged_at),
     )
 
 
@@ -304,13 +434,36 @@ def _master_first_report(
     state: MasterState, event: ReportReceived, options: MasterOptions
 ) -> MasterStep:
     offset, log = event.offset, event.log
+    for lost_from, lost_to in log.lost:
+        if lost_from < offset <= lost_to:
+            return _closed(
+                state,
+                f"slave requests offset {offset}, inside [{lost_from}, {lost_to}): bytes this "
+                f"master may have sent before it crashed and lost them (its log was recovered "
+                f"to {lost_from}); the slave's log after {lost_from} is a history the master no "
+                f"longer has. Cut the slave back to {lost_from} (`trioha slave "
+                "--truncate-to-master`) or re-seed it",
+                diverged_at=lost_from,
+            )
     if offset > log.max_offset:
         return _closed(
             state,
             f"slave requests offset {offset} but the master's log ends at {log.max_offset}: "
             "the slave holds data this master does not (diverged history or a wrong master)",
+            diverged_at=log.max_offset,
         )
-    start = choose_start(offset, log, options)
+    if options.epoch_mode:
+        start = choose_epoch_start(offset, log, state.from_last_file)
+        epochs = _epochs_of(log)
+        if start < log.max_offset and epochs.find_by_offset(start) is None:
+            first = epochs.entries[0].to_line() if epochs else "none"
+            return _closed(
+                state,
+                f"slave requests offset {offset}, which no epoch of the master holds (its "
+                f"first epoch: {first})",
+            )
+    else:
+        start = choose_start(offset, log, options)
     if start < log.min_offset:
         return _closed(
             state,
@@ -327,6 +480,28 @@ def _master_first_report(
         served_from=start,
     )
     return new, (AckAdvanced(offset),)
+
+
+def _master_handshake(
+    state: MasterState, event: HandshakeReceived, options: MasterOptions
+) -> MasterStep:
+    log = event.log
+    new = attrs.evolve(
+        state, phase=MasterPhase.AWAIT_REPORT, from_last_file=event.sync_from_last_file
+    )
+    return new, (SendMasterHandshake(log.max_offset, _epochs_of(log)),)
+
+
+def _master_early_report(
+    state: MasterState, event: ReportReceived, options: MasterOptions
+) -> MasterStep:
+    return _closed(state, f"slave reported offset {event.offset} before its handshake")
+
+
+def _master_extra_handshake(
+    state: MasterState, event: HandshakeReceived, options: MasterOptions
+) -> MasterStep:
+    return _closed(state, "slave sent a second handshake on one connection")
 
 
 def _master_report(state: MasterState, event: ReportReceived, options: MasterOptions) -> MasterStep:
@@ -364,12 +539,23 @@ def _master_send(state: MasterState, event: SendReady, options: MasterOptions) -
             f"offset {start} was deleted on the master while the slave still needed it "
             f"(oldest offset now {log.min_offset}); the slave must be re-seeded (RocketMQ #3388)",
         )
+    epoch = epoch_start = -1
+    end = log.readable_end(start)
+    if options.epoch_mode:
+        found = _epochs_of(log).find_by_offset(start)
+        if found is None:
+            return _closed(state, f"no epoch of the master holds offset {start}", remote=False)
+        index, entry = found
+        epoch, epoch_start = entry.epoch, entry.start_offset
+        # A frame never crosses the end of its epoch: the slave records each epoch's start
+        # from the first frame of it.
+        end = min(end, _epochs_of(log).end_of(index, log.max_offset))
     if start < log.max_offset:
-        size = min(log.readable_end(start) - start, options.batch_size)
+        size = min(end - start, options.batch_size)
         new = attrs.evolve(state, next_transfer=start + size, write_pending=True)
-        return new, (SendTransfer(start, size),)
+        return new, (SendTransfer(start, size, epoch, epoch_start),)
     if event.heartbeat_due:
-        return attrs.evolve(state, write_pending=True), (SendHeartbeat(start),)
+        return attrs.evolve(state, write_pending=True), (SendHeartbeat(start, epoch, epoch_start),)
     return state, ()
 
 
@@ -395,8 +581,93 @@ def _master_lost(
 
 
 def _slave_connected(state: SlaveState, event: Connected) -> SlaveStep:
+    if event.epochs is not None:
+        new = SlaveState(phase=SlavePhase.HANDSHAKE, expected=event.log_max, epochs=event.epochs)
+        return new, (SendSlaveHandshake(),)
     new = SlaveState(phase=SlavePhase.TRANSFER, expected=event.log_max, reported=event.log_max)
     return new, (SendReport(event.log_max),)
+
+
+def _diverged(state: SlaveState, reason: str, at: int = 0) -> SlaveStep:
+    return SlaveState(phase=SlavePhase.DISCONNECTED, expected=state.expected), (
+        Close(reason, diverged_at=at),
+    )
+
+
+def _slave_master_handshake(state: SlaveState, event: MasterHandshakeReceived) -> SlaveStep:
+    """``AutoSwitchHAClient.doTruncate``: find the consistent point, cut to it, report it."""
+    local, end = state.epochs or EpochHistory(), state.expected
+    if not local:
+        if end:
+            return _diverged(
+                state,
+                f"the slave's log ends at {end} but it has no epoch history, so nothing proves "
+                "its bytes are the master's; re-seed it (or truncate it) before it replicates "
+                "in epoch mode",
+            )
+        point = 0
+    else:
+        point = find_consistent_point(local, end, event.epochs, event.max_offset)
+        if point < 0 and event.epochs and event.epochs.entries[0].start_offset == 0:
+            # Every epoch the slave knows was lost on the master, whose history now starts
+            # over at 0 (a master that lost everything since its first epoch): the shared
+            # prefix is empty. RocketMQ refuses here and needs an operator; the cut is kept.
+            point = 0
+        if point < 0:
+            return _diverged(
+                state,
+                f"no consistent point: the slave's epochs {_show_epochs(local)} (log end {end}) "
+                f"share no epoch with the master's {_show_epochs(event.epochs)} (log end "
+                f"{event.max_offset}); the slave must be re-seeded",
+            )
+    actions: tuple[SlaveAction, ...] = (SendReport(point),)
+    if point < end:
+        actions = (Truncate(point), *actions)
+    new = SlaveState(
+        phase=SlavePhase.TRANSFER,
+        expected=point,
+        reported=point,
+        epochs=local.truncate_suffix(point),
+    )
+    return new, actions
+
+
+def _show_epochs(history: EpochHistory) -> str:
+    shown = " ".join(e.to_line() for e in history.entries[-4:])
+    return ("... " if len(history) > 4 else "") + (shown or "(none)")
+
+
+def _slave_frame_epoch(state: SlaveState, event: HeaderReceived) -> SlaveStep | None:
+    """Epoch mode: check a frame's epoch against the slave's history; record a new epoch.
+
+    None: the frame is in the slave's current epoch. Otherwise the step to take: a close
+    (the frame contradicts the history the slave holds) or the new history with a
+    :class:`RecordEpoch` to execute before the frame's bytes are appended.
+    """
+    epochs = state.epochs
+    assert epochs is not None
+    last = epochs.entries[-1] if epochs else None
+    where = f"master's frame at {event.offset} is in epoch {event.epoch} from {event.epoch_start}"
+    if last is not None and event.epoch == last.epoch:
+        if event.epoch_start != last.start_offset:
+            return _diverged(state, f"{where}, but the slave's epoch {last.to_line()} starts "
+                             "elsewhere: the histories differ",
+                             min(last.start_offset, event.epoch_start))
+        return None
+    if last is not None and event.epoch < last.epoch:
+        return _diverged(state, f"{where}, older than the slave's last epoch {last.to_line()}",
+                         min(last.start_offset, event.epoch_start))
+    if event.epoch_start > event.offset or (state.expected and event.epoch_start != event.offset):
+        # The slave holds bytes before this frame that the master says belong to an epoch the
+        # slave has never seen: they were written by another master.
+        return _diverged(state, f"{where}, but the slave's log already ends at "
+                         f"{state.expected} in epoch {last.to_line() if last else '(none)'}",
+                         min(event.epoch_start, state.expected))
+    if last is not None and event.epoch_start <= last.start_offset:
+        return _diverged(state, f"{where}, not after the slave's last epoch {last.to_line()}",
+                         event.epoch_start)
+    new = attrs.evolve(state, epochs=epochs.append(event.epoch, event.epoch_start))
+    return new, (RecordEpoch(event.epoch, event.epoch_start),)
 
 
 def _slave_header(state: SlaveState, event: HeaderReceived) -> SlaveStep:
@@ -405,15 +676,26 @@ def _slave_header(state: SlaveState, event: HeaderReceived) -> SlaveStep:
     if state.expected not in (0, event.offset):
         # HAClient.dispatchReadRequest: "master pushed offset not equal the max phy offset in
         # slave"; nothing of this frame is appended.
+        # A classic master never does this to a healthy slave (it serves from the slave's
+        # report), so it is the master's divergence signal (``Close.diverged_at``) or a
+        # different master's history: either way the logs are not one history.
         return SlaveState(phase=SlavePhase.DISCONNECTED, expected=state.expected), (
             Close(
                 f"master pushed offset {event.offset} but the slave's log ends at "
-                f"{state.expected}; nothing appended"
+                f"{state.expected}; nothing appended",
+                diverged_at=event.offset,
             ),
         )
+    recorded: tuple[SlaveAction, ...] = ()
+    if state.epochs is not None:
+        step = _slave_frame_epoch(state, event)
+        if step is not None:
+            state, recorded = step
+            if state.phase is SlavePhase.DISCONNECTED:
+                return state, recorded
     if event.size == 0:
-        return state, ()
-    return attrs.evolve(state, receiving=(event.offset, event.size)), ()
+        return state, recorded
+    return attrs.evolve(state, receiving=(event.offset, event.size)), recorded
 
 
 def _slave_body(state: SlaveState, event: BodyReceived) -> SlaveStep:
@@ -473,9 +755,17 @@ SlaveRule: TypeAlias = Rule[SlaveState, SlaveAction, SlavePhase]
 
 
 _AWAIT, _XFER, _CLOSED = MasterPhase.AWAIT_REPORT, MasterPhase.TRANSFER, MasterPhase.CLOSED
+_HS, _SHS = MasterPhase.HANDSHAKE, SlavePhase.HANDSHAKE
 _DISC, _SXFER = SlavePhase.DISCONNECTED, SlavePhase.TRANSFER
 
 MASTER_TABLE: dict[tuple[MasterPhase, type], MasterRule] = {
+    (_HS, HandshakeReceived): Rule(_master_handshake, (_AWAIT,)),
+    (_HS, ReportReceived): Rule(_master_early_report, (_CLOSED,)),
+    (_HS, SendReady): Rule(_master_await_send, (_HS,)),
+    (_HS, ReadIdle): Rule(_master_idle, (_CLOSED,)),
+    (_HS, ConnectionLost): Rule(_master_lost, (_CLOSED,)),
+    (_AWAIT, HandshakeReceived): Rule(_master_extra_handshake, (_CLOSED,)),
+    (_XFER, HandshakeReceived): Rule(_master_extra_handshake, (_CLOSED,)),
     (_AWAIT, ReportReceived): Rule(_master_first_report, (_XFER, _CLOSED)),
     (_AWAIT, SendReady): Rule(_master_await_send, (_AWAIT,)),
     (_AWAIT, ReadIdle): Rule(_master_idle, (_CLOSED,)),
@@ -489,7 +779,13 @@ MASTER_TABLE: dict[tuple[MasterPhase, type], MasterRule] = {
 }
 
 SLAVE_TABLE: dict[tuple[SlavePhase, type], SlaveRule] = {
-    (_DISC, Connected): Rule(_slave_connected, (_SXFER,)),
+    (_DISC, Connected): Rule(_slave_connected, (_SXFER, _SHS)),
+    (_SHS, MasterHandshakeReceived): Rule(_slave_master_handshake, (_SXFER, _DISC)),
+    (_SHS, HeartbeatDue): Rule(lambda s, e: (s, ()), (_SHS,)),
+    # A flush confirming bytes held from before (with acks of flushed bytes): no report yet.
+    (_SHS, AppendConfirmed): Rule(lambda s, e: (s, ()), (_SHS,)),
+    (_SHS, ReadIdle): Rule(_slave_idle, (_DISC,)),
+    (_SHS, ConnectionLost): Rule(_slave_lost, (_DISC,)),
     (_SXFER, HeaderReceived): Rule(_slave_header, (_SXFER, _DISC)),
     (_SXFER, BodyReceived): Rule(_slave_body, (_SXFER,)),
     (_SXFER, AppendConfirmed): Rule(_slave_confirmed, (_SXFER,)),

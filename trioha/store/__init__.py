@@ -18,6 +18,7 @@ from trioha.store._contract import (
     NewMessage,
     SetAside,
 )
+from trioha.store._epochfile import EPOCH_FILE_NAME, EpochFile
 from trioha.store._memory import MemoryCommitLog
 from trioha.store._message import (
     BLANK_MAGIC,
@@ -54,6 +55,7 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
     "DEFAULT_SEGMENT_SIZE",
     "DEFAULT_STORE_HOST",
+    "EPOCH_FILE_NAME",
     "MESSAGE_MAGIC",
     "MESSAGE_MAGIC_V2",
     "MIN_RECORD_SIZE",
@@ -66,6 +68,7 @@ __all__ = [
     "DecodedIncomplete",
     "DecodedInvalid",
     "DecodedMessage",
+    "EpochFile",
     "FileCommitLog",
     "FlushDiskType",
     "FlushPolicy",

@@ -180,6 +180,15 @@ class CommitLog(Protocol):
     def truncate(self, offset: int) -> None:
         """Drop everything at and after ``offset`` (kept aside, never discarded)."""
 
+    def boundaries_around(self, offset: int) -> tuple[int, int | None]:
+        """The message boundaries nearest ``offset`` (both ``offset`` when it is one)."""
+
+    def truncate_to_boundary(self, offset: int) -> list[SetAside]:
+        """:meth:`truncate` at a message boundary only; returns what was kept aside."""
+
+    def skip_past(self, offset: int) -> int:
+        """Close segments with END_OF_FILE records so new data starts beyond ``offset``."""
+
     def delete_segments_before(self, offset: int) -> int:
         """Delete whole oldest segments that end at or before ``offset``; returns how many."""
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, Self, TypeVar
 
 from trioha._errors import CorruptLogError, MessageTooLargeError, OffsetMismatchError, StorageError
+from trioha.store._boundary import boundaries_around, check_boundary
 from trioha.store._contract import (
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_STORE_HOST,
@@ -474,6 +475,65 @@ class LogCore(abc.ABC, Generic[S]):
             self.set_aside.append(self._move_aside(s, "truncated"))
         end = later[-1].start + later[-1].wrote if later else seg.start + old
         log.warning("commit log truncated at %d (was up to %d)", offset, end)
+
+    # --- safe truncation (cutting a replica back to the history it shares) ----------------
+
+    def boundaries_around(self, offset: int) -> tuple[int, int | None]:
+        """The nearest message boundaries ``before <= offset <= after`` (see ``_boundary``)."""
+        self._check_open()
+        self._check_range(offset)
+        return boundaries_around(self._segments, self._segment_size, offset)
+
+    def truncate_to_boundary(self, offset: int) -> list[SetAside]:
+        """Cut the log back to ``offset``, which must be a message boundary.
+
+        The safe form of :meth:`truncate` for a replica cut back to what it shares with its
+        master (``CommitLog.truncateDirtyFiles`` at a consistent point): an offset inside a
+        record raises :class:`~trioha.NotAMessageBoundaryError` naming the nearest
+        boundaries, and nothing changes. The cut bytes are kept aside as recovery keeps
+        them; the entries added to :attr:`set_aside` are returned. The written end is always
+        accepted (nothing to cut, even when the last record is only partly received).
+        """
+        self._check_open()
+        self._check_range(offset)
+        check_boundary(self._segments, self._segment_size, offset)
+        kept = len(self.set_aside)
+        self.truncate(offset)
+        return self.set_aside[kept:]
+
+    def skip_past(self, offset: int) -> int:
+        """Start new data at the first segment boundary strictly beyond ``offset``.
+
+        What a classic master does after losing bytes it had sent (docs/replication.md):
+        the rest of the current segment, and every segment up to that boundary, is closed
+        with RocketMQ's own END_OF_FILE blank record (``doAppend``'s ``BLANK_MAGIC_CODE``),
+        which every reader, Java's included, treats as "go to the next file". New records
+        thus never take an offset a slave may hold from the lost history. Returns the new
+        end of the log (unchanged when it is already past ``offset``).
+        """
+        self._check_open()
+        size = self._segment_size
+        target = (offset // size + 1) * size
+        if self.max_offset >= target:
+            return self.max_offset
+        self._catch_up()
+        while self.max_offset < target:
+            if not self._segments or self._segments[-1].wrote >= size:
+                start = self._segments[-1].start + size if self._segments else 0
+                seg = self._add_segment(max(start, self.max_offset - self.max_offset % size))
+            else:
+                seg = self._segments[-1]
+            pos = seg.wrote
+            if size - pos >= BLANK_RECORD_SIZE:
+                seg.write(pos, encode_blank(size - pos))
+            with self._lock:
+                seg.wrote = size
+        self._queues.cursor = self.max_offset
+        log.warning(
+            "commit log closed with end-of-file records up to %d: new data starts there",
+            self.max_offset,
+        )
+        return self.max_offset
 
     def _roll_back_queues(self, offset: int) -> None:
         queues = self._queues

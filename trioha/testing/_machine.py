@@ -22,6 +22,11 @@ checks after every step what RocketMQ replication promises:
 * replication converges: with the network healed and time stopped, the slave catches up
   completely and every waiting sync put is answered PUT_OK.
 
+In epoch mode (``PairOptions.epoch_mode``) a master crash, or a power loss that takes the
+master's last records (flushed or not), never fences the slave: at its next handshake the
+slave cuts its log back to the consistent point and is a prefix of the master again before it
+reports, so the prefix invariant holds throughout.
+
 This module needs hypothesis; the rest of :mod:`trioha.testing` does not.
 """
 
@@ -37,7 +42,7 @@ from hypothesis.errors import InvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from trioha._status import PutStatus
-from trioha.proto import MasterPhase, Timing
+from trioha.proto import MasterPhase, SendReport, SlavePhase, Timing
 from trioha.testing._pair import (
     Link,
     PairOptions,
@@ -70,6 +75,7 @@ def pair_options() -> st.SearchStrategy[PairOptions]:
         batch_size=st.sampled_from([7, 64, 333, 32 * 1024]),
         ack_flushed=st.booleans(),
         sync_from_oldest=st.booleans(),
+        epoch_mode=st.booleans(),
     )
 
 
@@ -170,7 +176,11 @@ class ReplicationMachine(RuleBasedStateMachine):
         assert link.slave.state.receiving is None
         assert pending_report_bytes(link.master) == 0
         assert link.master.state.request_offset == -1
-        assert link.reports == [self.p.slave_log.max_offset]
+        if self.p.options.epoch_mode:  # the handshake first; the report after it
+            assert link.reports == []
+            assert link.slave.state.phase is SlavePhase.HANDSHAKE
+        else:
+            assert link.reports == [self.p.slave_log.max_offset]
         _event("connect")
 
     @precondition(lambda self: self.pair is not None and bool(self._writable()))
@@ -274,7 +284,7 @@ class ReplicationMachine(RuleBasedStateMachine):
         link = self.p.current
         assert link is not None
         lie = link.master.state.next_transfer + beyond
-        link.to_master += lie.to_bytes(8, "big")
+        link.to_master += link.slave.encode(SendReport(lie))
         # Read at once (reports are whole words, so the lie is the newest one of this read):
         # later sends could make the same number true.
         self.p.deliver_to_master(link)
@@ -328,6 +338,9 @@ class ReplicationMachine(RuleBasedStateMachine):
             _event("master crash lost a PUT_OK put the slave holds")
         if self.fenced:
             return
+        if pair.options.epoch_mode:
+            self._handshake_after_master_restart()
+            return
         # Everything reconnects; the master hears the slave's request before any new put.
         link = pair.connect()
         pair.deliver_to_master(link, 8)
@@ -346,6 +359,39 @@ class ReplicationMachine(RuleBasedStateMachine):
         )
         pair.drop(link)
         _event("master crash diverged the slave: refused on reconnect")
+
+    @precondition(
+        lambda self: self.pair is not None
+        and self.p.options.epoch_mode
+        and self.p.master_log.max_offset > self.p.master_log.min_offset
+    )
+    @rule(back=st.integers(1, 6))
+    def master_loses_records(self, back: int) -> None:
+        """Power loss, or a damaged record: the master comes back without its last *back*
+        records, which the slave may hold, flushed or not (epoch mode only: classic HA cannot
+        tell, which is what epochs are for)."""
+        pair = self.p
+        starts = [m.physical_offset for m in pair.master_log.iter_messages()]  # type: ignore[attr-defined]
+        cut = starts[-min(back, len(starts))]
+        lost = pair.lose_master_records(cut)
+        _event(f"master lost records ({lost} bytes)")
+        self._handshake_after_master_restart()
+
+    def _handshake_after_master_restart(self) -> None:
+        """Epoch mode: the slave reconnects at once; after the handshakes it is a prefix of
+        the master (cut back if it held what the master lost), never refused or spliced."""
+        pair = self.p
+        held = pair.slave_log.max_offset
+        link = pair.connect()
+        pair.deliver_to_master(link)  # the slave's handshake
+        pair.master_write(link)  # the master's
+        pair.deliver_to_slave(link)
+        assert link.slave_open and link.master_open, f"an epoch slave was refused: {link.closes}"
+        assert link.slave.state.phase is SlavePhase.TRANSFER
+        assert pair.slave_is_prefix(), "the slave streams but is not a prefix of the master"
+        if link.truncations:
+            assert link.truncations == [pair.slave_log.max_offset] and held > link.truncations[0]
+            _event("epoch mode: the slave cut back to the consistent point")
 
     @precondition(lambda self: self.pair is not None and self.fenced is not None)
     @rule()

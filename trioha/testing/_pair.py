@@ -15,7 +15,11 @@ any order and cut the byte streams anywhere:
   and then read EOF; :meth:`ProtocolPair.drop` kills the transport instead (bytes in flight are
   lost), and a side may not notice (a half-open connection) until housekeeping closes it;
 * crashes cut the logs back the way a power cut does: a slave to any point between its flushed
-  and written ends, the master to its flushed end.
+  and written ends, the master to its flushed end; :meth:`ProtocolPair.lose_master_records`
+  cuts the master further back, to any message boundary (recovery met a damaged record);
+* with ``epoch_mode`` both ends speak the AutoSwitch protocol: the pair keeps both epoch
+  histories (the master begins a new epoch at its recovered end on every restart), carries
+  the handshakes, and executes the slave's ``Truncate`` and ``RecordEpoch``.
 
 It also answers sync puts the way ``HAService.wait_replicated`` does (PUT_OK once a live
 connection that carried the put, one served from at or before its start, has acked its end), so
@@ -42,20 +46,23 @@ from trioha.proto import (
     AckAdvanced,
     Append,
     Close,
+    EpochHistory,
     LogView,
     MasterConnection,
     MasterOptions,
     MasterPhase,
     Quorum,
+    RecordEpoch,
     SendHeartbeat,
+    SendMasterHandshake,
     SendReport,
+    SendSlaveHandshake,
     SendTransfer,
     SlaveAction,
     SlaveConnection,
     Timing,
+    Truncate,
     Vouch,
-    encode_report,
-    frame_header,
     replicated_offset,
     vouch,
 )
@@ -139,6 +146,8 @@ class PairOptions:
     fallbehind_max: int = 256 * MIB
     #: The largest frame body the slave accepts.
     max_body: int = MAX_BODY_SIZE
+    #: ``enable_controller_mode``: the AutoSwitch protocol with epochs.
+    epoch_mode: bool = False
 
     @classmethod
     def from_config(cls, config: BrokerConfig, **overrides: object) -> PairOptions:
@@ -152,13 +161,18 @@ class PairOptions:
             "housekeeping": config.ha_housekeeping_interval / 1000,
             "slave_timeout": config.slave_timeout / 1000,
             "fallbehind_max": config.ha_slave_fallbehind_max,
+            "epoch_mode": config.enable_controller_mode,
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
 
     @property
     def master_options(self) -> MasterOptions:
-        return MasterOptions(batch_size=self.batch_size, sync_from_oldest=self.sync_from_oldest)
+        return MasterOptions(
+            batch_size=self.batch_size,
+            sync_from_oldest=self.sync_from_oldest,
+            epoch_mode=self.epoch_mode,
+        )
 
     @property
     def timing(self) -> Timing:
@@ -190,6 +204,8 @@ class Link:
     to_master: bytearray = attrs.field(factory=bytearray)
     #: The rest of the frame the master's writer is writing (``!lastWriteOver``).
     outbox: bytearray = attrs.field(factory=bytearray)
+    #: The outbox holds a frame (not the epoch-mode handshake): ``frame_written`` follows it.
+    outbox_frame: bool = False
     #: The transport is gone (reset, cable, crash): nothing more is delivered either way.
     dead: bool = False
     #: Each side's view: open until it closes, reads EOF, or notices the transport died.
@@ -199,6 +215,8 @@ class Link:
     reports: list[int] = attrs.field(factory=list)
     acks: list[int] = attrs.field(factory=list)
     frames: list[tuple[int, int]] = attrs.field(factory=list)
+    #: Epoch mode: offsets the slave cut its log back to on this connection.
+    truncations: list[int] = attrs.field(factory=list)
     #: ``(side, reason)`` for each Close an end decided on.
     closes: list[tuple[Side, str]] = attrs.field(factory=list)
     #: The slave's request offset as the master recorded it (set once), and where the master
@@ -279,12 +297,19 @@ class ProtocolPair:
         self.incarnation = 0
         self.puts: list[SyncPut] = []
         self._numbers = itertools.count(1)
+        #: Epoch mode: the master's history (begun at its log's end, as at a start) and the
+        #: slave's (its epoch file, which survives its crashes).
+        self.master_epochs = EpochHistory()
+        self.slave_epochs = EpochHistory()
+        if self.options.epoch_mode:
+            self.master_epochs = self.master_epochs.begin_epoch(master_log.max_offset)
 
     # --- queries ------------------------------------------------------------------------------
 
     def master_view(self) -> LogView:
         log = self.master_log
-        return LogView(log.min_offset, log.max_offset, log.segment_size)
+        epochs = self.master_epochs if self.options.epoch_mode else None
+        return LogView(log.min_offset, log.max_offset, log.segment_size, epochs=epochs)
 
     @property
     def current(self) -> Link | None:
@@ -358,6 +383,11 @@ class ProtocolPair:
         if self.options.ack_flushed:
             self.slave_log.flush()
         opts = self.options
+        epochs = None
+        if opts.epoch_mode:  # AutoSwitchHAClient's READY: drop epochs past the log's end
+            epochs = self.slave_epochs = self.slave_epochs.truncate_suffix(
+                self.slave_log.max_offset
+            )
         link = Link(
             number=next(self._numbers),
             incarnation=self.incarnation,
@@ -370,6 +400,7 @@ class ProtocolPair:
                 timing=opts.timing,
                 max_body=opts.max_body,
                 peer="master",
+                epochs=epochs,
             ),
         )
         self.links.append(link)
@@ -411,12 +442,15 @@ class ProtocolPair:
                         f"the frame needs {action.size}"
                     )
             self._check_frame(link, action)
-            link.outbox += frame_header(action) + body
+            header = link.master.header(action, confirm_offset=self.master_log.max_offset)
+            link.outbox += header + body
+            link.outbox_frame = True
         k = len(link.outbox) if n is None else min(n, len(link.outbox))
         if not link.dead:
             link.to_slave += link.outbox[:k]
         del link.outbox[:k]
-        if not link.outbox:
+        if not link.outbox and link.outbox_frame:
+            link.outbox_frame = False
             link.master.frame_written(now=self.now)
         return k
 
@@ -432,6 +466,15 @@ class ProtocolPair:
                     f"{prev_offset + prev_size}"
                 )
         size = action.size if isinstance(action, SendTransfer) else 0
+        if opts.epoch_mode:
+            found = self.master_epochs.find_by_offset(offset)
+            assert found is not None, f"frame at {offset} outside every epoch"
+            index, entry = found
+            end = self.master_epochs.end_of(index, self.master_log.max_offset)
+            if (action.epoch, action.epoch_start) != (entry.epoch, entry.start_offset):
+                raise AssertionError(f"frame at {offset} labelled {action}, not {entry}")
+            if offset + size > end:
+                raise AssertionError(f"frame [{offset}, {offset + size}) crosses its epoch's end")
         if size > opts.batch_size:
             raise AssertionError(f"frame of {size} bytes exceeds batch size {opts.batch_size}")
         if size and offset // opts.segment_size != (offset + size - 1) // opts.segment_size:
@@ -463,6 +506,24 @@ class ProtocolPair:
                     self._slave_close(link, f"cannot append at {action.offset}: {exc}")
                     return k
                 appended = True
+            elif isinstance(action, Truncate):
+                try:
+                    truncate = getattr(self.slave_log, "truncate_to_boundary", None)
+                    if truncate is None or action.offset < self.slave_log.min_offset:
+                        self.slave_log.truncate(action.offset)
+                    else:
+                        truncate(action.offset)
+                except StorageError as exc:
+                    self._slave_close(link, f"cannot cut back to {action.offset}: {exc}")
+                    return k
+                self.slave_log.flush()
+                self.slave_epochs = self.slave_epochs.truncate_suffix(action.offset)
+                link.truncations.append(action.offset)
+                for put in self.puts:
+                    if put.lost is None and put.end > action.offset:
+                        put.lost = f"cut from the slave at the consistent point {action.offset}"
+            elif isinstance(action, RecordEpoch):
+                self.slave_epochs = self.slave_epochs.append(action.epoch, action.start_offset)
             elif not self._slave_actions(link, (action,)):
                 return k
         if appended:
@@ -478,13 +539,14 @@ class ProtocolPair:
     def _slave_actions(self, link: Link, actions: Iterable[SlaveAction]) -> bool:
         """Write reports, obey a Close; False once the slave side is closed."""
         for action in actions:
-            if isinstance(action, SendReport):
+            if isinstance(action, SendReport | SendSlaveHandshake):
                 if not link.slave_open:
                     raise AssertionError(f"{link!r}: a report after the slave side closed")
-                data = encode_report(action.offset)
+                data = link.slave.encode(action)
                 if not link.dead:
                     link.to_master += data
-                link.reports.append(action.offset)
+                if isinstance(action, SendReport):
+                    link.reports.append(action.offset)
                 link.slave.report_written(now=self.now)
             elif isinstance(action, Close):
                 self._slave_close(link, action.reason)
@@ -510,6 +572,8 @@ class ProtocolPair:
         for action in link.master.receive_data(chunk, now=self.now, log=self.master_view()):
             if isinstance(action, AckAdvanced):
                 link.acks.append(action.offset)
+            elif isinstance(action, SendMasterHandshake):
+                link.outbox += link.master.handshake_bytes(action)  # the writer sends it next
             elif isinstance(action, Close):
                 self._master_close(link, action.reason)
                 break
@@ -604,20 +668,30 @@ class ProtocolPair:
     def crash_master(self) -> int:
         """The master dies and restarts with its log cut to its flushed end; every connection
         is reset. Returns the number of bytes lost."""
+        return self._master_restarts(self.master_log.flushed_offset, "a master crash")
+
+    def lose_master_records(self, cut: int) -> int:
+        """The master dies and its recovery ends at *cut*, a message boundary below what it
+        flushed (a damaged record moved aside with all after it; or the last records it had
+        sent lost): what classic HA cannot detect once the log grows back past a slave."""
+        return self._master_restarts(cut, "the master's lost records")
+
+    def _master_restarts(self, cut: int, why: str) -> int:
         for link in self.links:
             if link.open:
                 self.drop(link)
         log = self.master_log
-        cut = log.flushed_offset
         lost = log.max_offset - cut
         log.truncate(cut)
         log.flush()
+        if self.options.epoch_mode:  # a master's start opens a new epoch at its end
+            self.master_epochs = self.master_epochs.begin_epoch(cut)
         for put in self.puts:
             if put.end > cut:
                 if put.status is None:
                     put.status = PutStatus.UNKNOWN_ERROR  # the producer's connection broke
                 if put.lost is None:
-                    put.lost = f"cut by a master crash at {cut}"
+                    put.lost = f"cut by {why} at {cut}"
         return lost
 
     # --- running to quiet ---------------------------------------------------------------------

@@ -1,0 +1,404 @@
+"""Epoch mode (RocketMQ 5.x AutoSwitch) at the byte level: layouts, handshake, truncation.
+
+The expected bytes are written out from ``AutoSwitchHAClient`` / ``AutoSwitchHAConnection``'s
+layouts (big-endian; state = ``HAConnectionState`` ordinal), not produced by the code under test.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Sequence
+
+import attrs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trioha.proto import (
+    AckAdvanced,
+    Append,
+    Close,
+    EpochHistory,
+    EpochTransferHeader,
+    LogView,
+    MasterConnection,
+    MasterOptions,
+    MasterPhase,
+    RecordEpoch,
+    SendMasterHandshake,
+    SendReport,
+    SendSlaveHandshake,
+    SendTransfer,
+    SlaveConnection,
+    SlaveHandshake,
+    SlavePhase,
+    Truncate,
+    encode_epoch_report,
+    encode_master_handshake,
+)
+from trioha.proto._epochs import entries_of
+
+SEG = 64
+
+
+def test_slave_handshake_bytes() -> None:
+    data = SlaveHandshake(sync_from_last_file=True, async_learner=False, broker_id=7).to_bytes()
+    assert data == bytes.fromhex("00000001" "0001" "0000" "0000000000000007")
+    assert SlaveHandshake.from_bytes(data) == SlaveHandshake(True, False, 7)
+
+
+def test_slave_report_bytes() -> None:
+    assert encode_epoch_report(0x0102030405) == bytes.fromhex("00000002" "0000000102030405")
+
+
+def test_master_handshake_bytes() -> None:
+    data = encode_master_handshake(0x2000, entries_of([(1, 0), (3, 0x1000)]))
+    assert data == bytes.fromhex(
+        "00000001" "00000018" "0000000000002000" "00000003"  # state, bodySize 24, max, epoch
+        "00000001" "0000000000000000"
+        "00000003" "0000000000001000"
+    )
+
+
+def test_transfer_header_bytes() -> None:
+    header = EpochTransferHeader(
+        offset=0x1000, size=0x20, epoch=3, epoch_start=0x800, confirm_offset=0x1020
+    )
+    data = header.to_bytes()
+    assert data == bytes.fromhex(
+        "00000002" "00000020" "0000000000001000" "00000003" "0000000000000800"
+        "0000000000001020"
+    )
+    assert len(data) == 36
+    assert EpochTransferHeader.from_bytes(data, max_body=64) == header
+
+
+# --- a master and a slave over bytes ------------------------------------------------------------
+
+
+@attrs.define
+class Replica:
+    """A log as bytes plus its epoch history (what the store and epoch file hold)."""
+
+    data: bytearray = attrs.field(factory=bytearray)
+    epochs: EpochHistory = attrs.field(factory=EpochHistory)
+
+    @property
+    def end(self) -> int:
+        return len(self.data)
+
+
+def master_view(master: Replica) -> LogView:
+    return LogView(0, master.end, SEG, epochs=master.epochs)
+
+
+@attrs.define
+class Run:
+    closes: list[Close] = attrs.field(factory=list)
+    truncated: list[int] = attrs.field(factory=list)
+    frames: list[tuple[int, int, int, int]] = attrs.field(factory=list)
+
+
+def replicate(master: Replica, slave: Replica, *, batch: int = 16, rounds: int = 200) -> Run:
+    """One connection from handshake to caught up, executing actions as the net layer does."""
+    run = Run()
+    mconn = MasterConnection(now=0.0, options=MasterOptions(batch_size=batch, epoch_mode=True))
+    sconn = SlaveConnection(log_max=slave.end, now=0.0, epochs=slave.epochs, max_body=batch)
+    to_master = b"".join(sconn.encode(a) for a in sconn.initial_actions()
+                         if isinstance(a, SendSlaveHandshake | SendReport))
+    to_slave = b""
+
+    def slave_do(actions: Sequence[object]) -> bytes:
+        out = b""
+        for action in actions:
+            if isinstance(action, Truncate):
+                del slave.data[action.offset :]
+                slave.epochs = slave.epochs.truncate_suffix(action.offset)
+                run.truncated.append(action.offset)
+            elif isinstance(action, RecordEpoch):
+                slave.epochs = slave.epochs.append(action.epoch, action.start_offset)
+            elif isinstance(action, Append):
+                assert slave.end in (action.offset, 0)
+                slave.data += action.data
+                out += b"".join(
+                    sconn.encode(a) for a in sconn.appended(slave.end, now=0.0)
+                    if isinstance(a, SendReport)
+                )
+            elif isinstance(action, SendReport | SendSlaveHandshake):
+                out += sconn.encode(action)
+            elif isinstance(action, Close):
+                run.closes.append(action)
+        return out
+
+    for _ in range(rounds):
+        progressed = False
+        if to_master:
+            data, to_master = to_master, b""
+            for action in mconn.receive_data(data, now=0.0, log=master_view(master)):
+                if isinstance(action, SendMasterHandshake):
+                    to_slave += mconn.handshake_bytes(action)
+                elif isinstance(action, Close):
+                    run.closes.append(action)
+                else:
+                    assert isinstance(action, AckAdvanced)
+            progressed = True
+        send = mconn.next_send(now=0.0, log=master_view(master))
+        if isinstance(send, SendTransfer):
+            to_slave += mconn.header(send, confirm_offset=master.end)
+            to_slave += bytes(master.data[send.offset : send.offset + send.size])
+            run.frames.append((send.offset, send.size, send.epoch, send.epoch_start))
+            mconn.frame_written(now=0.0)
+            progressed = True
+        elif isinstance(send, Close):
+            run.closes.append(send)
+        if to_slave:
+            data, to_slave = to_slave, b""
+            to_master += slave_do(sconn.receive_data(data, now=0.0))
+            progressed = True
+        if run.closes or not progressed:
+            break
+    return run
+
+
+def grow(replica: Replica, n: int, fill: int) -> None:
+    replica.data += bytes([fill]) * n
+
+
+def test_new_slave_copies_everything_and_rebuilds_the_history() -> None:
+    master = Replica()
+    master.epochs = master.epochs.begin_epoch(0)
+    grow(master, 40, 1)
+    master.epochs = master.epochs.begin_epoch(master.end)  # a restart
+    grow(master, 40, 2)
+    slave = Replica()
+    run = replicate(master, slave)
+    assert not run.closes
+    assert slave.data == master.data
+    assert slave.epochs == master.epochs
+    # No frame crosses an epoch's end, and each carries its epoch.
+    assert all(off + size <= 40 for off, size, epoch, _ in run.frames if epoch == 1)
+    assert {(e, s) for _o, _n, e, s in run.frames} == {(1, 0), (2, 40)}
+
+
+def test_slave_holding_lost_bytes_truncates_to_the_consistent_point() -> None:
+    master, slave = Replica(), Replica()
+    master.epochs = master.epochs.begin_epoch(0)
+    grow(master, 48, 1)
+    assert not replicate(master, slave).closes
+    assert slave.data == master.data
+    # The master loses its unflushed tail [32, 48), restarts, and writes new data there.
+    del master.data[32:]
+    master.epochs = master.epochs.begin_epoch(master.end)
+    grow(master, 30, 9)
+    run = replicate(master, slave)
+    assert not run.closes
+    assert run.truncated == [32]
+    assert slave.data == master.data
+    assert slave.epochs == entries_of([(1, 0), (2, 32)])
+
+
+def test_no_common_history_closes_as_diverged() -> None:
+    master = Replica(bytearray(b"\1" * 20), entries_of([(5, 4)]))
+    slave = Replica(bytearray(b"\2" * 10), entries_of([(1, 0)]))
+    run = replicate(master, slave)
+    assert len(run.closes) == 1 and run.closes[0].diverged_at == 0
+    assert "no consistent point" in run.closes[0].reason
+    assert slave.data == b"\2" * 10  # nothing cut when nothing is known
+
+
+def test_a_master_that_lost_every_epoch_the_slave_knows_starts_it_over() -> None:
+    # The master lost everything since its first epoch and began epoch 2 at 0: the only
+    # shared prefix is the empty one.
+    master = Replica(bytearray(b"\1" * 20), entries_of([(2, 0)]))
+    slave = Replica(bytearray(b"\2" * 10), entries_of([(1, 0)]))
+    run = replicate(master, slave)
+    assert not run.closes
+    assert run.truncated == [0]
+    assert slave.data == master.data and slave.epochs == master.epochs
+
+
+def test_log_without_history_is_refused_not_trusted() -> None:
+    master = Replica(bytearray(b"\1" * 20), entries_of([(1, 0)]))
+    slave = Replica(bytearray(b"\1" * 10))
+    run = replicate(master, slave)
+    assert run.closes and run.closes[0].diverged_at == 0
+    assert "no epoch history" in run.closes[0].reason
+
+
+def test_frame_in_an_unknown_epoch_over_held_bytes_is_divergence() -> None:
+    slave = SlaveConnection(log_max=30, now=0.0, epochs=entries_of([(1, 0)]), max_body=64)
+    slave.initial_actions()
+    slave.receive_data(encode_master_handshake(30, entries_of([(1, 0)])), now=0.0)
+    assert slave.state.phase is SlavePhase.TRANSFER
+    frame = EpochTransferHeader(30, 4, epoch=2, epoch_start=20, confirm_offset=34).to_bytes()
+    actions = slave.receive_data(frame + b"abcd", now=0.0)
+    assert isinstance(actions[-1], Close) and actions[-1].diverged_at == 20
+    assert not any(isinstance(a, Append | RecordEpoch) for a in actions)
+
+
+# --- hostile handshakes -------------------------------------------------------------------------
+
+
+def slave_after(data: bytes, *, log_max: int = 10) -> tuple[SlaveConnection, list[object]]:
+    conn = SlaveConnection(log_max=log_max, now=0.0, epochs=entries_of([(1, 0)]), max_body=64)
+    conn.initial_actions()
+    return conn, list(conn.receive_data(data, now=0.0))
+
+
+def handshake(body_size: int, max_offset: int, last_epoch: int, entries: bytes, state: int = 1
+              ) -> bytes:
+    return struct.pack(">iiqi", state, body_size, max_offset, last_epoch) + entries
+
+
+def entry(epoch: int, start: int) -> bytes:
+    return struct.pack(">iq", epoch, start)
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (handshake(12, 100, 1, entry(1, 0), state=2), "state 2 .TRANSFER.; expected 1"),
+        (handshake(12, 100, 1, entry(1, 0), state=9), "state 9"),
+        (handshake(13, 100, 1, entry(1, 0) + b"\0"), "not a multiple of 12"),
+        (handshake(-12, 100, 1, b""), "not a multiple of 12"),
+        (handshake(12 * 1001, 100, 1, b""), "1001 epoch entries; at most 1000"),
+        (handshake(24, 100, 2, entry(2, 0) + entry(1, 50)), "out of order"),
+        (handshake(24, 100, 2, entry(1, 50) + entry(2, 50)), "out of order"),
+        (handshake(12, 100, 4, entry(1, 0)), "last epoch 4"),
+        (handshake(12, 100, 1, entry(1, 200)), "beyond the master's max offset"),
+        (handshake(0, -1, 0, b""), "negative max offset"),
+    ],
+)
+def test_malformed_master_handshake_closes(data: bytes, reason: str) -> None:
+    conn, actions = slave_after(data)
+    assert len(actions) == 1 and isinstance(actions[0], Close), actions
+    assert re.search(reason, actions[0].reason), actions[0].reason
+    assert conn.closed and conn.buffered == 0
+
+
+def test_short_master_handshake_waits() -> None:
+    full = handshake(24, 100, 2, entry(1, 0) + entry(2, 5))
+    conn, actions = slave_after(full[:19])
+    assert actions == [] and conn.state.phase is SlavePhase.HANDSHAKE
+    assert conn.receive_data(full[19:30], now=0.0) == []
+    actions2 = conn.receive_data(full[30:], now=0.0)
+    assert actions2 == [Truncate(5), SendReport(5)]  # epoch 2 began inside what it holds
+
+
+def master_after(data: bytes) -> tuple[MasterConnection, tuple[object, ...]]:
+    conn = MasterConnection(now=0.0, options=MasterOptions(epoch_mode=True))
+    view = LogView(0, 100, SEG, epochs=entries_of([(1, 0)]))
+    return conn, conn.receive_data(data, now=0.0, log=view)
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (struct.pack(">ihhq", 1, 2, 0, 1), "isSyncFromLastFile is 2"),
+        (struct.pack(">ihhq", 1, 0, -1, 1), "isAsyncLearner is -1"),
+        (struct.pack(">iq", 2, 5), "before its handshake"),
+        (struct.pack(">iq", 0, 5), "state field 0 .READY."),
+        (struct.pack(">iq", 77, 5), "state field 77"),
+        (SlaveHandshake().to_bytes() * 2, "second handshake"),
+        (SlaveHandshake().to_bytes() + struct.pack(">iq", 2, 101), "holds data this master"),
+        (SlaveHandshake().to_bytes() + struct.pack(">iq", 2, -5), "negative offset"),
+    ],
+)
+def test_malformed_slave_messages_close(data: bytes, reason: str) -> None:
+    conn, actions = master_after(data)
+    assert isinstance(actions[-1], Close), actions
+    assert re.search(reason, actions[-1].reason), actions[-1].reason
+    assert conn.closed
+
+
+def test_short_slave_handshake_waits() -> None:
+    data = SlaveHandshake(broker_id=3).to_bytes() + encode_epoch_report(0)
+    conn, actions = master_after(data[:12])  # Java would read it at 12; we wait for 16
+    assert actions == ()
+    assert conn.state.phase.value == "HANDSHAKE"
+    actions = conn.receive_data(
+        data[12:], now=0.0, log=LogView(0, 100, SEG, epochs=entries_of([(1, 0)]))
+    )
+    assert isinstance(actions[0], SendMasterHandshake)
+    assert conn.handshake == SlaveHandshake(broker_id=3)
+    assert conn.state.phase is MasterPhase.TRANSFER and conn.state.next_transfer == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200), st.lists(st.integers(1, 40), max_size=8))
+def test_garbage_to_either_side_closes_cleanly(data: bytes, cuts: list[int]) -> None:
+    pieces, rest = [], data
+    for cut in cuts:
+        pieces.append(rest[:cut])
+        rest = rest[cut:]
+    pieces.append(rest)
+    sconn = SlaveConnection(log_max=0, now=0.0, epochs=EpochHistory(), max_body=64)
+    sconn.initial_actions()
+    mconn = MasterConnection(now=0.0, options=MasterOptions(epoch_mode=True, batch_size=64))
+    view = LogView(0, 100, SEG, epochs=entries_of([(1, 0)]))
+    for piece in pieces:
+        for action in sconn.receive_data(piece, now=0.0):
+            assert isinstance(action, Append | RecordEpoch | SendReport | Close | Truncate)
+            assert not isinstance(action, Truncate), "an empty slave has nothing to cut"
+        assert sconn.buffered <= 12000 + 36 + 64
+        for maction in mconn.receive_data(piece, now=0.0, log=view):
+            assert isinstance(maction, SendMasterHandshake | AckAdvanced | Close)
+        assert mconn._buffer.__len__() < 16
+
+
+@st.composite
+def hostile_handshakes(draw: st.DrawFn) -> tuple[bytes, bool]:
+    """A master handshake, well-formed or not; and whether a reference reading accepts it."""
+    count = draw(st.one_of(st.integers(0, 5), st.sampled_from([999, 1000, 1001, 1100])))
+    state = draw(st.sampled_from([1, 1, 1, 0, 2, 3, 4, 77, -1]))
+    ordered = draw(st.booleans())
+    if count <= 5:
+        starts = sorted(draw(st.lists(st.integers(0, 300), min_size=count, max_size=count,
+                                      unique=True)))
+    else:
+        starts = list(range(0, 2 * count, 2))
+    epochs = list(range(1, count + 1))
+    if not ordered and count > 1:
+        epochs = draw(st.permutations(epochs))
+    entries = b"".join(entry(e, s) for e, s in zip(epochs, starts, strict=True))
+    max_offset = draw(st.one_of(st.integers(-2, 400), st.just(2500)))
+    last = epochs[-1] if epochs else draw(st.integers(0, 3))
+    body_size = len(entries) + draw(st.sampled_from([0, 0, 0, 1, -12, 12]))
+    data = handshake(body_size, max_offset, last, entries, state=state)
+    good = (
+        state == 1
+        and body_size == len(entries)
+        and count <= 1000
+        and max_offset >= 0
+        and (count == 0 or (epochs == sorted(epochs) and starts[-1] <= max_offset))
+    )
+    if draw(st.booleans()):  # short: the connection ends before the rest arrives
+        data = data[: draw(st.integers(0, len(data)))]
+    complete = len(data) >= 20 + max(0, body_size)
+    return data, good and complete
+
+
+@settings(max_examples=150, deadline=None)
+@given(hostile_handshakes(), st.lists(st.integers(1, 5000), max_size=4))
+def test_hostile_master_handshakes(case: tuple[bytes, bool], cuts: list[int]) -> None:
+    data, accepted = case
+    pieces, rest = [], data
+    for cut in cuts:
+        pieces.append(rest[:cut])
+        rest = rest[cut:]
+    pieces.append(rest)
+    conn = SlaveConnection(log_max=0, now=0.0, epochs=EpochHistory(), max_body=64)
+    conn.initial_actions()
+    actions: list[object] = []
+    for piece in pieces:
+        actions += conn.receive_data(piece, now=0.0)
+        assert conn.buffered <= 20 + 12 * 1000
+    if accepted:
+        assert actions == [SendReport(0)]
+        assert conn.state.phase is SlavePhase.TRANSFER
+    elif actions:
+        assert len(actions) == 1 and isinstance(actions[0], Close), actions
+        assert conn.closed and conn.buffered == 0
+    else:  # incomplete: still waiting, nothing decided
+        assert conn.state.phase is SlavePhase.HANDSHAKE

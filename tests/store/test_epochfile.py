@@ -1,0 +1,55 @@
+"""``epochFileCheckpoint`` on disk: temp file, ``.bak``, fallback on damage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trioha._errors import StorageError
+from trioha.proto._epochs import EpochError, entries_of
+from trioha.store import EPOCH_FILE_NAME, EpochFile
+
+
+def test_write_read_and_backup(tmp_path: Path) -> None:
+    path = tmp_path / EPOCH_FILE_NAME
+    f = EpochFile.open(path)
+    assert not f.history
+    assert f.begin_epoch(0) == 1
+    f.append(2, 4096)
+    assert EpochFile.open(path).history == entries_of([(1, 0), (2, 4096)])
+    assert f.backup_path.read_text().endswith("1-0\n")  # the previous version
+    assert not path.with_name(EPOCH_FILE_NAME + ".tmp").exists()
+    with pytest.raises(EpochError):
+        f.append(2, 5000)
+    assert EpochFile.open(path).history == entries_of([(1, 0), (2, 4096)])
+
+
+def test_damaged_file_falls_back_to_backup(tmp_path: Path, caplog: pytest.LogCaptureFixture
+                                           ) -> None:
+    path = tmp_path / EPOCH_FILE_NAME
+    f = EpochFile.open(path)
+    f.begin_epoch(0)
+    f.begin_epoch(100)
+    path.write_text("2\n1\n1-0\n2-1")  # a torn write with a wrong CRC
+    assert EpochFile.open(path).history == entries_of([(1, 0)])
+    assert "does not match" in caplog.text
+    path.unlink()
+    assert EpochFile.open(path).history == entries_of([(1, 0)])
+
+
+def test_both_damaged_is_a_named_storage_error(tmp_path: Path) -> None:
+    path = tmp_path / EPOCH_FILE_NAME
+    path.write_text("garbage\n")
+    path.with_name(EPOCH_FILE_NAME + ".bak").write_text("1\n0\nnope\n")
+    with pytest.raises(StorageError, match=r"epochFileCheckpoint.bak.*nope"):
+        EpochFile.open(path)
+
+
+def test_truncate_suffix_persists(tmp_path: Path) -> None:
+    path = tmp_path / EPOCH_FILE_NAME
+    f = EpochFile.open(path)
+    for start in (0, 100, 200):
+        f.begin_epoch(start)
+    f.truncate_suffix(150)
+    assert EpochFile.open(path).history == entries_of([(1, 0), (2, 100)])

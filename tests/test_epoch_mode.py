@@ -1,0 +1,212 @@
+"""Epoch mode (``enable_controller_mode``) end to end: real brokers, sockets and stores.
+
+The scenario the epochs exist for: a master killed with bytes its slave already holds and it
+then loses (a power cut takes the unflushed tail), restarted, producing again past the slave's
+end, and the slave restarted. The slave must cut its log back to the consistent point and then
+be byte-identical to the master, never a splice of two histories.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from tests.test_broker import (
+    FAST,
+    _free_port,
+    _same_files,
+    caught_up,
+    connected,
+    files_identical,
+    master_config,
+    put_many,
+    running,
+    slave_config,
+)
+from trioha._demo import compare_logs
+from trioha._errors import RemotingError
+from trioha.proto._epochs import entries_of
+from trioha.store import EPOCH_FILE_NAME, EpochFile, open_store
+
+EPOCH: dict[str, Any] = {"enable_controller_mode": True}
+SEG = FAST["mapped_file_size_commit_log"]
+
+
+async def test_epoch_mode_replicates_and_rebuilds_the_history(tmp_path: Path) -> None:
+    async with running(master_config(tmp_path / "m", **EPOCH)) as master:
+        assert master.epoch_file is not None
+        assert master.epoch_file.history == entries_of([(1, 0)])
+        async with running(slave_config(tmp_path / "s", master, **EPOCH)) as slave:
+            await connected(master)
+            await put_many(master, 1500)
+            await caught_up(master, slave)
+            assert compare_logs(master, slave) is None
+            assert slave.epoch_file is not None
+            assert slave.epoch_file.history == master.epoch_file.history
+    files_identical(tmp_path / "m", tmp_path / "s")
+
+
+async def test_a_restarted_master_begins_a_new_epoch_that_the_slave_records(tmp_path: Path
+                                                                           ) -> None:
+    async with running(master_config(tmp_path / "m", **EPOCH)) as master:
+        address = master.ha_address
+        assert address is not None
+        await put_many(master, 300)
+        first_end = master.store.commitlog.max_offset
+    again = master_config(tmp_path / "m", ha_listen_port=address[1], **EPOCH)
+    async with (
+        running(slave_config(tmp_path / "s", address, **EPOCH)) as slave,
+        running(again) as master,
+    ):
+        assert master.epoch_file is not None
+        assert master.epoch_file.history == entries_of([(1, 0), (2, first_end)])
+        await put_many(master, 300)
+        await caught_up(master, slave)
+        assert compare_logs(master, slave) is None
+        assert slave.epoch_file is not None
+        assert slave.epoch_file.history == master.epoch_file.history
+
+
+# --- the scenario, with real processes --------------------------------------------------------
+
+
+def _start(role: str, store: Path, conf: Path, ha: int, listen: int) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "trioha", role, "--store-dir", str(store), "-c", str(conf),
+           "--listen", f"127.0.0.1:{listen}"]
+    cmd += ["--ha-listen" if role == "master" else "--master-ha", f"127.0.0.1:{ha}"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> str:
+    proc.send_signal(sig)
+    return proc.communicate(timeout=30)[0].decode()
+
+
+async def _produce(port: int, count: int, tag: bytes) -> None:
+    from trioha.remoting._client import open_client_pool
+    from trioha.remoting._mqclient import send_message
+
+    async with open_client_pool() as pool:
+        broker = f"127.0.0.1:{port}"
+        with trio.fail_after(30):
+            while True:  # the broker port may not listen yet
+                try:
+                    await send_message(pool, broker, topic="Epochs", body=b"probe", queue_id=0)
+                    break
+                except (OSError, RemotingError):
+                    await trio.sleep(0.1)
+        for i in range(count):
+            result = await send_message(pool, broker, topic="Epochs", body=tag + b"%05d" % i,
+                                        queue_id=i % 4)
+            assert result.code == 0, result
+
+
+async def _queues(port: int) -> list[list[tuple[int, bytes]]]:
+    """Every message of topic Epochs through the broker's consume queues, queue by queue."""
+    from trioha.remoting._client import open_client_pool
+    from trioha.remoting._mqclient import pull_message
+
+    out = []
+    async with open_client_pool() as pool:
+        for queue_id in range(4):
+            got: list[tuple[int, bytes]] = []
+            offset = 0
+            for _ in range(100):
+                result = await pull_message(pool, f"127.0.0.1:{port}", group="g",
+                                            topic="Epochs", queue_id=queue_id, offset=offset)
+                if not result.messages:
+                    break
+                got += [(m.physical_offset, m.body) for m in result.messages]
+                offset = result.next_begin_offset
+            out.append(got)
+    return out
+
+
+def _same_queues(master_port: int, slave_port: int, within: float = 30) -> None:
+    """The slave's consume queues list exactly the master's messages (once it has indexed)."""
+    start = time.monotonic()
+    while (theirs := trio.run(_queues, master_port)) != trio.run(_queues, slave_port):
+        assert time.monotonic() - start < within, "the slave's consume queues differ"
+        time.sleep(0.2)
+    assert sum(len(q) for q in theirs) == 3 + 200 - 40 + 100 + 20  # with one probe per run
+
+
+def _boundaries(store_dir: Path, scratch: Path) -> list[int]:
+    """Message offsets of a store, read from a copy (opening recovers and would change it)."""
+    shutil.copytree(store_dir, scratch)
+    (scratch / "lock").unlink(missing_ok=True)
+    with open_store(scratch, segment_size=SEG) as store:
+        return [m.physical_offset for m in store.commitlog.iter_messages()]
+
+
+def _wait_identical(a: Path, b: Path, within: float = 60) -> None:
+    start = time.monotonic()
+    while not _same_files(a, b):
+        assert time.monotonic() - start < within, "the slave did not become identical in time"
+        time.sleep(0.2)
+
+
+def test_a_slave_holding_the_masters_lost_tail_is_cut_back_never_spliced(tmp_path: Path
+                                                                       ) -> None:
+    master_dir, slave_dir = tmp_path / "m", tmp_path / "s"
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"mappedFileSizeCommitLog={SEG}\nenableControllerMode=true\n"
+                    "haSendHeartbeatInterval=200\nhaHousekeepingInterval=2000\n"
+                    "haReconnectBackoffMax=200\n")
+    ha, m_port, s_port = _free_port(), _free_port(), _free_port()
+    outputs: dict[str, Any] = {}
+    master = _start("master", master_dir, conf, ha, m_port)
+    slave = _start("slave", slave_dir, conf, ha, s_port)
+    try:
+        trio.run(_produce, m_port, 200, b"old")
+        _wait_identical(master_dir, slave_dir)
+        # Kill the master (no clean shutdown) and stop the slave; then the power cut: the
+        # master's last 40 messages, which the slave holds, were never on its disk.
+        master.send_signal(signal.SIGKILL)
+        master.wait(timeout=30)
+        outputs["slave1"] = _stop(slave)
+        offsets = _boundaries(master_dir, tmp_path / "copy")
+        cut = offsets[-40]
+        segment = master_dir / "commitlog" / f"{0:020d}"
+        with open(segment, "r+b") as f:
+            f.seek(cut)
+            f.write(b"\0" * (SEG - cut))
+        # The master restarts, begins epoch 2 at the cut, and producers resume at once,
+        # taking the master's log past where the slave's ends.
+        master = _start("master", master_dir, conf, ha, m_port)
+        trio.run(_produce, m_port, 100, b"new")
+        slave = _start("slave", slave_dir, conf, ha, s_port)
+        _wait_identical(master_dir, slave_dir)
+        trio.run(_produce, m_port, 20, b"more")
+        _wait_identical(master_dir, slave_dir)
+        # The slave's consume queues were cut with its log: they index the new history.
+        _same_queues(m_port, s_port)
+    finally:
+        outputs["slave"] = _stop(slave)
+        outputs["master"] = _stop(master)
+    assert slave.returncode == 0, outputs["slave"]
+    assert master.returncode == 0, outputs["master"]
+    files_identical(master_dir, slave_dir)
+    assert "cut this slave's log back from" in outputs["slave"], outputs["slave"]
+    assert f"to {cut}, the consistent point" in outputs["slave"], outputs["slave"]
+    assert EpochFile.open(slave_dir / EPOCH_FILE_NAME).history == entries_of(
+        [(1, 0), (2, cut)]
+    )
+    assert EpochFile.open(master_dir / EPOCH_FILE_NAME).history == entries_of(
+        [(1, 0), (2, cut)]
+    )
+    # The cut bytes are kept aside on the slave, and its log reads as messages throughout.
+    assert any((slave_dir / "lost+found").iterdir())
+    with open_store(slave_dir, segment_size=SEG) as store:
+        bodies = [m.body for m in store.commitlog.iter_messages()]
+    assert sum(b.startswith(b"old") for b in bodies) == 200 - 40
+    assert sum(b.startswith(b"new") for b in bodies) == 100
