@@ -15,19 +15,12 @@ from trioha.acl import RequestSigner
 from trioha.remoting import RemotingCommand, RequestCode, ResponseCode
 from trioha.remoting._client import open_client_pool
 
-trustme = pytest.importorskip("trustme")
 
-
-async def test_namesrv_command_with_acl_and_tls(tmp_path: Path) -> None:
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1")
-    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "cert.pem"))
-    cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
-    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+async def test_namesrv_command_with_acl_and_tls(tmp_path: Path, pki: dict[str, str]) -> None:
     (tmp_path / "tls.properties").write_text(
         "tls.server.mode=enforcing\n"
-        f"tls.server.certPath={tmp_path / 'cert.pem'}\n"
-        f"tls.server.keyPath={tmp_path / 'key.pem'}\n"
+        f"tls.server.certPath={pki['cert']}\n"
+        f"tls.server.keyPath={pki['key']}\n"
     )
     (tmp_path / "plain_acl.yml").write_text(
         "accounts:\n  - {accessKey: RocketMQ, secretKey: '12345678'}\n"
@@ -37,7 +30,7 @@ async def test_namesrv_command_with_acl_and_tls(tmp_path: Path) -> None:
         "--acl-file", str(tmp_path / "plain_acl.yml"),
         "--tls-config", str(tmp_path / "tls.properties"),
     ]
-    ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+    ctx = ssl.create_default_context(cafile=pki["ca"])
     ctx.check_hostname = False
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
@@ -74,7 +67,7 @@ async def test_namesrv_command_with_acl_and_tls(tmp_path: Path) -> None:
 
 
 async def test_put_and_status_sign_and_speak_tls_from_the_environment(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pki: dict[str, str]
 ) -> None:
     import io
 
@@ -82,11 +75,6 @@ async def test_put_and_status_sign_and_speak_tls_from_the_environment(
     from trioha._config import BrokerConfig
     from trioha.broker import open_broker
 
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1")
-    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "cert.pem"))
-    cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
-    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     (tmp_path / "plain_acl.yml").write_text(
         "accounts:\n  - {accessKey: operator1, secretKey: operatorSecret, admin: true}\n"
         "  - {accessKey: RocketMQ, secretKey: '12345678', defaultTopicPerm: PUB}\n"
@@ -95,10 +83,10 @@ async def test_put_and_status_sign_and_speak_tls_from_the_environment(
         store_path_root_dir=str(tmp_path / "store"), listen_port=0, ha_listen_port=0,
         mapped_file_size_commit_log=1 << 20, namesrv_addr="127.0.0.1:0", embedded_namesrv=True,
         acl_enable=True, acl_file=str(tmp_path / "plain_acl.yml"), acl_access_key="operator1",
-        tls_server_mode="enforcing", tls_server_cert_path=str(tmp_path / "cert.pem"),
-        tls_server_key_path=str(tmp_path / "key.pem"), tls_enable=True,
+        tls_server_mode="enforcing", tls_server_cert_path=pki["cert"],
+        tls_server_key_path=pki["key"], tls_enable=True,
     )
-    monkeypatch.setenv("TRIOHA_TLS_TRUST", str(tmp_path / "ca.pem"))
+    monkeypatch.setenv("TRIOHA_TLS_TRUST", pki["ca"])
     async with open_broker(config) as broker:
         side = broker.client_side
         assert side is not None and side.namesrv_addr is not None
