@@ -2,7 +2,8 @@
 
 ``register_commands(subparsers)`` adds them to ``python -m trioha``:
 
-* ``namesrv [--listen HOST:PORT]``: a name server (default 127.0.0.1:9876);
+* ``namesrv [--listen HOST:PORT] [--acl-file plain_acl.yml] [--tls-config tls.properties]``:
+  a name server (default 127.0.0.1:9876), with the ACL and TLS of docs/security.md;
 * ``put --namesrv HOST:PORT --topic T [--count N] [--size B]``: send N messages to the
   topic's masters, round robin over the queues, one status line each;
 * ``tail --namesrv HOST:PORT --topic T --group G``: consume every queue of the topic as group
@@ -10,6 +11,11 @@
   is gone it reads from the slave (the route lists it);
 * ``status HOST:PORT``: a broker's runtime figures (GET_BROKER_RUNTIME_INFO): role, offsets,
   slaves and their lag, metadata versions.
+
+``put``, ``tail`` and ``status`` sign their requests with ``TRIOHA_ACCESS_KEY`` and
+``TRIOHA_SECRET_KEY`` when those are set (the ACL, docs/security.md; ``status`` needs an admin
+account), and speak TLS when ``TRIOHA_TLS=1`` (any server certificate) or ``TRIOHA_TLS_TRUST``
+names the CA file to verify the server against. Secrets stay out of the process's arguments.
 """
 
 from __future__ import annotations
@@ -17,14 +23,19 @@ from __future__ import annotations
 import argparse
 import itertools
 import logging
+import os
 import signal
+import ssl
 import sys
 from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
+from functools import partial
+from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 import trio
 
-from trioha._config import parse_address
+from trioha._config import BrokerConfig, parse_address
 from trioha._errors import ConfigError, RemotingError
 from trioha.namesrv._processor import serve_namesrv
 from trioha.namesrv._routes import DEFAULT_NAMESRV_PORT
@@ -95,6 +106,20 @@ def register_commands(subparsers: Any) -> None:
         metavar="HOST:PORT",
         help=f"listen address (default 127.0.0.1:{DEFAULT_NAMESRV_PORT}; port 0 picks one)",
     )
+    namesrv.add_argument(
+        "--acl-file",
+        type=Path,
+        metavar="plain_acl.yml",
+        help="check every request against this RocketMQ ACL file (reloaded when it changes): "
+        "a valid signature always, an admin account for anything but reads",
+    )
+    namesrv.add_argument(
+        "--tls-config",
+        type=Path,
+        metavar="tls.properties",
+        help="RocketMQ TLS settings (tls.server.mode, tls.server.certPath, tls.server.keyPath, "
+        "...) for the name server port",
+    )
     namesrv.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     namesrv.set_defaults(handler=_run_namesrv)
 
@@ -125,12 +150,22 @@ def register_commands(subparsers: Any) -> None:
 
 
 def _run_namesrv(args: argparse.Namespace) -> int:
+    from trioha.acl import PlainAcl, TlsAcceptor
+
     host, port = parse_address(args.listen, what="--listen")
+    acl = PlainAcl.load(args.acl_file) if args.acl_file else None
+    tls = None
+    if args.tls_config:
+        tls = TlsAcceptor.for_config(
+            BrokerConfig.from_properties(args.tls_config), what="name server"
+        )
 
     async def main() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
-                await nursery.start(serve_namesrv, host, port)
+                await nursery.start(partial(serve_namesrv, host, port, acl=acl, tls=tls))
+                if acl is not None:
+                    nursery.start_soon(acl.watch)
                 async for signum in signals:
                     log.info("%s received; stopping", signal.Signals(signum).name)
                     nursery.cancel_scope.cancel()
@@ -138,6 +173,31 @@ def _run_namesrv(args: argparse.Namespace) -> int:
 
     _run(main)
     return 0
+
+
+def _open_pool() -> AbstractAsyncContextManager[RemotingClientPool]:
+    """A client pool signing and speaking TLS as the environment says (module docstring)."""
+    from trioha.acl import RequestSigner
+
+    access_key, secret_key = os.environ.get("TRIOHA_ACCESS_KEY"), os.environ.get(
+        "TRIOHA_SECRET_KEY"
+    )
+    if access_key and not secret_key:
+        raise ConfigError("TRIOHA_ACCESS_KEY is set but TRIOHA_SECRET_KEY is not")
+    signer = RequestSigner(access_key, secret_key or "") if access_key else None
+    trust = os.environ.get("TRIOHA_TLS_TRUST")
+    context: ssl.SSLContext | None = None
+    if trust or os.environ.get("TRIOHA_TLS") == "1":
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False  # as RocketMQ: the chain is checked, not the host name
+        if trust:
+            try:
+                context.load_verify_locations(trust)
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigError(f"TRIOHA_TLS_TRUST={trust}: {exc}") from None
+        else:
+            context.verify_mode = ssl.CERT_NONE
+    return open_client_pool(rpc_hook=signer, ssl_context=context)
 
 
 # --- put -------------------------------------------------------------------------------------
@@ -154,7 +214,7 @@ async def put_messages(
 ) -> int:
     """Send ``count`` messages; one line per status. Returns how many were not stored."""
     failed = 0
-    async with open_client_pool() as pool:
+    async with _open_pool() as pool:
         route = await _route(pool, namesrv, topic, allow_missing=True)
         targets = _write_queues(route) if route else []
         if not targets:
@@ -374,7 +434,7 @@ async def tail_messages(
     namesrv: str, topic: str, group: str, *, count: int | None = None, out: TextIO = sys.stdout
 ) -> int:
     """Consume and print until cancelled (or ``count`` messages); returns how many printed."""
-    async with open_client_pool() as pool, trio.open_nursery() as nursery:
+    async with _open_pool() as pool, trio.open_nursery() as nursery:
         tail = _Tail(
             pool, namesrv, topic, group, out=out, limit=count, done=nursery.cancel_scope.cancel
         )
@@ -405,7 +465,7 @@ def _run_tail(args: argparse.Namespace) -> int:
 
 async def broker_status(broker: str, *, out: TextIO = sys.stdout) -> dict[str, str]:
     """Print and return a broker's runtime table."""
-    async with open_client_pool() as pool:
+    async with _open_pool() as pool:
         with trio.fail_after(REQUEST_TIMEOUT):
             table = await runtime_info(pool, broker)
     width = max((len(k) for k in table), default=0)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import difflib
 import enum
 import logging
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,22 @@ def _non_negative(_inst: object, attribute: attrs.Attribute[int], value: int) ->
 def _port(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
     if not 0 <= value <= 65535:
         raise ConfigError(f"{attribute.name} must be a TCP port (0..65535), got {value}")
+
+
+TLS_MODES = ("disabled", "permissive", "enforcing")
+
+
+def _lower(value: str) -> str:
+    return str(value).lower()
+
+
+def _choice(allowed: tuple[str, ...]) -> Any:
+    def check(_inst: object, attribute: attrs.Attribute[str], value: str) -> None:
+        if value not in allowed:
+            choices = ", ".join(allowed)
+            raise ConfigError(f"{attribute.name} must be one of {choices}, got {value!r}")
+
+    return check
 
 
 def _address(_inst: object, attribute: attrs.Attribute[str | None], value: str | None) -> None:
@@ -186,6 +203,65 @@ class BrokerConfig:
     #: open-file limit); more are closed at once, with a WARNING when the cap starts biting.
     server_max_connections: int = attrs.field(default=0, validator=_non_negative)
 
+    # --- access control and TLS (RocketMQ's plain ACL and TlsSystemConfig; docs/security.md) -
+    #: ``aclEnable``: check every request on the broker port (and on an embedded name server)
+    #: against ``plain_acl.yml``. Without a readable ACL file the broker refuses to start.
+    acl_enable: bool = False
+    #: trioha's own: the ``plain_acl.yml`` to load; ``*.yml`` files in an ``acl/`` directory
+    #: beside it are loaded too. Unset: ``$ROCKETMQ_HOME/conf/plain_acl.yml``, as RocketMQ.
+    acl_file: str | None = None
+    #: trioha's own: the account this broker signs its own requests with (registration with
+    #: name servers, a slave's metadata sync). The secret may be left out when the ACL file
+    #: holds the account. RocketMQ 4.x sends these unsigned.
+    acl_access_key: str | None = None
+    acl_secret_key: str | None = attrs.field(default=None, repr=False)
+    #: ``tls.server.mode``: ``disabled`` (plaintext only), ``permissive`` (TLS or plaintext,
+    #: told apart by the first byte) or ``enforcing`` (TLS only), for the broker port and an
+    #: embedded name server. A TLS client is refused while no certificate is configured.
+    tls_server_mode: str = attrs.field(default="permissive", validator=_choice(TLS_MODES))
+    tls_server_cert_path: str | None = None  # tls.server.certPath: PEM chain
+    tls_server_key_path: str | None = None  # tls.server.keyPath: PEM private key
+    tls_server_key_password: str | None = attrs.field(default=None, repr=False)
+    #: ``tls.server.need.client.auth``: ``none``, ``optional`` or ``require`` a client certificate.
+    tls_server_need_client_auth: str = attrs.field(
+        default="none", converter=_lower, validator=_choice(("none", "optional", "require"))
+    )
+    #: ``tls.server.authClient``: verify client certificates against ``tls.server.trustCertPath``.
+    tls_server_auth_client: bool = False
+    tls_server_trust_cert_path: str | None = None
+    #: ``tls.enable``: this broker's own requests (registration, slave sync) use TLS.
+    tls_enable: bool = False
+    tls_client_cert_path: str | None = None  # tls.client.certPath
+    tls_client_key_path: str | None = None  # tls.client.keyPath
+    tls_client_key_password: str | None = attrs.field(default=None, repr=False)
+    #: ``tls.client.authServer``: verify the server's certificate against ``trustCertPath``.
+    tls_client_auth_server: bool = False
+    tls_client_trust_cert_path: str | None = None
+    #: ``tls.config.file``: a properties file whose ``tls.*`` settings (all but
+    #: ``tls.server.mode`` and ``tls.enable``) override this file's, as RocketMQ reads it.
+    #: Unlike RocketMQ, nothing is read unless it is set.
+    tls_config_file: str | None = None
+    #: trioha's own, off by default so RocketMQ slaves and masters still connect: TLS on the
+    #: HA port (master: ``ha_tls_cert_path``/``ha_tls_key_path``; both sides verify the peer
+    #: against ``ha_tls_trust_cert_path`` when set, and a master with
+    #: ``ha_tls_need_client_auth`` demands a slave certificate signed by it).
+    ha_tls_enable: bool = False
+    ha_tls_cert_path: str | None = None
+    ha_tls_key_path: str | None = None
+    ha_tls_trust_cert_path: str | None = None
+    ha_tls_need_client_auth: bool = False
+    #: trioha's own: a secret master and slave must both prove they know (HMAC challenge in
+    #: both directions) before any commit log byte flows; with or without ``ha_tls_enable``.
+    ha_auth_secret: str | None = attrs.field(default=None, repr=False)
+
+    @property
+    def acl_main_file(self) -> Path | None:
+        """The ACL file to load: ``acl_file``, else ``$ROCKETMQ_HOME/conf/plain_acl.yml``."""
+        if self.acl_file:
+            return Path(self.acl_file).expanduser()
+        home = os.environ.get("ROCKETMQ_HOME")
+        return Path(home) / "conf" / "plain_acl.yml" if home else None
+
     def __attrs_post_init__(self) -> None:
         if self.ha_transfer_batch_size > JAVA_SLAVE_READ_BUFFER - 12:
             raise ConfigError(
@@ -265,7 +341,7 @@ class BrokerConfig:
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc}") from None
         for lineno, key, raw in entries:
-            name = _snake(LEGACY_KEYS.get(key, key))
+            name = _snake(LEGACY_KEYS.get(key, key).replace(".", "_"))  # tls.server.mode
             where = f"{path}:{lineno}"
             if key in FIXED_STORE_PATHS:
                 fixed_paths[key] = (where, raw)
@@ -276,6 +352,8 @@ class BrokerConfig:
                     continue
                 raise ConfigError(f"{where}: unknown key {key!r}{_nearest(key, fields)}")
             values[name] = _convert(fields[name], raw, where, key)
+        if values.get("tls_config_file"):
+            values.update(_tls_file_values(Path(values["tls_config_file"]), fields))
         values.update(overrides)
         try:
             config = cls(**values)
@@ -289,6 +367,24 @@ class BrokerConfig:
                     "(under storePathRootDir); remove the line or point it there"
                 )
         return config
+
+
+def _tls_file_values(path: Path, fields: dict[str, Any]) -> dict[str, Any]:
+    """The settings of a ``tls.config.file`` (``TlsSystemConfig``): only ``tls.*`` keys."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read tls.config.file {path}: {exc.strerror or exc}") from None
+    values: dict[str, Any] = {}
+    for lineno, key, raw in _parse_properties(text):
+        name = _snake(key.replace(".", "_"))
+        where = f"{path}:{lineno}"
+        if key in {"tls.server.mode", "tls.enable", "tls.config.file"} or name not in fields:
+            if key in IGNORED_ROCKETMQ_KEYS:
+                continue
+            raise ConfigError(f"{where}: {key!r} cannot be set in a tls.config.file")
+        values[name] = _convert(fields[name], raw, where, key)
+    return values
 
 
 # RocketMQ's older spellings, still accepted by its config loader and found in old files.
@@ -321,13 +417,13 @@ IGNORED_ROCKETMQ_KEYS = frozenset(
         "enableDLegerCommitLog",
         "autoCreateSubscriptionGroup",
         "traceTopicEnable",
-        "aclEnable",
         "messageIndexEnable",
         "slaveReadEnable",
         "brokerPermission",
         "defaultQueryMaxNum",
         "duplicationEnable",
         "offsetCheckInSlave",
+        "tls.test.mode.enable",  # trioha never makes a throwaway certificate
     }
 )
 

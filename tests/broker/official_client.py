@@ -9,11 +9,15 @@ state stay out of the test process. Each command prints one JSON document::
                                                 {"bodies": [...]} (duplicates kept); DELAY
                                                 seconds per message, one thread
     pull NAMESRV TOPIC GROUP                    {"bodies": [...]}
+
+With ``RMQ_ACCESS_KEY`` and ``RMQ_SECRET_KEY`` in the environment every client signs its
+requests (``set_session_credentials``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -27,9 +31,18 @@ from rocketmq.client import (  # type: ignore[import-untyped,import-not-found,un
 )
 
 
+def credentials(client: Any) -> None:
+    """Sign with the account in the environment, if any."""
+    if os.environ.get("RMQ_ACCESS_KEY"):
+        client.set_session_credentials(
+            os.environ["RMQ_ACCESS_KEY"], os.environ.get("RMQ_SECRET_KEY", ""), "ALIYUN"
+        )
+
+
 def produce(namesrv: str, topic: str, count: int, prefix: str) -> dict[str, Any]:
     producer = Producer(f"PG-{prefix}")
     producer.set_namesrv_addr(namesrv)
+    credentials(producer)
     producer.set_timeout(5000)
     producer.start()
     statuses, errors, ids = [], [], []
@@ -51,6 +64,7 @@ def produce(namesrv: str, topic: str, count: int, prefix: str) -> dict[str, Any]
 def batch(namesrv: str, topic: str, count: int, prefix: str) -> dict[str, Any]:
     producer = Producer(f"PG-{prefix}")
     producer.set_namesrv_addr(namesrv)
+    credentials(producer)
     producer.start()
     messages = []
     for i in range(count):
@@ -81,6 +95,7 @@ def push(
 
     consumer = PushConsumer(group)
     consumer.set_namesrv_addr(namesrv)
+    credentials(consumer)
     if delay:
         consumer.set_thread_count(1)
     consumer.subscribe(topic, on_message)
@@ -100,6 +115,7 @@ def push(
 def pull(namesrv: str, topic: str, group: str) -> dict[str, Any]:
     consumer = PullConsumer(group)
     consumer.set_namesrv_addr(namesrv)
+    credentials(consumer)
     consumer.start()
     bodies = [message.body.decode() for message in consumer.pull(topic)]
     consumer.shutdown()

@@ -31,9 +31,16 @@ pytestmark = pytest.mark.skipif(
 HELPER = Path(__file__).with_name("official_client.py")
 
 
-async def official(home: Path, *args: str) -> dict[str, Any]:
-    """Run one official_client.py command (at most 90 s); its JSON result."""
+async def official(
+    home: Path, *args: str, credentials: tuple[str, str] | None = None
+) -> dict[str, Any]:
+    """Run one official_client.py command (at most 90 s); its JSON result.
+
+    With ``credentials`` (accessKey, secretKey) the client signs its requests.
+    """
     env = {**os.environ, "HOME": str(home)}  # the C++ client logs under $HOME/logs
+    if credentials is not None:
+        env["RMQ_ACCESS_KEY"], env["RMQ_SECRET_KEY"] = credentials
     with trio.fail_after(90):
         done = await trio.run_process(
             [sys.executable, str(HELPER), *args], capture_stdout=True, capture_stderr=True, env=env

@@ -23,6 +23,7 @@ import trio
 from trioha._config import BrokerConfig, BrokerRole, FlushDiskType
 from trioha._errors import StorageError
 from trioha._status import PutResult, PutStatus, refusal_status
+from trioha.acl import HASecurity
 from trioha.broker._clientside import ClientSide, serve_client_side
 from trioha.broker._types import new_message
 from trioha.net import HAClient, HAClientStatistics, HAService, HAServiceStatistics
@@ -307,8 +308,13 @@ class Broker:
                     self.epoch_file.begin_epoch, commitlog.max_offset, commitlog.min_offset
                 )
                 log.info("master epoch %d begins at offset %d", epoch, commitlog.max_offset)
+            security = HASecurity.for_config(self.config, master=True)
             self.ha_service = HAService(
-                self.config, self.store.commitlog, sent=self.sent, epoch_file=self.epoch_file
+                self.config,
+                self.store.commitlog,
+                sent=self.sent,
+                epoch_file=self.epoch_file,
+                accept=security.accept if security is not None else None,
             )
             self.ha_address = await nursery.start(self.ha_service.serve)
             if self.role is BrokerRole.SYNC_MASTER and self.config.required_slave_acks == 0:
@@ -317,6 +323,7 @@ class Broker:
                     self.config.in_sync_replicas,
                 )
         else:
+            security = HASecurity.for_config(self.config, master=False)
             self.ha_client = HAClient(
                 self.config,
                 self.store.commitlog,
@@ -324,6 +331,7 @@ class Broker:
                 diverged_file=self.store.root / DIVERGED_FILE,
                 epoch_file=self.epoch_file,
                 truncate=self._truncate_replica,
+                connect=security.connector(trio.open_tcp_stream) if security is not None else None,
             )
             await nursery.start(self.ha_client.run)
         self.client_side = await nursery.start(serve_client_side, self)

@@ -8,7 +8,10 @@ Started by the broker inside its nursery, it runs, all in one nursery of its own
 * an embedded name server when ``embedded_namesrv`` is set;
 * name server registration when ``namesrv_addr`` is set (:mod:`._registration`);
 * on a slave, metadata replication from the master (:mod:`._slavesync`);
-* housekeeping: idle clients dropped after 120 s, consumer offsets persisted every 5 s.
+* housekeeping: idle clients dropped after 120 s, consumer offsets persisted every 5 s;
+* with ``acl_enable``, the ACL check before every request on the broker port and the
+  embedded name server, and the ACL file watcher; with ``tls_server_mode``, TLS on both
+  ports; the broker's own requests signed with ``acl_access_key`` (docs/security.md).
 
 Metadata is loaded from ``<root>/config`` before the port opens and persisted, with the
 consume queues flushed, when the service is cancelled.
@@ -17,12 +20,15 @@ consume queues flushed, when the service is cancelled.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import NoReturn
 
 import attrs
 import trio
 
-from trioha._config import BrokerRole, parse_address
+from trioha._config import BrokerConfig, BrokerRole, parse_address
+from trioha._errors import ConfigError
+from trioha.acl import AclGuard, PlainAcl, RequestSigner, Role, TlsAcceptor, client_context
 from trioha.broker._metadata import Metadata, write_snapshots
 from trioha.broker._processor import BrokerProcessor
 from trioha.broker._registration import Registrar, namesrv_addresses
@@ -60,6 +66,8 @@ class ClientSide:
     slave_sync: SlaveSynchronize | None = None
     namesrv_addr: tuple[str, int] | None = None
     connections: ConnectionCounters = attrs.field(factory=ConnectionCounters)
+    acl: PlainAcl | None = None
+    guard: AclGuard | None = None
 
 
 async def serve_client_side(
@@ -86,11 +94,21 @@ async def serve_client_side(
     )
     reput.recover()
     persister = _Persister(meta, disk)
+    acl = await _load_acl(config)
+    signer = _signer(config, acl)
     try:
         # The pool outlives the tasks using it (the registrar unregisters on the way out).
-        async with open_client_pool() as pool, trio.open_nursery() as nursery:
+        async with open_client_pool(
+            rpc_hook=signer, ssl_context=client_context(config)
+        ) as pool, trio.open_nursery() as nursery:
             side = await _start(
-                broker, meta=meta, reput=reput, pool=pool, nursery=nursery, persister=persister
+                broker,
+                meta=meta,
+                reput=reput,
+                pool=pool,
+                nursery=nursery,
+                persister=persister,
+                acl=acl,
             )
             task_status.started(side)
             await trio.sleep_forever()
@@ -110,9 +128,12 @@ async def _start(
     pool: RemotingClientPool,
     nursery: trio.Nursery,
     persister: _Persister,
+    acl: PlainAcl | None = None,
 ) -> ClientSide:
     config = broker.config
     namesrv_bound: tuple[str, int] | None = None
+    if acl is not None:
+        nursery.start_soon(acl.watch)
     if config.embedded_namesrv:
         addresses = namesrv_addresses(config)
         host, port = (
@@ -120,13 +141,16 @@ async def _start(
             if addresses
             else ("127.0.0.1", DEFAULT_NAMESRV_PORT)
         )
+        namesrv_tls = TlsAcceptor.for_config(config, what="name server")
         namesrv_bound = await nursery.start(
-            lambda task_status: serve_namesrv(
+            partial(
+                serve_namesrv,
                 host,
                 port,
+                acl=acl,
+                tls=namesrv_tls,
                 setting="namesrvAddr, --embedded-namesrv",
                 idle_timeout=config.server_channel_max_idle_time_seconds,
-                task_status=task_status,
             )
         )
         if not addresses or port == 0:  # register with the port it really got
@@ -148,9 +172,10 @@ async def _start(
         nursery=nursery,
         on_topics_changed=topics_changed,
     )
+    guard = AclGuard(processor, acl.validator(Role.BROKER)) if acl is not None else None
     host, port = await nursery.start(
         lambda task_status: serve_remoting(
-            processor,
+            guard or processor,
             config.broker_ip1,
             config.listen_port,
             on_close=processor.connection_closed,
@@ -158,6 +183,7 @@ async def _start(
             idle_timeout=config.server_channel_max_idle_time_seconds,
             max_connections=config.server_max_connections or default_max_connections(),
             counters=connections,
+            wrap_stream=TlsAcceptor.for_config(config, what="broker port"),
             task_status=task_status,
         )
     )
@@ -217,6 +243,11 @@ async def _start(
         }
         if registrar is not None:
             info["namesrvRegistrations"] = str(registrar.registrations)
+        if guard is not None and acl is not None:  # trioha's own: the ACL at work
+            info["aclAllowed"] = str(guard.allowed)
+            info["aclDenied"] = str(guard.denied)
+            info["aclReloads"] = str(acl.reloads)
+            info["aclReloadError"] = acl.last_error or ""
         if slave_sync is not None:
             info["masterAddr"] = slave_sync.master_addr or ""
             info["metadataSyncs"] = str(slave_sync.syncs)
@@ -233,7 +264,37 @@ async def _start(
         slave_sync=slave_sync,
         namesrv_addr=namesrv_bound,
         connections=connections,
+        acl=acl,
+        guard=guard,
     )
+
+
+async def _load_acl(config: BrokerConfig) -> PlainAcl | None:
+    """The ACL files when ``acl_enable`` is set; a missing or bad file stops the start."""
+    if not config.acl_enable:
+        return None
+    path = config.acl_main_file
+    if path is None:
+        raise ConfigError("aclEnable=true needs aclFile (or ROCKETMQ_HOME/conf/plain_acl.yml)")
+    return await trio.to_thread.run_sync(PlainAcl.load, path)
+
+
+def _signer(config: BrokerConfig, acl: PlainAcl | None) -> RequestSigner | None:
+    """The broker's own ``AclClientRPCHook``, from ``acl_access_key``/``acl_secret_key``."""
+    if not config.acl_access_key:
+        if config.acl_enable:
+            log.warning(
+                "aclEnable=true without aclAccessKey: this broker's own requests (registration, "
+                "slave metadata sync) are sent unsigned"
+            )
+        return None
+    secret = config.acl_secret_key or (acl.secret_of(config.acl_access_key) if acl else None)
+    if secret is None:
+        raise ConfigError(
+            f"aclAccessKey={config.acl_access_key} needs aclSecretKey, or an account of that "
+            "accessKey in the ACL file"
+        )
+    return RequestSigner(config.acl_access_key, secret)
 
 
 class _Persister:

@@ -11,7 +11,7 @@ import logging
 import time
 import zlib
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import trio
 
@@ -25,10 +25,13 @@ from trioha.namesrv._routes import (
 )
 from trioha.remoting._codec import RemotingCommand
 from trioha.remoting._codes import RequestCode, ResponseCode
-from trioha.remoting._connection import RemotingConnection
+from trioha.remoting._connection import RemotingConnection, RequestHandler
 from trioha.remoting._dataversion import DataVersion
 from trioha.remoting._json import dumps_bytes, loads_lenient
 from trioha.remoting._server import default_max_connections, serve_remoting
+
+if TYPE_CHECKING:
+    from trioha.acl import PlainAcl, TlsAcceptor
 
 log = logging.getLogger("trioha.namesrv")
 
@@ -184,24 +187,37 @@ async def serve_namesrv(
     processor: NamesrvProcessor | None = None,
     setting: str = "--listen",
     idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+    acl: PlainAcl | None = None,
+    tls: TlsAcceptor | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Run a name server on ``host:port`` (0: any free port) until cancelled.
 
     A connection idle for ``idle_timeout`` seconds is closed (``serverChannelMaxIdleTimeSeconds``);
     an address that cannot be bound is a one-line ``ConfigError`` naming *setting*.
+
+    With ``acl`` every request is checked first (``trioha.acl.Role.NAMESRV``: a valid
+    signature always, an admin account for anything but reads; RocketMQ's name server checks
+    nothing); the caller keeps the ACL current (``acl.watch()``). ``tls`` sniffs and wraps
+    each accepted socket (``tls.server.mode``).
     """
     processor = processor or NamesrvProcessor()
+    handler: RequestHandler = processor
+    if acl is not None:
+        from trioha.acl import AclGuard, Role
+
+        handler = AclGuard(processor, acl.validator(Role.NAMESRV))
     async with trio.open_nursery() as nursery:
         address = await nursery.start(
             lambda task_status: serve_remoting(
-                processor,
+                handler,
                 host,
                 port,
                 on_close=processor.connection_closed,
                 setting=setting,
                 idle_timeout=idle_timeout,
                 max_connections=default_max_connections(),
+                wrap_stream=tls,
                 task_status=task_status,
             )
         )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NoReturn
 
 import attrs
@@ -65,6 +66,9 @@ class HAServiceStatistics:
     lost_ranges: tuple[tuple[int, int], ...] = ()
 
 
+StreamGate = Callable[[trio.abc.Stream, str], Awaitable[trio.abc.Stream | None]]
+
+
 #: Close reasons that are part of normal life (a restart, a network blip); any other reason
 #: (a diverged or deleted offset, an untrusted ack, bytes that are not the HA protocol) needs
 #: an operator and is logged at WARNING.
@@ -86,9 +90,13 @@ class HAService:
         *,
         sent: SentOffsets | None = None,
         epoch_file: EpochFile | None = None,
+        accept: StreamGate | None = None,
     ) -> None:
         self.config = config
         self.commitlog = commitlog
+        #: Runs on each accepted socket before the HA protocol (trioha.acl.HASecurity.accept):
+        #: the stream to serve, or None to drop the connection.
+        self.accept = accept
         #: The durable "highest offset sent" mark and lost ranges (classic divergence check).
         self.sent = sent
         self._refused = 0
@@ -142,7 +150,7 @@ class HAService:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.time_out_puts)
             task_status.started(self.address)
-            await trio.serve_listeners(self.handle_stream, listeners)
+            await trio.serve_listeners(self._serve_accepted, listeners)
         raise AssertionError("unreachable: serve_listeners never returns")
 
     async def time_out_puts(
@@ -155,6 +163,16 @@ class HAService:
         :meth:`wait_replicated` refuses to wait rather than wait forever.
         """
         await self._waiters.expire(task_status=task_status)
+
+    async def _serve_accepted(self, stream: trio.SocketStream) -> None:
+        peer = _peer_name(stream)
+        served: trio.abc.Stream | None = stream
+        if self.accept is not None:
+            served = await self.accept(stream, peer)
+        if served is None:
+            await trio.aclose_forcefully(stream)
+            return
+        await self.handle_stream(served, peer)
 
     async def handle_stream(self, stream: trio.abc.Stream, peer: str | None = None) -> None:
         """Serve one slave on *stream* until the connection ends; never raises."""

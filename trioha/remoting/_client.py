@@ -9,7 +9,8 @@ connection closing) and reopened after a failure.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+import ssl
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import trio
@@ -24,6 +25,9 @@ log = logging.getLogger("trioha.remoting")
 #: ``NettyClientConfig.connectTimeoutMillis``: 3 s.
 CONNECT_TIMEOUT = 3.0
 
+#: ``RPCHook.doBeforeRequest``: rewrites each outgoing request (the ACL signer).
+RPCHook = Callable[[RemotingCommand], RemotingCommand]
+
 
 def _split(address: str | tuple[str, int]) -> tuple[str, int]:
     if isinstance(address, tuple):
@@ -35,12 +39,31 @@ async def connect(
     address: str | tuple[str, int],
     *,
     connect_timeout: float = CONNECT_TIMEOUT,
-) -> trio.SocketStream:
-    """A TCP stream to ``address``; failures become :class:`RemotingError` (NO_RESPONSE)."""
+    ssl_context: ssl.SSLContext | None = None,
+) -> trio.abc.Stream:
+    """A TCP stream to ``address``, in TLS when ``ssl_context`` is given (``useTLS``).
+
+    Failures, a failed TLS handshake included, become :class:`RemotingError` (NO_RESPONSE).
+    """
     host, port = _split(address)
     try:
         with trio.fail_after(connect_timeout):
-            return await trio.open_tcp_stream(host, port)
+            stream = await trio.open_tcp_stream(host, port)
+            if ssl_context is None:
+                return stream
+            tls = trio.SSLStream(stream, ssl_context, server_hostname=host)
+            try:
+                await tls.do_handshake()
+            except trio.BrokenResourceError as exc:
+                await trio.aclose_forcefully(stream)
+                raise RemotingError(
+                    f"TLS handshake with {host}:{port} failed: {exc.__cause__ or exc}",
+                    code=NO_RESPONSE,
+                ) from None
+            except BaseException:
+                await trio.aclose_forcefully(stream)
+                raise
+            return tls
     except trio.TooSlowError:
         raise RemotingError(
             f"connect to {host}:{port} timed out after {connect_timeout:.3g} s", code=NO_RESPONSE
@@ -57,10 +80,11 @@ async def open_remoting_client(
     *,
     connect_timeout: float = CONNECT_TIMEOUT,
     handler: RequestHandler | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncIterator[RemotingConnection]:
-    """One connection to ``address``, closed when the block ends."""
+    """One connection to ``address`` (in TLS with ``ssl_context``), closed when the block ends."""
     host, port = _split(address)
-    stream = await connect((host, port), connect_timeout=connect_timeout)
+    stream = await connect((host, port), connect_timeout=connect_timeout, ssl_context=ssl_context)
     connection = RemotingConnection(stream, peer=f"{host}:{port}", handler=handler)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(connection.run)
@@ -79,10 +103,14 @@ class RemotingClientPool:
         *,
         connect_timeout: float = CONNECT_TIMEOUT,
         handler: RequestHandler | None = None,
+        rpc_hook: RPCHook | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._nursery = nursery
         self._connect_timeout = connect_timeout
         self._handler = handler
+        self._rpc_hook = rpc_hook
+        self._ssl_context = ssl_context
         self._connections: dict[tuple[str, int], RemotingConnection] = {}
         self._locks: dict[tuple[str, int], trio.Lock] = {}
         self._closed = False
@@ -96,7 +124,9 @@ class RemotingClientPool:
             existing = self._connections.get(key)
             if existing is not None and not existing.closed:
                 return existing
-            stream = await connect(key, connect_timeout=self._connect_timeout)
+            stream = await connect(
+                key, connect_timeout=self._connect_timeout, ssl_context=self._ssl_context
+            )
             connection = RemotingConnection(
                 stream, peer=f"{key[0]}:{key[1]}", handler=self._handler
             )
@@ -107,12 +137,16 @@ class RemotingClientPool:
     async def request(
         self, address: str | tuple[str, int], command: RemotingCommand
     ) -> RemotingCommand:
-        """``invokeSync``: connect if needed, send, wait for the response."""
+        """``invokeSync``: connect if needed, send (through the RPC hook), await the response."""
         connection = await self.connection(address)
+        if self._rpc_hook is not None:
+            command = self._rpc_hook(command)
         return await connection.request(command)
 
     async def oneway(self, address: str | tuple[str, int], command: RemotingCommand) -> None:
         connection = await self.connection(address)
+        if self._rpc_hook is not None:
+            command = self._rpc_hook(command)
         await connection.oneway(command)
 
     def close(self, address: str | tuple[str, int]) -> None:
@@ -129,10 +163,20 @@ class RemotingClientPool:
 
 @asynccontextmanager
 async def open_client_pool(
-    *, connect_timeout: float = CONNECT_TIMEOUT, handler: RequestHandler | None = None
+    *,
+    connect_timeout: float = CONNECT_TIMEOUT,
+    handler: RequestHandler | None = None,
+    rpc_hook: RPCHook | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncIterator[RemotingClientPool]:
     async with trio.open_nursery() as nursery:
-        pool = RemotingClientPool(nursery, connect_timeout=connect_timeout, handler=handler)
+        pool = RemotingClientPool(
+            nursery,
+            connect_timeout=connect_timeout,
+            handler=handler,
+            rpc_hook=rpc_hook,
+            ssl_context=ssl_context,
+        )
         try:
             yield pool
         finally:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import resource
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import NoReturn
 
 import attrs
@@ -62,11 +62,10 @@ async def listen_tcp(host: str, port: int, *, setting: str) -> list[trio.SocketL
 
 
 class _ActivityStream(trio.abc.Stream):
-    """A socket stream that notes when it last moved a byte (for the idle timeout)."""
+    """A stream (plain or TLS) that notes when it last moved a byte (for the idle timeout)."""
 
-    def __init__(self, inner: trio.SocketStream) -> None:
+    def __init__(self, inner: trio.abc.Stream) -> None:
         self.inner = inner
-        self.socket = inner.socket
         self.last_active = trio.current_time()
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
@@ -113,13 +112,16 @@ async def serve_remoting(
     idle_timeout: float | None = None,
     max_connections: int | None = None,
     counters: ConnectionCounters | None = None,
+    wrap_stream: Callable[[trio.SocketStream], Awaitable[trio.abc.Stream | None]] | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Listen on ``host:port`` (0: any free port) and serve forever.
 
     Reports the bound ``(host, port)`` through ``task_status``; an address that cannot be
     bound is a :class:`ConfigError` naming it and *setting*. See the module docstring for
-    ``idle_timeout`` (seconds) and ``max_connections``.
+    ``idle_timeout`` (seconds) and ``max_connections``. ``wrap_stream``, if given,
+    runs on each accepted socket before any frame is read (TLS: ``trioha.acl.TlsAcceptor``)
+    and returns the stream to serve, or None to close the socket.
     """
     listeners = await listen_tcp(host, port, setting=setting)
     bound_host, bound_port = listeners[0].socket.getsockname()[:2]
@@ -152,8 +154,15 @@ async def serve_remoting(
 
     async def _serve_connection(raw: trio.SocketStream) -> None:
         peer = peer_name(raw)
-        watched = _ActivityStream(raw) if idle_timeout is not None else None
-        stream: trio.abc.Stream = watched if watched is not None else raw
+        base: trio.abc.Stream = raw
+        if wrap_stream is not None:
+            wrapped = await wrap_stream(raw)
+            if wrapped is None:
+                await trio.aclose_forcefully(raw)
+                return
+            base = wrapped
+        watched = _ActivityStream(base) if idle_timeout is not None else None
+        stream: trio.abc.Stream = watched if watched is not None else base
         connection = RemotingConnection(stream, peer=peer, handler=handler, on_close=on_close)
         log.debug("remoting connection from %s", connection.peer)
         if on_connect is not None:
