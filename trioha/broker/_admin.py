@@ -7,6 +7,7 @@ The whole tables are what a slave's metadata sync asks for; the queue locks are
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import attrs
@@ -20,6 +21,7 @@ from trioha.broker._context import (
     topic_error,
 )
 from trioha.broker._metadata import TopicConfig
+from trioha.broker._stats import disk_capacity_text, disk_used_ratio, human_bytes, java_double
 from trioha.remoting._codec import RemotingCommand
 from trioha.remoting._codes import (
     PERM_READ,
@@ -36,6 +38,32 @@ from trioha.store._message import (
 )
 
 log = logging.getLogger("trioha.broker")
+
+#: ``MQVersion.CURRENT_VERSION`` of the RocketMQ release trioha answers as: 4.9.7.
+BROKER_VERSION_DESC = "V4_9_7"
+BROKER_VERSION = 407
+#: pool -> (queue size key, capacity key, head wait key, ``BrokerConfig`` capacity default).
+_POOL_KEYS = {
+    "send": (
+        "sendThreadPoolQueueSize",
+        "sendThreadPoolQueueCapacity",
+        "sendThreadPoolQueueHeadWaitTimeMills",
+        10000,
+    ),
+    "pull": (
+        "pullThreadPoolQueueSize",
+        "pullThreadPoolQueueCapacity",
+        "pullThreadPoolQueueHeadWaitTimeMills",
+        100000,
+    ),
+    "query": (
+        "queryThreadPoolQueueSize",
+        "queryThreadPoolQueueCapacity",
+        "queryThreadPoolQueueHeadWaitTimeMills",
+        20000,
+    ),
+    "transaction": ("EndTransactionQueueSize", "EndTransactionThreadPoolQueueCapacity", "", 100000),
+}
 
 
 class AdminBrokerProcessor:
@@ -171,28 +199,75 @@ class AdminBrokerProcessor:
     async def get_broker_runtime_info(
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand:
-        """``getBrokerRuntimeInfo``: a KVTable of figures (RocketMQ's names where they exist,
-        plus the broker's ``statistics()`` flattened under ``stats.``)."""
-        commitlog = self.ctx.broker.store.commitlog
-        table: dict[str, str] = {
-            "brokerRole": self.ctx.config.broker_role.value,
-            "brokerName": self.ctx.config.broker_name,
-            "brokerId": str(self.ctx.config.broker_id),
-            "brokerAddr": self.ctx.broker_addr,
-            "commitLogMinOffset": str(commitlog.min_offset),
-            "commitLogMaxOffset": str(commitlog.max_offset),
-            "dispatchBehindBytes": str(self.ctx.reput.behind),
-            "topicConfigDataVersion": dumps_bytes(
-                self.ctx.meta.topics.data_version.to_json()
-            ).decode(),
-            "subscriptionGroupDataVersion": dumps_bytes(
-                self.ctx.meta.groups.data_version.to_json()
-            ).decode(),
-        }
-        table.update(self.ctx.extra_info())
-        table.update(_flatten("stats", self.ctx.broker.statistics()))
-        table.update({f"served.{key}": str(n) for key, n in sorted(self.ctx.served.items())})
-        return request.response(ResponseCode.SUCCESS, body=dumps_bytes({"table": table}))
+        """``getBrokerRuntimeInfo``: a KVTable with every key RocketMQ 4.9.7 reports, then
+        trioha's own figures (role, addresses, data versions, the broker's ``statistics()``
+        under ``stats.``, requests answered under ``served.``)."""
+        return request.response(
+            ResponseCode.SUCCESS, body=dumps_bytes({"table": self.runtime_info()})
+        )
+
+    def runtime_info(self) -> dict[str, str]:
+        ctx = self.ctx
+        commitlog = ctx.broker.store.commitlog
+        root = ctx.broker.store.root
+        table = ctx.stats.runtime_info(
+            put_size_total=max(0, commitlog.max_offset - ctx.boot_max_offset)
+        )
+        commitlog_dir = str(root / "commitlog")
+        commitlog_ratio = java_double(disk_used_ratio(commitlog_dir))
+        earliest = ctx.read_record_at(commitlog.min_offset)
+        now = time.monotonic()
+        table.update(
+            {
+                f"commitLogDiskRatio_{commitlog_dir}": commitlog_ratio,
+                "commitLogDiskRatio": commitlog_ratio,
+                "consumeQueueDiskRatio": java_double(disk_used_ratio(str(root / "consumequeue"))),
+                "commitLogMinOffset": str(commitlog.min_offset),
+                "commitLogMaxOffset": str(commitlog.max_offset),
+                "brokerVersionDesc": BROKER_VERSION_DESC,
+                "brokerVersion": str(BROKER_VERSION),
+                "dispatchBehindBytes": str(ctx.reput.behind),
+                # Appends run on the event loop between awaits: no put lock is ever held
+                # while a request waits, so this is always 0.
+                "pageCacheLockTimeMills": "0",
+                "earliestMessageTimeStamp": str(
+                    earliest.store_timestamp if earliest is not None else -1
+                ),
+                "startAcceptSendRequestTimeStamp": "0",
+                "remainTransientStoreBufferNumbs": str(2**31 - 1),
+                "remainHowManyDataToFlush": human_bytes(
+                    max(0, commitlog.max_offset - commitlog.flushed_offset)
+                ),
+                "commitLogDirCapacity": disk_capacity_text(str(root)),
+            }
+        )
+        for pool, (size_key, capacity_key, wait_key, capacity) in _POOL_KEYS.items():
+            in_flight = ctx.in_flight[pool]
+            table[size_key] = str(len(in_flight))
+            table[capacity_key] = str(capacity)
+            if wait_key:
+                oldest = min(in_flight.values(), default=now)
+                table[wait_key] = str(int((now - oldest) * 1000))
+        for level, (offset, max_offset) in ctx.schedule_offsets().items():
+            table[f"scheduleMessageOffset_{level}"] = f"{offset},{max_offset}"
+        table.update(
+            {
+                "brokerRole": ctx.config.broker_role.value,
+                "brokerName": ctx.config.broker_name,
+                "brokerId": str(ctx.config.broker_id),
+                "brokerAddr": ctx.broker_addr,
+                "topicConfigDataVersion": dumps_bytes(
+                    ctx.meta.topics.data_version.to_json()
+                ).decode(),
+                "subscriptionGroupDataVersion": dumps_bytes(
+                    ctx.meta.groups.data_version.to_json()
+                ).decode(),
+            }
+        )
+        table.update(ctx.extra_info())
+        table.update(_flatten("stats", ctx.broker.statistics()))
+        table.update({f"served.{key}": str(n) for key, n in sorted(ctx.served.items())})
+        return table
 
     async def lock_batch_mq(
         self, request: RemotingCommand, connection: RemotingConnection
@@ -238,6 +313,12 @@ def _flatten(prefix: str, value: Any) -> dict[str, str]:
         for index, item in enumerate(value):
             out.update(_flatten(f"{prefix}.{index}", item))
         return out
-    if hasattr(value, "value") and not isinstance(value, int | float | str):
-        return {prefix: str(value.value)}
+    if value is None:
+        return {}  # absent (a master has no HA client): no key rather than a "None"
+    if isinstance(value, bool):
+        return {prefix: "true" if value else "false"}
+    if isinstance(value, float):
+        return {prefix: java_double(value)}
+    if hasattr(value, "value") and not isinstance(value, int | str):
+        return _flatten(prefix, value.value)
     return {prefix: str(value)}

@@ -4,6 +4,8 @@ Started by the broker inside its nursery, it runs, all in one nursery of its own
 
 * the broker port (``listen_port`` on ``broker_ip1``; port 0 picks a free one, reported
   through ``task_status``) answering the official clients (:mod:`._processor`);
+* the VIP channel, ``listen_port - 2`` (RocketMQ's ``fastListenPort``): the same processor
+  minus PULL_MESSAGE, where Java slaves fetch the topic table and VIP-enabled clients send;
 * the consume queue builder (:mod:`._reput`), on master and slave;
 * an embedded name server when ``embedded_namesrv`` is set;
 * name server registration when ``namesrv_addr`` is set (:mod:`._registration`);
@@ -17,6 +19,7 @@ consume queues flushed, when the service is cancelled.
 from __future__ import annotations
 
 import logging
+import socket
 from typing import NoReturn
 
 import attrs
@@ -24,7 +27,7 @@ import trio
 
 from trioha._config import BrokerRole, parse_address
 from trioha.broker._metadata import Metadata, write_snapshots
-from trioha.broker._processor import BrokerProcessor
+from trioha.broker._processor import BrokerProcessor, VipChannelProcessor
 from trioha.broker._registration import Registrar, namesrv_addresses
 from trioha.broker._reput import CHECKPOINT_FILE, ReputService
 from trioha.broker._slavesync import SlaveSynchronize
@@ -54,6 +57,34 @@ class ClientSide:
     registrar: Registrar | None = None
     slave_sync: SlaveSynchronize | None = None
     namesrv_addr: tuple[str, int] | None = None
+    #: The VIP channel's address (``MixAll.brokerVIPChannel``: the broker port - 2).
+    vip_addr: str = ""
+
+
+#: Attempts at finding a free port pair (p, p - 2) when ``listen_port`` is 0.
+_PORT_PAIR_ATTEMPTS = 64
+
+
+def _free_port_pair(host: str) -> int:
+    """A free port ``p`` (> 1025) whose ``p - 2`` is free too, for ``listen_port = 0``.
+
+    RocketMQ derives the VIP port from the broker port (clients and slaves compute it), so a
+    broker asked for "any port" must still get a pair; the ports are probed, then released.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    for _ in range(_PORT_PAIR_ATTEMPTS):
+        with socket.socket(family, socket.SOCK_STREAM) as main:
+            main.bind((host, 0))
+            port = int(main.getsockname()[1])
+            if port <= 1025:
+                continue
+            with socket.socket(family, socket.SOCK_STREAM) as vip:
+                try:
+                    vip.bind((host, port - 2))
+                except OSError:
+                    continue
+            return port
+    raise OSError(f"no free port pair (p, p-2) found on {host}")
 
 
 async def serve_client_side(
@@ -128,11 +159,14 @@ async def _start(
         nursery=nursery,
         on_topics_changed=topics_changed,
     )
+    listen_port = config.listen_port or await trio.to_thread.run_sync(
+        _free_port_pair, config.broker_ip1
+    )
     host, port = await nursery.start(
         lambda task_status: serve_remoting(
             processor,
             config.broker_ip1,
-            config.listen_port,
+            listen_port,
             on_close=processor.connection_closed,
             task_status=task_status,
         )
@@ -140,8 +174,21 @@ async def _start(
     broker_addr = f"{config.broker_ip1}:{port}"
     processor.broker_addr = broker_addr
     log.info("%s broker port listening on %s:%d", config.broker_role.value, host, port)
+    # BrokerController.initialize: fastConfig.setListenPort(listenPort - 2).
+    vip = VipChannelProcessor(processor)
+    _, vip_port = await nursery.start(
+        lambda task_status: serve_remoting(
+            vip,
+            config.broker_ip1,
+            port - 2,
+            on_close=processor.connection_closed,
+            task_status=task_status,
+        )
+    )
+    log.info("VIP channel listening on %s:%d", host, vip_port)
     await nursery.start(reput.run, broker.wait_log_grew)
     nursery.start_soon(_housekeeping, processor, persister)
+    nursery.start_soon(processor.ctx.stats.run)
 
     slave_sync: SlaveSynchronize | None = None
     if config.broker_role is BrokerRole.SLAVE:
@@ -197,6 +244,7 @@ async def _start(
         meta=meta,
         reput=reput,
         processor=processor,
+        vip_addr=f"{config.broker_ip1}:{vip_port}",
         registrar=registrar,
         slave_sync=slave_sync,
         namesrv_addr=namesrv_bound,

@@ -19,6 +19,7 @@ from trioha._errors import StorageError
 from trioha.broker._clients import ClientManager
 from trioha.broker._metadata import Metadata
 from trioha.broker._reput import ReputService
+from trioha.broker._stats import BrokerStats
 from trioha.broker._types import BrokerLike
 from trioha.remoting._codec import HeaderError, RemotingCommand
 from trioha.remoting._connection import RemotingConnection
@@ -66,10 +67,26 @@ class BrokerContext:
         self.now = clock
         #: Requests answered, by ``"<code name>.<response code>"`` (reported by ``status``).
         self.served: collections.Counter[str] = collections.Counter()
+        #: ``StoreStatsService``'s figures; puts are the broker's own count of stored messages.
+        self.stats = BrokerStats(puts_total=lambda: int(getattr(broker.statistics(), "puts", 0)))
+        #: The commit log's end when the broker started (``putMessageSizeTotal`` counts from it).
+        self.boot_max_offset = broker.store.commitlog.max_offset
+        #: Requests being processed, by thread-pool name ("send", "pull", "query",
+        #: "transaction"): id -> start (``time.monotonic``), for the ``*ThreadPoolQueue*`` keys.
+        self.in_flight: dict[str, dict[int, float]] = {
+            "send": {},
+            "pull": {},
+            "query": {},
+            "transaction": {},
+        }
 
     @property
     def is_slave(self) -> bool:
         return self.config.broker_role is BrokerRole.SLAVE
+
+    def schedule_offsets(self) -> dict[int, tuple[int, int]]:
+        """Delay level -> (delivered offset, queue max offset), for the runtime info."""
+        return {}
 
     def read_record_at(self, offset: int) -> Any:
         commitlog = self.broker.store.commitlog

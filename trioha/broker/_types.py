@@ -26,6 +26,9 @@ class CommitLogLike(Protocol):
     @property
     def max_offset(self) -> int: ...
 
+    @property
+    def flushed_offset(self) -> int: ...
+
     def read(self, offset: int, max_bytes: int) -> memoryview | bytes:
         """Up to ``max_bytes`` written bytes from ``offset``, within one segment."""
 
