@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
+from typing import Any
 
-from tests.broker.test_broker_port import broker_port
+from tests.broker.test_broker_port import broker_port, call
 from trioha.broker._stats import BrokerStats, human_bytes, java_double, runtime_text
 from trioha.remoting._codec import RemotingCommand
 from trioha.remoting._codes import RequestCode, ResponseCode
 from trioha.remoting._json import loads_lenient
-from trioha.remoting._mqclient import runtime_info, send_message
+from trioha.remoting._mqclient import runtime_info, send_message, update_consumer_offset
 
 #: Every key ``AdminBrokerProcessor.getBrokerRuntimeInfo`` of RocketMQ 4.9.7 answers with
 #: (without a transient store pool or delayed messages).
@@ -145,3 +148,121 @@ def test_java_number_and_size_formats() -> None:
         "[ 2 days, 3 hours, 4 minutes, 5 seconds ]"
     )
     assert runtime_text(1234 * 86400 * 1000).startswith("[ 1,234 days")
+
+
+_MQ_KEY = re.compile(r'\{"brokerName":"[^"]*","queueId":\d+,"topic":"[^"]*"\}(?=:)')
+
+
+def parse_object_keyed(body: bytes) -> Any:
+    """Parse fastjson's ``{{MessageQueue}:value}`` maps: each key becomes "topic/queueId"."""
+
+    def key(match: re.Match[str]) -> str:
+        mq = json.loads(match.group(0))
+        return json.dumps(f"{mq['topic']}/{mq['queueId']}")
+
+    return json.loads(_MQ_KEY.sub(key, body.decode()))
+
+
+async def test_mqadmin_admin_codes(tmp_path: Path) -> None:
+    async with broker_port(tmp_path) as (broker, side, pool):
+        for i in range(3):
+            await send_message(pool, side.broker_addr, topic="T", body=b"%d" % i, queue_id=1)
+        await side.reput.wait_dispatched(broker.store.commitlog.max_offset)
+        stored = list(broker.store.commitlog.iter_messages())
+
+        # 26 GET_BROKER_CONFIG: key=value lines and the configuration's data version.
+        config = await call(pool, side, RequestCode.GET_BROKER_CONFIG)
+        lines = dict(line.split("=", 1) for line in config.body.decode().splitlines())
+        assert lines["brokerIP1"] == "127.0.0.1"
+        assert lines["brokerRole"] == "ASYNC_MASTER"
+        assert lines["autoCreateTopicEnable"] == "true"
+        assert set(json.loads(config.require("version"))) == {"counter", "timestamp"}
+
+        # 200 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, as mqadmin updateSubGroup sends it.
+        group = {"groupName": "G", "retryMaxTimes": 3, "retryQueueNums": 1, "brokerId": 0}
+        created = await pool.request(
+            side.broker_addr,
+            RemotingCommand.request(
+                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, json.dumps(group).encode()
+            ),
+        )
+        assert created.code == ResponseCode.SUCCESS
+        groups = loads_lenient(
+            (await call(pool, side, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)).body
+        )
+        assert groups["subscriptionGroupTable"]["G"]["retryMaxTimes"] == 3
+
+        # 202 GET_TOPIC_STATS_INFO: one entry per write queue.
+        stats = await call(pool, side, RequestCode.GET_TOPIC_STATS_INFO, topic="T")
+        assert stats.body.startswith(b'{"offsetTable":{{"brokerName":')
+        table = parse_object_keyed(stats.body)["offsetTable"]
+        assert len(table) == side.meta.topics.select("T").write_queue_nums  # type: ignore[union-attr]
+        assert table["T/1"] == {
+            "lastUpdateTimestamp": stored[2].store_timestamp,
+            "maxOffset": 3,
+            "minOffset": 0,
+        }
+        assert table["T/0"] == {"lastUpdateTimestamp": 0, "maxOffset": 0, "minOffset": 0}
+        missing = await call(pool, side, RequestCode.GET_TOPIC_STATS_INFO, topic="Nope")
+        assert (missing.code, missing.remark) == (
+            ResponseCode.TOPIC_NOT_EXIST,
+            "topic[Nope] not exist",
+        )
+
+        # 208 GET_CONSUME_STATS, by topic and for every topic with offsets.
+        await update_consumer_offset(
+            pool, side.broker_addr, group="G", topic="T", queue_id=1, offset=1
+        )
+        for fields in ({"consumerGroup": "G", "topic": "T"}, {"consumerGroup": "G"}):
+            consume = await call(pool, side, RequestCode.GET_CONSUME_STATS, **fields)
+            parsed = parse_object_keyed(consume.body)
+            assert parsed["consumeTps"] == 0.0
+            assert parsed["offsetTable"]["T/1"] == {
+                "brokerOffset": 3,
+                "consumerOffset": 1,
+                "lastTimestamp": stored[0].store_timestamp,
+            }
+
+        # 300 QUERY_TOPIC_CONSUME_BY_WHO and 203 GET_CONSUMER_CONNECTION_LIST.
+        who = await call(pool, side, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, topic="T")
+        assert json.loads(who.body) == {"groupList": ["G"]}
+        offline = await call(
+            pool, side, RequestCode.GET_CONSUMER_CONNECTION_LIST, consumerGroup="G"
+        )
+        assert (offline.code, offline.remark) == (
+            ResponseCode.CONSUMER_NOT_ONLINE,
+            "the consumer group[G] not online",
+        )
+
+        # 317 GET_BROKER_CONSUME_STATS.
+        every = await call(pool, side, RequestCode.GET_BROKER_CONSUME_STATS, isOrder="false")
+        parsed = parse_object_keyed(every.body)
+        assert parsed["brokerAddr"] == side.broker_addr
+        assert parsed["totalDiff"] == 2
+        by_group = {name: v for item in parsed["consumeStatsList"] for name, v in item.items()}
+        assert by_group["G"][0]["offsetTable"]["T/1"]["consumerOffset"] == 1
+        ordered = await call(pool, side, RequestCode.GET_BROKER_CONSUME_STATS, isOrder="true")
+        assert parse_object_keyed(ordered.body)["totalDiff"] == 0
+
+        # 215 DELETE_TOPIC_IN_BROKER.
+        system = await call(pool, side, RequestCode.DELETE_TOPIC_IN_BROKER, topic="TBW102")
+        assert system.code == ResponseCode.SYSTEM_ERROR
+        assert system.remark == "The topic[TBW102] is conflict with system topic."
+        deleted = await call(pool, side, RequestCode.DELETE_TOPIC_IN_BROKER, topic="T")
+        assert deleted.code == ResponseCode.SUCCESS
+        assert side.meta.topics.select("T") is None
+        assert not (tmp_path / "consumequeue" / "T").exists()
+        assert side.reput.queues.get("T", 1) is None
+
+
+async def test_slave_refuses_table_changes(tmp_path: Path) -> None:
+    async with broker_port(tmp_path, broker_role="SLAVE") as (_broker, side, pool):
+        for code, fields, body in (
+            (RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "T"}, b""),
+            (RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, b'{"groupName":"G"}'),
+        ):
+            response = await pool.request(
+                side.broker_addr, RemotingCommand.request(code, fields, body)
+            )
+            assert response.code == ResponseCode.SYSTEM_ERROR
+            assert (response.remark or "").startswith("Can't modify topic or subscription group")

@@ -23,6 +23,7 @@ from trioha.broker._stats import BrokerStats
 from trioha.broker._types import BrokerLike
 from trioha.remoting._codec import HeaderError, RemotingCommand
 from trioha.remoting._connection import RemotingConnection
+from trioha.remoting._dataversion import DataVersion
 from trioha.remoting._json import loads_lenient
 from trioha.store._consumequeue import ConsumeQueue
 from trioha.store._message import (
@@ -69,6 +70,8 @@ class BrokerContext:
         self.served: collections.Counter[str] = collections.Counter()
         #: ``StoreStatsService``'s figures; puts are the broker's own count of stored messages.
         self.stats = BrokerStats(puts_total=lambda: int(getattr(broker.statistics(), "puts", 0)))
+        #: ``Configuration``'s data version (GET_BROKER_CONFIG's ``version`` header).
+        self.config_version = DataVersion.new()
         #: The commit log's end when the broker started (``putMessageSizeTotal`` counts from it).
         self.boot_max_offset = broker.store.commitlog.max_offset
         #: Requests being processed, by thread-pool name ("send", "pull", "query",

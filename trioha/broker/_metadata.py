@@ -272,6 +272,15 @@ class TopicConfigManager(_ConfigFile):
         self.data_version = self.data_version.next()
         self.persist()
 
+    def delete(self, topic: str) -> TopicConfig | None:
+        """``deleteTopicConfig``: remove, bump the version, persist; the removed config."""
+        removed = self.table.pop(topic, None)
+        if removed is not None:
+            self.data_version = self.data_version.next()
+            log.info("deleted topic %s: %s", topic, removed)
+            self.persist()
+        return removed
+
     def create_in_send(
         self, topic: str, default_topic: str, client_queue_nums: int, topic_sys_flag: int = 0
     ) -> TopicConfig | None:
@@ -366,6 +375,10 @@ class ConsumerOffsetManager(_ConfigFile):
     def groups_of(self, topic: str) -> set[str]:
         return {key.split("@", 1)[1] for key in self.table if key.split("@", 1)[0] == topic}
 
+    def topics_of(self, group: str) -> set[str]:
+        """``whichTopicByConsumer``: the topics ``group`` has committed offsets for."""
+        return {key.split("@", 1)[0] for key in self.table if key.split("@", 1)[1] == group}
+
     def encode(self) -> str:
         return dumps(
             {
@@ -447,6 +460,15 @@ class SubscriptionGroupManager(_ConfigFile):
             log.info("auto-created subscription group %s", group)
             self.persist()
         return config
+
+    def update(self, config: SubscriptionGroupConfig) -> None:
+        """``updateSubscriptionGroupConfig``: replace, bump the version, persist."""
+        old = self.table.get(config.group_name)
+        self.table[config.group_name] = config
+        self.data_version = self.data_version.next()
+        verb = "updated" if old else "created"
+        log.info("%s subscription group %s: %s", verb, config.group_name, config)
+        self.persist()
 
     def wrapper(self) -> dict[str, Any]:
         return {

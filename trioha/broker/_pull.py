@@ -159,6 +159,7 @@ class PullMessageProcessor:
             (time.monotonic() - started) * 1000,
             found=result.status is GetStatus.FOUND,
             messages=len(result.records),
+            group_topic=(request.field("consumerGroup") or "", topic),
         )
         code = {
             GetStatus.FOUND: ResponseCode.SUCCESS,

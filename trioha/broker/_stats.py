@@ -49,6 +49,9 @@ _LATENCY_NAMES = (
     "5~10s",
     "10s~",
 )
+#: Samples (seconds) a group's consume TPS is measured over, and the (group, topic) pairs kept.
+_GROUP_WINDOW = 60
+_MAX_GROUP_KEYS = 10_000
 #: Put latencies kept for the percentiles.
 _RECENT_LATENCIES = 10_000
 
@@ -155,6 +158,11 @@ class BrokerStats:
         self._samples: collections.deque[tuple[int, int, int, int, int]] = collections.deque(
             maxlen=_MAX_SAMPLES
         )
+        #: Messages pulled per (group, topic), and a snapshot of them per sample (a minute's).
+        self.group_gets: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._group_samples: collections.deque[tuple[int, dict[tuple[str, str], int]]] = (
+            collections.deque(maxlen=_GROUP_WINDOW + 1)
+        )
         self._day = self._date_of(self.boot_timestamp)
         self.put_yesterday_morning = self.put_today_morning = 0
         self.get_yesterday_morning = self.get_today_morning = 0
@@ -174,12 +182,22 @@ class BrokerStats:
         self._buckets[_latency_bucket(elapsed_ms)] += 1
         self._latencies.append(elapsed_ms)
 
-    def record_get(self, elapsed_ms: float, *, found: bool, messages: int) -> None:
-        """One pull answered (``getMessageTimesTotalFound``/``Miss``, ``TransferedMsgCount``)."""
+    def record_get(
+        self,
+        elapsed_ms: float,
+        *,
+        found: bool,
+        messages: int,
+        group_topic: tuple[str, str] | None = None,
+    ) -> None:
+        """One pull answered (``getMessageTimesTotalFound``/``Miss``, ``TransferedMsgCount``,
+        and ``BrokerStatsManager``'s per group and topic ``GROUP_GET_NUMS``)."""
         self.get_max_ms = max(self.get_max_ms, math.ceil(elapsed_ms))
         if found:
             self.get_found += 1
             self.get_transferred += messages
+            if group_topic is not None and len(self.group_gets) < _MAX_GROUP_KEYS:
+                self.group_gets[group_topic] += messages
         else:
             self.get_miss += 1
 
@@ -189,6 +207,7 @@ class BrokerStats:
         now = self.wall_ms()
         puts = self.put_times_total
         self._samples.append((now, puts, self.get_found, self.get_miss, self.get_transferred))
+        self._group_samples.append((now, dict(self.group_gets)))
         self._roll_minute()
         day = self._date_of(now)
         if day != self._day:
@@ -202,6 +221,17 @@ class BrokerStats:
         while True:
             await trio.sleep(SAMPLING_INTERVAL)
             self.sample()
+
+    def group_tps(self, group: str, topic: str) -> float:
+        """Messages per second pulled by ``group`` from ``topic`` over the last minute
+        (``GROUP_GET_NUMS``' ``getStatsDataInMinute().getTps()``)."""
+        if len(self._group_samples) < 2:
+            return 0.0
+        (first_ms, first), (last_ms, last) = self._group_samples[0], self._group_samples[-1]
+        if last_ms <= first_ms:
+            return 0.0
+        key = (group, topic)
+        return (last.get(key, 0) - first.get(key, 0)) / (last_ms - first_ms) * 1000
 
     def _tps(self, column: int, window: int, *, always: bool = False) -> str:
         samples = self._samples
