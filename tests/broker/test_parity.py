@@ -9,10 +9,12 @@ from typing import Any
 
 from tests.broker.test_broker_port import broker_port, call
 from trioha.broker._stats import BrokerStats, human_bytes, java_double, runtime_text
+from trioha.remoting._client import RemotingClientPool
 from trioha.remoting._codec import RemotingCommand
 from trioha.remoting._codes import RequestCode, ResponseCode
 from trioha.remoting._json import loads_lenient
 from trioha.remoting._mqclient import runtime_info, send_message, update_consumer_offset
+from trioha.store import DecodedMessage, decode_record
 
 #: Every key ``AdminBrokerProcessor.getBrokerRuntimeInfo`` of RocketMQ 4.9.7 answers with
 #: (without a transient store pool or delayed messages).
@@ -266,3 +268,110 @@ async def test_slave_refuses_table_changes(tmp_path: Path) -> None:
             )
             assert response.code == ResponseCode.SYSTEM_ERROR
             assert (response.remark or "").startswith("Can't modify topic or subscription group")
+
+
+async def query(
+    pool: RemotingClientPool,
+    addr: str,
+    topic: str,
+    key: str,
+    *,
+    unique: bool = False,
+    max_num: int = 64,
+) -> RemotingCommand:
+    fields: dict[str, Any] = {
+        "topic": topic,
+        "key": key,
+        "maxNum": max_num,
+        "beginTimestamp": 0,
+        "endTimestamp": 2**63 - 1,
+    }
+    if unique:
+        fields["_UNIQUE_KEY_QUERY"] = "true"
+    return await pool.request(addr, RemotingCommand.request(RequestCode.QUERY_MESSAGE, fields))
+
+
+def decoded(body: bytes) -> list[Any]:
+    out, pos = [], 0
+    while pos < len(body):
+        record = decode_record(body, pos, check_crc=True, base_offset=0)
+        assert isinstance(record, DecodedMessage)
+        out.append(record.message)
+        pos += record.message.total_size
+    return out
+
+
+async def test_query_message_by_key_and_unique_key(tmp_path: Path) -> None:
+    small = {"max_hash_slot_num": 97, "max_index_num": 40}
+    async with broker_port(tmp_path, **small) as (broker, side, pool):
+        sent = []
+        for i in range(14):
+            sent.append(
+                await send_message(
+                    pool,
+                    side.broker_addr,
+                    topic="T",
+                    body=b"%d" % i,
+                    queue_id=0,
+                    keys=f"order-{i % 3} all",
+                )
+            )
+        await side.reput.wait_dispatched(broker.store.commitlog.max_offset)
+        found = await query(pool, side.broker_addr, "T", "order-1")
+        assert found.code == ResponseCode.SUCCESS
+        assert [m.body for m in decoded(found.body)] == [b"1", b"4", b"7", b"10", b"13"]
+        assert found.int_field("indexLastUpdatePhyoffset") == max(
+            m.physical_offset for m in broker.store.commitlog.iter_messages()
+        )
+        assert len(decoded((await query(pool, side.broker_addr, "T", "all", max_num=5)).body)) == 5
+        stored = list(broker.store.commitlog.iter_messages())
+        uniq = stored[5].get_property("UNIQ_KEY")
+        assert uniq is not None
+        by_id = await query(pool, side.vip_addr, "T", uniq, unique=True, max_num=1)
+        assert [m.body for m in decoded(by_id.body)] == [b"5"]
+        missing = await query(pool, side.broker_addr, "T", "order-9")
+        assert (missing.code, missing.remark) == (
+            ResponseCode.QUERY_NOT_FOUND,
+            "can not find message, maybe time range not correct",
+        )
+        other_topic = await query(pool, side.broker_addr, "U", "order-1")
+        assert other_topic.code == ResponseCode.QUERY_NOT_FOUND
+        assert sent[0].msg_id  # the offset id VIEW_MESSAGE_BY_ID is asked with
+        view = await call(
+            pool, side, RequestCode.VIEW_MESSAGE_BY_ID, offset=stored[3].physical_offset
+        )
+        assert view.body == stored[3].encode()
+        bad = await call(pool, side, RequestCode.VIEW_MESSAGE_BY_ID, offset=10**12)
+        assert bad.code == ResponseCode.SYSTEM_ERROR
+        files = sorted((tmp_path / "index").iterdir())
+        assert len(files) == 2  # 42 keys, 39 entries per file
+        assert files[0].stat().st_size == 40 + 4 * 97 + 20 * 40
+
+    # Recovered on restart: the same answers, nothing indexed twice.
+    async with broker_port(tmp_path, **small) as (broker, side, pool):
+        await side.reput.wait_dispatched(broker.store.commitlog.max_offset)
+        again = await query(pool, side.broker_addr, "T", "order-1")
+        assert [m.body for m in decoded(again.body)] == [b"1", b"4", b"7", b"10", b"13"]
+        assert len(sorted((tmp_path / "index").iterdir())) == 2
+
+
+async def test_slave_builds_its_own_index(tmp_path: Path) -> None:
+    async with broker_port(tmp_path / "m") as (master, mside, mpool):
+        for i in range(3):
+            await send_message(
+                mpool, mside.broker_addr, topic="T", body=b"%d" % i, queue_id=0, keys=f"k{i}"
+            )
+        async with broker_port(tmp_path / "s", broker_role="SLAVE") as (slave, side, pool):
+            slave.copy_from(master)
+            await side.reput.wait_dispatched(slave.store.commitlog.max_offset)
+            found = await query(pool, side.broker_addr, "T", "k2")
+            assert [m.body for m in decoded(found.body)] == [b"2"]
+        assert (tmp_path / "s" / "index").is_dir()
+
+
+async def test_index_can_be_disabled(tmp_path: Path) -> None:
+    async with broker_port(tmp_path, message_index_enable=False) as (broker, side, pool):
+        await send_message(pool, side.broker_addr, topic="T", body=b"x", queue_id=0, keys="k")
+        await side.reput.wait_dispatched(broker.store.commitlog.max_offset)
+        assert (await query(pool, side.broker_addr, "T", "k")).code == ResponseCode.QUERY_NOT_FOUND
+        assert not (tmp_path / "index").exists()

@@ -6,7 +6,7 @@ Started by the broker inside its nursery, it runs, all in one nursery of its own
   through ``task_status``) answering the official clients (:mod:`._processor`);
 * the VIP channel, ``listen_port - 2`` (RocketMQ's ``fastListenPort``): the same processor
   minus PULL_MESSAGE, where Java slaves fetch the topic table and VIP-enabled clients send;
-* the consume queue builder (:mod:`._reput`), on master and slave;
+* the consume queue and message index builder (:mod:`._reput`), on master and slave;
 * an embedded name server when ``embedded_namesrv`` is set;
 * name server registration when ``namesrv_addr`` is set (:mod:`._registration`);
 * on a slave, metadata replication from the master (:mod:`._slavesync`);
@@ -37,6 +37,7 @@ from trioha.namesrv._routes import DEFAULT_NAMESRV_PORT
 from trioha.remoting._client import RemotingClientPool, open_client_pool
 from trioha.remoting._server import serve_remoting
 from trioha.store._consumequeue import ConsumeQueueStore
+from trioha.store._index import IndexService
 
 log = logging.getLogger("trioha.remoting")
 
@@ -101,8 +102,13 @@ async def serve_client_side(
     root = broker.store.root
     meta = await trio.to_thread.run_sync(Metadata.load, root, config)
     queues = ConsumeQueueStore(root)
+    index = (
+        IndexService(root, slots=config.max_hash_slot_num, max_index=config.max_index_num)
+        if config.message_index_enable
+        else None
+    )
     reput = ReputService(
-        broker.store.commitlog, queues, checkpoint=root / "config" / CHECKPOINT_FILE
+        broker.store.commitlog, queues, checkpoint=root / "config" / CHECKPOINT_FILE, index=index
     )
     reput.recover()
     persister = _Persister(meta)
@@ -119,6 +125,8 @@ async def serve_client_side(
             await persister.persist()
             await reput.flush()
             queues.close()
+            if index is not None:
+                index.close()
     raise AssertionError("unreachable")  # pragma: no cover
 
 

@@ -91,6 +91,22 @@ class BrokerContext:
         """Delay level -> (delivered offset, queue max offset), for the runtime info."""
         return {}
 
+    def raw_record_at(self, offset: int) -> bytes | None:
+        """The stored bytes of the record at ``offset`` (TOTALSIZE read from there), or None
+        when they cannot be read whole (``DefaultMessageStore.selectOneMessageByOffset``)."""
+        commitlog = self.broker.store.commitlog
+        try:
+            head = commitlog.read(offset, 4)
+            if len(head) < 4:
+                return None
+            size = int.from_bytes(head, "big", signed=True)
+            if size < 4:
+                return None
+            data = commitlog.read(offset, size)
+        except StorageError:
+            return None
+        return bytes(data) if len(data) == size else None
+
     def read_record_at(self, offset: int) -> Any:
         commitlog = self.broker.store.commitlog
         try:
