@@ -375,3 +375,43 @@ async def test_index_can_be_disabled(tmp_path: Path) -> None:
         await side.reput.wait_dispatched(broker.store.commitlog.max_offset)
         assert (await query(pool, side.broker_addr, "T", "k")).code == ResponseCode.QUERY_NOT_FOUND
         assert not (tmp_path / "index").exists()
+
+
+async def test_delayed_send_is_parked_and_reported(tmp_path: Path) -> None:
+    async with broker_port(tmp_path) as (broker, side, pool):
+        response = await pool.request(
+            side.broker_addr,
+            RemotingCommand.request(
+                RequestCode.SEND_MESSAGE_V2,
+                {
+                    "a": "PG",
+                    "b": "T",
+                    "c": "TBW102",
+                    "d": 4,
+                    "e": 1,
+                    "i": "DELAY\x012\x02TAGS\x01x",
+                },
+                b"later",
+            ),
+        )
+        assert response.code == ResponseCode.SUCCESS
+        stored = next(broker.store.commitlog.iter_messages())
+        assert (stored.topic, stored.queue_id) == ("SCHEDULE_TOPIC_XXXX", 1)
+        assert (stored.get_property("REAL_TOPIC"), stored.get_property("REAL_QID")) == ("T", "1")
+        await side.reput.wait_dispatched(broker.store.commitlog.max_offset)
+        side.meta.delay.set_offset(2, 0)
+        info = await runtime_info(pool, side.broker_addr)
+        assert info["scheduleMessageOffset_2"] == "0,1"
+        delay = await call(pool, side, RequestCode.GET_ALL_DELAY_OFFSET)
+        assert delay.body == b'{"offsetTable":{2:0}}'
+        bad = await pool.request(
+            side.broker_addr,
+            RemotingCommand.request(
+                RequestCode.SEND_MESSAGE_V2,
+                {"a": "PG", "b": "T", "c": "TBW102", "d": 4, "e": 1, "i": "DELAY\x01soon"},
+                b"?",
+            ),
+        )
+        # Refused (RocketMQ fails the put on the bad number), nothing stored.
+        assert bad.code in (ResponseCode.MESSAGE_ILLEGAL, ResponseCode.SYSTEM_ERROR)
+        assert len(list(broker.store.commitlog.iter_messages())) == 1

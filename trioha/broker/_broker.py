@@ -25,6 +25,11 @@ from trioha._config import BrokerConfig, BrokerRole, FlushDiskType
 from trioha._errors import MessageTooLargeError, StorageError
 from trioha._status import PutResult, PutStatus
 from trioha.broker._clientside import ClientSide, serve_client_side
+from trioha.broker._schedule import (
+    DEFAULT_MAX_DELAY_LEVEL,
+    parse_delay_levels,
+    schedule_rewrite,
+)
 from trioha.net import HAClient, HAClientStatistics, HAService, HAServiceStatistics
 from trioha.net._waiters import OffsetWaiters
 from trioha.net._wakeup import Wakeup
@@ -77,11 +82,16 @@ class _GroupFlusher:
                 self.waiters.release(await trio.to_thread.run_sync(commitlog.flush))
 
 
-def message_record(message: Mapping[str, Any]) -> dict[str, Any]:
+def message_record(
+    message: Mapping[str, Any], *, max_delay_level: int = DEFAULT_MAX_DELAY_LEVEL
+) -> dict[str, Any]:
     """A put's keyword arguments as the store's ``append_batch`` takes them.
 
     ``tags`` and ``keys`` become RocketMQ's TAGS and KEYS properties (several keys joined by
-    spaces, as ``Message.setKeys``); the born timestamp defaults to now.
+    spaces, as ``Message.setKeys``); the born timestamp defaults to now. A ``DELAY`` property
+    moves the message to its delay level's queue (``_schedule.schedule_rewrite``) unless it
+    is the delivery of a scheduled message (``scheduled_delivery``); a ``DELAY`` that is not
+    a number raises ``ValueError``.
     """
     props = dict(message.get("properties") or {})
     keys = message.get("keys")
@@ -89,12 +99,18 @@ def message_record(message: Mapping[str, Any]) -> dict[str, Any]:
         props[PROPERTY_KEYS] = keys if isinstance(keys, str) else " ".join(keys)
     if message.get("tags"):
         props[PROPERTY_TAGS] = message["tags"]
+    topic, queue_id = message["topic"], message.get("queue_id", 0)
+    sysflag = message.get("sysflag", 0)
+    if not message.get("scheduled_delivery"):
+        topic, queue_id = schedule_rewrite(
+            topic, queue_id, sysflag, props, max_level=max_delay_level
+        )
     record: dict[str, Any] = {
-        "topic": message["topic"],
+        "topic": topic,
         "body": bytes(message["body"]),
-        "queue_id": message.get("queue_id", 0),
+        "queue_id": queue_id,
         "flag": message.get("flag", 0),
-        "sysflag": message.get("sysflag", 0),
+        "sysflag": sysflag,
         "properties": props,
         "born_timestamp": message.get("born_timestamp") or int(time.time() * 1000),
         "reconsume_times": message.get("reconsume_times", 0),
@@ -121,6 +137,7 @@ class Broker:
         self._log_grew = Wakeup()
         self._puts = 0
         self._closed = False
+        self._max_delay_level = len(parse_delay_levels(config.message_delay_level))
 
     # --- the put API ------------------------------------------------------------------------
     async def put(
@@ -165,7 +182,10 @@ class Broker:
             return PutResult(PutStatus.MESSAGE_ILLEGAL)
         try:
             results = self.store.commitlog.append_batch(
-                [message_record(message) for message in messages]
+                [
+                    message_record(message, max_delay_level=self._max_delay_level)
+                    for message in messages
+                ]
             )
         except MessageTooLargeError as exc:
             log.warning("put refused: %s", exc)
@@ -184,7 +204,11 @@ class Broker:
         self._puts += len(results)
         self._on_log_grew()
         first, last = results[0], results[-1]
-        status = await self._wait_policies(first.physical_offset, last.end_offset)
+        if messages[0].get("wait_store_msg_ok", True):
+            status = await self._wait_policies(first.physical_offset, last.end_offset)
+        else:  # isWaitStoreMsgOK false (delay deliveries): stored is enough
+            await trio.lowlevel.checkpoint()
+            status = PutStatus.PUT_OK
         return PutResult(
             status,
             offset=first.physical_offset,

@@ -10,6 +10,7 @@ Started by the broker inside its nursery, it runs, all in one nursery of its own
 * an embedded name server when ``embedded_namesrv`` is set;
 * name server registration when ``namesrv_addr`` is set (:mod:`._registration`);
 * on a slave, metadata replication from the master (:mod:`._slavesync`);
+* on a master, delayed-message delivery per delay level (:mod:`._schedule`);
 * housekeeping: idle clients dropped after 120 s, consumer offsets persisted every 5 s.
 
 Metadata is loaded from ``<root>/config`` before the port opens and persisted, with the
@@ -30,6 +31,7 @@ from trioha.broker._metadata import Metadata, write_snapshots
 from trioha.broker._processor import BrokerProcessor, VipChannelProcessor
 from trioha.broker._registration import Registrar, namesrv_addresses
 from trioha.broker._reput import CHECKPOINT_FILE, ReputService
+from trioha.broker._schedule import ScheduleMessageService, parse_delay_levels
 from trioha.broker._slavesync import SlaveSynchronize
 from trioha.broker._types import BrokerLike
 from trioha.namesrv._processor import serve_namesrv
@@ -58,6 +60,8 @@ class ClientSide:
     registrar: Registrar | None = None
     slave_sync: SlaveSynchronize | None = None
     namesrv_addr: tuple[str, int] | None = None
+    #: Delayed-message delivery (masters only).
+    schedule: ScheduleMessageService | None = None
     #: The VIP channel's address (``MixAll.brokerVIPChannel``: the broker port - 2).
     vip_addr: str = ""
 
@@ -107,8 +111,13 @@ async def serve_client_side(
         if config.message_index_enable
         else None
     )
+    delays = parse_delay_levels(config.message_delay_level)
     reput = ReputService(
-        broker.store.commitlog, queues, checkpoint=root / "config" / CHECKPOINT_FILE, index=index
+        broker.store.commitlog,
+        queues,
+        checkpoint=root / "config" / CHECKPOINT_FILE,
+        index=index,
+        delay_levels=delays,
     )
     reput.recover()
     persister = _Persister(meta)
@@ -197,6 +206,12 @@ async def _start(
     await nursery.start(reput.run, broker.wait_log_grew)
     nursery.start_soon(_housekeeping, processor, persister)
     nursery.start_soon(processor.ctx.stats.run)
+    schedule: ScheduleMessageService | None = None
+    if config.broker_role.is_master:  # delayed messages are delivered by masters only
+        schedule = ScheduleMessageService(
+            broker, reput, meta.delay, parse_delay_levels(config.message_delay_level)
+        )
+        nursery.start_soon(schedule.run)
 
     slave_sync: SlaveSynchronize | None = None
     if config.broker_role is BrokerRole.SLAVE:
@@ -253,6 +268,7 @@ async def _start(
         reput=reput,
         processor=processor,
         vip_addr=f"{config.broker_ip1}:{vip_port}",
+        schedule=schedule,
         registrar=registrar,
         slave_sync=slave_sync,
         namesrv_addr=namesrv_bound,

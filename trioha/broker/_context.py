@@ -19,6 +19,7 @@ from trioha._errors import StorageError
 from trioha.broker._clients import ClientManager
 from trioha.broker._metadata import Metadata
 from trioha.broker._reput import ReputService
+from trioha.broker._schedule import SCHEDULE_TOPIC
 from trioha.broker._stats import BrokerStats
 from trioha.broker._types import BrokerLike
 from trioha.remoting._codec import HeaderError, RemotingCommand
@@ -88,8 +89,13 @@ class BrokerContext:
         return self.config.broker_role is BrokerRole.SLAVE
 
     def schedule_offsets(self) -> dict[int, tuple[int, int]]:
-        """Delay level -> (delivered offset, queue max offset), for the runtime info."""
-        return {}
+        """Delay level -> (delivered offset, max offset of its queue): the runtime info's
+        ``scheduleMessageOffset_<level>`` (``ScheduleMessageService.buildRunningStats``)."""
+        out = {}
+        for level, offset in sorted(self.meta.delay.table.items()):
+            queue = self.reput.queues.get(SCHEDULE_TOPIC, level - 1)
+            out[level] = (offset, queue.max_offset if queue is not None else 0)
+        return out
 
     def raw_record_at(self, offset: int) -> bytes | None:
         """The stored bytes of the record at ``offset`` (TOTALSIZE read from there), or None

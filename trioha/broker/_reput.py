@@ -32,11 +32,13 @@ from typing import NoReturn
 import trio
 
 from trioha.broker._metadata import write_config_file
+from trioha.broker._schedule import SCHEDULE_TOPIC, deliver_timestamp
 from trioha.broker._types import CommitLogLike
 from trioha.remoting._json import dumps, loads_lenient
 from trioha.store._consumequeue import ConsumeQueue, ConsumeQueueStore, tags_code
 from trioha.store._index import IndexedMessage, IndexService
 from trioha.store._message import (
+    PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -58,6 +60,7 @@ _TRANSACTION_ROLLBACK = 0xC
 _TAGS_KEY = PROPERTY_TAGS.encode() + b"\x01"
 _KEYS_KEY = PROPERTY_KEYS.encode() + b"\x01"
 _UNIQ_KEY = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX.encode() + b"\x01"
+_DELAY_KEY = PROPERTY_DELAY_TIME_LEVEL.encode() + b"\x01"
 
 
 def _property(props: bytes, key: bytes) -> bytes | None:
@@ -127,12 +130,15 @@ class ReputService:
         *,
         checkpoint: Path,
         index: IndexService | None = None,
+        delay_levels: list[int] | None = None,
     ) -> None:
         self.commitlog = commitlog
         self.queues = queues
         self.checkpoint = checkpoint
         #: The message index, None when ``message_index_enable`` is off.
         self.index = index
+        #: The delay of each level (ms): scheduled messages' units carry their due time.
+        self.delay_levels = delay_levels or []
         self.reput_from = 0
         self._arrivals: dict[tuple[str, int], trio.Event] = {}
         self._any_arrival = trio.Event()
@@ -212,7 +218,11 @@ class ReputService:
                         if queue is None:
                             queue = touched[key] = self.queues.find_or_create(*key)
                         props = bytes(buf[result.topic_end + 2 : result.props_end])
-                        queue.put(f[5], f[6], total, _tags_code(props))
+                        if topic == SCHEDULE_TOPIC:
+                            tags = self._schedule_tags_code(props, f[11])
+                        else:
+                            tags = _tags_code(props)
+                        queue.put(f[5], f[6], total, tags)
                         if index is not None:
                             indexed.append(_indexed(topic, props, f[6], f[11]))
                     elif index is not None and sysflag & _TRANSACTION_MASK != _TRANSACTION_ROLLBACK:
@@ -256,6 +266,18 @@ class ReputService:
         self._build_index(indexed)
         self._wake(touched)
         return done
+
+    def _schedule_tags_code(self, props: bytes, store_timestamp: int) -> int:
+        """A scheduled message's unit carries its due time (``CommitLog.checkMessageAndReturn
+        Size`` with ``computeDeliverTimestamp``), or its tag hash without a usable level."""
+        raw = _property(props, _DELAY_KEY)
+        try:
+            level = int(raw) if raw is not None else 0
+        except ValueError:
+            level = 0
+        if level <= 0 or not self.delay_levels:
+            return _tags_code(props)
+        return deliver_timestamp(self.delay_levels, level, store_timestamp)
 
     def _build_index(self, messages: list[IndexedMessage]) -> None:
         if self.index is not None and messages:
