@@ -3,6 +3,7 @@
 
     python3 tasks.py demo     # install trioha, run a local master and slave replicating a workload
     python3 tasks.py test     # install trioha with its dev and spark extras, run ruff, mypy, pytest
+    python3 tasks.py mutate [proto|net|store]  # mutation testing (mutmut), a package at a time
 
 The environment lives in ``.venv`` and is reinstalled whenever ``pyproject.toml`` changes, so
 the two commands work the same on a fresh checkout and on one used for months.
@@ -11,7 +12,10 @@ the two commands work the same on a fresh checkout and on one used for months.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -60,8 +64,103 @@ def test(argv: list[str]) -> None:
     _run(PY, "-m", "pytest", *extra, *argv)
 
 
+#: The packages ``mutate`` mutates, each judged by its own tests (mutmut then runs, for each
+#: mutant, only the tests that reach the mutated function). docs/testing.md explains the output.
+MUTATE = {
+    "proto": ["tests/proto"],
+    "net": ["tests/net"],
+    "store": ["tests/store"],
+}
+#: Survivors examined and found equivalent (or only changing a message): ``name  reason``.
+EQUIVALENT = ROOT / "docs" / "mutation-survivors.txt"
+
+
+def mutate(argv: list[str]) -> None:
+    """Mutation-test the packages in *argv* (default: all), one at a time, niced."""
+    unknown = [a for a in argv if a not in MUTATE]
+    if unknown:
+        sys.exit(f"unknown package(s) {', '.join(unknown)}; choose from {', '.join(MUTATE)}")
+    _ensure_env("dev")
+    totals = [0, 0]
+    for package in argv or list(MUTATE):
+        killed, total = run_mutation(package, BIN)
+        totals[0] += killed
+        totals[1] += total
+    if len(argv) != 1 and totals[1]:
+        score = 100 * totals[0] / totals[1]
+        print(f"\nall packages: {totals[0]}/{totals[1]} killed ({score:.1f}%)")
+
+
+def run_mutation(package: str, bin_dir: Path) -> tuple[int, int]:
+    """Run mutmut over ``trioha/<package>`` in ``build/mutate/<package>``; (killed, total).
+
+    Each package gets its own copy of the tree with a ``[tool.mutmut]`` section naming what to
+    mutate and which tests judge it, so runs never mix and mutmut's cache (``mutants/``) lets a
+    second run retest only what changed.
+    """
+    work = ROOT / "build" / "mutate" / package
+    work.mkdir(parents=True, exist_ok=True)
+    for name in ("trioha", "tests", "model"):
+        shutil.rmtree(work / name, ignore_errors=True)
+        shutil.copytree(ROOT / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
+    section = "\n".join(
+        [
+            "",
+            "[tool.mutmut]",
+            'source_paths = ["trioha/"]',
+            f'only_mutate = ["trioha/{package}/*"]',
+            'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:timeout"]',
+            f"pytest_add_cli_args_test_selection = {json.dumps(MUTATE[package])}",
+            "",
+        ]
+    )
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    (work / "pyproject.toml").write_text(text + section, encoding="utf-8")
+    mutmut = str(bin_dir / "mutmut")
+    nice = ["nice", "-n", "10"] if shutil.which("nice") else []
+    env = {**os.environ, "PYTHONPATH": str(work / "mutants")}
+    print(f"+ mutmut run (trioha/{package}, tests {' '.join(MUTATE[package])})", flush=True)
+    subprocess.run([*nice, mutmut, "run", "--max-children", "1"], cwd=work, env=env, check=False)
+    subprocess.run([mutmut, "export-cicd-stats"], cwd=work, env=env, check=True)
+    stats = json.loads((work / "mutants" / "mutmut-cicd-stats.json").read_text(encoding="utf-8"))
+    listing = subprocess.run(
+        [mutmut, "results"], cwd=work, env=env, check=True, capture_output=True, text=True
+    ).stdout
+    survivors = sorted(
+        m.group(1)
+        for m in re.finditer(r"^\s*([\w.]+__mutmut_\d+): (survived|no tests)", listing, re.M)
+    )
+    equivalent = _equivalent_survivors()
+    caught = stats["killed"] + stats["timeout"] + stats["segfault"] + stats["suspicious"]
+    total = stats["total"] - stats["skipped"]
+    explained = [name for name in survivors if name in equivalent]
+    unexplained = [name for name in survivors if name not in equivalent]
+    print(f"\ntrioha/{package}: {caught}/{total} mutants killed", end="")
+    if total:
+        raw = 100 * caught / total
+        adjusted = 100 * caught / max(1, total - len(explained))
+        print(f" ({raw:.1f}% raw; {adjusted:.1f}% with the {len(explained)} equivalent set aside)")
+    else:
+        print()
+    for name in explained:
+        print(f"  equivalent  {name}: {equivalent[name]}")
+    for name in unexplained:
+        print(f"  SURVIVED    {name}   (mutmut show {name}, in {work.relative_to(ROOT)})")
+    return caught, total
+
+
+def _equivalent_survivors() -> dict[str, str]:
+    out = {}
+    if EQUIVALENT.exists():
+        for line in EQUIVALENT.read_text(encoding="utf-8").splitlines():
+            if line.strip() and not line.startswith("#"):
+                name, _, reason = line.strip().partition(" ")
+                out[name] = reason.strip()
+    return out
+
+
 def main() -> None:
-    jobs = {"demo": demo, "test": test}
+    jobs = {"demo": demo, "test": test, "mutate": mutate}
     if len(sys.argv) < 2 or sys.argv[1] not in jobs:
         sys.exit(f"usage: python3 tasks.py {{{'|'.join(jobs)}}} [args...]")
     jobs[sys.argv[1]](sys.argv[2:])

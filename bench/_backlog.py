@@ -1,11 +1,11 @@
 """A master store holding a large backlog, made in seconds rather than minutes.
 
-The first segment is written through the store (``append_batch``), so its records are exactly
-what a broker writes. Every later segment is a copy of it with the two per-record offsets
-patched: QUEUEOFFSET at byte 20 and PHYSICALOFFSET at byte 28 (spec §4.1). The body CRC covers
-the body only, so it stays valid. All messages go to queue 0, so a record's queue offset is
-simply its index in the log. The store is then reopened, so recovery checks the result (the CRC
-of the last segments and the record chain of all of them) before the benchmark uses it.
+The first segment is written through the store (``append_batch``), so its records are exactly what a
+broker writes. Every later segment is a copy of it with the two per-record offsets patched:
+QUEUEOFFSET at byte 20 and PHYSICALOFFSET at byte 28 (docs/rocketmq-protocol.md §4.1). The body CRC
+covers the body only, so it stays valid. All messages go to queue 0, so a record's queue offset is
+simply its index in the log. The store is then reopened, so recovery checks the result (the CRC of
+the last segments and the record chain of all of them) before the benchmark uses it.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ from typing import Any
 
 from bench._common import GIB, MIB
 
-#: RocketMQ 4.9.7 on this kind of machine (spec §11.1), measured in other runs: for orientation
+#: RocketMQ 4.9.7 on this kind of machine (docs/rocketmq-protocol.md §11.1), measured in other runs:
+#: for orientation
 #: only, never for a verdict.
 JAVA = {
     "catch_up_mib_s": 259,
@@ -86,7 +87,7 @@ def catch_up_table(runs: list[dict[str, Any]], lim: dict[str, Any] | None) -> st
             if r.get("master_peak_rss") else "–",
             {True: "yes", False: "**NO**"}.get(r.get("identical"), "–"),  # type: ignore[arg-type]
         ))
-    rows.append(("RocketMQ 4.9.7, 1 GiB (spec §11.1; another run)",
+    rows.append(("RocketMQ 4.9.7, 1 GiB (docs/rocketmq-protocol.md §11.1; another run)",
                  f"{JAVA['catch_up_mib_s']}", "–", "–", "–", "–", "–", "–", "–"))
     return _table(
         ["catch-up", "MiB/s", "÷ loopback", "÷ loopback→file", "slave CPU-s/GiB",

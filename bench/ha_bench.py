@@ -72,7 +72,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backlog-gib", type=float, default=None,
                    help="catch-up backlog (default 1, quick 0.25); a quarter of it is run too")
     p.add_argument("--segment-size", type=_size, default=64 * MIB,
-                   help="commit log segment size (default 64M, as in spec §11.1)")
+                   help="commit log segment size (default 64M, as in "
+                   "docs/rocketmq-protocol.md §11.1)")
     p.add_argument("--seconds", type=float, default=None,
                    help="measured seconds per put cell (default 1.5, quick 1)")
     p.add_argument("--repeat", type=int, default=None,

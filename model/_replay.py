@@ -47,6 +47,7 @@ from trioha.proto import (
     MasterAction,
     MasterConnection,
     MasterPhase,
+    Quorum,
     SendHeartbeat,
     SendReport,
     SendTransfer,
@@ -57,8 +58,6 @@ from trioha.proto import (
     Vouch,
     encode_report,
     frame_header,
-    replicated_offset,
-    slaves_available,
     vouch,
 )
 
@@ -222,11 +221,15 @@ class _Harness:
         live = (w.mc.state for w in self.wires)
         return [vouch(m) for m in live if m.phase is MasterPhase.TRANSFER]
 
+    def quorum(self) -> Quorum:
+        return Quorum.of(self.live_acks(), self.cfg.needed_acks)
+
     def on_ack(self) -> None:
         keep = []
+        quorum = self.quorum()
         for end, mid in self.pending:
             start = end - self.cfg.message_size
-            if end <= replicated_offset(self.live_acks(), self.cfg.needed_acks, start):
+            if quorum.holds(start, end):
                 self.acked.append((end - self.cfg.message_size, end, mid))
             else:
                 keep.append((end, mid))
@@ -312,10 +315,10 @@ class _Harness:
         if cfg.master_sync_flush:
             self.mflushed = end
         if step.arg:
-            acks = self.live_acks()
-            if not slaves_available(acks, cfg.needed_acks, end, cfg.fallbehind_max):
+            quorum = self.quorum()
+            if not quorum.available(end, cfg.fallbehind_max):
                 return
-            if replicated_offset(acks, cfg.needed_acks, end - cfg.message_size) >= end:
+            if quorum.holds(end - cfg.message_size, end):
                 self.acked.append((end - cfg.message_size, end, mid))
             else:
                 self.pending.append((end, mid))

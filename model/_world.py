@@ -2,8 +2,8 @@
 
 Every protocol decision in here is made by the production core, :func:`trioha.proto.master_step`
 and :func:`trioha.proto.slave_step`, with the production states, events and actions; sync
-replication is decided by :func:`trioha.proto.replicated_offset` and
-:func:`trioha.proto.slaves_available`, as ``trioha.net.HAService`` does. This module only
+replication is decided by :class:`trioha.proto.Quorum`, as ``trioha.net.HAService`` and
+``trioha.testing`` decide it. This module only
 supplies what surrounds the core in a real deployment: the two commit logs, the TCP streams as
 FIFO channels, the clock, the producers, and faults.
 
@@ -63,6 +63,7 @@ from trioha.proto import (
     MasterOptions,
     MasterPhase,
     MasterState,
+    Quorum,
     ReadIdle,
     ReportReceived,
     SendHeartbeat,
@@ -76,9 +77,7 @@ from trioha.proto import (
     Vouch,
     choose_start,
     master_step,
-    replicated_offset,
     slave_step,
-    slaves_available,
     vouch,
 )
 
@@ -546,6 +545,10 @@ class _Tx:
             if c is not None and c.master.phase is MasterPhase.TRANSFER
         ]
 
+    def quorum(self) -> Quorum:
+        """The one sync replication rule over the live vouches (``HAService._sync_quorum``)."""
+        return Quorum.of(self.live_acks(), self.cfg.needed_acks)
+
     def freeze(self) -> World:
         intern = self.intern
         conns = tuple(intern(c) for c in self.conns if c is not None)
@@ -617,11 +620,11 @@ class _Tx:
         """``HAService.on_ack``: every waiting sync put the live acks now cover is PUT_OK."""
         if not self.pending:
             return
-        vouches = self.live_acks()
+        quorum = self.quorum()
         keep = []
         for end, mid in self.pending:
             start = end - self.cfg.message_size
-            if end <= replicated_offset(vouches, self.cfg.needed_acks, start):
+            if quorum.holds(start, end):
                 self.acked += ((end - self.cfg.message_size, end, mid),)
                 self.marks.add("sync_acked")
                 if self.budget.drops < self.cfg.faults.drops:
@@ -937,11 +940,11 @@ class HAModel:
             tx.mflushed = end
         tx.note(f"master appends message {mid} at [{end - cfg.message_size}, {end})")
         if step.arg:
-            acks = tx.live_acks()
-            if not slaves_available(acks, cfg.needed_acks, end, cfg.fallbehind_max):
+            quorum = tx.quorum()
+            if not quorum.available(end, cfg.fallbehind_max):
                 tx.marks.add("slave_not_available")
                 tx.note("sync put answered SLAVE_NOT_AVAILABLE (no slave streaming close enough)")
-            elif replicated_offset(acks, cfg.needed_acks, end - cfg.message_size) >= end:
+            elif quorum.holds(end - cfg.message_size, end):
                 tx.acked += ((end - cfg.message_size, end, mid),)
                 tx.note("sync put answered PUT_OK at once")
             else:

@@ -1,8 +1,8 @@
 """End to end: real brokers, real sockets on 127.0.0.1, real stores in temporary directories.
 
-These mirror RocketMQ's ``HATest`` (spec §9.1, §9.2) and the cases the replication issue lists.
-Timing settings are shortened the way RocketMQ's 5.x HATest shortens them; every wait is
-bounded by ``fail_after``.
+These mirror RocketMQ's ``HATest`` (docs/rocketmq-protocol.md §9.1, §9.2) and the cases the
+replication issue lists. Timing settings are shortened the way RocketMQ's 5.x HATest shortens them;
+every wait is bounded by ``fail_after``.
 """
 
 from __future__ import annotations

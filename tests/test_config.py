@@ -1,4 +1,4 @@
-"""BrokerConfig: RocketMQ's settings, defaults and broker.conf (spec §3)."""
+"""BrokerConfig: RocketMQ's settings, defaults and broker.conf (docs/rocketmq-protocol.md §3)."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
 
 def test_a_slave_never_has_broker_id_zero() -> None:
     # BrokerStartup refuses it: a slave with id 0 mistakes a half-replicated tail for
-    # corruption (spec §1.7).
+    # corruption (docs/rocketmq-protocol.md §1.7).
     assert BrokerConfig(broker_role="SLAVE").broker_id == 1
 
 

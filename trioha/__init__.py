@@ -15,19 +15,23 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from trioha._errors import (
+    BodyTooLargeError,
     ConfigError,
     CorruptLogError,
     LocalProtocolError,
+    MessageIllegalError,
     MessageTooLargeError,
     OffsetMismatchError,
     PipelineError,
+    PropertiesTooLargeError,
     ProtocolError,
     RemoteProtocolError,
     RemotingError,
-    ReplicationError,
+    RequestError,
     StorageError,
     StoreLayoutError,
     StoreLockedError,
+    TopicTooLongError,
     TriohaError,
 )
 from trioha._status import PutResult, PutStatus
@@ -62,6 +66,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
+    "BodyTooLargeError",
     "Broker",
     "BrokerConfig",
     "BrokerRole",
@@ -70,18 +75,21 @@ __all__ = [
     "CorruptLogError",
     "FlushDiskType",
     "LocalProtocolError",
+    "MessageIllegalError",
     "MessageTooLargeError",
     "OffsetMismatchError",
     "PipelineError",
+    "PropertiesTooLargeError",
     "ProtocolError",
     "PutResult",
     "PutStatus",
     "RemoteProtocolError",
     "RemotingError",
-    "ReplicationError",
+    "RequestError",
     "StorageError",
     "StoreLayoutError",
     "StoreLockedError",
+    "TopicTooLongError",
     "TriohaError",
     "__version__",
     "open_broker",

@@ -1,16 +1,17 @@
 """Broker configuration: RocketMQ's settings in snake_case, with RocketMQ's defaults.
 
-Mirrors ``MessageStoreConfig`` and ``BrokerConfig`` (spec §3). ``BrokerConfig.from_properties``
-reads a RocketMQ ``broker.conf`` (camelCase keys). A key trioha does not know is an error that
-names the nearest valid key; a RocketMQ key that trioha knows but has no use for (retention
-times, thread pool sizes, ...) is accepted and logged, so an existing ``broker.conf`` works.
+Mirrors ``MessageStoreConfig`` and ``BrokerConfig`` (docs/rocketmq-protocol.md §3).
+``BrokerConfig.from_properties`` reads a RocketMQ ``broker.conf`` (camelCase keys). A key trioha
+does not know is an error that names the nearest valid key; a RocketMQ key that trioha knows but
+has no use for (retention times, thread pool sizes, ...) is accepted and logged, so an existing
+``broker.conf`` works.
 
 Where trioha's default differs from RocketMQ's, the field says why:
 
 * ``ha_listen_host`` is ``127.0.0.1``: nothing listens beyond loopback unless asked.
 * ``in_sync_replicas`` is 2 (the master and one slave). It counts replicas the way RocketMQ
-  5.x does; 5.x defaults to 1, which makes SYNC_MASTER wait for nobody (spec §5.3). 2 is
-  4.x's SYNC_MASTER behaviour.
+  5.x does; 5.x defaults to 1, which makes SYNC_MASTER wait for nobody
+  (docs/rocketmq-protocol.md §5.3). 2 is 4.x's SYNC_MASTER behaviour.
 """
 
 from __future__ import annotations
@@ -25,14 +26,21 @@ from typing import Any
 import attrs
 
 from trioha._errors import ConfigError
+from trioha.proto._timing import (
+    HEARTBEAT_INTERVAL_MS,
+    HOUSEKEEPING_INTERVAL_MS,
+    SLAVE_TIMEOUT_MS,
+    Timing,
+)
 
 log = logging.getLogger("trioha.config")
 
 GIB = 1 << 30
 MIB = 1 << 20
 
-#: The Java slave's receive buffer (``HAClient.READ_MAX_BUFFER_SIZE``, spec §1.6): a frame larger
-#: than this minus its 12-byte header can never be received by a RocketMQ slave.
+#: The Java slave's receive buffer (``HAClient.READ_MAX_BUFFER_SIZE``, docs/rocketmq-protocol.md
+#: §1.6): a frame larger than this minus its 12-byte header can never be received by a RocketMQ
+#: slave.
 JAVA_SLAVE_READ_BUFFER = 4 * MIB
 
 
@@ -115,11 +123,15 @@ class BrokerConfig:
     ha_listen_host: str = "127.0.0.1"
     ha_listen_port: int = attrs.field(default=10912, validator=_port)
     ha_master_address: str | None = attrs.field(default=None, validator=_address)
-    ha_send_heartbeat_interval: int = attrs.field(default=5000, validator=_positive)
-    ha_housekeeping_interval: int = attrs.field(default=20000, validator=_positive)
+    ha_send_heartbeat_interval: int = attrs.field(
+        default=HEARTBEAT_INTERVAL_MS, validator=_positive
+    )
+    ha_housekeeping_interval: int = attrs.field(
+        default=HOUSEKEEPING_INTERVAL_MS, validator=_positive
+    )
     ha_transfer_batch_size: int = attrs.field(default=32768, validator=_positive)
     ha_slave_fallbehind_max: int = attrs.field(default=256 * MIB, validator=_positive)
-    slave_timeout: int = attrs.field(default=3000, validator=_positive)
+    slave_timeout: int = attrs.field(default=SLAVE_TIMEOUT_MS, validator=_positive)
     #: Replicas (the master included, as in RocketMQ 5.x) that must hold a SYNC_MASTER put.
     in_sync_replicas: int = attrs.field(default=2, validator=_positive)
 
@@ -150,11 +162,12 @@ class BrokerConfig:
         if self.ha_transfer_batch_size > JAVA_SLAVE_READ_BUFFER - 12:
             raise ConfigError(
                 f"ha_transfer_batch_size {self.ha_transfer_batch_size} exceeds what a RocketMQ "
-                f"slave can receive ({JAVA_SLAVE_READ_BUFFER - 12} bytes, spec §1.6)"
+                f"slave can receive ({JAVA_SLAVE_READ_BUFFER - 12} bytes, its read buffer less the "
+                "header)"
             )
         if self.broker_role is BrokerRole.SLAVE and self.broker_id == 0:
             # RocketMQ refuses this too (BrokerStartup): a slave with id 0 mistakes a
-            # half-replicated trailing message for corruption (spec §1.7, §11).
+            # half-replicated trailing message for corruption (docs/rocketmq-protocol.md §1.7, §11).
             object.__setattr__(self, "broker_id", 1)
 
     # --- derived ----------------------------------------------------------------------------
@@ -168,6 +181,11 @@ class BrokerConfig:
         if self.ha_master_address is None or len(self.ha_master_address) < 6:
             return None
         return parse_address(self.ha_master_address, what="ha_master_address")
+
+    @property
+    def ha_timing(self) -> Timing:
+        """The heartbeat and housekeeping intervals both HA ends run with, in seconds."""
+        return Timing.from_millis(self.ha_send_heartbeat_interval, self.ha_housekeeping_interval)
 
     @property
     def required_slave_acks(self) -> int:

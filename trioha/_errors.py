@@ -56,18 +56,37 @@ class OffsetMismatchError(StorageError):
 
 
 class MessageTooLargeError(StorageError):
-    """A message does not fit a segment or exceeds a RocketMQ limit."""
+    """A message does not fit a segment or exceeds a RocketMQ limit (MESSAGE_ILLEGAL)."""
+
+
+class BodyTooLargeError(MessageTooLargeError):
+    """A body is longer than ``maxMessageSize`` (MESSAGE_ILLEGAL)."""
+
+
+class PropertiesTooLargeError(MessageTooLargeError):
+    """Encoded properties exceed the record's 32767-byte field (PROPERTIES_SIZE_EXCEEDED)."""
+
+
+class TopicTooLongError(MessageTooLargeError):
+    """A topic is longer than its record version allows (MESSAGE_ILLEGAL)."""
+
+
+class MessageIllegalError(StorageError, ValueError):
+    """A message field cannot be stored as RocketMQ stores it: a number outside its Java type,
+    an unknown record version (MESSAGE_ILLEGAL). A ``ValueError`` too, as bad arguments are."""
 
 
 # --- other subsystems ------------------------------------------------------------------
 
 
-class ReplicationError(TriohaError):
-    """Replication cannot proceed (for example the slave's offset no longer exists)."""
-
-
 class PipelineError(TriohaError):
     """The Spark pipeline cannot run (pyspark or Java missing, bad input directory, ...)."""
+
+
+class RequestError(TriohaError, ValueError):
+    """A remoting request that cannot be served as sent: a missing or malformed header field, a
+    body that does not decode. It is answered with an error naming the fault, and the
+    connection stays open (RocketMQ's ``RemotingCommandException``)."""
 
 
 class RemotingError(TriohaError):

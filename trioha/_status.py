@@ -1,9 +1,9 @@
 """Put statuses and results, with RocketMQ's names and response codes.
 
-Mirrors ``org.apache.rocketmq.store.PutMessageStatus`` (spec §5.2, §5.3) and the mapping in
-``SendMessageProcessor.handlePutMessageResult``: four statuses mean the message *is stored* on
-the master (the producer sees SEND_OK, FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT or
-SLAVE_NOT_AVAILABLE); the rest are failures.
+Mirrors ``org.apache.rocketmq.store.PutMessageStatus`` (docs/rocketmq-protocol.md §5.2, §5.3)
+and the mapping in ``SendMessageProcessor.handlePutMessageResult``: four statuses mean the
+message *is stored* on the master (the producer sees SEND_OK, FLUSH_DISK_TIMEOUT,
+FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE); the rest are failures.
 """
 
 from __future__ import annotations
@@ -11,6 +11,13 @@ from __future__ import annotations
 import enum
 
 import attrs
+
+from trioha._errors import (
+    MessageIllegalError,
+    MessageTooLargeError,
+    PropertiesTooLargeError,
+    StorageError,
+)
 
 
 class PutStatus(enum.Enum):
@@ -35,7 +42,7 @@ class PutStatus(enum.Enum):
 
     @property
     def response_code(self) -> int:
-        """The remoting response code the broker answers a send with (spec §5.2)."""
+        """The remoting response code a send is answered with (docs/rocketmq-protocol.md §5.2)."""
         return _RESPONSE_CODES.get(self, 1)
 
 
@@ -78,3 +85,26 @@ class PutResult:
     @property
     def ok(self) -> bool:
         return self.status is PutStatus.PUT_OK
+
+
+# Why the store refused a put, and the status the producer is told: the one table, searched
+# along the exception's class hierarchy so the most specific refusal wins. A refusal that is the
+# message's fault is MESSAGE_ILLEGAL or PROPERTIES_SIZE_EXCEEDED; any other storage failure
+# means the broker could not write (CREATE_MAPPED_FILE_FAILED, as ``CommitLog.asyncPutMessage``
+# answers when no segment can be had).
+REFUSAL_STATUS: dict[type[Exception], PutStatus] = {
+    PropertiesTooLargeError: PutStatus.PROPERTIES_SIZE_EXCEEDED,
+    MessageTooLargeError: PutStatus.MESSAGE_ILLEGAL,
+    MessageIllegalError: PutStatus.MESSAGE_ILLEGAL,
+    StorageError: PutStatus.CREATE_MAPPED_FILE_FAILED,
+    ValueError: PutStatus.MESSAGE_ILLEGAL,
+}
+
+
+def refusal_status(exc: Exception) -> PutStatus:
+    """The :class:`PutStatus` for a put the store refused with *exc* (see ``REFUSAL_STATUS``)."""
+    for cls in type(exc).__mro__:
+        status = REFUSAL_STATUS.get(cls)
+        if status is not None:
+            return status
+    return PutStatus.UNKNOWN_ERROR

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import attrs
 import trio
@@ -18,8 +17,9 @@ import trio
 from trioha._config import BrokerConfig
 from trioha._errors import MessageTooLargeError
 from trioha._status import PutResult, PutStatus
-from trioha.broker import message_record
-from trioha.store import HostAddress, Store, open_store
+from trioha.broker import new_message
+from trioha.broker._schedule import DEFAULT_MAX_DELAY_LEVEL, apply_delay_levels
+from trioha.store import HostAddress, NewMessage, Store, open_store
 
 
 @attrs.frozen
@@ -55,28 +55,32 @@ class FakeBroker:
     ) -> PutResult:
         return await self.put_batch(
             [
-                {
-                    "topic": topic,
-                    "body": body,
-                    "tags": tags,
-                    "keys": keys,
-                    "properties": properties,
-                    "queue_id": queue_id,
-                    "flag": flag,
-                    "sysflag": sysflag,
-                    "born_timestamp": born_timestamp,
-                    "born_host": born_host,
-                    "reconsume_times": reconsume_times,
-                }
+                new_message(
+                    topic=topic,
+                    body=body,
+                    tags=tags,
+                    keys=keys,
+                    properties=properties,
+                    queue_id=queue_id,
+                    flag=flag,
+                    sysflag=sysflag,
+                    born_timestamp=born_timestamp,
+                    born_host=born_host,
+                    reconsume_times=reconsume_times,
+                )
             ]
         )
 
-    async def put_batch(self, messages: Sequence[Mapping[str, Any]]) -> PutResult:
+    async def put_batch(
+        self, messages: Sequence[NewMessage], *, delivery: bool = False
+    ) -> PutResult:
         if not self.config.broker_role.is_master:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
         try:
-            results = self.store.commitlog.append_batch([message_record(m) for m in messages])
-        except MessageTooLargeError:
+            if not delivery:
+                messages = apply_delay_levels(messages, DEFAULT_MAX_DELAY_LEVEL)
+            results = self.store.commitlog.append_batch(messages)
+        except (MessageTooLargeError, ValueError):
             return PutResult(PutStatus.MESSAGE_ILLEGAL)
         self.puts += len(results)
         self._notify()

@@ -21,7 +21,8 @@ from trioha.broker._metadata import (
 from trioha.remoting._codes import AUTO_CREATE_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE
 from trioha.remoting._json import loads_lenient
 
-# What a RocketMQ 4.9 master's fastjson writes: integer map keys without quotes (spec §6.1).
+# What a RocketMQ 4.9 master's fastjson writes: integer map keys without quotes
+# (docs/rocketmq-protocol.md §6.1).
 JAVA_OFFSETS = '{"offsetTable":{"T@G":{0:7,1:12},"%RETRY%G@G":{0:0}}}'
 
 

@@ -1,4 +1,5 @@
-"""Metadata replication to a slave (SlaveSynchronize, spec §6.1) and where trioha does better."""
+"""Metadata replication to a slave (SlaveSynchronize, docs/rocketmq-protocol.md §6.1) and where
+trioha does better."""
 
 from __future__ import annotations
 

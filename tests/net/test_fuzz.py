@@ -7,8 +7,9 @@ close or black hole, after some bytes or at some moment, while a producer append
 sync replication. After the run it checks, in virtual time:
 
 * convergence: once the faults stop, the slave's log equals the master's before a deadline;
-* a timely first report: the master hears each connection's request offset within the delays
-  the faults add, never a heartbeat interval later (RocketMQ's client waits one, spec §1.2);
+* a timely first report: the master hears each connection's request offset within the delays the
+  faults add, never a heartbeat interval later (RocketMQ's client waits one,
+  docs/rocketmq-protocol.md §1.2);
 * detection of a dead peer: both ends of a broken connection are closed within
   housekeeping plus one heartbeat of the break, and then neither end has a task left and the
   master's registry no longer holds it;

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import pytest
 import trio
 import trio.testing
@@ -141,3 +143,101 @@ async def test_waiters_that_are_never_covered_do_not_accumulate(
         assert len(w) == 0
         assert len(w._by_end) <= 200 and len(w._by_deadline) == 0
         nursery.cancel_scope.cancel()
+
+
+async def test_hundreds_of_waiters_most_timed_out_lose_no_live_one(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Compaction (answered waiters dominate a heap of more than 64) keeps every live waiter."""
+    w = waiters(timeout=3.0)
+    answers: dict[int, str] = {}
+
+    async def put(end: int) -> None:
+        answers[end] = await w.wait(end)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(w.expire)
+        for i in range(250):  # a hung slave's puts: none is ever covered
+            nursery.start_soon(put, 10_000 + i)
+        await trio.sleep(1.0)
+        for end in range(1, 51):
+            nursery.start_soon(put, end)
+        await trio.sleep(2.5)  # the 250 time out (and are compacted away); the 50 do not
+        assert len(w) == 50
+        assert len(w._by_end) < 250  # compacted, not merely skipped
+        assert sum(1 for a in answers.values() if a == LATE) == 250
+        assert w.release(25) == 25
+        assert w.release(50) == 25
+        await trio.testing.wait_all_tasks_blocked()
+        assert [answers[end] for end in range(1, 51)] == [OK] * 50
+        assert len(w) == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_compaction_when_every_waiter_has_timed_out(autojump_clock: trio.abc.Clock) -> None:
+    """With no live waiter left the heap empties (no division by the live count) and still works."""
+    w = waiters(timeout=1.0)
+    results: list[str] = []
+
+    async def put(end: int) -> None:
+        results.append(await w.wait(end))
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(w.expire)
+        async with trio.open_nursery() as puts:
+            for i in range(130):
+                puts.start_soon(put, 100 + i)
+        assert results == [LATE] * 130
+        assert len(w) == 0
+        assert len(w._by_end) <= 64
+        nursery.start_soon(put, 5)
+        await trio.testing.wait_all_tasks_blocked()
+        assert w.release(5) == 1
+        await trio.testing.wait_all_tasks_blocked()
+        assert results[-1] == OK
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_parked_wait_raises_when_expire_stops(autojump_clock: trio.abc.Clock) -> None:
+    """Nothing would ever time it out: it raises instead of waiting forever."""
+    w = waiters(timeout=3.0)
+    outcomes: list[str] = []
+
+    async def put(end: int) -> None:
+        try:
+            outcomes.append(await w.wait(end))
+        except RuntimeError as exc:
+            outcomes.append(f"raised: {exc}")
+
+    with trio.fail_after(60):  # virtual time: without the fix the waits park forever
+        await _park_two_then_stop_expiring(w, put)
+    assert len(w) == 0
+    assert outcomes == ["raised: OffsetWaiters.expire() stopped while this wait was parked"] * 2
+    with pytest.raises(RuntimeError, match="expire"):  # and a new wait is refused
+        await w.wait(30)
+    assert w.release(100) == 0
+
+
+async def _park_two_then_stop_expiring(
+    w: OffsetWaiters[str], put: Callable[[int], Awaitable[None]]
+) -> None:
+    async with trio.open_nursery() as outer, trio.open_nursery() as expiring:
+        await expiring.start(w.expire)
+        outer.start_soon(put, 10)
+        outer.start_soon(put, 20)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(w) == 2
+        expiring.cancel_scope.cancel()
+
+
+async def test_waits_work_again_once_expire_restarts(autojump_clock: trio.abc.Clock) -> None:
+    w = waiters(timeout=3.0)
+    async with trio.open_nursery() as first:
+        await first.start(w.expire)
+        first.cancel_scope.cancel()
+    async with trio.open_nursery() as second:
+        await second.start(w.expire)
+        t0 = trio.current_time()
+        assert await w.wait(10) == LATE
+        assert trio.current_time() - t0 == pytest.approx(3.0)
+        second.cancel_scope.cancel()

@@ -17,7 +17,8 @@ from trioha.proto import (
 
 
 def test_report_is_eight_big_endian_bytes() -> None:
-    # HAClient.reportSlaveMaxOffset: ByteBuffer.putLong, default big-endian (spec §1.2).
+    # HAClient.reportSlaveMaxOffset: ByteBuffer.putLong, default big-endian
+    # (docs/rocketmq-protocol.md §1.2).
     assert encode_report(0x0102030405060708) == bytes(range(1, 9))
     assert Report.from_bytes(bytes(range(1, 9))) == Report(0x0102030405060708)
     assert Report(1 << 40).to_bytes() == encode_report(1 << 40)
@@ -31,7 +32,8 @@ def test_negative_report_is_the_peers_fault() -> None:
 
 
 def test_header_is_offset_then_size() -> None:
-    # HAConnection.WriteSocketService: putLong(thisOffset), putInt(size) (spec §1.3).
+    # HAConnection.WriteSocketService: putLong(thisOffset), putInt(size) (docs/rocketmq-protocol.md
+    # §1.3).
     raw = encode_header(1 << 33, 32768)
     assert len(raw) == HEADER_SIZE
     assert raw == (1 << 33).to_bytes(8, "big") + (32768).to_bytes(4, "big")
@@ -49,7 +51,7 @@ def test_hostile_sizes_are_refused_before_allocating(size: int) -> None:
 
 
 def test_only_the_last_complete_word_of_a_read_counts() -> None:
-    # HAConnection.ReadSocketService.processReadEvent (spec §1.4).
+    # HAConnection.ReadSocketService.processReadEvent (docs/rocketmq-protocol.md §1.4).
     words = ReportWords()
     burst = encode_report(10) + encode_report(20) + encode_report(30)[:5]
     assert words.feed(burst) == encode_report(20)

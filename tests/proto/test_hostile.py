@@ -67,7 +67,8 @@ def check_same(actual: SlaveOutcome, expected: SlaveOutcome) -> None:
 
 
 def reference_slave(stream: bytes, *, log_max: int, max_body: int) -> SlaveOutcome:
-    """How an honest slave reads *stream* (spec §1.3, §1.6), written without the code under test.
+    """How an honest slave reads *stream* (docs/rocketmq-protocol.md §1.3, §1.6), written without
+    the code under test.
 
     Frames are taken one at a time; a header with a negative offset, a size outside
     ``[0, max_body]``, an end beyond int64, or an offset other than the log's end (checked unless
@@ -238,7 +239,8 @@ def master_ops(draw: st.DrawFn, max_offset: int) -> list[ReportOp | SendOp]:
 def reference_master(
     ops: list[ReportOp | SendOp], log: LogView, options: MasterOptions
 ) -> tuple[list[object], int]:
-    """The master's reading of reports (spec §1.4, §2.2 and trioha's stricter ack rules).
+    """The master's reading of reports (docs/rocketmq-protocol.md §1.4, §2.2 and trioha's stricter
+    ack rules).
 
     Only the newest complete 8-byte word of each read counts. The first is the request offset:
     beyond the log's end, or (0 meaning the last segment's start, or the oldest offset with

@@ -1,4 +1,5 @@
-"""Parity tests for the transition rules, one per RocketMQ behaviour (spec §1-§2, §9, §11)."""
+"""Parity tests for the transition rules, one per RocketMQ behaviour (docs/rocketmq-protocol.md
+§1-§2, §9, §11)."""
 
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ def test_sync_from_oldest_serves_a_full_copy() -> None:
 
 
 def test_request_inside_a_file_is_served_from_exactly_there() -> None:
-    # Observed against the Java master (spec §11): no alignment to messages.
+    # Observed against the Java master (docs/rocketmq-protocol.md §11): no alignment to messages.
     assert first_transfer(master(), 1234, view(2500)) == SendTransfer(1234, 300)
 
 
@@ -208,7 +209,8 @@ def frame(offset: int, body: bytes) -> bytes:
 
 
 def test_slave_reports_its_max_offset_at_once() -> None:
-    # RocketMQ waits haSendHeartbeatInterval before the first report (spec §1.2); we don't.
+    # RocketMQ waits haSendHeartbeatInterval before the first report (docs/rocketmq-protocol.md
+    # §1.2); we don't.
     assert slave(1500).initial_actions() == (SendReport(1500),)
 
 

@@ -1,9 +1,10 @@
 """Commit log bytes built the way RocketMQ 4.9 builds them, without trioha's codec.
 
-``java_message`` follows ``CommitLog.MessageExtEncoder.encode`` field by field (spec §4.1);
-``write_java_commitlog`` lays records out as ``DefaultAppendMessageCallback.doAppend`` and
-``MappedFileQueue`` do: a record never crosses a file, ``msgLen + 8 > remaining`` closes the
-file with a blank record of ``maxBlank`` bytes, the rest of each file stays zero.
+``java_message`` follows ``CommitLog.MessageExtEncoder.encode`` field by field
+(docs/rocketmq-protocol.md §4.1); ``write_java_commitlog`` lays records out as
+``DefaultAppendMessageCallback.doAppend`` and ``MappedFileQueue`` do: a record never crosses a file,
+``msgLen + 8 > remaining`` closes the file with a blank record of ``maxBlank`` bytes, the rest of
+each file stays zero.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The CommitLog contract, run against the file log and the in-memory log alike.
 
-Each test names the RocketMQ behaviour it mirrors (spec §1.7, §4.1, §4.3, §4.5).
+Each test names the RocketMQ behaviour it mirrors (docs/rocketmq-protocol.md §1.7, §4.1, §4.3,
+§4.5).
 """
 
 from __future__ import annotations
@@ -93,7 +94,10 @@ def test_hosts_and_sysflag(make_log: LogFactory) -> None:
 
 
 def test_a_record_never_spans_two_segments(make_log: LogFactory) -> None:
-    """doAppend: msgLen + 8 > remaining writes a blank of maxBlank bytes (spec §4.3)."""
+    """doAppend: msgLen + 8 > remaining writes a blank of maxBlank bytes.
+
+    docs/rocketmq-protocol.md §4.3.
+    """
     log = make_log(segment_size=1024)
     offsets = fill(log, 12)  # 197-byte records: 5 per segment, 39 bytes left
     assert offsets[5] == 1024
@@ -189,7 +193,7 @@ def test_a_read_view_survives_later_appends(make_log: LogFactory) -> None:
     assert bytes(held) == snapshot
 
 
-# --- append_raw (CommitLog.appendData, spec §1.7) -------------------------------------
+# --- append_raw (CommitLog.appendData, docs/rocketmq-protocol.md §1.7) ---------------------------
 
 
 def test_replicating_through_read_and_append_raw_gives_identical_bytes(

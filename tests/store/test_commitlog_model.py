@@ -1,8 +1,8 @@
 """The file log, the in-memory log and a plain model, driven by the same random operations.
 
-The model places records by RocketMQ's rule on its own (a record goes where it fits, else a
-blank closes the file: spec §4.3) and counts queue offsets per (topic, queue), so both logs
-are checked against something that shares none of their code.
+The model places records by RocketMQ's rule on its own (a record goes where it fits, else a blank
+closes the file: docs/rocketmq-protocol.md §4.3) and counts queue offsets per (topic, queue), so
+both logs are checked against something that shares none of their code.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The stored-message codec against spec §4.1 ([494] CommitLog.MessageExtEncoder.encode,
-checkMessageAndReturnSize, MessageDecoder.messageProperties2String/string2messageProperties).
+"""The stored-message codec against docs/rocketmq-protocol.md §4.1 ([494]
+CommitLog.MessageExtEncoder.encode, checkMessageAndReturnSize,
+MessageDecoder.messageProperties2String/string2messageProperties).
 """
 
 from __future__ import annotations

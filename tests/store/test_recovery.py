@@ -1,8 +1,8 @@
-"""Recovery on open (spec §4.6; CommitLog.recoverNormally/recoverAbnormally,
+"""Recovery on open (docs/rocketmq-protocol.md §4.6; CommitLog.recoverNormally/recoverAbnormally,
 checkMessageAndReturnSize, MappedFileQueue.truncateDirtyFiles).
 
 The crash-point tests compute the expected end of the log from the list of records written
-(their offsets and the field layout of spec §4.1), not from the decoder.
+(their offsets and the field layout of docs/rocketmq-protocol.md §4.1), not from the decoder.
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ class Written:
 
     def checked(self, start: int) -> list[int]:
         """Positions inside the item at ``start`` that checkMessageAndReturnSize depends on
-        (spec §4.1): sizes, magic, the body and its CRC, and every length field."""
+        (docs/rocketmq-protocol.md §4.1): sizes, magic, the body and its CRC, and every length
+        field."""
         msg = next((m for m in self.messages if m.physical_offset == start), None)
         if msg is None:  # a blank record: only its magic is looked at
             return [4, 5, 6, 7]
@@ -181,7 +182,7 @@ def test_a_torn_tail_is_cut_at_the_last_complete_record(
 
 def _field_kind(msg: StoredMessage, rel: int, flip: int) -> str:
     """Whether RocketMQ's checks must ("certain"), cannot ("never") or may ("maybe") catch
-    a flipped byte at ``rel`` inside this record (layout of spec §4.1)."""
+    a flipped byte at ``rel`` inside this record (layout of docs/rocketmq-protocol.md §4.1)."""
     head = 88 + (12 if msg.born_host.is_ipv6 else 0) + (12 if msg.store_host.is_ipv6 else 0)
     body_end = head + len(msg.body)
     topic_len_size = 2 if len(msg.topic.encode()) > 127 else 1

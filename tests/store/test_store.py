@@ -1,5 +1,6 @@
-"""The store directory (spec §4.5; DefaultMessageStore.load/start/shutdown, StoreCheckpoint,
-MappedFileQueue.load): lock, abort marker, checkpoint, and layout errors that change nothing.
+"""The store directory (docs/rocketmq-protocol.md §4.5; DefaultMessageStore.load/start/shutdown,
+StoreCheckpoint, MappedFileQueue.load): lock, abort marker, checkpoint, and layout errors that
+change nothing.
 """
 
 from __future__ import annotations

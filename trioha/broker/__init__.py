@@ -8,6 +8,7 @@ builder (``_reput``), the config managers (``_metadata``), registration with nam
 the rooms.
 """
 
-from trioha.broker._broker import Broker, BrokerStatistics, message_record, open_broker
+from trioha.broker._broker import Broker, BrokerStatistics, open_broker
+from trioha.broker._types import new_message
 
-__all__ = ["Broker", "BrokerStatistics", "message_record", "open_broker"]
+__all__ = ["Broker", "BrokerStatistics", "new_message", "open_broker"]

@@ -14,6 +14,8 @@ import struct
 
 import attrs
 
+from trioha._errors import RequestError
+
 _HEAD = struct.Struct(">iiiii")  # total, magic, crc, flag, body length
 _SHORT = struct.Struct(">h")
 
@@ -25,7 +27,7 @@ class BatchItem:
     properties: str
 
 
-class BatchError(ValueError):
+class BatchError(RequestError):
     """A batch body that does not decode; the message says at which byte and why."""
 
 

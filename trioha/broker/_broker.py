@@ -4,37 +4,31 @@
 service plus puts) or a slave (the HA client; puts are refused) until the block exits, then
 stops every task and closes the store cleanly (its ``abort`` marker removed).
 
-The put path mirrors ``CommitLog.asyncPutMessage`` (spec §5.1): append under the (here: the
-event loop's) put lock, then a flush request by ``flush_disk_type`` and a replica request by
-role, the two waited on together; the replica status wins when both fail.
+The put path mirrors ``CommitLog.asyncPutMessage`` (docs/rocketmq-protocol.md §5.1): append under
+the (here: the event loop's) put lock, then a flush request by ``flush_disk_type`` and a replica
+request by role, the two waited on together; the replica status wins when both fail.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
 
 import attrs
 import trio
 
 from trioha._config import BrokerConfig, BrokerRole, FlushDiskType
-from trioha._errors import MessageTooLargeError, StorageError
-from trioha._status import PutResult, PutStatus
+from trioha._errors import StorageError
+from trioha._status import PutResult, PutStatus, refusal_status
 from trioha.broker._clientside import ClientSide, serve_client_side
-from trioha.broker._schedule import (
-    DEFAULT_MAX_DELAY_LEVEL,
-    parse_delay_levels,
-    schedule_rewrite,
-)
+from trioha.broker._schedule import apply_delay_levels, parse_delay_levels
+from trioha.broker._types import new_message
 from trioha.net import HAClient, HAClientStatistics, HAService, HAServiceStatistics
 from trioha.net._waiters import OffsetWaiters
 from trioha.net._wakeup import Wakeup
-from trioha.store import HostAddress, Store, open_store
-from trioha.store._message import PROPERTY_KEYS, PROPERTY_TAGS
+from trioha.store import HostAddress, NewMessage, Store, open_store
 
 log = logging.getLogger("trioha.broker")
 
@@ -82,44 +76,6 @@ class _GroupFlusher:
                 self.waiters.release(await trio.to_thread.run_sync(commitlog.flush))
 
 
-def message_record(
-    message: Mapping[str, Any], *, max_delay_level: int = DEFAULT_MAX_DELAY_LEVEL
-) -> dict[str, Any]:
-    """A put's keyword arguments as the store's ``append_batch`` takes them.
-
-    ``tags`` and ``keys`` become RocketMQ's TAGS and KEYS properties (several keys joined by
-    spaces, as ``Message.setKeys``); the born timestamp defaults to now. A ``DELAY`` property
-    moves the message to its delay level's queue (``_schedule.schedule_rewrite``) unless it
-    is the delivery of a scheduled message (``scheduled_delivery``); a ``DELAY`` that is not
-    a number raises ``ValueError``.
-    """
-    props = dict(message.get("properties") or {})
-    keys = message.get("keys")
-    if keys:
-        props[PROPERTY_KEYS] = keys if isinstance(keys, str) else " ".join(keys)
-    if message.get("tags"):
-        props[PROPERTY_TAGS] = message["tags"]
-    topic, queue_id = message["topic"], message.get("queue_id", 0)
-    sysflag = message.get("sysflag", 0)
-    if not message.get("scheduled_delivery"):
-        topic, queue_id = schedule_rewrite(
-            topic, queue_id, sysflag, props, max_level=max_delay_level
-        )
-    record: dict[str, Any] = {
-        "topic": topic,
-        "body": bytes(message["body"]),
-        "queue_id": queue_id,
-        "flag": message.get("flag", 0),
-        "sysflag": sysflag,
-        "properties": props,
-        "born_timestamp": message.get("born_timestamp") or int(time.time() * 1000),
-        "reconsume_times": message.get("reconsume_times", 0),
-    }
-    if message.get("born_host") is not None:
-        record["born_host"] = message["born_host"]
-    return record
-
-
 class Broker:
     """A running broker; obtain one from :func:`open_broker`."""
 
@@ -136,8 +92,8 @@ class Broker:
         self._flusher = _GroupFlusher(self)
         self._log_grew = Wakeup()
         self._puts = 0
-        self._closed = False
         self._max_delay_level = len(parse_delay_levels(config.message_delay_level))
+        self._closed = False
 
     # --- the put API ------------------------------------------------------------------------
     async def put(
@@ -155,60 +111,68 @@ class Broker:
         born_host: tuple[str, int] | None = None,
         reconsume_times: int = 0,
     ) -> PutResult:
-        """Store one message; returns when the flush and replication policies are satisfied."""
-        return await self.put_batch(
-            [
-                {
-                    "topic": topic,
-                    "body": body,
-                    "tags": tags,
-                    "keys": keys,
-                    "properties": properties,
-                    "queue_id": queue_id,
-                    "flag": flag,
-                    "sysflag": sysflag,
-                    "born_timestamp": born_timestamp,
-                    "born_host": born_host,
-                    "reconsume_times": reconsume_times,
-                }
-            ]
-        )
+        """Store one message; returns when the flush and replication policies are satisfied.
 
-    async def put_batch(self, messages: Sequence[Mapping[str, Any]]) -> PutResult:
-        """Store several messages as consecutive records (RocketMQ's batch put)."""
+        Never raises for a refused message: the status says why (see :meth:`put_batch`).
+        """
+        try:
+            message = new_message(
+                topic=topic,
+                body=body,
+                tags=tags,
+                keys=keys,
+                properties=properties,
+                queue_id=queue_id,
+                flag=flag,
+                sysflag=sysflag,
+                born_timestamp=born_timestamp,
+                born_host=born_host,
+                reconsume_times=reconsume_times,
+            )
+        except ValueError as exc:  # a born host that is no address
+            log.warning("put refused: %s", exc)
+            return PutResult(PutStatus.MESSAGE_ILLEGAL)
+        return await self.put_batch([message])
+
+    async def put_batch(
+        self, messages: Sequence[NewMessage], *, delivery: bool = False
+    ) -> PutResult:
+        """Store several messages as consecutive records (RocketMQ's batch put).
+
+        A message with a ``DELAY`` level is stored in its level's queue of
+        ``SCHEDULE_TOPIC_XXXX`` (:func:`~trioha.broker._schedule.apply_delay_levels`), unless
+        ``delivery`` says this is the delivery of such a message, which also waits for neither
+        flush nor replicas (``waitStoreMsgOK`` false, as ``ScheduleMessageService`` puts).
+
+        A refusal is a status, never an exception: SERVICE_NOT_AVAILABLE on a slave or a
+        stopped broker, the status :func:`~trioha._status.refusal_status` gives for what the
+        store refused (MESSAGE_ILLEGAL, PROPERTIES_SIZE_EXCEEDED, CREATE_MAPPED_FILE_FAILED),
+        and the flush and replication outcomes (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT,
+        SLAVE_NOT_AVAILABLE) once stored.
+        """
         if self._closed or not self.role.is_master:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
         if not messages:
             return PutResult(PutStatus.MESSAGE_ILLEGAL)
         try:
-            results = self.store.commitlog.append_batch(
-                [
-                    message_record(message, max_delay_level=self._max_delay_level)
-                    for message in messages
-                ]
-            )
-        except MessageTooLargeError as exc:
-            log.warning("put refused: %s", exc)
-            status = (
-                PutStatus.PROPERTIES_SIZE_EXCEEDED
-                if "propert" in str(exc)
-                else PutStatus.MESSAGE_ILLEGAL
-            )
+            if not delivery:
+                messages = apply_delay_levels(messages, self._max_delay_level)
+            results = self.store.commitlog.append_batch(messages)
+        except (StorageError, ValueError) as exc:  # ValueError: a topic that is no UTF-8
+            status = refusal_status(exc)
+            if status is PutStatus.CREATE_MAPPED_FILE_FAILED:
+                log.error("put failed: %s", exc)
+            else:
+                log.warning("put refused: %s", exc)
             return PutResult(status)
-        except (ValueError, TypeError) as exc:
-            log.warning("put refused: %s", exc)
-            return PutResult(PutStatus.MESSAGE_ILLEGAL)
-        except StorageError as exc:
-            log.error("put failed: %s", exc)
-            return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED)
         self._puts += len(results)
         self._on_log_grew()
         first, last = results[0], results[-1]
-        if messages[0].get("wait_store_msg_ok", True):
-            status = await self._wait_policies(first.physical_offset, last.end_offset)
-        else:  # isWaitStoreMsgOK false (delay deliveries): stored is enough
+        if delivery:
             await trio.lowlevel.checkpoint()
             status = PutStatus.PUT_OK
+        else:
+            status = await self._wait_policies(first.physical_offset, last.end_offset)
         return PutResult(
             status,
             offset=first.physical_offset,

@@ -2,17 +2,17 @@
 
 Mirrors RocketMQ's ``ConfigManager`` family (``TopicConfigManager``,
 ``ConsumerOffsetManager``, ``SubscriptionGroupManager``, ``ScheduleMessageService``'s offset
-table) and their files under ``<root>/config/`` (spec §4.5)::
+table) and their files under ``<root>/config/`` (docs/rocketmq-protocol.md §4.5)::
 
     topics.json             {"dataVersion":{..},"topicConfigTable":{name: TopicConfig}}
     consumerOffset.json     {"offsetTable":{"topic@group":{queueId: offset}}}
     subscriptionGroup.json  {"dataVersion":{..},"subscriptionGroupTable":{group: config}}
     delayOffset.json        {"offsetTable":{level: offset}}
 
-Files are written as ``MixAll.string2File`` does (a ``.tmp`` file, the previous version kept
-as ``.bak``, then a rename) and read with a fall-back to ``.bak``; a Java broker's files
-(fastjson, unquoted integer keys) are read too. The merge rules a slave applies to what its
-master sends (``SlaveSynchronize``, spec §6.1) live here, next to the tables they change.
+Files are written as ``MixAll.string2File`` does (a ``.tmp`` file, the previous version kept as
+``.bak``, then a rename) and read with a fall-back to ``.bak``; a Java broker's files (fastjson,
+unquoted integer keys) are read too. The merge rules a slave applies to what its master sends
+(``SlaveSynchronize``, docs/rocketmq-protocol.md §6.1) live here, next to the tables they change.
 """
 
 from __future__ import annotations

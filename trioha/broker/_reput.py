@@ -7,8 +7,8 @@ Mirrors ``DefaultMessageStore.ReputMessageService`` with
 * it reads records from ``reput_from`` up to the commit log's end and writes one unit per
   message into the message's queue (queue offset, physical offset and size, tag hash);
 * a blank record moves it to the next segment;
-* a record that is not complete yet (a slave that has received half of it, spec §1.7)
-  stops it until the log grows; it is never skipped, whatever the broker id;
+* a record that is not complete yet (a slave that has received half of it, docs/rocketmq-protocol.md
+  §1.7) stops it until the log grows; it is never skipped, whatever the broker id;
 * an invalid record stops it with an error log: the commit log's recovery is what removes
   bad bytes, skipping them here would hide the problem;
 * consumers long-polling a queue are woken when units are added to it;

@@ -20,20 +20,21 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
+import attrs
 import trio
 
 from trioha._errors import ConfigError
 from trioha._status import PutStatus
 from trioha.broker._metadata import DelayOffsets
-from trioha.broker._types import BrokerLike
+from trioha.broker._types import BrokerLike, new_message
+from trioha.store._contract import NewMessage
 from trioha.store._message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
-    PROPERTY_TAGS,
     DecodedMessage,
     decode_record,
 )
@@ -113,6 +114,23 @@ def schedule_rewrite(
     properties[PROPERTY_REAL_TOPIC] = topic
     properties[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
     return SCHEDULE_TOPIC, level - 1
+
+
+def apply_delay_levels(messages: Sequence[NewMessage], max_level: int) -> Sequence[NewMessage]:
+    """:func:`schedule_rewrite` over a put's messages (those without ``DELAY`` unchanged)."""
+    if not any(key == PROPERTY_DELAY_TIME_LEVEL for m in messages for key, _ in m.properties):
+        return messages
+    out = []
+    for message in messages:
+        props = dict(message.properties)
+        topic, queue_id = schedule_rewrite(
+            message.topic, message.queue_id, message.sysflag, props, max_level=max_level
+        )
+        if (topic, queue_id) == (message.topic, message.queue_id):
+            out.append(message)
+        else:
+            out.append(attrs.evolve(message, topic=topic, queue_id=queue_id, properties=props))
+    return out
 
 
 def deliver_timestamp(delays: list[int], level: int, store_timestamp: int) -> int:
@@ -199,13 +217,13 @@ class ScheduleMessageService:
         if real is None:
             self.offsets.set_offset(level, offset + 1)
             return
-        result = await self.broker.put_batch([real])
+        result = await self.broker.put_batch([real], delivery=True)
         if result.status is not PutStatus.PUT_OK:
             log.warning(
                 "delay level %d: delivering offset %d to %s failed (%s); retrying",
                 level,
                 offset,
-                real["topic"],
+                real.topic,
                 result.status.value,
             )
             await trio.sleep(RETRY_DELAY)
@@ -223,8 +241,12 @@ class ScheduleMessageService:
         decoded = decode_record(bytes(data), 0, check_crc=False, base_offset=offset)
         return decoded.message if isinstance(decoded, DecodedMessage) else None
 
-    def _time_up(self, message: Any) -> dict[str, Any] | None:
-        """``messageTimeup``: the message as put to its real topic (None: discard it)."""
+    def _time_up(self, message: Any) -> NewMessage | None:
+        """``messageTimeup``: the message as put to its real topic (None: discard it).
+
+        The properties are stored as they were, ``DELAY`` included: RocketMQ copies the
+        string before clearing the level (the put is marked a delivery instead).
+        """
         props = message.properties_dict()
         topic = props.get(PROPERTY_REAL_TOPIC)
         if not topic or topic == TRANS_HALF_TOPIC:
@@ -239,19 +261,14 @@ class ScheduleMessageService:
         except ValueError:
             queue_id = 0
         born_host = message.born_host
-        return {
-            "topic": topic,
-            "queue_id": queue_id,
-            "body": message.body,
-            "flag": message.flag,
-            "sysflag": message.sysflag,
-            "born_timestamp": message.born_timestamp,
-            "born_host": (born_host.host, born_host.port) if born_host is not None else None,
-            "reconsume_times": message.reconsume_times,
-            "properties": props,
-            "tags": props.get(PROPERTY_TAGS),
-            # The properties are stored as they were, DELAY included (RocketMQ copies the
-            # string before clearing it): this marks the put as a delivery, not a new delay.
-            "scheduled_delivery": True,
-            "wait_store_msg_ok": False,
-        }
+        return new_message(
+            topic=topic,
+            queue_id=queue_id,
+            body=message.body,
+            flag=message.flag,
+            sysflag=message.sysflag,
+            born_timestamp=message.born_timestamp,
+            born_host=(born_host.host, born_host.port) if born_host is not None else None,
+            reconsume_times=message.reconsume_times,
+            properties=props,
+        )

@@ -16,6 +16,7 @@ from trioha.broker._context import (
     topic_error,
 )
 from trioha.broker._metadata import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, TopicConfig
+from trioha.broker._types import new_message
 from trioha.remoting._codec import RemotingCommand
 from trioha.remoting._codes import (
     AUTO_CREATE_TOPIC,
@@ -142,7 +143,9 @@ class SendMessageProcessor:
                 props = dict(string_to_properties(item.properties))
                 props.pop(PROPERTY_WAIT_STORE_MSG_OK, None)
                 props[PROPERTY_CLUSTER] = self.ctx.config.broker_cluster_name
-                batch.append({**common, "body": item.body, "flag": item.flag, "properties": props})
+                batch.append(
+                    new_message(**common, body=item.body, flag=item.flag, properties=props)
+                )
             result = await self.ctx.broker.put_batch(batch)
         else:
             result = await self.ctx.broker.put(

@@ -1,4 +1,4 @@
-"""Metadata replication from master to slave (``SlaveSynchronize``, spec §6.1).
+"""Metadata replication from master to slave (``SlaveSynchronize``, docs/rocketmq-protocol.md §6.1).
 
 Every 10 s (first after 3 s) a slave asks its master's broker port for the topic table (21),
 consumer offsets (43), delay offsets (45) and subscription groups (201), and stores them under

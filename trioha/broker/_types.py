@@ -1,17 +1,23 @@
 """What the client side needs from a broker: exactly this, and nothing more.
 
+A message crosses this boundary typed, as the store's :class:`~trioha.store.NewMessage`;
+:func:`new_message` builds one the way a producer describes a message (tags, keys).
+
 ``trioha.broker.Broker`` satisfies :class:`BrokerLike`; the tests use a small fake over a real
 commit log. Keeping the surface this narrow lets the remoting layer be tested without HA.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from trioha._config import BrokerConfig
 from trioha._status import PutResult
+from trioha.store._contract import NewMessage
+from trioha.store._message import PROPERTY_KEYS, PROPERTY_TAGS
 
 
 class CommitLogLike(Protocol):
@@ -70,10 +76,50 @@ class BrokerLike(Protocol):
         reconsume_times: int = 0,
     ) -> PutResult: ...
 
-    async def put_batch(self, messages: Sequence[Mapping[str, Any]]) -> PutResult: ...
+    async def put_batch(
+        self, messages: Sequence[NewMessage], *, delivery: bool = False
+    ) -> PutResult:
+        """Store messages; ``delivery``: a delayed message's delivery (see ``Broker``)."""
 
     async def wait_log_grew(self, beyond_offset: int) -> Any:
         """Return once the commit log's max offset exceeds ``beyond_offset``."""
 
     def statistics(self) -> Any:
         """A frozen attrs record of the broker's figures (reported by ``status``)."""
+
+
+def new_message(
+    *,
+    topic: str,
+    body: bytes,
+    tags: str | None = None,
+    keys: str | Sequence[str] | None = None,
+    properties: Mapping[str, str] | None = None,
+    queue_id: int = 0,
+    flag: int = 0,
+    sysflag: int = 0,
+    born_timestamp: int | None = None,
+    born_host: tuple[str, int] | None = None,
+    reconsume_times: int = 0,
+) -> NewMessage:
+    """A message as a producer describes it, as the store appends it.
+
+    ``tags`` and ``keys`` become RocketMQ's TAGS and KEYS properties (several keys joined by
+    spaces, as ``Message.setKeys``); the born timestamp defaults to now.
+    """
+    props = dict(properties or {})
+    if keys:
+        props[PROPERTY_KEYS] = keys if isinstance(keys, str) else " ".join(keys)
+    if tags:
+        props[PROPERTY_TAGS] = tags
+    return NewMessage(
+        topic=topic,
+        body=body,
+        queue_id=queue_id,
+        flag=flag,
+        sysflag=sysflag,
+        properties=props,
+        born_timestamp=born_timestamp or int(time.time() * 1000),
+        born_host=born_host,
+        reconsume_times=reconsume_times,
+    )

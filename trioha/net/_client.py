@@ -1,7 +1,7 @@
 """The slave's HA client: connect, report, receive, append, report, and reconnect.
 
-Mirrors ``HAService.HAClient`` (4.x) / ``DefaultHAClient`` (5.x) (spec §1.2, §1.6, §2.3), with
-these differences on purpose (docs/replication.md):
+Mirrors ``HAService.HAClient`` (4.x) / ``DefaultHAClient`` (5.x) (docs/rocketmq-protocol.md §1.2,
+§1.6, §2.3), with these differences on purpose (docs/replication.md):
 
 * the first report goes out the moment the connection opens (RocketMQ waits a heartbeat
   interval, so a new slave sat idle for 5 s);
@@ -36,7 +36,6 @@ from trioha.proto import (
     SendReport,
     SlaveAction,
     SlaveConnection,
-    Timing,
     encode_report,
 )
 
@@ -167,9 +166,7 @@ class HAClient:
         self.master_host, self.master_port = master
         self._connect = connect or _open_tcp
         self._on_appended = on_appended
-        self.timing = Timing.from_millis(
-            config.ha_send_heartbeat_interval, config.ha_housekeeping_interval
-        )
+        self.timing = config.ha_timing
         self.connected = False
         self.connects = 0
         self.reported_offset = -1

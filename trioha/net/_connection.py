@@ -1,9 +1,10 @@
 """One slave connection on the master: a reader task and a writer task in one nursery.
 
-Mirrors ``HAConnection`` with its ``ReadSocketService`` and ``WriteSocketService`` (spec §2.2).
-The two tasks share nothing but the sans-IO :class:`~trioha.proto.MasterConnection`; either one
-ending or failing cancels the other, and the owner (``HAService``) removes the connection from
-its registry in a ``finally``, so a connection can never leak (RocketMQ #8875).
+Mirrors ``HAConnection`` with its ``ReadSocketService`` and ``WriteSocketService``
+(docs/rocketmq-protocol.md §2.2). The two tasks share nothing but the sans-IO
+:class:`~trioha.proto.MasterConnection`; either one ending or failing cancels the other, and the
+owner (``HAService``) removes the connection from its registry in a ``finally``, so a connection can
+never leak (RocketMQ #8875).
 """
 
 from __future__ import annotations

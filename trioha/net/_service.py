@@ -1,7 +1,7 @@
 """The master's HA service: accept slaves, keep a registry, wait for replication.
 
-Mirrors ``HAService`` with ``AcceptSocketService`` and ``GroupTransferService`` (spec §2.1,
-§2.4). Differences, on purpose (docs/replication.md):
+Mirrors ``HAService`` with ``AcceptSocketService`` and ``GroupTransferService``
+(docs/rocketmq-protocol.md §2.1, §2.4). Differences, on purpose (docs/replication.md):
 
 * a connection is added to the registry *before* its tasks start and removed in a ``finally``
   (RocketMQ #8875 leaked connections added after they had already failed);
@@ -27,14 +27,7 @@ from trioha._errors import ConfigError
 from trioha._status import PutStatus
 from trioha.net._connection import HAConnection
 from trioha.net._waiters import OffsetWaiters
-from trioha.proto import (
-    MasterOptions,
-    Timing,
-    Vouch,
-    replicated_offset,
-    slaves_available,
-    vouch,
-)
+from trioha.proto import MasterOptions, Quorum, Vouch, needed_acks
 
 if TYPE_CHECKING:
     from trioha.store import CommitLog
@@ -77,13 +70,14 @@ class HAService:
             batch_size=config.ha_transfer_batch_size,
             sync_from_oldest=config.ha_sync_from_oldest,
         )
-        self.timing = Timing.from_millis(
-            config.ha_send_heartbeat_interval, config.ha_housekeeping_interval
-        )
+        self.timing = config.ha_timing
         self.address: tuple[str, int] | None = None
         self.connections: dict[int, HAConnection] = {}
         self._ids = itertools.count(1)
-        self._view: _SyncView | None = None  # cached; dropped on every ack and registry change
+        #: Each connection's vouch as of its last accepted ack (``on_ack``); a connection counts
+        #: while it is streaming (``transferring``) and leaves with the registry.
+        self._vouches: dict[HAConnection, Vouch] = {}
+        self._quorum: Quorum | None = None  # cached; dropped on every ack and registry change
         self._waiters = OffsetWaiters(
             config.slave_timeout / 1000,
             covered=PutStatus.PUT_OK,
@@ -144,7 +138,7 @@ class HAService:
         )
         conn_id = next(self._ids)
         self.connections[conn_id] = conn
-        self._view = None
+        self._quorum = None
         self._accepted += 1
         self._connection_change.unpark_all()
         log.info("slave connected from %s", peer)
@@ -155,7 +149,8 @@ class HAService:
             log.exception("HA connection with %s failed", peer)
         finally:
             del self.connections[conn_id]
-            self._view = None
+            self._vouches.pop(conn, None)
+            self._quorum = None
             self._closed += 1
             self._connection_change.unpark_all()
             await trio.aclose_forcefully(stream)
@@ -167,8 +162,8 @@ class HAService:
         return [c.ack_offset for c in self.connections.values() if c.transferring]
 
     def live_vouches(self) -> list[Vouch]:
-        """``(served_from, ack)`` of each streaming connection (``proto.replicated_offset``)."""
-        return [vouch(c.proto.state) for c in self.connections.values() if c.transferring]
+        """``(served_from, ack)`` of each streaming connection (:class:`~trioha.proto.Quorum`)."""
+        return [v for c, v in self._vouches.items() if c.transferring]
 
     @property
     def required_acks(self) -> int:
@@ -179,30 +174,29 @@ class HAService:
 
         For statistics; whether a given put is replicated also depends on where it starts.
         """
-        return replicated_offset(self.live_vouches(), max(1, self.required_acks))
+        return self._sync_quorum().highest
 
-    def _sync_view(self) -> _SyncView:
+    def _sync_quorum(self) -> Quorum:
         """What every sync put asks of the live connections, computed once per ack."""
-        view = self._view
-        if view is None:
-            vouches = tuple(self.live_vouches())
-            needed = max(1, self.required_acks)
-            view = self._view = _SyncView(
-                vouches,
-                needed,
-                replicated_offset(vouches, needed),
-                max((served_from for served_from, _ack in vouches), default=0),
-            )
-        return view
+        quorum = self._quorum
+        if quorum is None:
+            quorum = self._quorum = Quorum.of(self.live_vouches(), needed_acks(self.required_acks))
+        return quorum
 
     def on_ack(self, connection: HAConnection, offset: int) -> None:
-        self._view = None
+        """*connection*'s slave now holds the log up to *offset* (``notifyTransferSome``).
+
+        Only this connection's vouch changed, so only puts ending at or before *offset* can
+        have become replicated: a put nobody waits for that low costs nothing more.
+        """
+        self._vouches[connection] = (connection.proto.state.served_from, offset)
+        self._quorum = None
         if self._connection_change:
             self._connection_change.unpark_all()  # a first report makes it "streaming"
-        if self._waiters:
-            view = self._sync_view()
-            if view.highest >= 0:
-                self._waiters.release(view.highest, view.holds)
+        if self._waiters.lowest_end <= offset:
+            quorum = self._sync_quorum()
+            if quorum.highest >= 0:
+                self._waiters.release(min(quorum.highest, offset), quorum.holds)
 
     def notify_log_grew(self) -> None:
         """Wake every writer at once (RocketMQ's async path polls every 100 ms; we don't)."""
@@ -212,19 +206,18 @@ class HAService:
     async def wait_replicated(self, end: int, *, start: int = 0) -> PutStatus:
         """Wait until *end* is on enough slaves; PUT_OK, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE.
 
-        ``CommitLog.submitReplicaRequest`` + ``GroupTransferService`` (spec §5.1): a put that no
-        slave can take in time is answered SLAVE_NOT_AVAILABLE at once; one that waits gets
-        ``slave_timeout`` of its own. *start* and *end* bound the put's bytes (the default
-        *start* 0 is the strictest: only connections that served from the log's start count).
+        ``CommitLog.submitReplicaRequest`` + ``GroupTransferService`` (docs/rocketmq-protocol.md
+        §5.1): a put that no slave can take in time is answered SLAVE_NOT_AVAILABLE at once; one
+        that waits gets ``slave_timeout`` of its own. *start* and *end* bound the put's bytes (the
+        default *start* 0 is the strictest: only connections that served from the log's start
+        count).
         """
         if self.required_acks == 0:
             return PutStatus.PUT_OK
-        view = self._sync_view()
-        if not slaves_available(
-            view.vouches, view.needed, end, self.config.ha_slave_fallbehind_max
-        ):
+        quorum = self._sync_quorum()
+        if not quorum.available(end, self.config.ha_slave_fallbehind_max):
             return PutStatus.SLAVE_NOT_AVAILABLE
-        if view.highest >= end and view.holds(start, end):
+        if quorum.holds(start, end):
             return PutStatus.PUT_OK
         self.notify_log_grew()
         return await self._waiters.wait(end, start=start)
@@ -268,26 +261,6 @@ class HAService:
             connections_accepted=self._accepted,
             connections_closed=self._closed,
         )
-
-
-@attrs.frozen
-class _SyncView:
-    """The live connections' vouches, and what follows from them for every waiting put."""
-
-    vouches: tuple[Vouch, ...]
-    needed: int
-    highest: int  # replicated_offset(vouches, needed): the most any put can be covered to
-    latest_served_from: int
-
-    def holds(self, start: int, end: int) -> bool:
-        """Do *needed* connections that carried ``[start, end)`` vouch for it?"""
-        # A put starting at or after every connection's served_from is covered by all of them;
-        # otherwise only the connections that carried it count: one served from later on (a
-        # slave that reconnected empty) does not vouch for it, and the put stays until one that
-        # did acks it, or it times out.
-        if start >= self.latest_served_from:
-            return self.highest >= end
-        return replicated_offset(self.vouches, self.needed, start) >= end
 
 
 def _peer_name(stream: trio.abc.Stream) -> str:

@@ -1,11 +1,12 @@
 """Tasks parked until the log reaches an offset, each with its own timeout (group commit).
 
-The sync put paths of RocketMQ's ``GroupTransferService`` and ``GroupCommitService`` (spec §5.1):
-many puts wait for "the slave (or the disk) holds everything up to my end"; one ack or one fsync
-releases every put it covers. Measured on the sync put path, a ``trio.Event`` and a
-``move_on_after`` scope per put, kept in a heap of ordered attrs instances, cost more master CPU
-than the put itself. Here a waiting put is a parked task (``wait_task_rescheduled``) in a heap of
-plain tuples, and the timeouts of all of them are kept by one task, :meth:`OffsetWaiters.expire`.
+The sync put paths of RocketMQ's ``GroupTransferService`` and ``GroupCommitService``
+(docs/rocketmq-protocol.md §5.1): many puts wait for "the slave (or the disk) holds everything up to
+my end"; one ack or one fsync releases every put it covers. Measured on the sync put path, a
+``trio.Event`` and a ``move_on_after`` scope per put, kept in a heap of ordered attrs instances,
+cost more master CPU than the put itself. Here a waiting put is a parked task
+(``wait_task_rescheduled``) in a heap of plain tuples, and the timeouts of all of them are kept by
+one task, :meth:`OffsetWaiters.expire`.
 
 Every waiter gets the same timeout, so the order of arrival is the order of deadlines: a deque,
 not a second heap, and the expiring task sleeps until the oldest pending deadline.
@@ -16,11 +17,12 @@ from __future__ import annotations
 import collections
 import heapq
 import itertools
+import math
 from collections.abc import Callable
 from typing import Generic, NoReturn, TypeVar
 
 import trio
-from outcome import Value
+from outcome import Error, Value
 
 from trioha.net._wakeup import Wakeup
 
@@ -62,6 +64,12 @@ class OffsetWaiters(Generic[T]):
     def __len__(self) -> int:
         """How many tasks are waiting."""
         return self._pending
+
+    @property
+    def lowest_end(self) -> float:
+        """No waiter needs less than this (``math.inf`` when none waits): a release below it
+        answers nobody. Answered waiters still in the heap may make it lower, never higher."""
+        return self._by_end[0][0] if self._pending else math.inf
 
     async def wait(self, end: int, *, start: int = 0) -> T:
         """Park until ``release`` covers *end* (and, if asked, *start*), or the timeout passes."""
@@ -135,6 +143,23 @@ class OffsetWaiters(Generic[T]):
                         trio.lowlevel.reschedule(waiter.task, Value(self._expired))
         finally:
             self._expiring -= 1
+            if not self._expiring:
+                self._abandon()
+
+    def _abandon(self) -> None:
+        """The last expiring task stopped: nobody would ever time the parked waiters out.
+
+        Each of them gets an error now instead of waiting forever (its put's outcome is
+        unknown to it: the caller decides, as for a wait refused up front).
+        """
+        for waiter in self._by_deadline:
+            if not waiter.done:
+                waiter.done = True
+                self._pending -= 1
+                stopped = RuntimeError("OffsetWaiters.expire() stopped while this wait was parked")
+                trio.lowlevel.reschedule(waiter.task, Error(stopped))
+        self._by_deadline.clear()
+        self._by_end.clear()
 
     def _answered(self, waiter: _Waiter) -> None:
         """*waiter* leaves before ``release`` reached it (timed out, or cancelled)."""

@@ -12,7 +12,7 @@ class Wakeup:
 
     A waiter checks its condition, then waits; Trio runs one task at a time and nothing awaits
     between the check and the park, so no notification can fall in between (unlike RocketMQ's
-    ``WaitNotifyObject``, whose unregistered threads miss wakeups, spec §2.5).
+    ``WaitNotifyObject``, whose unregistered threads miss wakeups, docs/rocketmq-protocol.md §2.5).
     """
 
     def __init__(self) -> None:

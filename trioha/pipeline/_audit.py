@@ -1,8 +1,8 @@
 """Replica audit: does each slave hold exactly the master's bytes?
 
 Theory of operation. Classic HA replication copies the master's commit log byte for byte
-(spec §1.7, §11: a slave appends whatever the master sends at its own end), so a healthy
-slave is a byte prefix of its master, and every difference is a fault.
+(docs/rocketmq-protocol.md §1.7, §11: a slave appends whatever the master sends at its own end), so
+a healthy slave is a byte prefix of its master, and every difference is a fault.
 
 1. On the driver, each directory is listed (:func:`read_layout`) and its written end found
    as recovery finds it: after the last complete record of the last segment

@@ -10,12 +10,12 @@ Theory of operation. Reading a byte range of a segment has three steps.
    the range's end: the next range begins at its first valid record and cannot tell damage
    from the inside of the record before it. So every region is reported exactly once,
    however the log is cut into ranges.
-2. **Validation** (vectorised). For all the records of a run at once, numpy gathers their
-   headers and checks what ``CommitLog.checkMessageAndReturnSize`` checks (spec §4.1): the
-   magic code, that the body/topic/properties lengths add up to TOTALSIZE, plus that the
-   stored physical offset is the record's own. The first record that fails ends the run; a
-   scalar twin of the check (:func:`explain_record`) says why, the region is reported as a
-   :class:`Problem`, and reading resumes at the next plausible record (:func:`find_record`).
+2. **Validation** (vectorised). For all the records of a run at once, numpy gathers their headers
+   and checks what ``CommitLog.checkMessageAndReturnSize`` checks (docs/rocketmq-protocol.md §4.1):
+   the magic code, that the body/topic/properties lengths add up to TOTALSIZE, plus that the stored
+   physical offset is the record's own. The first record that fails ends the run; a scalar twin of
+   the check (:func:`explain_record`) says why, the region is reported as a :class:`Problem`, and
+   reading resumes at the next plausible record (:func:`find_record`).
 3. **Decoding** (:func:`decode_batch`, vectorised). Fixed fields come from a structured
    numpy view of the gathered headers; bodies, topics and properties are cut out of the
    segment by Arrow's ``take`` over a zero-copy array whose value boundaries are the field

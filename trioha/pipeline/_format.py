@@ -13,12 +13,12 @@ import enum
 
 import attrs
 
-# --- record layout (spec §4.1) ----------------------------------------------------------
+# --- record layout (docs/rocketmq-protocol.md §4.1) -----------------------------------------------
 
 # Read as unsigned 32-bit values (Java's ints -626843481, -626843477 and -875286124).
 MESSAGE_MAGIC = 0xDAA320A7  # topic length in one (signed) byte
 MESSAGE_MAGIC_V2 = 0xDAA320AB  # 5.1+: topic length in two bytes
-BLANK_MAGIC = 0xCBD43194  # end-of-file marker (spec §4.3)
+BLANK_MAGIC = 0xCBD43194  # end-of-file marker (docs/rocketmq-protocol.md §4.3)
 
 #: The first three bytes both message magics share; scanning for them finds candidates.
 MAGIC_PREFIX = b"\xda\xa3\x20"
@@ -41,14 +41,16 @@ POS_BORN_HOST = 48
 HOST_V4_SIZE = 8  # 4-byte address + int32 port
 HOST_V6_SIZE = 20  # 16-byte address + int32 port
 
-#: Header bytes before the body length with IPv4 hosts (spec §4.1: "fixed part = 84 bytes").
+#: Header bytes before the body length with IPv4 hosts (docs/rocketmq-protocol.md §4.1: "fixed part
+#: = 84 bytes").
 FIXED_PART_V4 = 84
 #: The smallest record there can be: IPv4 hosts, empty body, empty topic, no properties.
 MIN_RECORD_SIZE = FIXED_PART_V4 + 4 + 1 + 2
 
 BLANK_MARKER_SIZE = 8  # int32 remaining + int32 BLANK magic
 
-#: RocketMQ masks the body CRC to a non-negative int (``UtilAll.crc32``, spec §4.1).
+#: RocketMQ masks the body CRC to a non-negative int (``UtilAll.crc32``, docs/rocketmq-protocol.md
+#: §4.1).
 CRC_MASK = 0x7FFFFFFF
 
 PROPERTY_SEPARATOR = "\x02"
@@ -70,7 +72,7 @@ class ProblemKind(enum.Enum):
 
     The first five are what RocketMQ's ``checkMessageAndReturnSize`` would trip over while
     recovering; the last two are about the directory, as ``MappedFileQueue.load`` and
-    ``checkSelf`` see it (spec §4.5).
+    ``checkSelf`` see it (docs/rocketmq-protocol.md §4.5).
     """
 
     BAD_MAGIC = "bad_magic"  # a record was expected, the magic code is neither kind

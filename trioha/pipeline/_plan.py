@@ -1,15 +1,15 @@
 """Splitting a commit log into byte ranges, one Spark partition each.
 
-Theory of operation. A partition is a list of byte ranges ``[begin, end)`` of segment files,
-about *target* bytes in all: a segment larger than the target (RocketMQ's default is 1 GiB)
-is cut into equal pieces of at most the target, and small segments are packed together. A
-record belongs to the range in which it *starts*; its bytes may run past ``end`` and the
-reader follows them there. A range that begins at a segment's start begins at a record (or
-at the end-of-file marker, or at zeros). A range that begins inside a segment does not know
-where its first record is: the reader scans forward for the first position ``p`` that holds
-a message magic code, a plausible total size, and at byte 28 the physical offset
-``segment start + p`` (a record stores its own offset, spec §4.1). The previous range reads
-its last record up to exactly that position, so every record is read once.
+Theory of operation. A partition is a list of byte ranges ``[begin, end)`` of segment files, about
+*target* bytes in all: a segment larger than the target (RocketMQ's default is 1 GiB) is cut into
+equal pieces of at most the target, and small segments are packed together. A record belongs to the
+range in which it *starts*; its bytes may run past ``end`` and the reader follows them there. A
+range that begins at a segment's start begins at a record (or at the end-of-file marker, or at
+zeros). A range that begins inside a segment does not know where its first record is: the reader
+scans forward for the first position ``p`` that holds a message magic code, a plausible total size,
+and at byte 28 the physical offset ``segment start + p`` (a record stores its own offset,
+docs/rocketmq-protocol.md §4.1). The previous range reads its last record up to exactly that
+position, so every record is read once.
 
 Pure Python: the planner runs on the Spark driver inside ``DataSourceReader.partitions``.
 """

@@ -13,7 +13,16 @@ from trioha.proto._frames import (
     encode_header,
     encode_report,
 )
-from trioha.proto._master import MasterConnection, Timing, frame_header
+from trioha.proto._master import MasterConnection, frame_header
+from trioha.proto._quorum import (
+    Quorum,
+    Vouch,
+    carried,
+    needed_acks,
+    replicated_offset,
+    slaves_available,
+    vouch,
+)
 from trioha.proto._slave import SlaveConnection
 from trioha.proto._state import (
     MASTER_TABLE,
@@ -44,22 +53,27 @@ from trioha.proto._state import (
     SlaveEvent,
     SlavePhase,
     SlaveState,
-    Vouch,
     choose_start,
     master_step,
-    replicated_offset,
     slave_step,
-    slaves_available,
     transition_table_mermaid,
-    vouch,
+)
+from trioha.proto._timing import (
+    HEARTBEAT_INTERVAL_MS,
+    HOUSEKEEPING_INTERVAL_MS,
+    SLAVE_TIMEOUT_MS,
+    Timing,
 )
 
 __all__ = [
     "HEADER_SIZE",
+    "HEARTBEAT_INTERVAL_MS",
+    "HOUSEKEEPING_INTERVAL_MS",
     "MASTER_TABLE",
     "MAX_BODY_SIZE",
     "REPORT_SIZE",
     "SLAVE_TABLE",
+    "SLAVE_TIMEOUT_MS",
     "AckAdvanced",
     "Append",
     "AppendConfirmed",
@@ -77,6 +91,7 @@ __all__ = [
     "MasterOptions",
     "MasterPhase",
     "MasterState",
+    "Quorum",
     "ReadIdle",
     "ReceiveBuffer",
     "Report",
@@ -94,11 +109,13 @@ __all__ = [
     "Timing",
     "TransferHeader",
     "Vouch",
+    "carried",
     "choose_start",
     "encode_header",
     "encode_report",
     "frame_header",
     "master_step",
+    "needed_acks",
     "replicated_offset",
     "slave_step",
     "slaves_available",

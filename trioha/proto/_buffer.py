@@ -1,4 +1,7 @@
-"""Byte buffering for the two receive sides, kept apart from the logical state (STYLE §5).
+"""Byte buffering for the two receive sides, kept apart from the logical state.
+
+The protocol state in ``_state.py`` stays small and hashable (what ``model/`` explores); the
+bytes in flight live here.
 
 Both buffers cost O(bytes received). The slave's keeps the chunks it was fed as they are and
 copies each byte out at most once: a frame body comes back as one slice of the chunk holding it
@@ -85,10 +88,10 @@ class ReceiveBuffer:
 class ReportWords:
     """The master's read side: only the last complete 8-byte word of what has arrived counts.
 
-    Mirrors ``HAConnection.ReadSocketService.processReadEvent`` (spec §1.4): reports are always
-    8 bytes, the Java buffer is a multiple of 8, and after each read only the newest complete
-    word is taken; earlier complete words are ignored and a trailing partial word waits. Keeping
-    at most 7 bytes between reads gives the same answer with O(1) memory.
+    Mirrors ``HAConnection.ReadSocketService.processReadEvent`` (docs/rocketmq-protocol.md §1.4):
+    reports are always 8 bytes, the Java buffer is a multiple of 8, and after each read only the
+    newest complete word is taken; earlier complete words are ignored and a trailing partial word
+    waits. Keeping at most 7 bytes between reads gives the same answer with O(1) memory.
     """
 
     def __init__(self) -> None:

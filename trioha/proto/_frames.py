@@ -1,4 +1,4 @@
-"""The two messages of RocketMQ's classic HA protocol (spec §1.2, §1.3).
+"""The two messages of RocketMQ's classic HA protocol (docs/rocketmq-protocol.md §1.2, §1.3).
 
 Slave → master: an 8-byte big-endian signed offset (``HAClient.reportSlaveMaxOffset``).
 Master → slave: a 12-byte header, 8-byte offset and 4-byte size, then ``size`` bytes of commit
@@ -16,8 +16,9 @@ from trioha._errors import LocalProtocolError, RemoteProtocolError
 REPORT_SIZE = 8
 HEADER_SIZE = 12
 
-#: The largest body a frame may announce before we refuse it. A RocketMQ slave cannot take a
-#: frame larger than its 4 MiB read buffer minus the header (spec §1.6), so no honest master
+#: The largest body a frame may announce before we refuse it. A RocketMQ slave cannot take a frame
+#: larger than its 4 MiB read buffer minus the header (docs/rocketmq-protocol.md §1.6), so no honest
+#: master
 #: sends one; anything larger is garbage or hostile and must not make us allocate it.
 MAX_BODY_SIZE = 4 * 1024 * 1024 - HEADER_SIZE
 

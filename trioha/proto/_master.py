@@ -30,18 +30,7 @@ from trioha.proto._state import (
     SendTransfer,
     master_step,
 )
-
-
-@attrs.frozen
-class Timing:
-    """Heartbeat and housekeeping intervals in seconds (RocketMQ's are in milliseconds)."""
-
-    heartbeat: float = 5.0
-    housekeeping: float = 20.0
-
-    @classmethod
-    def from_millis(cls, heartbeat_ms: int, housekeeping_ms: int) -> Timing:
-        return cls(heartbeat_ms / 1000, housekeeping_ms / 1000)
+from trioha.proto._timing import Timing
 
 
 class MasterConnection:

@@ -1,8 +1,9 @@
 """The slave side of HA replication, from bytes and clock readings to actions.
 
-Mirrors ``HAService.HAClient`` (spec §1.6, §2.3) without any IO. One :class:`SlaveConnection`
-lives exactly as long as one TCP connection, so no partial frame or buffered byte can survive a
-reconnect (RocketMQ's ``closeMaster`` resets its buffers for the same reason).
+Mirrors ``HAService.HAClient`` (docs/rocketmq-protocol.md §1.6, §2.3) without any IO. One
+:class:`SlaveConnection` lives exactly as long as one TCP connection, so no partial frame or
+buffered byte can survive a reconnect (RocketMQ's ``closeMaster`` resets its buffers for the same
+reason).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 from trioha._errors import ProtocolError
 from trioha.proto._buffer import ReceiveBuffer
 from trioha.proto._frames import HEADER_SIZE, MAX_BODY_SIZE, TransferHeader
-from trioha.proto._master import Timing
 from trioha.proto._state import (
     Append,
     AppendConfirmed,
@@ -27,6 +27,7 @@ from trioha.proto._state import (
     SlaveState,
     slave_step,
 )
+from trioha.proto._timing import Timing
 
 
 class SlaveConnection:
@@ -34,7 +35,7 @@ class SlaveConnection:
 
     Created when the TCP connection opens, with the end of the local log. Its first action is
     the report of that offset: the slave asks at once (RocketMQ's client waits a heartbeat
-    interval first; spec §1.2).
+    interval first; docs/rocketmq-protocol.md §1.2).
     """
 
     def __init__(

@@ -3,7 +3,7 @@
 Theory of operation
 ===================
 
-RocketMQ's classic HA has two ends per connection (spec §1, §2):
+RocketMQ's classic HA has two ends per connection (docs/rocketmq-protocol.md §1, §2):
 
 * the **master side** (``HAConnection``): it waits for the slave's first 8-byte report, which is
   the slave's *request offset*; it then chooses ``nextTransferFromWhere`` once for the life of
@@ -45,8 +45,8 @@ Where trioha deliberately differs from RocketMQ (docs/replication.md says why):
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable
-from typing import TypeAlias
+from collections.abc import Callable
+from typing import Generic, TypeAlias, TypeVar
 
 import attrs
 
@@ -281,7 +281,8 @@ SlaveStep: TypeAlias = tuple[SlaveState, tuple[SlaveAction, ...]]
 
 
 def choose_start(request: int, log: LogView, options: MasterOptions) -> int:
-    """``nextTransferFromWhere`` for a request offset (``WriteSocketService.run``, spec §2.2).
+    """``nextTransferFromWhere`` for a request offset (``WriteSocketService.run``,
+    docs/rocketmq-protocol.md §2.2).
 
     A slave reporting 0 has nothing; RocketMQ serves it from the start of the master's last
     segment (``max - max % segmentSize``); with ``sync_from_oldest`` we serve the oldest offset.
@@ -449,22 +450,32 @@ def _slave_lost(state: SlaveState, event: ConnectionLost) -> SlaveStep:
 
 # --- the table ---------------------------------------------------------------------------------
 
-MasterRule: TypeAlias = Callable[[MasterState, "MasterEvent", MasterOptions], MasterStep]
-SlaveRule: TypeAlias = Callable[[SlaveState, "SlaveEvent"], SlaveStep]
+StateT = TypeVar("StateT", MasterState, SlaveState)
+ActionT = TypeVar("ActionT", MasterAction, SlaveAction)
+PhaseT = TypeVar("PhaseT", MasterPhase, SlavePhase)
 
 
 @attrs.frozen
-class Rule:
-    """One allowed (phase, event) pair: the function and the phases it can lead to."""
+class Rule(Generic[StateT, ActionT, PhaseT]):
+    """One allowed (phase, event) pair: the function and the phases it can lead to.
 
-    apply: Callable[..., tuple[object, tuple[object, ...]]]
-    targets: tuple[enum.Enum, ...]
+    ``apply`` takes the state, the event (of the type the table keys it by) and, on the master
+    side, :class:`MasterOptions`; the step functions check at run time that the phase it
+    returns is one of ``targets``, so the drawn diagram cannot claim what the code does not do.
+    """
+
+    apply: Callable[..., tuple[StateT, tuple[ActionT, ...]]]
+    targets: tuple[PhaseT, ...]
+
+
+MasterRule: TypeAlias = Rule[MasterState, MasterAction, MasterPhase]
+SlaveRule: TypeAlias = Rule[SlaveState, SlaveAction, SlavePhase]
 
 
 _AWAIT, _XFER, _CLOSED = MasterPhase.AWAIT_REPORT, MasterPhase.TRANSFER, MasterPhase.CLOSED
 _DISC, _SXFER = SlavePhase.DISCONNECTED, SlavePhase.TRANSFER
 
-MASTER_TABLE: dict[tuple[MasterPhase, type], Rule] = {
+MASTER_TABLE: dict[tuple[MasterPhase, type], MasterRule] = {
     (_AWAIT, ReportReceived): Rule(_master_first_report, (_XFER, _CLOSED)),
     (_AWAIT, SendReady): Rule(_master_await_send, (_AWAIT,)),
     (_AWAIT, ReadIdle): Rule(_master_idle, (_CLOSED,)),
@@ -477,7 +488,7 @@ MASTER_TABLE: dict[tuple[MasterPhase, type], Rule] = {
     (_CLOSED, ConnectionLost): Rule(_master_lost, (_CLOSED,)),
 }
 
-SLAVE_TABLE: dict[tuple[SlavePhase, type], Rule] = {
+SLAVE_TABLE: dict[tuple[SlavePhase, type], SlaveRule] = {
     (_DISC, Connected): Rule(_slave_connected, (_SXFER,)),
     (_SXFER, HeaderReceived): Rule(_slave_header, (_SXFER, _DISC)),
     (_SXFER, BodyReceived): Rule(_slave_body, (_SXFER,)),
@@ -498,7 +509,10 @@ def master_step(state: MasterState, event: MasterEvent, options: MasterOptions) 
         raise LocalProtocolError(
             f"master side cannot handle {type(event).__name__} in phase {state.phase.value}"
         )
-    return rule.apply(state, event, options)  # type: ignore[return-value]
+    new, actions = rule.apply(state, event, options)
+    if new.phase not in rule.targets:
+        raise _wrong_target("master", state.phase, event, new.phase, rule.targets)
+    return new, actions
 
 
 def slave_step(state: SlaveState, event: SlaveEvent) -> SlaveStep:
@@ -508,49 +522,21 @@ def slave_step(state: SlaveState, event: SlaveEvent) -> SlaveStep:
         raise LocalProtocolError(
             f"slave side cannot handle {type(event).__name__} in phase {state.phase.value}"
         )
-    return rule.apply(state, event)  # type: ignore[return-value]
+    new, actions = rule.apply(state, event)
+    if new.phase not in rule.targets:
+        raise _wrong_target("slave", state.phase, event, new.phase, rule.targets)
+    return new, actions
 
 
-# --- sync replication (GroupTransferService), over every live connection's ack ----------------
-
-
-Vouch: TypeAlias = tuple[int, int]
-"""One live connection as sync replication sees it: ``(served_from, ack_offset)``."""
-
-
-def vouch(state: MasterState) -> Vouch:
-    """What a connection in TRANSFER vouches for (see :data:`Vouch`)."""
-    return state.served_from, state.ack_offset
-
-
-def replicated_offset(vouches: Iterable[Vouch], needed: int, start: int | None = None) -> int:
-    """The highest end that *needed* live connections have acked; -1 if too few.
-
-    With *start* (where a put's bytes begin), only connections served from at or before it
-    count: a connection vouches only for bytes it carried itself. Without that, a slave served
-    from the master's last segment (or any client whose first report is the master's end)
-    would "ack" puts it never received (found by model/; RocketMQ has the same hole through
-    ``push2SlaveMaxOffset``).
-
-    RocketMQ 4.x uses the maximum ack ever seen from any slave, which a departed slave or a
-    bogus report keeps inflated (spec §2.1, §8 #3015). trioha counts only live connections'
-    accepted acks, and needs *needed* of them (5.x ``inSyncReplicas`` - 1).
-    """
-    if needed <= 0:
-        raise ValueError("needed must be positive")
-    ordered = sorted(
-        (ack for served, ack in vouches if start is None or served <= start), reverse=True
+def _wrong_target(
+    side: str, phase: enum.Enum, event: object, got: enum.Enum, targets: tuple[enum.Enum, ...]
+) -> AssertionError:
+    """The table declared other phases than its rule reached: a bug in this file, never input."""
+    declared = ", ".join(t.value for t in targets)
+    return AssertionError(
+        f"{side} rule for {type(event).__name__} in {phase.value} led to {got.value}, "
+        f"but the table declares only {declared}"
     )
-    if len(ordered) < needed:
-        return -1
-    return ordered[needed - 1]
-
-
-def slaves_available(vouches: Iterable[Vouch], needed: int, end: int, fallbehind_max: int
-                     ) -> bool:
-    """``HAService.isSlaveOK`` per slave: are *needed* live slaves within ``fallbehind_max``?"""
-    close_enough = sum(1 for _served, ack in vouches if end - ack < fallbehind_max)
-    return close_enough >= needed
 
 
 def transition_table_mermaid() -> str:

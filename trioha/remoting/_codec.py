@@ -2,7 +2,7 @@
 
 Mirrors ``org.apache.rocketmq.remoting.protocol.RemotingCommand`` (``encode``/``decode``),
 ``RocketMQSerializable`` and Netty's ``LengthFieldBasedFrameDecoder`` as RocketMQ configures
-it (spec §6.1)::
+it (docs/rocketmq-protocol.md §6.1)::
 
     int32 length        4 + header length + body length (the length field itself excluded)
     int32 header info   high byte: serialize type (0 JSON, 1 ROCKETMQ); low 3 bytes: header length
@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-from trioha._errors import LocalProtocolError, RemoteProtocolError
+from trioha._errors import LocalProtocolError, RemoteProtocolError, RequestError
 from trioha.remoting._codes import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
@@ -170,7 +170,7 @@ class RemotingCommand:
         return value.strip().lower() == "true"
 
 
-class HeaderError(ValueError):
+class HeaderError(RequestError):
     """A request's custom header lacks a field or has a malformed one.
 
     The broker answers such a request with SYSTEM_ERROR naming the field, as RocketMQ does

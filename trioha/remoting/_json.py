@@ -3,7 +3,7 @@
 fastjson (what a Java broker and name server use for bodies and config files) writes map
 keys that are not strings without quotes: a consumer offset table comes out as
 ``{"offsetTable":{"T@G":{0:7,1:12}}}`` and a route's ``brokerAddrs`` as
-``{0:"10.0.0.1:10911"}`` (spec §6.1). Python's :mod:`json` rejects that, so
+``{0:"10.0.0.1:10911"}`` (docs/rocketmq-protocol.md §6.1). Python's :mod:`json` rejects that, so
 :func:`loads_lenient` quotes bare keys before parsing. Everything trioha writes is standard
 JSON (quoted keys), which fastjson, jsoncpp (the C++ client) and Go all read.
 """

@@ -1,8 +1,9 @@
 """The RocketMQ commit log: record codec, segment files, recovery, store layout.
 
 The codec (``_message``) is pure; everything else follows RocketMQ's ``CommitLog``,
-``MappedFileQueue`` and ``DefaultMessageStore`` (spec §4). ``CommitLog`` is the interface;
-``FileCommitLog`` and ``MemoryCommitLog`` implement it; ``open_store`` opens a store root.
+``MappedFileQueue`` and ``DefaultMessageStore`` (docs/rocketmq-protocol.md §4). ``CommitLog`` is the
+interface; ``FileCommitLog`` and ``MemoryCommitLog`` implement it; ``open_store`` opens a store
+root.
 """
 
 from trioha._config import FlushDiskType

@@ -1,4 +1,5 @@
-"""``<root>/checkpoint``: the store's 4 KiB checkpoint file (``StoreCheckpoint``, spec §4.5).
+"""``<root>/checkpoint``: the store's 4 KiB checkpoint file (``StoreCheckpoint``,
+docs/rocketmq-protocol.md §4.5).
 
 Big-endian longs: physicMsgTimestamp at 0, logicsMsgTimestamp at 8, indexMsgTimestamp at
 16; 5.x adds masterFlushedOffset at 24 and confirmPhyOffset at 32. Bytes after those are

@@ -1,4 +1,5 @@
-"""The file commit log: segments on disk and recovery on open (spec §4.5, §4.6).
+"""The file commit log: segments on disk and recovery on open (docs/rocketmq-protocol.md §4.5,
+§4.6).
 
 Recovery walks every record from the first segment (``CommitLog.recoverNormally`` /
 ``recoverAbnormally``, without a ConsumeQueue to lean on, so queue offsets are rebuilt on

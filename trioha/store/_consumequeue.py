@@ -1,10 +1,10 @@
 """Consume queues: the per-topic, per-queue index into the commit log.
 
 Mirrors RocketMQ's ``ConsumeQueue`` and ``DefaultMessageStore.consumeQueueTable``
-(spec §4.5). A queue is a directory ``<root>/consumequeue/<topic>/<queueId>/`` of files
-named like commit log files (the byte offset of their first unit, 20 digits), each exactly
-``mappedFileSizeConsumeQueue`` = 300000 × 20 bytes, created sparse. Unit ``i`` (the message
-with queue offset ``i``) is 20 bytes at byte ``i * 20``::
+(docs/rocketmq-protocol.md §4.5). A queue is a directory ``<root>/consumequeue/<topic>/<queueId>/``
+of files named like commit log files (the byte offset of their first unit, 20 digits), each exactly
+``mappedFileSizeConsumeQueue`` = 300000 × 20 bytes, created sparse. Unit ``i`` (the message with
+queue offset ``i``) is 20 bytes at byte ``i * 20``::
 
     int64 commit log offset | int32 size | int64 tags hash code
 

@@ -1,7 +1,7 @@
 """RocketMQ's stored message record: encode and decode, no IO.
 
-Layout (spec §4.1; [494] ``CommitLog.MessageExtEncoder.encode``, ``calMsgLength``,
-``checkMessageAndReturnSize``), all integers big-endian, IPv4 hosts::
+Layout (docs/rocketmq-protocol.md §4.1; [494] ``CommitLog.MessageExtEncoder.encode``,
+``calMsgLength``, ``checkMessageAndReturnSize``), all integers big-endian, IPv4 hosts::
 
      0 TOTALSIZE      int32     whole record, this field included
      4 MAGICCODE      int32     0xDAA320A7, or 0xDAA320AB ("V2", 2-byte topic length)
@@ -22,7 +22,8 @@ Layout (spec §4.1; [494] ``CommitLog.MessageExtEncoder.encode``, ``calMsgLength
        PROPERTIES     int16 length + UTF-8 "k\\x01v\\x02k\\x01v" (4.9 form),
                       "k\\x01v\\x02" (5.x form)
 
-The blank record that closes a file (spec §4.3) is int32 remaining length + int32 0xCBD43194.
+The blank record that closes a file (docs/rocketmq-protocol.md §4.3) is int32 remaining length +
+int32 0xCBD43194.
 
 Decoding never raises on bad bytes: :func:`decode_record` returns a value saying what was
 found, because the recovery scan meets corrupt and torn records as a matter of course.
@@ -42,7 +43,13 @@ from typing import Any, Final, NamedTuple, TypeAlias
 
 import attrs
 
-from trioha._errors import CorruptLogError, MessageTooLargeError
+from trioha._errors import (
+    BodyTooLargeError,
+    CorruptLogError,
+    MessageIllegalError,
+    PropertiesTooLargeError,
+    TopicTooLongError,
+)
 
 __all__ = [
     "BLANK_MAGIC",
@@ -127,7 +134,7 @@ PROPERTY_MESSAGE_REPLY_TO_CLIENT: Final = "REPLY_TO_CLIENT"
 PROPERTY_MESSAGE_TTL: Final = "TTL"
 PROPERTY_CLUSTER: Final = "CLUSTER"
 PROPERTY_MESSAGE_TYPE: Final = "MSG_TYPE"
-PROPERTY_CRC32: Final = "__CRC32#"  # 5.x enabledAppendPropCRC (spec §4.4)
+PROPERTY_CRC32: Final = "__CRC32#"  # 5.x enabledAppendPropCRC (docs/rocketmq-protocol.md §4.4)
 
 _INT32_MIN: Final = -(2**31)
 _INT32_MAX: Final = 2**31 - 1
@@ -210,7 +217,7 @@ def _decode_topic(raw: bytes) -> str:
 
 
 class PropertiesForm(enum.Enum):
-    """How the properties string ends (spec §4.1).
+    """How the properties string ends (docs/rocketmq-protocol.md §4.1).
 
     ``V4_9``: 4.9.1 to 5.1.x drop the trailing ``\\x02`` (#2883). ``V5``: 5.2.0 and later
     (and 4.9.0 and earlier) end every pair with ``\\x02`` (#7468). Both parse the same.
@@ -233,9 +240,13 @@ def properties_to_string(
     parts: list[str] = []
     for key, value in items:
         if not key or not value:
-            raise ValueError(f"property {key!r}={value!r}: keys and values must be non-empty")
+            raise MessageIllegalError(
+                f"property {key!r}={value!r}: keys and values must be non-empty"
+            )
         if "\x01" in key or "\x02" in key or "\x01" in value or "\x02" in value:
-            raise ValueError(f"property {key!r}={value!r} contains a \\x01 or \\x02 separator")
+            raise MessageIllegalError(
+                f"property {key!r}={value!r} contains a \\x01 or \\x02 separator"
+            )
         parts.append(f"{key}\x01{value}")
     if not parts:
         return ""
@@ -372,7 +383,7 @@ class StoredMessage:
 
 def _check_int(name: str, value: int, lo: int, hi: int) -> None:
     if not lo <= value <= hi:
-        raise ValueError(f"{name}={value} is outside the Java range [{lo}, {hi}]")
+        raise MessageIllegalError(f"{name}={value} is outside the Java range [{lo}, {hi}]")
 
 
 class PreparedMessage:
@@ -440,7 +451,7 @@ class PreparedMessage:
         if type(body) is not bytes:
             body = bytes(body)
         if max_body_size is not None and len(body) > max_body_size:
-            raise MessageTooLargeError(
+            raise BodyTooLargeError(
                 f"message body is {len(body)} bytes, more than maxMessageSize {max_body_size}"
             )
         topic_b = topic.encode("utf-8")
@@ -450,19 +461,21 @@ class PreparedMessage:
             magic = MESSAGE_MAGIC_V2 if len(topic_b) > MAX_TOPIC_SIZE_V1 else MESSAGE_MAGIC
         if magic == MESSAGE_MAGIC:
             if len(topic_b) > MAX_TOPIC_SIZE_V1:
-                raise MessageTooLargeError(
+                raise TopicTooLongError(
                     f"topic is {len(topic_b)} bytes; the V1 record allows {MAX_TOPIC_SIZE_V1}"
                 )
         elif magic == MESSAGE_MAGIC_V2:
             if len(topic_b) > MAX_TOPIC_SIZE_V2:
-                raise MessageTooLargeError(
+                raise TopicTooLongError(
                     f"topic is {len(topic_b)} bytes; the V2 record allows {MAX_TOPIC_SIZE_V2}"
                 )
         else:
-            raise ValueError(f"magic {magic:#x} is neither MESSAGE_MAGIC nor MESSAGE_MAGIC_V2")
+            raise MessageIllegalError(
+                f"magic {magic:#x} is neither MESSAGE_MAGIC nor MESSAGE_MAGIC_V2"
+            )
         props_b = properties_to_string(properties, properties_form).encode("utf-8")
         if len(props_b) > MAX_PROPERTIES_SIZE:
-            raise MessageTooLargeError(
+            raise PropertiesTooLargeError(
                 f"properties are {len(props_b)} bytes; a record allows {MAX_PROPERTIES_SIZE}"
             )
         # The host family bits always follow the hosts, as MessageExt.setBornHostV6Flag does.

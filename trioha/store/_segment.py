@@ -1,8 +1,8 @@
 """One commit log file and the rules for a directory of them (``MappedFile``, ``MappedFileQueue``).
 
-A segment is a file of exactly ``segment_size`` bytes named by the physical offset of its
-first byte as 20 zero-padded digits (spec §4.5, ``UtilAll.offset2FileName``). It is created
-sparse with ``ftruncate`` (RocketMQ maps a file of that size; the unwritten part reads as
+A segment is a file of exactly ``segment_size`` bytes named by the physical offset of its first byte
+as 20 zero-padded digits (docs/rocketmq-protocol.md §4.5, ``UtilAll.offset2FileName``). It is
+created sparse with ``ftruncate`` (RocketMQ maps a file of that size; the unwritten part reads as
 zeros, which is how recovery finds the end of data).
 
 Writes go through ``os.pwrite``; reads through a read-only shared ``mmap`` of the whole file,

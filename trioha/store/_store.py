@@ -1,4 +1,5 @@
-"""A store directory laid out as RocketMQ lays it out (``DefaultMessageStore``, spec §4.5).
+"""A store directory laid out as RocketMQ lays it out (``DefaultMessageStore``,
+docs/rocketmq-protocol.md §4.5).
 
 ::
 

@@ -37,7 +37,7 @@ from hypothesis.errors import InvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from trioha._status import PutStatus
-from trioha.proto import MasterPhase
+from trioha.proto import MasterPhase, Timing
 from trioha.testing._pair import (
     Link,
     PairOptions,
@@ -80,7 +80,18 @@ def _event(value: str) -> None:
 
 
 _WHICH = st.integers(0, 7)  # picks among candidate connections, modulo their number
-_TIME_STEPS = st.sampled_from([0.01, 0.5, 1.0, 5.0, 5.01, 20.0, 25.0])
+_DEFAULT = Timing()
+_TIME_STEPS = st.sampled_from(
+    [
+        0.01,
+        0.5,
+        1.0,
+        _DEFAULT.heartbeat,
+        _DEFAULT.heartbeat + 0.01,
+        _DEFAULT.housekeeping,
+        _DEFAULT.housekeeping + 5.0,
+    ]
+)
 
 
 class ReplicationMachine(RuleBasedStateMachine):

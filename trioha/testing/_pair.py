@@ -8,7 +8,7 @@ any order and cut the byte streams anywhere:
 
 * the master's writer asks ``next_send``, writes the 12-byte header and ``log.read`` body into
   its outbox and moves any number of bytes of it onto the wire; ``frame_written`` follows the
-  last byte (RocketMQ's ``lastWriteOver``, spec §1.5);
+  last byte (RocketMQ's ``lastWriteOver``, docs/rocketmq-protocol.md §1.5);
 * the slave reads any number of bytes, appends each complete body with ``append_raw`` and
   reports what the store holds (with ``ack_flushed``, only what it has flushed);
 * a :class:`Link` is one TCP connection. Closing one side lets the other drain what is in flight
@@ -38,6 +38,7 @@ from trioha._errors import StorageError
 from trioha._status import PutStatus
 from trioha.proto import (
     MAX_BODY_SIZE,
+    SLAVE_TIMEOUT_MS,
     AckAdvanced,
     Append,
     Close,
@@ -45,16 +46,18 @@ from trioha.proto import (
     MasterConnection,
     MasterOptions,
     MasterPhase,
+    Quorum,
     SendHeartbeat,
     SendReport,
     SendTransfer,
     SlaveAction,
     SlaveConnection,
     Timing,
+    Vouch,
     encode_report,
     frame_header,
     replicated_offset,
-    slaves_available,
+    vouch,
 )
 
 __all__ = [
@@ -128,10 +131,10 @@ class PairOptions:
     #: ``ha_sync_from_oldest``.
     sync_from_oldest: bool = False
     #: ``ha_send_heartbeat_interval`` and ``ha_housekeeping_interval``, in seconds.
-    heartbeat: float = 5.0
-    housekeeping: float = 20.0
+    heartbeat: float = Timing().heartbeat
+    housekeeping: float = Timing().housekeeping
     #: ``slave_timeout`` in seconds: a sync put not acked by then is FLUSH_SLAVE_TIMEOUT.
-    slave_timeout: float = 3.0
+    slave_timeout: float = SLAVE_TIMEOUT_MS / 1000
     #: ``ha_slave_fallbehind_max``: a slave further behind cannot take a sync put.
     fallbehind_max: int = 256 * MIB
     #: The largest frame body the slave accepts.
@@ -160,6 +163,10 @@ class PairOptions:
     @property
     def timing(self) -> Timing:
         return Timing(heartbeat=self.heartbeat, housekeeping=self.housekeeping)
+
+
+#: The pair has one slave: a sync put needs its ack (``in_sync_replicas`` 2, the default).
+SLAVES = 1
 
 
 class Side(enum.Enum):
@@ -299,17 +306,20 @@ class ProtocolPair:
             if link.streaming and (incarnation is None or link.incarnation == incarnation)
         ]
 
-    def live_vouches(self) -> list[tuple[int, int]]:
+    def live_vouches(self) -> list[Vouch]:
         """``(served_from, ack)`` of the connections the master still serves."""
-        return [
-            (link.master.state.served_from, link.ack_offset)
-            for link in self.links
-            if link.streaming
-        ]
+        return [vouch(link.master.state) for link in self.links if link.streaming]
+
+    def quorum(self) -> Quorum:
+        """The sync replication rule ``HAService`` applies, over this pair's live links.
+
+        The pair has one slave, so a put needs that slave's ack (``in_sync_replicas`` 2).
+        """
+        return Quorum.of(self.live_vouches(), SLAVES)
 
     def replicated_offset(self, start: int | None = None) -> int:
         """As ``HAService``: with *start*, only connections that carried the put count."""
-        return replicated_offset(self.live_vouches(), 1, start)
+        return replicated_offset(self.live_vouches(), SLAVES, start)
 
     def slave_is_prefix(self) -> bool:
         """Every byte the slave holds equals the master's at the same offset."""
@@ -411,7 +421,7 @@ class ProtocolPair:
         return k
 
     def _check_frame(self, link: Link, action: SendTransfer | SendHeartbeat) -> None:
-        """What the master sends is a contiguous slice of its log (spec §1.3)."""
+        """A master sends a contiguous slice of its log (docs/rocketmq-protocol.md §1.3)."""
         opts = self.options
         offset = action.offset
         if link.frames:
@@ -538,23 +548,22 @@ class ProtocolPair:
         self.puts.append(put)
         if not sync:
             put.status = PutStatus.PUT_OK
-        elif not slaves_available(self.live_vouches(), 1, end, self.options.fallbehind_max):
+        elif not self.quorum().available(end, self.options.fallbehind_max):
             put.status = PutStatus.SLAVE_NOT_AVAILABLE
         self._settle()
         return put
 
     def _settle(self) -> None:
         """Answer waiting sync puts that the live connections' acks now cover."""
+        quorum: Quorum | None = None
         for put in self.puts:
-            if put.status is None and put.end <= self.replicated_offset(put.start):
+            if put.status is not None:
+                continue
+            quorum = quorum or self.quorum()
+            if quorum.holds(put.start, put.end):
                 put.status = PutStatus.PUT_OK
-                put.acked_by = next(
-                    link.incarnation
-                    for link in self.links
-                    if link.streaming
-                    and link.master.state.served_from <= put.start
-                    and link.ack_offset >= put.end
-                )
+                streaming = [link for link in self.links if link.streaming]
+                put.acked_by = streaming[quorum.vouchers(put.start, put.end)[0]].incarnation
 
     # --- durability and crashes ---------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """Hypothesis strategies for RocketMQ stored messages.
 
-Sizes and CRCs are computed here from the spec's table (§4.1), not by the codec, so a test
-that compares the codec's output with these values checks the codec against the spec.
+Sizes and CRCs are computed here from RocketMQ's record layout (docs/rocketmq-protocol.md §4.1),
+not by the codec, so a test that compares the codec's output with these values checks the codec
+against RocketMQ's rules.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def properties(max_size: int = 6) -> st.SearchStrategy[tuple[tuple[str, str], ..
 def stored_messages(
     draw: st.DrawFn, *, max_body: int = 256, long_topics: bool = True
 ) -> StoredMessage:
-    """Any valid stored message, with ``total_size`` and ``body_crc`` computed from the spec."""
+    """Any valid stored message, with ``total_size`` and ``body_crc`` computed from the layout."""
     born = draw(host_addresses())
     store = draw(host_addresses())
     topic = draw(topics(long=long_topics))
