@@ -15,9 +15,8 @@ RocketMQ's response codes and remarks, because clients branch on them:
 =========================  =====================================================
 
 Where trioha differs, the handler says so: a slave refuses sends before any topic is
-auto-created (its tables come from its master); sent-back messages go straight to the retry
-topic (there is no delay-level scheduler); QUERY_MESSAGE by key is not supported (there is no
-message index).
+auto-created (its tables come from its master). :class:`VipChannelProcessor` serves the VIP
+channel (``listen_port - 2``) with the same processors minus pulls, as RocketMQ registers them.
 """
 
 from __future__ import annotations
