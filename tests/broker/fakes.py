@@ -123,7 +123,7 @@ async def open_fake_broker(root: Path, config: BrokerConfig) -> AsyncIterator[Fa
     store = open_store(
         root,
         segment_size=config.mapped_file_size_commit_log,
-        store_host=HostAddress("127.0.0.1", 10911),
+        store_host=HostAddress("127.0.0.1", config.listen_port or 10911),
     )
     try:
         yield FakeBroker(config, store)

@@ -70,7 +70,7 @@ class ClientSide:
 _PORT_PAIR_ATTEMPTS = 64
 
 
-def _free_port_pair(host: str) -> int:
+def free_port_pair(host: str) -> int:
     """A free port ``p`` (> 1025) whose ``p - 2`` is free too, for ``listen_port = 0``.
 
     RocketMQ derives the VIP port from the broker port (clients and slaves compute it), so a
@@ -177,7 +177,7 @@ async def _start(
         on_topics_changed=topics_changed,
     )
     listen_port = config.listen_port or await trio.to_thread.run_sync(
-        _free_port_pair, config.broker_ip1
+        free_port_pair, config.broker_ip1
     )
     host, port = await nursery.start(
         lambda task_status: serve_remoting(
