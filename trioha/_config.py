@@ -136,6 +136,12 @@ class BrokerConfig:
     sync_flush_timeout: int = attrs.field(default=5000, validator=_positive)
     max_message_size: int = attrs.field(default=4 * MIB, validator=_positive)
     check_crc_on_recover: bool = True
+    #: The message index (``<root>/index``): on/off, and each file's hash slots and entries.
+    message_index_enable: bool = True
+    max_hash_slot_num: int = attrs.field(default=5_000_000, validator=_positive)
+    max_index_num: int = attrs.field(default=20_000_000, validator=_positive)
+    #: Delay levels (``ScheduleMessageService``): level n waits the n-th duration.
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
     # --- disk space guards (MessageStoreConfig; DefaultMessageStore.isSpaceFull) ---------
     #: Percent. RocketMQ deletes old commit log files above it; trioha has no retention
@@ -407,8 +413,6 @@ IGNORED_ROCKETMQ_KEYS = frozenset(
         "brokerIP2",
         "mapedFileSizeConsumeQueue",
         "mappedFileSizeConsumeQueue",
-        "maxIndexNum",
-        "maxHashSlotNum",
         "sendMessageThreadPoolNums",
         "pullMessageThreadPoolNums",
         "useReentrantLockWhenPutMessage",
@@ -417,7 +421,6 @@ IGNORED_ROCKETMQ_KEYS = frozenset(
         "enableDLegerCommitLog",
         "autoCreateSubscriptionGroup",
         "traceTopicEnable",
-        "messageIndexEnable",
         "slaveReadEnable",
         "brokerPermission",
         "defaultQueryMaxNum",

@@ -18,6 +18,7 @@ from trioha._config import BrokerConfig
 from trioha._errors import MessageTooLargeError
 from trioha._status import PutResult, PutStatus
 from trioha.broker import new_message
+from trioha.broker._schedule import DEFAULT_MAX_DELAY_LEVEL, apply_delay_levels
 from trioha.store import HostAddress, NewMessage, Store, open_store
 
 
@@ -70,12 +71,16 @@ class FakeBroker:
             ]
         )
 
-    async def put_batch(self, messages: Sequence[NewMessage]) -> PutResult:
+    async def put_batch(
+        self, messages: Sequence[NewMessage], *, delivery: bool = False
+    ) -> PutResult:
         if not self.config.broker_role.is_master:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
         try:
+            if not delivery:
+                messages = apply_delay_levels(messages, DEFAULT_MAX_DELAY_LEVEL)
             results = self.store.commitlog.append_batch(messages)
-        except MessageTooLargeError:
+        except (MessageTooLargeError, ValueError):
             return PutResult(PutStatus.MESSAGE_ILLEGAL)
         self.puts += len(results)
         self._notify()
@@ -118,7 +123,7 @@ async def open_fake_broker(root: Path, config: BrokerConfig) -> AsyncIterator[Fa
     store = open_store(
         root,
         segment_size=config.mapped_file_size_commit_log,
-        store_host=HostAddress("127.0.0.1", 10911),
+        store_host=HostAddress("127.0.0.1", config.listen_port or 10911),
     )
     try:
         yield FakeBroker(config, store)

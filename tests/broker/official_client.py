@@ -3,11 +3,15 @@
 The end-to-end tests run this as a subprocess, so that the C++ client's threads and global
 state stay out of the test process. Each command prints one JSON document::
 
-    produce NAMESRV TOPIC COUNT [PREFIX]        {"statuses": [...], "errors": [...]}
+    produce NAMESRV TOPIC COUNT [PREFIX [LEVEL]]
+                                                {"statuses": [...], "errors": [...]}; LEVEL:
+                                                the messages' delay level
     batch NAMESRV TOPIC COUNT [PREFIX]          one send_batch of COUNT messages
     push NAMESRV TOPIC GROUP EXPECT TIMEOUT [DELAY]
                                                 {"bodies": [...]} (duplicates kept); DELAY
                                                 seconds per message, one thread
+    retry NAMESRV TOPIC GROUP EXPECT TIMEOUT    like push, but the first delivery of each
+                                                message fails (so it is sent back)
     pull NAMESRV TOPIC GROUP                    {"bodies": [...]}
 
 With ``RMQ_ACCESS_KEY`` and ``RMQ_SECRET_KEY`` in the environment every client signs its
@@ -39,7 +43,7 @@ def credentials(client: Any) -> None:
         )
 
 
-def produce(namesrv: str, topic: str, count: int, prefix: str) -> dict[str, Any]:
+def produce(namesrv: str, topic: str, count: int, prefix: str, level: int = 0) -> dict[str, Any]:
     producer = Producer(f"PG-{prefix}")
     producer.set_namesrv_addr(namesrv)
     credentials(producer)
@@ -51,6 +55,8 @@ def produce(namesrv: str, topic: str, count: int, prefix: str) -> dict[str, Any]
         message.set_keys(f"{prefix}-k{i}")
         message.set_tags("TagA")
         message.set_body(f"{prefix}-{i}")
+        if level:
+            message.set_delay_time_level(level)
         try:
             result = producer.send_sync(message)
             statuses.append(result.status.name)
@@ -82,15 +88,27 @@ def batch(namesrv: str, topic: str, count: int, prefix: str) -> dict[str, Any]:
 
 
 def push(
-    namesrv: str, topic: str, group: str, expect: int, timeout: float, *, delay: float = 0.0
+    namesrv: str,
+    topic: str,
+    group: str,
+    expect: int,
+    timeout: float,
+    *,
+    delay: float = 0.0,
+    fail_first: bool = False,
 ) -> dict[str, Any]:
     bodies: list[str] = []
+    failed: set[str] = set()
     lock = threading.Lock()
 
     def on_message(message: Any) -> None:
         time.sleep(delay)  # a slow consumer: messages wait in the client's process queue
+        body = message.body.decode()
         with lock:
-            bodies.append(message.body.decode())
+            if fail_first and body not in failed:
+                failed.add(body)
+                raise RuntimeError(f"failing {body} once")  # reconsume later: sent back
+            bodies.append(body)
         print(f"got {message.body.decode()}", file=sys.stderr, flush=True)
 
     consumer = PushConsumer(group)
@@ -125,12 +143,20 @@ def pull(namesrv: str, topic: str, group: str) -> dict[str, Any]:
 def main(argv: list[str]) -> None:
     command, namesrv, topic, *rest = argv
     if command == "produce":
-        out = produce(namesrv, topic, int(rest[0]), rest[1] if len(rest) > 1 else "m")
+        out = produce(
+            namesrv,
+            topic,
+            int(rest[0]),
+            rest[1] if len(rest) > 1 else "m",
+            int(rest[2]) if len(rest) > 2 else 0,
+        )
     elif command == "batch":
         out = batch(namesrv, topic, int(rest[0]), rest[1] if len(rest) > 1 else "b")
     elif command == "push":
         delay = float(rest[3]) if len(rest) > 3 else 0.0
         out = push(namesrv, topic, rest[0], int(rest[1]), float(rest[2]), delay=delay)
+    elif command == "retry":
+        out = push(namesrv, topic, rest[0], int(rest[1]), float(rest[2]), fail_first=True)
     elif command == "pull":
         out = pull(namesrv, topic, rest[0])
     else:

@@ -373,7 +373,11 @@ async def test_batch_code_and_send_back(tmp_path: Path) -> None:
         )
         assert back.code == ResponseCode.SUCCESS
         retried = list(broker.store.commitlog.iter_messages())[-1]
-        assert (retried.topic, retried.body, retried.reconsume_times) == ("%RETRY%G", b"b0", 1)
+        # Parked at delay level 3 (3 + reconsume times) until due, then to %RETRY%G.
+        assert (retried.topic, retried.queue_id) == ("SCHEDULE_TOPIC_XXXX", 2)
+        assert (retried.body, retried.reconsume_times) == (b"b0", 1)
+        assert retried.get_property("REAL_TOPIC") == "%RETRY%G"
+        assert retried.get_property("DELAY") == "3"
         assert retried.get_property("RETRY_TOPIC") == "T"
 
 

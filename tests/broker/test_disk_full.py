@@ -94,7 +94,7 @@ async def test_a_master_with_a_full_disk_refuses_puts_keeps_serving_and_resumes(
         )
         assert slave.ha_client is not None and slave.ha_client.connected
         table = await runtime_info(pool, addr)
-        assert table["stats.disk.writable"] == "False"
+        assert table["stats.disk.writable"] == "false"  # Java booleans, never a Python repr
         assert table["commitLogDiskRatio"] == "1.0"  # RocketMQ's RunningStats name
 
         # Space back: writing resumes without a restart.

@@ -112,7 +112,7 @@ async def test_consumers_go_on_from_the_slave_and_keep_their_offsets(tmp_path: P
             assert "stats.ha.slaves.0.lag" in info
             assert slave_info["brokerRole"] == "SLAVE"
             assert slave_info["masterAddr"] == master_side.broker_addr
-            assert slave_info["stats.client.connected"] == "True"
+            assert slave_info["stats.client.connected"] == "true"
             # Phase 2: more messages, replicated; the slave syncs the master's metadata.
             sent = await official(tmp_path, "produce", namesrv, "HA", "60", "two")
             assert sent["statuses"] == ["OK"] * 60

@@ -21,7 +21,7 @@ import trio
 
 from tests.broker.fakes import FakeBroker, open_fake_broker
 from trioha._config import BrokerConfig
-from trioha.broker._clientside import ClientSide, serve_client_side
+from trioha.broker._clientside import ClientSide, free_port_pair, serve_client_side
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("rocketmq") is None,
@@ -57,11 +57,10 @@ async def running_broker(
 ) -> AsyncIterator[tuple[FakeBroker, ClientSide, str]]:
     config = BrokerConfig(
         store_path_root_dir=str(root),
-        listen_port=0,
         namesrv_addr="127.0.0.1:0",
         embedded_namesrv=True,
         mapped_file_size_commit_log=1 << 20,
-        **overrides,
+        **{"listen_port": 0, **overrides},
     )
     async with open_fake_broker(root, config) as broker, trio.open_nursery() as nursery:
         side: ClientSide = await nursery.start(serve_client_side, broker)
@@ -111,3 +110,23 @@ async def test_messages_sent_while_consuming_arrive_by_long_polling(tmp_path: Pa
             sent = await official(tmp_path, "produce", namesrv, "LIVE", "50", "live")
             assert sent["statuses"] == ["OK"] * 50
         assert Counter(results["bodies"]) == Counter(["warm-0", *(f"live-{i}" for i in range(50))])
+
+
+async def test_delay_levels_and_consumer_retries(tmp_path: Path) -> None:
+    """A producer's delay level, and a failing consumer's send-back (level 3 + reconsume
+    times), go through SCHEDULE_TOPIC_XXXX; short levels keep the test quick."""
+    # The client sends a message back to the store host recorded in it: use a real port.
+    port = free_port_pair("127.0.0.1")
+    levels = {"message_delay_level": "1s 1s 1s 1s", "listen_port": port}
+    async with running_broker(tmp_path / "store", **levels) as (broker, _side, namesrv):
+        sent = await official(tmp_path, "produce", namesrv, "LATER", "3", "d", "2")
+        assert sent["statuses"] == ["OK"] * 3
+        stored = list(broker.store.commitlog.iter_messages())
+        assert {m.topic for m in stored} == {"SCHEDULE_TOPIC_XXXX"}
+        got = await official(tmp_path, "retry", namesrv, "LATER", "GR", "3", "40")
+        # Each message failed once, came back through %RETRY%GR, and was then consumed.
+        assert Counter(got["bodies"]) == Counter(f"d-{i}" for i in range(3))
+        topics = Counter(m.topic for m in broker.store.commitlog.iter_messages())
+        assert topics["LATER"] == 3  # delivered from level 2
+        assert topics["%RETRY%GR"] == 3  # delivered from level 3 after the send-backs
+        assert topics["SCHEDULE_TOPIC_XXXX"] == 6

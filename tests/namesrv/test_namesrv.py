@@ -246,3 +246,16 @@ async def test_register_without_mandatory_field_names_it(header_missing: str) ->
             RemotingCommand.request(request.code, fields, request.body),
             None,  # type: ignore[arg-type]
         )
+
+
+async def test_delete_topic_in_namesrv() -> None:
+    """mqadmin deleteTopic: each master drops the topic (215), then each name server (216)."""
+    processor = NamesrvProcessor()
+    await processor.handle_request(register_request(0, "m:1", T=4, U=2), None)  # type: ignore[arg-type]
+    reply = await processor.handle_request(
+        RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "T"}),
+        None,  # type: ignore[arg-type]
+    )
+    assert reply is not None and reply.code == ResponseCode.SUCCESS
+    assert processor.routes.route("T") is None
+    assert processor.routes.route("U") is not None

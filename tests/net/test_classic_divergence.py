@@ -151,7 +151,7 @@ def test_a_slave_holding_a_lost_tail_is_refused_then_cut_back_and_caught_up(
         assert new_end > end  # the master's log is past the slave's: only the new check helps
         with broker(slave_args, s_port) as slave:
             wait_for("the slave to be refused", lambda: status(slave.address)[
-                "stats.client.needs_reseed"] == "True")
+                "stats.client.needs_reseed"] == "true")
             table = status(slave.address)
             assert table["stats.client.diverged_master_offset"] == str(cut)
             assert table["stats.client.diverged_slave_offset"] == str(end)
@@ -182,7 +182,7 @@ def test_a_slave_holding_a_lost_tail_is_refused_then_cut_back_and_caught_up(
         with broker(slave_args, s_port) as slave:
             wait_for("the slave to catch up", lambda: int(
                 status(slave.address)["stats.client.reported_offset"]) == new_end)
-            assert status(slave.address)["stats.client.needs_reseed"] == "False"
+            assert status(slave.address)["stats.client.needs_reseed"] == "false"
     with open_store(m_dir) as m_store, open_store(s_dir) as s_store:
         assert s_store.commitlog.max_offset == m_store.commitlog.max_offset == new_end
         assert bytes(s_store.commitlog.read(0, cut)) == bytes(m_store.commitlog.read(0, cut))

@@ -9,12 +9,14 @@ sync replication. After the run it checks, in virtual time:
 * convergence: once the faults stop, the slave's log equals the master's before a deadline;
 * a timely first report: the master hears each connection's request offset within the delays the
   faults add, never a heartbeat interval later (RocketMQ's client waits one,
-  docs/rocketmq-protocol.md §1.2);
+  docs/rocketmq-protocol.md §1.2) unless the plan makes the slave a Java one, whose first
+  report comes 5 s after it connects;
 * detection of a dead peer: both ends of a broken connection are closed within
   housekeeping plus one heartbeat of the break, and then neither end has a task left and the
   master's registry no longer holds it;
 * sync puts: PUT_OK only when the slave holds the put (flushed, with flushed acks),
-  FLUSH_SLAVE_TIMEOUT only after ``slave_timeout``, SLAVE_NOT_AVAILABLE only with no slave.
+  FLUSH_SLAVE_TIMEOUT only after ``slave_timeout``, SLAVE_NOT_AVAILABLE only with no slave
+  connected (one that has not reported yet makes a put wait, as RocketMQ's ``isSlaveOK``).
 
 The wrapper itself passes Trio's generic stream checks, so what fails here is trioha.
 """
@@ -51,6 +53,9 @@ SLAVE_TIMEOUT = 3.0
 BACKOFF_MAX = 5.0
 #: Virtual seconds allowed for catching up once the last faulty connection is gone.
 CATCH_UP = 120.0
+#: A Java slave's first report comes this long after it connects (``HAClient.run``: it
+#: reports when ``haSendHeartbeatInterval`` has passed since its last write).
+JAVA_FIRST_REPORT = 5.0
 
 
 # --- the wrapper obeys Trio's stream contract ------------------------------------------------
@@ -148,6 +153,8 @@ class Plan:
     ack_flushed: bool
     sync_from_oldest: bool
     preload: int
+    #: Seconds before the slave's first report on each connection: 0, or a Java slave's 5.
+    first_report_delay: float = 0.0
 
 
 breaks = st.one_of(
@@ -177,6 +184,7 @@ plans = st.builds(
     ack_flushed=st.booleans(),
     sync_from_oldest=st.booleans(),
     preload=st.integers(0, 8),
+    first_report_delay=st.sampled_from([0.0, JAVA_FIRST_REPORT]),
 )
 
 
@@ -201,8 +209,32 @@ class PutRecord:
     end: int
     asked_at: float = -1.0
     slaves_streaming: int = -1
+    slaves_connected: int = -1
     status: PutStatus | None = None
     answered_at: float | None = None
+
+
+class LateFirstWrite(trio.abc.Stream):
+    """A slave's end whose first write waits ``delay`` seconds (a Java slave's first report)."""
+
+    def __init__(self, stream: trio.abc.Stream, delay: float) -> None:
+        self.stream = stream
+        self.delay = delay
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self.delay:
+            delay, self.delay = self.delay, 0.0
+            await trio.sleep(delay)
+        await self.stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.stream.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self.stream.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
 
 
 class RecordingService(HAService):
@@ -320,6 +352,8 @@ async def run_plan(plan: Plan, events: list[str]) -> None:
             master_end.name, slave_end.name = "master end", "slave end"
             conns.append(Conn(index, link, master_end, slave_end, trio.current_time()))
             nursery.start_soon(service.handle_stream, master_end, f"slave#{index}")
+            if plan.first_report_delay:
+                return LateFirstWrite(slave_end, plan.first_report_delay)
             return slave_end
 
         async def sync_put(record: PutRecord) -> None:
@@ -327,6 +361,7 @@ async def run_plan(plan: Plan, events: list[str]) -> None:
             # than the put was appended).
             record.asked_at = trio.current_time()
             record.slaves_streaming = len(service.live_acks())
+            record.slaves_connected = len(service.connections)
             record.status = await service.wait_replicated(record.end, start=record.start)
             record.answered_at = trio.current_time()
             if record.status is PutStatus.PUT_OK:
@@ -439,7 +474,7 @@ def check_connections(
         if conn.first_report_at is not None:
             delay = conn.first_report_at - conn.opened_at
             # 8 bytes: at worst 8 delayed writes, then 8 delayed reads.
-            assert delay <= 16 * plan.faults.max_delay + 0.01, (
+            assert delay <= plan.first_report_delay + 16 * plan.faults.max_delay + 0.01, (
                 f"connection {conn.index}: first report after {delay:.3f} s"
             )
             events.append("first report heard")
@@ -460,14 +495,16 @@ def check_puts(puts: list[PutRecord], events: list[str]) -> None:
         if record.status is None:
             continue  # still waiting when the run ended (its slave_timeout had not passed)
         events.append(f"sync put: {record.status.value}")
+        if record.slaves_streaming < record.slaves_connected:
+            events.append(f"sync put before a first report: {record.status.value}")
         assert record.answered_at is not None
         waited = record.answered_at - record.asked_at
         if record.status is PutStatus.FLUSH_SLAVE_TIMEOUT:
             assert waited >= SLAVE_TIMEOUT - 1e-6  # float clock
-            assert record.slaves_streaming > 0
+            assert record.slaves_connected > 0
         elif record.status is PutStatus.SLAVE_NOT_AVAILABLE:
             assert waited == 0
-            assert record.slaves_streaming == 0
+            assert record.slaves_connected == 0
         else:
             assert record.status is PutStatus.PUT_OK
 
@@ -549,6 +586,19 @@ def _quiet_logs() -> Iterator[None]:
         preload=0,
     )
 ).via("regression: a put's view of the slaves was taken before its task asked the service")
+@example(
+    plan=Plan(
+        seed=0,
+        faults=Faults(max_write=None, max_read=None, max_delay=0.0),
+        breaks=(),
+        puts=(Put(0.5, 10, True), Put(1.0, 10, True), Put(4.0, 10, True)),
+        batch_size=32 * 1024,
+        ack_flushed=False,
+        sync_from_oldest=False,
+        preload=2,
+        first_report_delay=JAVA_FIRST_REPORT,
+    )
+).via("a Java slave: sync puts in its first 5 s wait for its first report")
 def test_replication_through_faulty_streams(plan: Plan) -> None:
     events: list[str] = []
     with mock.patch.object(trio.to_thread, "run_sync", run_sync_inline):

@@ -207,6 +207,45 @@ async def test_sync_put_statuses(autojump_clock: trio.abc.Clock) -> None:
         nursery.cancel_scope.cancel()
 
 
+@pytest.mark.parametrize("first_report_after", [2.0, 5.0])
+async def test_a_put_waits_for_a_connected_slaves_first_report(
+    autojump_clock: trio.abc.Clock, first_report_after: float
+) -> None:
+    """A Java slave reports 5 s after connecting: a put in that window waits (as RocketMQ's
+    isSlaveOK counts the connection) instead of SLAVE_NOT_AVAILABLE."""
+    commitlog = make_log(5)
+    service = HAService(config(), commitlog)
+    async with running(service) as nursery:
+        slave = await serve_one(service, nursery)
+        caught_up = commitlog.max_offset
+        put = commitlog.append(topic="FooBar", body=b"during the silence")
+        service.notify_log_grew()
+        started = trio.current_time()
+        results: list[PutStatus] = []
+
+        async def wait() -> None:
+            results.append(await service.wait_replicated(put.end_offset, start=caught_up))
+
+        async def java_slave() -> None:
+            await trio.sleep(first_report_after)
+            await slave.report(caught_up)
+            header, _ = await slave.frame()
+            assert header.offset == caught_up
+            await slave.report(header.end)
+
+        async with trio.open_nursery() as inner:
+            inner.start_soon(wait)
+            inner.start_soon(java_slave)
+        if first_report_after < 3.0:
+            assert results == [PutStatus.PUT_OK]
+            assert trio.current_time() - started == pytest.approx(first_report_after)
+        else:  # the report came after slave_timeout: one FLUSH_SLAVE_TIMEOUT, as Java
+            assert results == [PutStatus.FLUSH_SLAVE_TIMEOUT]
+        # Once it streams, puts are acked as usual.
+        assert await service.wait_replicated(put.end_offset, start=caught_up) is PutStatus.PUT_OK
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_slave_too_far_behind_is_not_available(autojump_clock: trio.abc.Clock) -> None:
     commitlog = make_log(50)
     service = HAService(config(ha_slave_fallbehind_max=1000), commitlog)

@@ -6,11 +6,15 @@ The whole tables are what a slave's metadata sync asks for; the queue locks are
 
 from __future__ import annotations
 
+import enum
 import logging
+import time
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
 
+from trioha._config import BrokerConfig
 from trioha._errors import StorageError
 from trioha.broker._context import (
     BrokerContext,
@@ -19,7 +23,8 @@ from trioha.broker._context import (
     queue_min_offset,
     topic_error,
 )
-from trioha.broker._metadata import TopicConfig
+from trioha.broker._metadata import SubscriptionGroupConfig, TopicConfig
+from trioha.broker._stats import disk_capacity_text, human_bytes, java_double
 from trioha.remoting._codec import RemotingCommand
 from trioha.remoting._codes import (
     PERM_READ,
@@ -28,14 +33,41 @@ from trioha.remoting._codes import (
     ResponseCode,
 )
 from trioha.remoting._connection import RemotingConnection
-from trioha.remoting._json import dumps_bytes
+from trioha.remoting._json import dumps, dumps_bytes
 from trioha.store._consumequeue import ConsumeQueue
+from trioha.store._diskspace import used_ratio
 from trioha.store._message import (
     DecodedMessage,
     decode_record,
 )
 
 log = logging.getLogger("trioha.broker")
+
+#: ``MQVersion.CURRENT_VERSION`` of the RocketMQ release trioha answers as: 4.9.7.
+BROKER_VERSION_DESC = "V4_9_7"
+BROKER_VERSION = 407
+#: pool -> (queue size key, capacity key, head wait key, ``BrokerConfig`` capacity default).
+_POOL_KEYS = {
+    "send": (
+        "sendThreadPoolQueueSize",
+        "sendThreadPoolQueueCapacity",
+        "sendThreadPoolQueueHeadWaitTimeMills",
+        10000,
+    ),
+    "pull": (
+        "pullThreadPoolQueueSize",
+        "pullThreadPoolQueueCapacity",
+        "pullThreadPoolQueueHeadWaitTimeMills",
+        100000,
+    ),
+    "query": (
+        "queryThreadPoolQueueSize",
+        "queryThreadPoolQueueCapacity",
+        "queryThreadPoolQueueHeadWaitTimeMills",
+        20000,
+    ),
+    "transaction": ("EndTransactionQueueSize", "EndTransactionThreadPoolQueueCapacity", "", 100000),
+}
 
 
 class AdminBrokerProcessor:
@@ -60,6 +92,14 @@ class AdminBrokerProcessor:
             RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
             RequestCode.LOCK_BATCH_MQ: self.lock_batch_mq,
             RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch_mq,
+            RequestCode.GET_BROKER_CONFIG: self.get_broker_config,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_and_create_group,
+            RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats_info,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list,
+            RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
+            RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,
+            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.query_topic_consume_by_who,
+            RequestCode.GET_BROKER_CONSUME_STATS: self.get_broker_consume_stats,
         }
 
     def _queue(self, request: RemotingCommand) -> tuple[ConsumeQueue | None, int]:
@@ -171,28 +211,76 @@ class AdminBrokerProcessor:
     async def get_broker_runtime_info(
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand:
-        """``getBrokerRuntimeInfo``: a KVTable of figures (RocketMQ's names where they exist,
-        plus the broker's ``statistics()`` flattened under ``stats.``)."""
-        commitlog = self.ctx.broker.store.commitlog
-        table: dict[str, str] = {
-            "brokerRole": self.ctx.config.broker_role.value,
-            "brokerName": self.ctx.config.broker_name,
-            "brokerId": str(self.ctx.config.broker_id),
-            "brokerAddr": self.ctx.broker_addr,
-            "commitLogMinOffset": str(commitlog.min_offset),
-            "commitLogMaxOffset": str(commitlog.max_offset),
-            "dispatchBehindBytes": str(self.ctx.reput.behind),
-            "topicConfigDataVersion": dumps_bytes(
-                self.ctx.meta.topics.data_version.to_json()
-            ).decode(),
-            "subscriptionGroupDataVersion": dumps_bytes(
-                self.ctx.meta.groups.data_version.to_json()
-            ).decode(),
-        }
-        table.update(self.ctx.extra_info())
-        table.update(_flatten("stats", self.ctx.broker.statistics()))
-        table.update({f"served.{key}": str(n) for key, n in sorted(self.ctx.served.items())})
-        return request.response(ResponseCode.SUCCESS, body=dumps_bytes({"table": table}))
+        """``getBrokerRuntimeInfo``: a KVTable with every key RocketMQ 4.9.7 reports, then
+        trioha's own figures (role, addresses, data versions, the broker's ``statistics()``
+        under ``stats.``, requests answered under ``served.``)."""
+        return request.response(
+            ResponseCode.SUCCESS, body=dumps_bytes({"table": self.runtime_info()})
+        )
+
+    def runtime_info(self) -> dict[str, str]:
+        ctx = self.ctx
+        commitlog = ctx.broker.store.commitlog
+        root = ctx.broker.store.root
+        table = ctx.stats.runtime_info(
+            put_size_total=max(0, commitlog.max_offset - ctx.boot_max_offset)
+        )
+        # The commit log may live elsewhere (storePathCommitLog); the memory log has no dir.
+        commitlog_dir = str(getattr(commitlog, "directory", root / "commitlog"))
+        commitlog_ratio = java_double(used_ratio(commitlog_dir))
+        earliest = ctx.read_record_at(commitlog.min_offset)
+        now = time.monotonic()
+        table.update(
+            {
+                f"commitLogDiskRatio_{commitlog_dir}": commitlog_ratio,
+                "commitLogDiskRatio": commitlog_ratio,
+                "consumeQueueDiskRatio": java_double(used_ratio(root / "consumequeue")),
+                "commitLogMinOffset": str(commitlog.min_offset),
+                "commitLogMaxOffset": str(commitlog.max_offset),
+                "brokerVersionDesc": BROKER_VERSION_DESC,
+                "brokerVersion": str(BROKER_VERSION),
+                "dispatchBehindBytes": str(ctx.reput.behind),
+                # Appends run on the event loop between awaits: no put lock is ever held
+                # while a request waits, so this is always 0.
+                "pageCacheLockTimeMills": "0",
+                "earliestMessageTimeStamp": str(
+                    earliest.store_timestamp if earliest is not None else -1
+                ),
+                "startAcceptSendRequestTimeStamp": "0",
+                "remainTransientStoreBufferNumbs": str(2**31 - 1),
+                "remainHowManyDataToFlush": human_bytes(
+                    max(0, commitlog.max_offset - commitlog.flushed_offset)
+                ),
+                "commitLogDirCapacity": disk_capacity_text(str(root)),
+            }
+        )
+        for pool, (size_key, capacity_key, wait_key, capacity) in _POOL_KEYS.items():
+            in_flight = ctx.in_flight[pool]
+            table[size_key] = str(len(in_flight))
+            table[capacity_key] = str(capacity)
+            if wait_key:
+                oldest = min(in_flight.values(), default=now)
+                table[wait_key] = str(int((now - oldest) * 1000))
+        for level, (offset, max_offset) in ctx.schedule_offsets().items():
+            table[f"scheduleMessageOffset_{level}"] = f"{offset},{max_offset}"
+        table.update(
+            {
+                "brokerRole": ctx.config.broker_role.value,
+                "brokerName": ctx.config.broker_name,
+                "brokerId": str(ctx.config.broker_id),
+                "brokerAddr": ctx.broker_addr,
+                "topicConfigDataVersion": dumps_bytes(
+                    ctx.meta.topics.data_version.to_json()
+                ).decode(),
+                "subscriptionGroupDataVersion": dumps_bytes(
+                    ctx.meta.groups.data_version.to_json()
+                ).decode(),
+            }
+        )
+        table.update(ctx.extra_info())
+        table.update(_flatten("stats", ctx.broker.statistics()))
+        table.update({f"served.{key}": str(n) for key, n in sorted(ctx.served.items())})
+        return table
 
     async def lock_batch_mq(
         self, request: RemotingCommand, connection: RemotingConnection
@@ -222,6 +310,310 @@ class AdminBrokerProcessor:
         return request.response(ResponseCode.SUCCESS)
 
 
+    # --- mqadmin's admin codes ---------------------------------------------------------------
+    def _refuse_on_slave(self, request: RemotingCommand) -> RemotingCommand | None:
+        """``validateSlave``: tables are changed on the master, slaves copy them."""
+        if not self.ctx.is_slave:
+            return None
+        return request.response(
+            ResponseCode.SYSTEM_ERROR,
+            "Can't modify topic or subscription group from slave broker, "
+            "please execute it from master broker.",
+        )
+
+    async def get_broker_config(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        """``getBrokerConfig``: ``key=value`` lines of the configuration, its version."""
+        body = "".join(f"{k}={v}\n" for k, v in broker_config_properties(self.ctx.config).items())
+        return request.response(
+            ResponseCode.SUCCESS,
+            None,
+            {"version": dumps(self.ctx.config_version.to_json())},
+            body.encode(),
+        )
+
+    async def update_and_create_group(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        """``updateAndCreateSubscriptionGroup``: the body is a ``SubscriptionGroupConfig``."""
+        refused = self._refuse_on_slave(request)
+        if refused is not None:
+            return refused
+        body = json_body(request)
+        name = str(body.get("groupName") or "")
+        if not name.strip():
+            return request.response(ResponseCode.SYSTEM_ERROR, "the group name is blank")
+        try:
+            config = SubscriptionGroupConfig.from_json(name, body)
+        except (TypeError, ValueError) as exc:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, f"bad subscription group config: {exc}"
+            )
+        self.ctx.meta.groups.update(config)
+        return request.response(ResponseCode.SUCCESS)
+
+    def _offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """(min, max) consume queue offsets of a queue, 0 for a queue with none."""
+        queue = self.ctx.reput.queues.get(topic, queue_id)
+        if queue is None:
+            return 0, 0
+        commitlog_min = self.ctx.broker.store.commitlog.min_offset
+        return max(0, queue_min_offset(queue, commitlog_min)), max(0, queue.max_offset)
+
+    def _message_time(self, topic: str, queue_id: int, queue_offset: int) -> int:
+        """``getMessageStoreTimeStamp``: the store time of one queue entry, 0 if unknown."""
+        queue = self.ctx.reput.queues.get(topic, queue_id)
+        if queue is None or queue_offset < 0:
+            return 0
+        return self._store_timestamp(queue, queue_offset) or 0
+
+    def _mq(self, topic: str, queue_id: int) -> str:
+        """A ``MessageQueue`` as fastjson writes it (also as a map key, unquoted)."""
+        return dumps(
+            {"brokerName": self.ctx.config.broker_name, "queueId": queue_id, "topic": topic}
+        )
+
+    async def get_topic_stats_info(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        """``getTopicStatsInfo``: offsets and last store time of every write queue."""
+        topic = request.require("topic")
+        config = self.ctx.meta.topics.select(topic)
+        if config is None:
+            return request.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        entries = []
+        for queue_id in range(config.write_queue_nums):
+            low, high = self._offsets(topic, queue_id)
+            stamp = self._message_time(topic, queue_id, high - 1) if high > 0 else 0
+            entries.append(
+                (
+                    self._mq(topic, queue_id),
+                    dumps({"lastUpdateTimestamp": stamp, "maxOffset": high, "minOffset": low}),
+                )
+            )
+        body = '{"offsetTable":' + _object_keyed(entries) + "}"
+        return request.response(ResponseCode.SUCCESS, body=body.encode())
+
+    async def get_consumer_connection_list(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        """``getConsumerConnectionList``: who is online in a group, and what it subscribes."""
+        group = request.require("consumerGroup")
+        info = self.ctx.clients.consumers.get(group)
+        if info is None or not info.channels:
+            return request.response(
+                ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online"
+            )
+        body = {
+            "connectionSet": [
+                {
+                    "clientAddr": str(getattr(channel.connection, "peer", channel.connection)),
+                    "clientId": channel.client_id,
+                    "language": channel.language,
+                    "version": channel.version,
+                }
+                for channel in info.channels.values()
+            ],
+            "consumeFromWhere": info.consume_from_where,
+            "consumeType": info.consume_type,
+            "messageModel": info.message_model,
+            "subscriptionTable": {t: s.to_json() for t, s in info.subscriptions.items()},
+        }
+        return request.response(ResponseCode.SUCCESS, body=dumps_bytes(body))
+
+    def _consume_stats(
+        self, group: str, topic: str, queue_nums: int
+    ) -> tuple[list[tuple[str, str]], int]:
+        """``OffsetWrapper``s of a group's queues of a topic, and their total lag."""
+        entries, diff = [], 0
+        for queue_id in range(queue_nums):
+            _, broker_offset = self._offsets(topic, queue_id)
+            consumer_offset = max(0, self.ctx.meta.offsets.query(group, topic, queue_id))
+            stamp = (
+                self._message_time(topic, queue_id, consumer_offset - 1)
+                if consumer_offset > 0
+                else 0
+            )
+            diff += broker_offset - consumer_offset
+            entries.append(
+                (
+                    self._mq(topic, queue_id),
+                    dumps(
+                        {
+                            "brokerOffset": broker_offset,
+                            "consumerOffset": consumer_offset,
+                            "lastTimestamp": stamp,
+                        }
+                    ),
+                )
+            )
+        return entries, diff
+
+    def _consumed_topics(self, group: str, topics: Iterable[str]) -> list[TopicConfig]:
+        """The topics a group's stats cover: known here, and subscribed while it is online."""
+        online = self.ctx.clients.consumers.get(group)
+        subscribed = online.subscriptions if online is not None else {}
+        out = []
+        for topic in sorted(topics):
+            config = self.ctx.meta.topics.select(topic)
+            if config is None:
+                log.warning("consume stats of %s: topic %s not exist", group, topic)
+                continue
+            if subscribed and topic not in subscribed:
+                continue  # online, but no longer subscribing to it
+            out.append(config)
+        return out
+
+    async def get_consume_stats(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        """``getConsumeStats``: broker and consumer offsets of a group's read queues."""
+        group = request.require("consumerGroup")
+        topic = request.field("topic") or ""
+        topics = [topic] if topic.strip() else self.ctx.meta.offsets.topics_of(group)
+        entries: list[tuple[str, str]] = []
+        tps = 0.0
+        for config in self._consumed_topics(group, topics):
+            found, _ = self._consume_stats(group, config.topic_name, config.read_queue_nums)
+            entries.extend(found)
+            tps += self.ctx.stats.group_tps(group, config.topic_name)
+        body = (
+            '{"consumeTps":' + java_double(tps) + ',"offsetTable":' + _object_keyed(entries) + "}"
+        )
+        return request.response(ResponseCode.SUCCESS, body=body.encode())
+
+    async def get_broker_consume_stats(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        """``fetchAllConsumeStatsInBroker``: every group's stats over write queues."""
+        is_order = (request.field("isOrder") or "false").strip().lower() == "true"
+        groups, total_diff = [], 0
+        for group in sorted(self.ctx.meta.groups.table):
+            stats = []
+            for config in self._consumed_topics(group, self.ctx.meta.offsets.topics_of(group)):
+                if is_order and not config.order:
+                    continue
+                entries, diff = self._consume_stats(
+                    group, config.topic_name, config.write_queue_nums
+                )
+                total_diff += diff
+                tps = self.ctx.stats.group_tps(group, config.topic_name)
+                stats.append(
+                    '{"consumeTps":'
+                    + java_double(tps)
+                    + ',"offsetTable":'
+                    + _object_keyed(entries)
+                    + "}"
+                )
+            groups.append("{" + dumps(group) + ":[" + ",".join(stats) + "]}")
+        body = (
+            '{"brokerAddr":'
+            + dumps(self.ctx.broker_addr)
+            + ',"consumeStatsList":['
+            + ",".join(groups)
+            + '],"totalDiff":'
+            + str(total_diff)
+            + "}"
+        )
+        return request.response(ResponseCode.SUCCESS, body=body.encode())
+
+    async def delete_topic(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        """``deleteTopic``: drop the topic's config and its consume queues."""
+        refused = self._refuse_on_slave(request)
+        if refused is not None:
+            return refused
+        topic = request.require("topic")
+        error = topic_error(topic)
+        if error is not None:
+            return request.response(ResponseCode.SYSTEM_ERROR, error)
+        if is_system_topic(topic, self.ctx.config):
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic."
+            )
+        self.ctx.meta.topics.delete(topic)
+        removed = self.ctx.reput.queues.remove_topic(topic)
+        log.info("topic %s deleted by %s (%d queues removed)", topic, connection.peer, removed)
+        self.ctx.on_topics_changed()
+        return request.response(ResponseCode.SUCCESS)
+
+    async def query_topic_consume_by_who(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        """``queryTopicConsumeByWho``: online subscribers and groups with stored offsets."""
+        topic = request.require("topic")
+        groups = {
+            name
+            for name, info in self.ctx.clients.consumers.items()
+            if topic in info.subscriptions
+        }
+        groups |= self.ctx.meta.offsets.groups_of(topic)
+        body = dumps_bytes({"groupList": sorted(groups)})
+        return request.response(ResponseCode.SUCCESS, body=body)
+
+
+#: ``TopicValidator``'s system topics (besides the cluster and broker names).
+SYSTEM_TOPICS = frozenset(
+    {
+        "SELF_TEST_TOPIC",
+        "TBW102",
+        "BenchmarkTest",
+        "OFFSET_MOVED_EVENT",
+        "SCHEDULE_TOPIC_XXXX",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRACE_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+    }
+)
+
+
+def is_system_topic(topic: str, config: BrokerConfig) -> bool:
+    """``TopicValidator.isSystemTopic``, with the cluster and broker names RocketMQ adds."""
+    return (
+        topic in SYSTEM_TOPICS
+        or topic.startswith("rmq_sys_")
+        or topic in (config.broker_cluster_name, config.broker_name)
+    )
+
+
+def _object_keyed(entries: Iterable[tuple[str, str]]) -> str:
+    """A map whose keys are objects, as fastjson writes it: ``{{"k":1}:{...}}``.
+
+    Not standard JSON, but what mqadmin and the Java client parse (``TopicStatsTable``,
+    ``ConsumeStats``); both parts are already encoded.
+    """
+    return "{" + ",".join(f"{key}:{value}" for key, value in entries) + "}"
+
+
+#: trioha's option names that RocketMQ spells differently from the plain camelCase form.
+_JAVA_NAMES = {"broker_ip1": "brokerIP1", "check_crc_on_recover": "checkCRCOnRecover"}
+
+
+def _camel_case(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+def broker_config_properties(config: BrokerConfig) -> dict[str, str]:
+    """``MixAll.properties2String`` of the configuration: every option that is set."""
+    out: dict[str, str] = {}
+    for field in attrs.fields(type(config)):
+        value = getattr(config, field.name)
+        if value is None:
+            continue
+        name = _JAVA_NAMES.get(field.name) or _camel_case(field.name)
+        if isinstance(value, bool):
+            out[name] = "true" if value else "false"
+        elif isinstance(value, enum.Enum):
+            out[name] = str(value.value)
+        else:
+            out[name] = str(value)
+    return out
+
+
 def _flatten(prefix: str, value: Any) -> dict[str, str]:
     if attrs.has(type(value)):
         out: dict[str, str] = {}
@@ -238,6 +630,12 @@ def _flatten(prefix: str, value: Any) -> dict[str, str]:
         for index, item in enumerate(value):
             out.update(_flatten(f"{prefix}.{index}", item))
         return out
-    if hasattr(value, "value") and not isinstance(value, int | float | str):
-        return {prefix: str(value.value)}
+    if value is None:
+        return {}  # absent (a master has no HA client): no key rather than a "None"
+    if isinstance(value, bool):
+        return {prefix: "true" if value else "false"}
+    if isinstance(value, float):
+        return {prefix: java_double(value)}
+    if hasattr(value, "value") and not isinstance(value, int | str):
+        return _flatten(prefix, value.value)
     return {prefix: str(value)}

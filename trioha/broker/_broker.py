@@ -25,6 +25,7 @@ from trioha._errors import StorageError
 from trioha._status import PutResult, PutStatus, refusal_status
 from trioha.acl import HASecurity
 from trioha.broker._clientside import ClientSide, serve_client_side
+from trioha.broker._schedule import apply_delay_levels, parse_delay_levels
 from trioha.broker._types import new_message
 from trioha.net import HAClient, HAClientStatistics, HAService, HAServiceStatistics
 from trioha.net._client import DIVERGED_FILE
@@ -118,6 +119,7 @@ class Broker:
         self._flusher = _GroupFlusher(self)
         self._log_grew = Wakeup()
         self._puts = 0
+        self._max_delay_level = len(parse_delay_levels(config.message_delay_level))
         self._closed = False
 
     # --- the put API ------------------------------------------------------------------------
@@ -159,8 +161,15 @@ class Broker:
             return PutResult(PutStatus.MESSAGE_ILLEGAL)
         return await self.put_batch([message])
 
-    async def put_batch(self, messages: Sequence[NewMessage]) -> PutResult:
+    async def put_batch(
+        self, messages: Sequence[NewMessage], *, delivery: bool = False
+    ) -> PutResult:
         """Store several messages as consecutive records (RocketMQ's batch put).
+
+        A message with a ``DELAY`` level is stored in its level's queue of
+        ``SCHEDULE_TOPIC_XXXX`` (:func:`~trioha.broker._schedule.apply_delay_levels`), unless
+        ``delivery`` says this is the delivery of such a message, which also waits for neither
+        flush nor replicas (``waitStoreMsgOK`` false, as ``ScheduleMessageService`` puts).
 
         A refusal is a status, never an exception: SERVICE_NOT_AVAILABLE on a slave or a
         stopped broker, the status :func:`~trioha._status.refusal_status` gives for what the
@@ -177,6 +186,8 @@ class Broker:
             self.disk.refused += 1
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
         try:
+            if not delivery:
+                messages = apply_delay_levels(messages, self._max_delay_level)
             results = self.store.commitlog.append_batch(messages)
         except (StorageError, ValueError) as exc:  # ValueError: a topic that is no UTF-8
             status = refusal_status(exc)
@@ -192,7 +203,11 @@ class Broker:
         self._puts += len(results)
         self._on_log_grew()
         first, last = results[0], results[-1]
-        status = await self._wait_policies(first.physical_offset, last.end_offset)
+        if delivery:
+            await trio.lowlevel.checkpoint()
+            status = PutStatus.PUT_OK
+        else:
+            status = await self._wait_policies(first.physical_offset, last.end_offset)
         return PutResult(
             status,
             offset=first.physical_offset,

@@ -4,10 +4,13 @@ Started by the broker inside its nursery, it runs, all in one nursery of its own
 
 * the broker port (``listen_port`` on ``broker_ip1``; port 0 picks a free one, reported
   through ``task_status``) answering the official clients (:mod:`._processor`);
-* the consume queue builder (:mod:`._reput`), on master and slave;
+* the VIP channel, ``listen_port - 2`` (RocketMQ's ``fastListenPort``): the same processor
+  minus PULL_MESSAGE, where Java slaves fetch the topic table and VIP-enabled clients send;
+* the consume queue and message index builder (:mod:`._reput`), on master and slave;
 * an embedded name server when ``embedded_namesrv`` is set;
 * name server registration when ``namesrv_addr`` is set (:mod:`._registration`);
 * on a slave, metadata replication from the master (:mod:`._slavesync`);
+* on a master, delayed-message delivery per delay level (:mod:`._schedule`);
 * housekeeping: idle clients dropped after 120 s, consumer offsets persisted every 5 s;
 * with ``acl_enable``, the ACL check before every request on the broker port and the
   embedded name server, and the ACL file watcher; with ``tls_server_mode``, TLS on both
@@ -20,6 +23,7 @@ consume queues flushed, when the service is cancelled.
 from __future__ import annotations
 
 import logging
+import socket
 from functools import partial
 from typing import NoReturn
 
@@ -30,9 +34,10 @@ from trioha._config import BrokerConfig, BrokerRole, parse_address
 from trioha._errors import ConfigError
 from trioha.acl import AclGuard, PlainAcl, RequestSigner, Role, TlsAcceptor, client_context
 from trioha.broker._metadata import Metadata, write_snapshots
-from trioha.broker._processor import BrokerProcessor
+from trioha.broker._processor import BrokerProcessor, VipChannelProcessor
 from trioha.broker._registration import Registrar, namesrv_addresses
 from trioha.broker._reput import CHECKPOINT_FILE, FLUSH_INTERVAL, ReputService
+from trioha.broker._schedule import ScheduleMessageService, parse_delay_levels
 from trioha.broker._slavesync import SlaveSynchronize
 from trioha.broker._types import BrokerLike
 from trioha.namesrv._processor import serve_namesrv
@@ -45,6 +50,7 @@ from trioha.remoting._server import (
 )
 from trioha.store._consumequeue import ConsumeQueueStore
 from trioha.store._diskspace import METADATA, DiskGuard
+from trioha.store._index import IndexService
 
 log = logging.getLogger("trioha.remoting")
 
@@ -68,6 +74,36 @@ class ClientSide:
     connections: ConnectionCounters = attrs.field(factory=ConnectionCounters)
     acl: PlainAcl | None = None
     guard: AclGuard | None = None
+    #: Delayed-message delivery (masters only).
+    schedule: ScheduleMessageService | None = None
+    #: The VIP channel's address (``MixAll.brokerVIPChannel``: the broker port - 2).
+    vip_addr: str = ""
+
+
+#: Attempts at finding a free port pair (p, p - 2) when ``listen_port`` is 0.
+_PORT_PAIR_ATTEMPTS = 64
+
+
+def free_port_pair(host: str) -> int:
+    """A free port ``p`` (> 1025) whose ``p - 2`` is free too, for ``listen_port = 0``.
+
+    RocketMQ derives the VIP port from the broker port (clients and slaves compute it), so a
+    broker asked for "any port" must still get a pair; the ports are probed, then released.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    for _ in range(_PORT_PAIR_ATTEMPTS):
+        with socket.socket(family, socket.SOCK_STREAM) as main:
+            main.bind((host, 0))
+            port = int(main.getsockname()[1])
+            if port <= 1025:
+                continue
+            with socket.socket(family, socket.SOCK_STREAM) as vip:
+                try:
+                    vip.bind((host, port - 2))
+                except OSError:
+                    continue
+            return port
+    raise OSError(f"no free port pair (p, p-2) found on {host}")
 
 
 async def serve_client_side(
@@ -85,12 +121,20 @@ async def serve_client_side(
     meta = await trio.to_thread.run_sync(Metadata.load, root, config)
     queues = ConsumeQueueStore(root)
     disk: DiskGuard = getattr(broker, "disk", None) or DiskGuard({})
+    index = (
+        IndexService(root, slots=config.max_hash_slot_num, max_index=config.max_index_num)
+        if config.message_index_enable
+        else None
+    )
+    delays = parse_delay_levels(config.message_delay_level)
     reput = ReputService(
         broker.store.commitlog,
         queues,
         checkpoint=root / "config" / CHECKPOINT_FILE,
         disk=disk,
         retry_interval=min(FLUSH_INTERVAL, config.clean_resource_interval / 1000),
+        index=index,
+        delay_levels=delays,
     )
     reput.recover()
     persister = _Persister(meta, disk)
@@ -117,6 +161,8 @@ async def serve_client_side(
             await persister.persist()
             await reput.flush()
             queues.close()
+            if index is not None:
+                index.close()
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -173,11 +219,20 @@ async def _start(
         on_topics_changed=topics_changed,
     )
     guard = AclGuard(processor, acl.validator(Role.BROKER)) if acl is not None else None
+    try:
+        listen_port = config.listen_port or await trio.to_thread.run_sync(
+            free_port_pair, config.broker_ip1
+        )
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot listen on {config.broker_ip1}:0 (listenPort, --listen): "
+            f"{exc.strerror or exc}"
+        ) from exc
     host, port = await nursery.start(
         lambda task_status: serve_remoting(
             guard or processor,
             config.broker_ip1,
-            config.listen_port,
+            listen_port,
             on_close=processor.connection_closed,
             setting="listenPort, --listen",
             idle_timeout=config.server_channel_max_idle_time_seconds,
@@ -190,8 +245,34 @@ async def _start(
     broker_addr = f"{config.broker_ip1}:{port}"
     processor.broker_addr = broker_addr
     log.info("%s broker port listening on %s:%d", config.broker_role.value, host, port)
+    # BrokerController.initialize: fastConfig.setListenPort(listenPort - 2).
+    # The VIP channel is guarded like the broker port: ACL, TLS, idle timeout and the cap.
+    vip = VipChannelProcessor(processor)
+    vip_guard = AclGuard(vip, acl.validator(Role.BROKER)) if acl is not None else None
+    _, vip_port = await nursery.start(
+        lambda task_status: serve_remoting(
+            vip_guard or vip,
+            config.broker_ip1,
+            port - 2,
+            on_close=processor.connection_closed,
+            setting="listenPort - 2 (the VIP channel)",
+            idle_timeout=config.server_channel_max_idle_time_seconds,
+            max_connections=config.server_max_connections or default_max_connections(),
+            counters=connections,
+            wrap_stream=TlsAcceptor.for_config(config, what="VIP channel"),
+            task_status=task_status,
+        )
+    )
+    log.info("VIP channel listening on %s:%d", host, vip_port)
     await nursery.start(reput.run, broker.wait_log_grew)
     nursery.start_soon(_housekeeping, processor, persister)
+    nursery.start_soon(processor.ctx.stats.run)
+    schedule: ScheduleMessageService | None = None
+    if config.broker_role.is_master:  # delayed messages are delivered by masters only
+        schedule = ScheduleMessageService(
+            broker, reput, meta.delay, parse_delay_levels(config.message_delay_level)
+        )
+        nursery.start_soon(schedule.run)
 
     slave_sync: SlaveSynchronize | None = None
     if config.broker_role is BrokerRole.SLAVE:
@@ -237,9 +318,6 @@ async def _start(
             "connectionsOpen": str(connections.open),
             "connectionsRefused": str(connections.refused),
             "connectionsIdleClosed": str(connections.idle_closed),
-            # DefaultMessageStore.getRuntimeInfo's RunningStats names.
-            "commitLogDiskRatio": str(reput.disk.ratios.get("CL", -1.0)),
-            "consumeQueueDiskRatio": str(reput.disk.ratios.get("CQ", -1.0)),
         }
         if registrar is not None:
             info["namesrvRegistrations"] = str(registrar.registrations)
@@ -260,6 +338,8 @@ async def _start(
         meta=meta,
         reput=reput,
         processor=processor,
+        vip_addr=f"{config.broker_ip1}:{vip_port}",
+        schedule=schedule,
         registrar=registrar,
         slave_sync=slave_sync,
         namesrv_addr=namesrv_bound,

@@ -19,9 +19,12 @@ from trioha._errors import StorageError
 from trioha.broker._clients import ClientManager
 from trioha.broker._metadata import Metadata
 from trioha.broker._reput import ReputService
+from trioha.broker._schedule import SCHEDULE_TOPIC
+from trioha.broker._stats import BrokerStats
 from trioha.broker._types import BrokerLike
 from trioha.remoting._codec import HeaderError, RemotingCommand
 from trioha.remoting._connection import RemotingConnection
+from trioha.remoting._dataversion import DataVersion
 from trioha.remoting._json import loads_lenient
 from trioha.store._consumequeue import ConsumeQueue
 from trioha.store._message import (
@@ -71,6 +74,20 @@ class BrokerContext:
         self.now = clock
         #: Requests answered, by ``"<code name>.<response code>"`` (reported by ``status``).
         self.served: collections.Counter[str] = collections.Counter()
+        #: ``StoreStatsService``'s figures; puts are the broker's own count of stored messages.
+        self.stats = BrokerStats(puts_total=lambda: int(getattr(broker.statistics(), "puts", 0)))
+        #: ``Configuration``'s data version (GET_BROKER_CONFIG's ``version`` header).
+        self.config_version = DataVersion.new()
+        #: The commit log's end when the broker started (``putMessageSizeTotal`` counts from it).
+        self.boot_max_offset = broker.store.commitlog.max_offset
+        #: Requests being processed, by thread-pool name ("send", "pull", "query",
+        #: "transaction"): id -> start (``time.monotonic``), for the ``*ThreadPoolQueue*`` keys.
+        self.in_flight: dict[str, dict[int, float]] = {
+            "send": {},
+            "pull": {},
+            "query": {},
+            "transaction": {},
+        }
 
     @property
     def is_slave(self) -> bool:
@@ -83,6 +100,31 @@ class BrokerContext:
         if disk is None:
             return SERVICE_NOT_AVAILABLE_REMARK
         return disk_full_remark(disk.ratio_remark())
+
+    def schedule_offsets(self) -> dict[int, tuple[int, int]]:
+        """Delay level -> (delivered offset, max offset of its queue): the runtime info's
+        ``scheduleMessageOffset_<level>`` (``ScheduleMessageService.buildRunningStats``)."""
+        out = {}
+        for level, offset in sorted(self.meta.delay.table.items()):
+            queue = self.reput.queues.get(SCHEDULE_TOPIC, level - 1)
+            out[level] = (offset, queue.max_offset if queue is not None else 0)
+        return out
+
+    def raw_record_at(self, offset: int) -> bytes | None:
+        """The stored bytes of the record at ``offset`` (TOTALSIZE read from there), or None
+        when they cannot be read whole (``DefaultMessageStore.selectOneMessageByOffset``)."""
+        commitlog = self.broker.store.commitlog
+        try:
+            head = commitlog.read(offset, 4)
+            if len(head) < 4:
+                return None
+            size = int.from_bytes(head, "big", signed=True)
+            if size < 4:
+                return None
+            data = commitlog.read(offset, size)
+        except StorageError:
+            return None
+        return bytes(data) if len(data) == size else None
 
     def read_record_at(self, offset: int) -> Any:
         commitlog = self.broker.store.commitlog

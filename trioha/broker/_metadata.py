@@ -284,6 +284,15 @@ class TopicConfigManager(_ConfigFile):
         self.data_version = self.data_version.next()
         self.persist()
 
+    def delete(self, topic: str) -> TopicConfig | None:
+        """``deleteTopicConfig``: remove, bump the version, persist; the removed config."""
+        removed = self.table.pop(topic, None)
+        if removed is not None:
+            self.data_version = self.data_version.next()
+            log.info("deleted topic %s: %s", topic, removed)
+            self.persist()
+        return removed
+
     def create_in_send(
         self, topic: str, default_topic: str, client_queue_nums: int, topic_sys_flag: int = 0
     ) -> TopicConfig | None:
@@ -378,6 +387,10 @@ class ConsumerOffsetManager(_ConfigFile):
     def groups_of(self, topic: str) -> set[str]:
         return {key.split("@", 1)[1] for key in self.table if key.split("@", 1)[0] == topic}
 
+    def topics_of(self, group: str) -> set[str]:
+        """``whichTopicByConsumer``: the topics ``group`` has committed offsets for."""
+        return {key.split("@", 1)[0] for key in self.table if key.split("@", 1)[1] == group}
+
     def encode(self) -> str:
         return dumps(
             {
@@ -460,6 +473,15 @@ class SubscriptionGroupManager(_ConfigFile):
             self.persist()
         return config
 
+    def update(self, config: SubscriptionGroupConfig) -> None:
+        """``updateSubscriptionGroupConfig``: replace, bump the version, persist."""
+        old = self.table.get(config.group_name)
+        self.table[config.group_name] = config
+        self.data_version = self.data_version.next()
+        verb = "updated" if old else "created"
+        log.info("%s subscription group %s: %s", verb, config.group_name, config)
+        self.persist()
+
     def wrapper(self) -> dict[str, Any]:
         return {
             "dataVersion": self.data_version.to_json(),
@@ -488,24 +510,46 @@ class SubscriptionGroupManager(_ConfigFile):
 
 
 class DelayOffsets(_ConfigFile):
-    """``ScheduleMessageService``'s offset table (per delay level), kept as text.
+    """``ScheduleMessageService``'s offset table: per delay level, the next queue offset of
+    ``SCHEDULE_TOPIC_XXXX`` to deliver.
 
-    trioha has no delay-level scheduler; it keeps the table so that a slave carries its
-    master's file (``syncDelayOffset`` writes the master's text verbatim) and so that a
-    slave promoted by hand in a Java deployment finds it.
+    Written as RocketMQ writes it (fastjson, unquoted integer keys): compact on the wire
+    (GET_ALL_DELAY_OFFSET) and pretty in the file. A slave stores its master's text verbatim
+    (``syncDelayOffset``), so a Java master's file round-trips unchanged.
     """
 
     file_name = "delayOffset.json"
 
     def __init__(self, config_dir: Path) -> None:
         super().__init__(config_dir)
-        self.text = dumps({"offsetTable": {}})
+        self.table: dict[int, int] = {}
         loaded = read_config_file(self.path)
         if loaded is not None:
-            self.text = dumps(loaded)
+            self.table = _delay_table(loaded, source=str(self.path))
+        self.text = self._pretty()
+
+    def offset(self, level: int) -> int:
+        """The next queue offset to deliver at ``level`` (0 when absent)."""
+        return self.table.get(level, 0)
+
+    def set_offset(self, level: int, offset: int) -> None:
+        """``updateOffset``: delivered up to ``offset`` (persisted by the next flush)."""
+        self.table[level] = offset
+        self.text = self._pretty()
+        self.dirty = True
+
+    def _entries(self) -> str:
+        return ",".join(f"{level}:{offset}" for level, offset in sorted(self.table.items()))
 
     def encode(self) -> str:
-        return self.text
+        """``ScheduleMessageService.encode()``: ``{"offsetTable":{1:7,3:12}}``."""
+        return '{"offsetTable":{' + self._entries() + "}}"
+
+    def _pretty(self) -> str:
+        """fastjson's pretty form: ``{\\n\\t"offsetTable":{1:7,3:12\\n\\t}\\n}``."""
+        if not self.table:
+            return '{\n\t"offsetTable":{}\n}'
+        return '{\n\t"offsetTable":{' + self._entries() + "\n\t}\n}"
 
     def encode_pretty(self) -> str:
         return self.text
@@ -517,9 +561,25 @@ class DelayOffsets(_ConfigFile):
             raise ValueError("the master's delay offsets are not a JSON object")
         if text == self.text:
             return False
+        self.table = _delay_table(value, source="the master's delay offsets")
         self.text = text
         self.persist()
         return True
+
+
+def _delay_table(value: Mapping[str, Any], *, source: str) -> dict[int, int]:
+    table = value.get("offsetTable")
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: offsetTable is not an object")
+    out: dict[int, int] = {}
+    for level, offset in table.items():
+        try:
+            out[int(level)] = int(offset)
+        except (TypeError, ValueError):
+            log.warning("%s: ignoring malformed delay offset %r: %r", source, level, offset)
+    return out
 
 
 @attrs.define

@@ -15,13 +15,13 @@ RocketMQ's response codes and remarks, because clients branch on them:
 =========================  =====================================================
 
 Where trioha differs, the handler says so: a slave refuses sends before any topic is
-auto-created (its tables come from its master); sent-back messages go straight to the retry
-topic (there is no delay-level scheduler); QUERY_MESSAGE by key is not supported (there is no
-message index).
+auto-created (its tables come from its master). :class:`VipChannelProcessor` serves the VIP
+channel (``listen_port - 2``) with the same processors minus pulls, as RocketMQ registers them.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Hashable
@@ -44,6 +44,32 @@ from trioha.remoting._codes import RequestCode, ResponseCode
 from trioha.remoting._connection import RemotingConnection
 
 log = logging.getLogger("trioha.broker")
+
+#: The thread pool each request code runs in on a Java broker (``BrokerController``'s
+#: ``sendMessageExecutor`` and friends), for the runtime info's queue figures.
+_POOLS: dict[int, str] = {
+    RequestCode.SEND_MESSAGE: "send",
+    RequestCode.SEND_MESSAGE_V2: "send",
+    RequestCode.SEND_BATCH_MESSAGE: "send",
+    RequestCode.CONSUMER_SEND_MSG_BACK: "send",
+    RequestCode.PULL_MESSAGE: "pull",
+    RequestCode.QUERY_MESSAGE: "query",
+    RequestCode.VIEW_MESSAGE_BY_ID: "query",
+    RequestCode.END_TRANSACTION: "transaction",
+}
+_SENDS = frozenset(
+    {RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE}
+)
+#: ``PutMessageResult.isOk``: stored, whatever the flush or replica outcome.
+_STORED = frozenset(
+    {
+        ResponseCode.SUCCESS,
+        ResponseCode.FLUSH_DISK_TIMEOUT,
+        ResponseCode.FLUSH_SLAVE_TIMEOUT,
+        ResponseCode.SLAVE_NOT_AVAILABLE,
+    }
+)
+_request_ids = itertools.count()
 
 
 class BrokerProcessor:
@@ -129,7 +155,22 @@ class BrokerProcessor:
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                 f" request type {request.code} not supported",
             )
-        result = await handler(request, connection)
+        pool = _POOLS.get(request.code)
+        if pool is None:
+            result = await handler(request, connection)
+        else:
+            in_flight = self.ctx.in_flight[pool]
+            token, started = next(_request_ids), time.monotonic()
+            in_flight[token] = started
+            try:
+                result = await handler(request, connection)
+            finally:
+                del in_flight[token]
+            if request.code in _SENDS:
+                self.ctx.stats.record_put(
+                    (time.monotonic() - started) * 1000,
+                    ok=result is not None and result.code in _STORED,
+                )
         if result is not None:
             self.ctx.served[f"{RequestCode(request.code).name}.{result.code}"] += 1
         return result
@@ -141,3 +182,24 @@ class BrokerProcessor:
     def scan_not_active(self) -> None:
         """``ClientHousekeepingService.scanExceptionChannel``."""
         self.client_manage.scan_not_active()
+
+
+class VipChannelProcessor:
+    """The VIP channel's processor (``registerProcessor`` on ``fastRemotingServer``).
+
+    RocketMQ registers every processor on the VIP port except ``PullMessageProcessor``; a pull
+    sent there falls to the admin processor's default and is refused as not supported.
+    """
+
+    def __init__(self, processor: BrokerProcessor) -> None:
+        self.processor = processor
+
+    async def handle_request(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand | None:
+        if request.code == RequestCode.PULL_MESSAGE:
+            return request.response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                f" request type {request.code} not supported",
+            )
+        return await self.processor.handle_request(request, connection)

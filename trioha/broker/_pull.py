@@ -6,6 +6,7 @@ A pull that finds nothing waits as ``PullRequestHoldService`` would make it wait
 from __future__ import annotations
 
 import logging
+import time
 
 import attrs
 import trio
@@ -150,8 +151,15 @@ class PullMessageProcessor:
                 "The broker does not support consumer to filter message by "
                 + subscription.expression_type,
             )
+        started = time.monotonic()
         result = self.get_message(
             topic, queue_id, offset, request.int_field("maxMsgNums", 32), subscription
+        )
+        self.ctx.stats.record_get(
+            (time.monotonic() - started) * 1000,
+            found=result.status is GetStatus.FOUND,
+            messages=len(result.records),
+            group_topic=(request.field("consumerGroup") or "", topic),
         )
         code = {
             GetStatus.FOUND: ResponseCode.SUCCESS,

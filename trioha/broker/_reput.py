@@ -11,7 +11,9 @@ Mirrors ``DefaultMessageStore.ReputMessageService`` with
   §1.7) stops it until the log grows; it is never skipped, whatever the broker id;
 * an invalid record stops it with an error log: the commit log's recovery is what removes
   bad bytes, skipping them here would hide the problem;
-* consumers long-polling a queue are woken when units are added to it.
+* consumers long-polling a queue are woken when units are added to it;
+* with the message index enabled, each message's unique key and keys are indexed
+  (``CommitLogDispatcherBuildIndex``), also on a slave, which indexes what it replicates.
 
 On start, units pointing past the commit log's end are truncated (``truncateDirtyLogicFiles``)
 and building resumes from a checkpoint written after each flush of the queues, so a crash that
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import NoReturn
@@ -29,13 +32,18 @@ from typing import NoReturn
 import trio
 
 from trioha.broker._metadata import write_config_file
+from trioha.broker._schedule import SCHEDULE_TOPIC, deliver_timestamp
 from trioha.broker._types import CommitLogLike
 from trioha.remoting._json import dumps, loads_lenient
 from trioha.store._consumequeue import ConsumeQueue, ConsumeQueueStore, tags_code
 from trioha.store._contract import CommitLog, SetAside
 from trioha.store._diskspace import CONSUME_QUEUE, CONSUME_QUEUE_CHECKPOINT, DiskGuard
+from trioha.store._index import IndexedMessage, IndexService
 from trioha.store._message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
     PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     DecodedBlank,
     DecodedIncomplete,
     DecodedInvalid,
@@ -49,20 +57,43 @@ log = logging.getLogger("trioha.remoting.reput")
 _TRANSACTION_MASK = 0xC
 _TRANSACTION_NOT_TYPE = 0x0
 _TRANSACTION_COMMIT = 0x8
+_TRANSACTION_ROLLBACK = 0xC
 
 _TAGS_KEY = PROPERTY_TAGS.encode() + b"\x01"
+_KEYS_KEY = PROPERTY_KEYS.encode() + b"\x01"
+_UNIQ_KEY = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX.encode() + b"\x01"
+_DELAY_KEY = PROPERTY_DELAY_TIME_LEVEL.encode() + b"\x01"
+
+
+def _property(props: bytes, key: bytes) -> bytes | None:
+    """The raw value of ``key`` (with its \\x01) in a record's properties bytes, without
+    decoding the others."""
+    at = props.find(key)
+    while at > 0 and props[at - 1] != 2:  # a key starts the string or follows \x02
+        at = props.find(key, at + 1)
+    if at < 0:
+        return None
+    start = at + len(key)
+    end = props.find(b"\x02", start)
+    return props[start : end if end >= 0 else len(props)]
 
 
 def _tags(props: bytes) -> bytes | None:
-    """The raw TAGS value of a record's properties bytes, without decoding the others."""
-    at = props.find(_TAGS_KEY)
-    while at > 0 and props[at - 1] != 2:  # a key starts the string or follows \x02
-        at = props.find(_TAGS_KEY, at + 1)
-    if at < 0:
-        return None
-    start = at + len(_TAGS_KEY)
-    end = props.find(b"\x02", start)
-    return props[start : end if end >= 0 else len(props)]
+    """The raw TAGS value of a record's properties bytes."""
+    return _property(props, _TAGS_KEY)
+
+
+def _indexed(topic: str, props: bytes, offset: int, store_timestamp: int) -> IndexedMessage:
+    """What ``buildIndex`` reads of a record: its unique key and its keys."""
+    uniq = _property(props, _UNIQ_KEY)
+    keys = _property(props, _KEYS_KEY)
+    return IndexedMessage(
+        topic,
+        offset,
+        store_timestamp,
+        uniq.decode("utf-8", "replace") if uniq is not None else None,
+        keys.decode("utf-8", "replace") if keys else None,
+    )
 
 
 #: Tag hash codes by raw tag bytes: a topic has few tags, and hashing one costs a Python loop
@@ -102,6 +133,8 @@ class ReputService:
         checkpoint: Path,
         disk: DiskGuard | None = None,
         retry_interval: float = FLUSH_INTERVAL,
+        index: IndexService | None = None,
+        delay_levels: list[int] | None = None,
     ) -> None:
         self.commitlog = commitlog
         self.queues = queues
@@ -109,6 +142,10 @@ class ReputService:
         #: Where write failures go (puts stop while the queues cannot be written).
         self.disk = disk if disk is not None else DiskGuard({})
         self.retry_interval = retry_interval
+        #: The message index, None when ``message_index_enable`` is off.
+        self.index = index
+        #: The delay of each level (ms): scheduled messages' units carry their due time.
+        self.delay_levels = delay_levels or []
         self.reput_from = 0
         self._arrivals: dict[tuple[str, int], trio.Event] = {}
         self._any_arrival = trio.Event()
@@ -124,6 +161,10 @@ class ReputService:
         saved = self._read_checkpoint()
         if saved is not None:
             start = min(start, saved)
+        if self.index is not None:
+            self.index.load(flushed_up_to=saved)
+            # The index is derived data too: build what it lacks (all of it, the first time).
+            start = min(start, self.index.end_phy_offset)
         self.reput_from = min(max(start, commitlog.min_offset), commitlog.max_offset)
         log.info(
             "consume queues resume from commit log offset %d (log [%d, %d))",
@@ -162,6 +203,8 @@ class ReputService:
         done = 0
         touched: dict[tuple[str, int], ConsumeQueue] = {}
         topics: dict[bytes, str] = {}
+        index = self.index
+        indexed: list[IndexedMessage] = []
         while done < max_records and self.reput_from < commitlog.max_offset:
             if self.reput_from < commitlog.min_offset:
                 self.reput_from = commitlog.min_offset  # old segments were deleted
@@ -186,7 +229,18 @@ class ReputService:
                         if queue is None:
                             queue = touched[key] = self.queues.find_or_create(*key)
                         props = bytes(buf[result.topic_end + 2 : result.props_end])
-                        queue.put(f[5], f[6], total, _tags_code(props))
+                        if topic == SCHEDULE_TOPIC:
+                            tags = self._schedule_tags_code(props, f[11])
+                        else:
+                            tags = _tags_code(props)
+                        queue.put(f[5], f[6], total, tags)
+                        if index is not None:
+                            indexed.append(_indexed(topic, props, f[6], f[11]))
+                    elif index is not None and sysflag & _TRANSACTION_MASK != _TRANSACTION_ROLLBACK:
+                        # Prepared messages are indexed, not queued (CommitLogDispatcherBuildIndex).
+                        raw = bytes(buf[result.topic_start : result.topic_end])
+                        props = bytes(buf[result.topic_end + 2 : result.props_end])
+                        indexed.append(_indexed(raw.decode("utf-8", "replace"), props, f[6], f[11]))
                     pos += total
                     done += 1
                 elif type(result) is DecodedBlank:
@@ -201,6 +255,7 @@ class ReputService:
                         if len(buf) >= needed:
                             continue
                     self.reput_from = offset + pos
+                    self._build_index(indexed)
                     self._wake(touched)
                     return done
                 else:
@@ -214,12 +269,30 @@ class ReputService:
                             result.detail,
                             result.reason.value,
                         )
+                    self._build_index(indexed)
                     self._wake(touched)
                     return done
             else:
                 self.reput_from = offset + pos
+        self._build_index(indexed)
         self._wake(touched)
         return done
+
+    def _schedule_tags_code(self, props: bytes, store_timestamp: int) -> int:
+        """A scheduled message's unit carries its due time (``CommitLog.checkMessageAndReturn
+        Size`` with ``computeDeliverTimestamp``), or its tag hash without a usable level."""
+        raw = _property(props, _DELAY_KEY)
+        try:
+            level = int(raw) if raw is not None else 0
+        except ValueError:
+            level = 0
+        if level <= 0 or not self.delay_levels:
+            return _tags_code(props)
+        return deliver_timestamp(self.delay_levels, level, store_timestamp)
+
+    def _build_index(self, messages: list[IndexedMessage]) -> None:
+        if self.index is not None and messages:
+            self.index.build_all(messages, int(time.time() * 1000))
 
     def _wake(self, touched: dict[tuple[str, int], ConsumeQueue]) -> None:
         if not touched:
@@ -316,6 +389,9 @@ class ReputService:
             return -1
         await trio.to_thread.run_sync(_sync_all, fds)
         try:
+            if self.index is not None:
+                await trio.to_thread.run_sync(self.index.flush)
+                self.index.delete_expired(self.commitlog.min_offset)
             await trio.to_thread.run_sync(
                 write_config_file, self.checkpoint, dumps({"dispatchedOffset": dispatched})
             )

@@ -116,6 +116,7 @@ class SendMessageProcessor:
                 self.ctx.meta.topics.create_in_send_back(target, 1, PERM_WRITE)
                 self.ctx.on_topics_changed()
                 queue_id = 0
+                properties[PROPERTY_DELAY_TIME_LEVEL] = "0"  # setDelayTimeLevel(0)
         properties.pop(PROPERTY_WAIT_STORE_MSG_OK, None)  # not stored (RocketMQ #2883)
         properties[PROPERTY_CLUSTER] = self.ctx.config.broker_cluster_name
         common: dict[str, Any] = {
@@ -225,8 +226,9 @@ class SendMessageProcessor:
     ) -> RemotingCommand:
         """``SendMessageProcessor.consumerSendMsgBack``: a failed message goes to retry.
 
-        trioha puts it straight into ``%RETRY%<group>`` (no delay level: there is no
-        schedule service), or into ``%DLQ%<group>`` after ``maxReconsumeTimes``.
+        Into ``%RETRY%<group>`` after a delay level (the request's, or 3 + reconsume times),
+        so the put parks it in ``SCHEDULE_TOPIC_XXXX`` until due; into ``%DLQ%<group>``
+        after ``maxReconsumeTimes`` or for a negative level.
         """
         if self.ctx.is_slave:
             return request.response(
@@ -251,8 +253,10 @@ class SendMessageProcessor:
         reconsume_times = message.reconsume_times
         if reconsume_times >= max_times or delay_level < 0:
             topic = DLQ_TOPIC_PREFIX + group_name
-            config = self.ctx.meta.topics.create_in_send_back(topic, 1, PERM_WRITE)
+            config = self.ctx.meta.topics.create_in_send_back(topic, 1, PERM_READ | PERM_WRITE)
+            delay_level = 0
         else:
+            delay_level = delay_level or 3 + reconsume_times
             topic = RETRY_TOPIC_PREFIX + group_name
             config = self.ctx.meta.topics.create_in_send_back(
                 topic, group.retry_queue_nums, PERM_READ | PERM_WRITE
@@ -261,7 +265,7 @@ class SendMessageProcessor:
         props = message.properties_dict()
         props.setdefault(PROPERTY_RETRY_TOPIC, message.topic)
         props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, request.field("originMsgId") or message.msg_id)
-        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+        props[PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)  # setDelayTimeLevel
         result = await self.ctx.broker.put(
             topic=topic,
             body=message.body,

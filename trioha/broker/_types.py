@@ -32,6 +32,9 @@ class CommitLogLike(Protocol):
     @property
     def max_offset(self) -> int: ...
 
+    @property
+    def flushed_offset(self) -> int: ...
+
     def read(self, offset: int, max_bytes: int) -> memoryview | bytes:
         """Up to ``max_bytes`` written bytes from ``offset``, within one segment."""
 
@@ -73,7 +76,10 @@ class BrokerLike(Protocol):
         reconsume_times: int = 0,
     ) -> PutResult: ...
 
-    async def put_batch(self, messages: Sequence[NewMessage]) -> PutResult: ...
+    async def put_batch(
+        self, messages: Sequence[NewMessage], *, delivery: bool = False
+    ) -> PutResult:
+        """Store messages; ``delivery``: a delayed message's delivery (see ``Broker``)."""
 
     async def wait_log_grew(self, beyond_offset: int) -> Any:
         """Return once the commit log's max offset exceeds ``beyond_offset``."""

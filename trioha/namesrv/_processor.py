@@ -81,6 +81,10 @@ class NamesrvProcessor:
                 )
             case RequestCode.QUERY_DATA_VERSION:
                 return self._query_data_version(request)
+            case RequestCode.DELETE_TOPIC_IN_NAMESRV:
+                # RouteInfoManager.deleteTopic (mqadmin deleteTopic, after each broker's 215).
+                self.routes.topic_queues.pop(request.require("topic"), None)
+                return request.response(ResponseCode.SUCCESS)
             case RequestCode.PUT_KV_CONFIG:
                 namespace = request.require("namespace")
                 self.routes.kv.setdefault(namespace, {})[request.require("key")] = request.require(

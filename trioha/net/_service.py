@@ -28,7 +28,7 @@ from trioha._errors import ConfigError
 from trioha._status import PutStatus
 from trioha.net._connection import HAConnection
 from trioha.net._waiters import OffsetWaiters
-from trioha.proto import MasterOptions, Quorum, Vouch, needed_acks
+from trioha.proto import MasterOptions, Quorum, Vouch, needed_acks, slaves_available
 
 if TYPE_CHECKING:
     from trioha.store import CommitLog, EpochFile
@@ -269,12 +269,31 @@ class HAService:
         if self.required_acks == 0:
             return PutStatus.PUT_OK
         quorum = self._sync_quorum()
-        if not quorum.available(end, self.config.ha_slave_fallbehind_max):
+        if not quorum.available(
+            end, self.config.ha_slave_fallbehind_max
+        ) and not self._first_reports_may_do(quorum, end):
             return PutStatus.SLAVE_NOT_AVAILABLE
         if quorum.holds(start, end):
             return PutStatus.PUT_OK
         self.notify_log_grew()
         return await self._waiters.wait(end, start=start)
+
+    def _first_reports_may_do(self, quorum: Quorum, end: int) -> bool:
+        """May connections that have not reported yet still make the quorum for *end*?
+
+        ``HAService.isSlaveOK`` counts every accepted connection (``connectionCount``), one
+        that has not reported as having acked 0 (``push2SlaveMaxOffset``). A Java slave first
+        reports 5 s after connecting: a put in that window waits (``slave_timeout`` at most)
+        for the report, instead of SLAVE_NOT_AVAILABLE. Only the availability test counts
+        them; a put is still acked only by connections that carried it.
+        """
+        awaiting = sum(1 for c in self.connections.values() if not c.transferring)
+        if not awaiting:
+            return False
+        unreported: tuple[Vouch, ...] = ((0, 0),) * awaiting
+        return slaves_available(
+            (*quorum.vouches, *unreported), quorum.needed, end, self.config.ha_slave_fallbehind_max
+        )
 
     async def wait_connections(self, count: int, deadline: float = math.inf) -> bool:
         """Wait until at least *count* slaves are streaming; False at *deadline*."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -396,6 +397,15 @@ class ConsumeQueueStore:
             queue = ConsumeQueue(directory, topic, queue_id, self.file_size)
             self._queues[(topic, queue_id)] = queue
         return queue
+
+    def remove_topic(self, topic: str) -> int:
+        """Close and delete every queue of ``topic`` (``cleanUnusedTopic`` for a deleted
+        topic); returns how many queues there were."""
+        keys = [key for key in self._queues if key[0] == topic]
+        for key in keys:
+            self._queues.pop(key).close()
+        shutil.rmtree(self.directory / topic, ignore_errors=True)
+        return len(keys)
 
     def queue_ids(self, topic: str) -> list[int]:
         """The queue ids of ``topic`` that have a consume queue here."""

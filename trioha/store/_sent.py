@@ -159,9 +159,11 @@ class SentOffsets:
             previous, self.flushed = self.flushed, flushed
             try:
                 self._write()
-            except StorageError:
+            except StorageError as exc:
+                # Only the damage check on the next start reads this mark, and a lower one
+                # is the cautious side of it: keep serving, try again on a later flush.
                 self.flushed = previous
-                raise
+                log.warning("%s; the flushed mark stays at %d for now", exc, previous)
 
     def cut_to(self, end: int) -> None:
         """The log was cut back to ``end`` on purpose (a truncation): lower the flushed mark."""
@@ -174,10 +176,18 @@ class SentOffsets:
         self.sent = max(self.sent, end)
 
     def close(self) -> None:
-        """A clean stop: the mark becomes exactly what was sent."""
+        """A clean stop: the mark becomes exactly what was sent.
+
+        When it cannot be written (a full disk) the reserved mark on disk stays: it is at
+        least what was sent, so the next start is only more careful, never less.
+        """
         with self._guard:
             if self.sent != self.reserved:
-                self._write(self.sent)
+                try:
+                    self._write(self.sent)
+                except StorageError as exc:
+                    log.warning("%s; keeping the reserved mark %d", exc, self.reserved)
+                    return
                 self.reserved = self.sent
 
     def forget(self) -> None:

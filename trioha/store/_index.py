@@ -1,0 +1,376 @@
+"""RocketMQ's message index: ``IndexService`` over ``IndexFile``s in ``<root>/index/``.
+
+It answers "which messages of topic T carry key K" (``QUERY_MESSAGE``, ``queryMsgByKey``,
+``queryMsgByUniqueKey``). Each file is a fixed-size hash table with chained entries, written
+in place through a shared memory mapping, byte for byte as RocketMQ 4.9 writes it
+(``IndexFile``, ``IndexHeader``)::
+
+    header   40 bytes  beginTimestamp i64, endTimestamp i64, beginPhyOffset i64,
+                       endPhyOffset i64, hashSlotCount i32 (slots in use), indexCount i32
+    slots    4 bytes × maxHashSlotNum: the newest entry number of each slot, 0 = empty
+    entries  20 bytes × maxIndexNum: keyHash i32, commit log offset i64,
+                       timeDiff i32 (seconds since beginTimestamp), previous entry i32
+
+Entry 0 is never used, so ``indexCount`` (the next entry number) starts at 1. The indexed
+string is ``topic + "#" + key``; its hash is Java's ``String.hashCode`` made non-negative, and
+only the hash is stored: a lookup can return messages of colliding keys, which clients filter
+out. Files are named by their creation time (``yyyyMMddHHmmssSSS``, local time) and created
+sparse: a default file is 420,000,040 bytes but only the pages touched take space. A full
+file is flushed when the next one is created.
+
+Recovery: the broker's dispatcher re-indexes from its checkpoint; entries below a file's
+``endPhyOffset`` are skipped (``buildIndex``), so re-dispatching is harmless. A file that may
+hold entries not flushed before a crash (its end is past what the last flush covered) is
+dropped at load, as RocketMQ drops files newer than the checkpoint's ``indexMsgTimestamp``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import mmap
+import os
+import struct
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Final
+
+import attrs
+
+from trioha.store._consumequeue import java_string_hash
+
+__all__ = [
+    "DEFAULT_MAX_HASH_SLOT_NUM",
+    "DEFAULT_MAX_INDEX_NUM",
+    "DEFAULT_MAX_MSGS_NUM_BATCH",
+    "IndexFile",
+    "IndexService",
+    "QueryOffsetResult",
+    "index_key_hash",
+]
+
+log = logging.getLogger("trioha.store.index")
+
+DEFAULT_MAX_HASH_SLOT_NUM: Final = 5_000_000
+"""``MessageStoreConfig.maxHashSlotNum``."""
+DEFAULT_MAX_INDEX_NUM: Final = 20_000_000
+"""``MessageStoreConfig.maxIndexNum``."""
+DEFAULT_MAX_MSGS_NUM_BATCH: Final = 64
+"""``MessageStoreConfig.maxMsgsNumBatch``: the most offsets one lookup returns."""
+
+HEADER_SIZE: Final = 40
+SLOT_SIZE: Final = 4
+ENTRY_SIZE: Final = 20
+_HEADER = struct.Struct(">qqqqii")
+_ENTRY = struct.Struct(">iqii")
+_SLOT = struct.Struct(">i")
+_INT_MAX = 2**31 - 1
+
+
+def index_key_hash(key: str) -> int:
+    """``IndexFile.indexKeyHashMethod``: ``abs(key.hashCode())``, with ``abs(MIN)`` as 0."""
+    h = abs(java_string_hash(key))
+    return 0 if h > _INT_MAX else h
+
+
+def index_key(topic: str, key: str) -> str:
+    """``IndexService.buildKey``."""
+    return f"{topic}#{key}"
+
+
+def file_name_for(ms: int) -> str:
+    """``UtilAll.timeMillisToHumanString``: local time as ``yyyyMMddHHmmssSSS``."""
+    stamp = datetime.datetime.fromtimestamp(ms / 1000)
+    return stamp.strftime("%Y%m%d%H%M%S") + f"{ms % 1000:03d}"
+
+
+class IndexFile:
+    """One index file, mapped read-write; see the module docstring for the layout."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        slots: int,
+        max_index: int,
+        end_phy_offset: int = 0,
+        end_timestamp: int = 0,
+    ) -> None:
+        if slots <= 0 or max_index <= 1:
+            raise ValueError(f"index sizes must be positive: {slots} slots, {max_index} entries")
+        self.path = path
+        self.slots = slots
+        self.max_index = max_index
+        self.size = HEADER_SIZE + SLOT_SIZE * slots + ENTRY_SIZE * max_index
+        new = not path.exists()
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size < self.size:
+                os.ftruncate(fd, self.size)  # sparse: untouched pages take no space
+            self._map = mmap.mmap(fd, self.size)
+        finally:
+            os.close(fd)
+        header: tuple[int, int, int, int, int, int] = _HEADER.unpack_from(self._map, 0)
+        self.begin_timestamp: int = header[0]
+        self.end_timestamp: int = header[1]
+        self.begin_phy_offset: int = header[2]
+        self.end_phy_offset: int = header[3]
+        self.hash_slot_count: int = header[4]
+        self.index_count: int = max(header[5], 1)  # IndexHeader.load: a value <= 0 reads as 1
+        if new:
+            # IndexFile's constructor: a new file continues where the previous one ended.
+            if end_phy_offset > 0:
+                self.begin_phy_offset = self.end_phy_offset = end_phy_offset
+            if end_timestamp > 0:
+                self.begin_timestamp = self.end_timestamp = end_timestamp
+            self._write_header()
+
+    def _write_header(self) -> None:
+        _HEADER.pack_into(
+            self._map,
+            0,
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+
+    @property
+    def is_full(self) -> bool:
+        """``isWriteFull``."""
+        return self.index_count >= self.max_index
+
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        """``IndexFile.putKey``; False when the file is full."""
+        if self.is_full:
+            return False
+        key_hash = index_key_hash(key)
+        slot_at = HEADER_SIZE + (key_hash % self.slots) * SLOT_SIZE
+        previous = _SLOT.unpack_from(self._map, slot_at)[0]
+        if previous <= 0 or previous > self.index_count:
+            previous = 0
+        if self.begin_timestamp <= 0:
+            time_diff = 0
+        else:
+            # Seconds, clamped to [0, Integer.MAX_VALUE] (a negative difference counts as 0).
+            time_diff = min(max((store_timestamp - self.begin_timestamp) // 1000, 0), _INT_MAX)
+        entry = self.index_count
+        _ENTRY.pack_into(
+            self._map,
+            HEADER_SIZE + SLOT_SIZE * self.slots + ENTRY_SIZE * entry,
+            key_hash,
+            phy_offset,
+            time_diff,
+            previous,
+        )
+        _SLOT.pack_into(self._map, slot_at, entry)
+        if self.index_count <= 1:
+            self.begin_phy_offset = phy_offset
+            self.begin_timestamp = store_timestamp
+        if previous == 0:
+            self.hash_slot_count += 1
+        self.index_count += 1
+        self.end_phy_offset = phy_offset
+        self.end_timestamp = store_timestamp
+        self._write_header()
+        return True
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        """``isTimeMatched``: whether [begin, end] overlaps this file's time range."""
+        return (
+            (begin < self.begin_timestamp and end > self.end_timestamp)
+            or self.begin_timestamp <= begin <= self.end_timestamp
+            or self.begin_timestamp <= end <= self.end_timestamp
+        )
+
+    def select_phy_offsets(
+        self, key: str, max_num: int, begin: int, end: int, into: list[int]
+    ) -> None:
+        """``selectPhyOffset``: walk the key's chain, newest first, collecting offsets."""
+        key_hash = index_key_hash(key)
+        slot_at = HEADER_SIZE + (key_hash % self.slots) * SLOT_SIZE
+        entry = _SLOT.unpack_from(self._map, slot_at)[0]
+        if entry <= 0 or entry > self.index_count or self.index_count <= 1:
+            return
+        entries_at = HEADER_SIZE + SLOT_SIZE * self.slots
+        for _ in range(self.index_count):  # a chain never has more links than entries
+            if len(into) >= max_num:
+                return
+            hash_read, offset, time_diff, previous = _ENTRY.unpack_from(
+                self._map, entries_at + ENTRY_SIZE * entry
+            )
+            if time_diff < 0:
+                return
+            time_read = self.begin_timestamp + time_diff * 1000
+            if hash_read == key_hash and begin <= time_read <= end:
+                into.append(offset)
+            if previous <= 0 or previous > self.index_count or previous == entry:
+                return
+            if time_read < begin:
+                return
+            entry = previous
+
+    def flush(self) -> None:
+        self._map.flush()
+
+    def close(self) -> None:
+        if not self._map.closed:
+            self._map.close()
+
+    def destroy(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+
+@attrs.frozen
+class QueryOffsetResult:
+    """``QueryOffsetResult``: offsets found, and where the newest file ends."""
+
+    phy_offsets: list[int]
+    index_last_update_timestamp: int
+    index_last_update_phy_offset: int
+
+
+@attrs.frozen
+class IndexedMessage:
+    """What the dispatcher hands the index for one message (``DispatchRequest``'s part)."""
+
+    topic: str
+    phy_offset: int
+    store_timestamp: int
+    uniq_key: str | None
+    keys: str | None
+
+
+class IndexService:
+    """``IndexService``: the files of ``<root>/index``, oldest first."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        slots: int = DEFAULT_MAX_HASH_SLOT_NUM,
+        max_index: int = DEFAULT_MAX_INDEX_NUM,
+        max_msgs_num_batch: int = DEFAULT_MAX_MSGS_NUM_BATCH,
+    ) -> None:
+        self.directory = root / "index"
+        self.slots = slots
+        self.max_index = max_index
+        self.max_msgs_num_batch = max_msgs_num_batch
+        self.files: list[IndexFile] = []
+
+    # --- start and stop ---------------------------------------------------------------------
+    def load(self, *, flushed_up_to: int | None) -> None:
+        """Map the files (``IndexService.load``), dropping any that may hold entries the last
+        flush did not cover: those whose end is past ``flushed_up_to`` (None: keep all)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for path in sorted(p for p in self.directory.iterdir() if p.is_file()):
+            if not path.name.isdigit():
+                log.warning("ignoring %s: not an index file name", path)
+                continue
+            index_file = IndexFile(path, slots=self.slots, max_index=self.max_index)
+            if flushed_up_to is not None and index_file.end_phy_offset > flushed_up_to:
+                log.warning(
+                    "dropping index file %s: it ends at %d, past the last flush (%d)",
+                    path,
+                    index_file.end_phy_offset,
+                    flushed_up_to,
+                )
+                index_file.destroy()
+                continue
+            self.files.append(index_file)
+        log.info("message index: %d file(s) in %s", len(self.files), self.directory)
+
+    @property
+    def end_phy_offset(self) -> int:
+        """Where indexing stands: the newest file's last indexed offset (0 without files)."""
+        return self.files[-1].end_phy_offset if self.files else 0
+
+    def flush(self) -> None:
+        for index_file in self.files[-2:]:  # older ones were flushed when they filled up
+            index_file.flush()
+
+    def close(self) -> None:
+        for index_file in self.files:
+            index_file.close()
+        self.files.clear()
+
+    def delete_expired(self, commitlog_min_offset: int) -> int:
+        """``deleteExpiredFile``: files wholly below the commit log's start, never the last."""
+        removed = 0
+        while len(self.files) > 1 and self.files[0].end_phy_offset < commitlog_min_offset:
+            self.files.pop(0).destroy()
+            removed += 1
+        return removed
+
+    # --- building ---------------------------------------------------------------------------
+    def _writable(self, now_ms: int) -> IndexFile:
+        """``getAndCreateLastIndexFile``: the newest file, or a new one after a full one."""
+        last = self.files[-1] if self.files else None
+        if last is not None and not last.is_full:
+            return last
+        if last is not None:
+            last.flush()
+        name = file_name_for(now_ms)
+        while (self.directory / name).exists():  # two files within one millisecond
+            now_ms += 1
+            name = file_name_for(now_ms)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        created = IndexFile(
+            self.directory / name,
+            slots=self.slots,
+            max_index=self.max_index,
+            end_phy_offset=last.end_phy_offset if last else 0,
+            end_timestamp=last.end_timestamp if last else 0,
+        )
+        self.files.append(created)
+        return created
+
+    def _put(self, key: str, message: IndexedMessage, now_ms: int) -> None:
+        index_file = self._writable(now_ms)
+        if not index_file.put_key(key, message.phy_offset, message.store_timestamp):
+            index_file = self._writable(now_ms)
+            if not index_file.put_key(key, message.phy_offset, message.store_timestamp):
+                raise AssertionError("a new index file refused its first key")
+
+    def build(self, message: IndexedMessage, now_ms: int) -> None:
+        """``buildIndex``: index the unique key, then each non-empty ``KEYS`` token."""
+        last = self.files[-1] if self.files else None
+        if last is not None and (
+            message.phy_offset < last.end_phy_offset
+            # RocketMQ indexes the message at endPhyOffset again after a restart; trioha
+            # knows it is there when the file holds entries.
+            or (message.phy_offset == last.end_phy_offset and last.index_count > 1)
+        ):
+            return  # indexed before this restart
+        if message.uniq_key is not None:
+            self._put(index_key(message.topic, message.uniq_key), message, now_ms)
+        if message.keys:
+            for key in message.keys.split(" "):
+                if key:
+                    self._put(index_key(message.topic, key), message, now_ms)
+
+    def build_all(self, messages: Iterable[IndexedMessage], now_ms: int) -> None:
+        for message in messages:
+            self.build(message, now_ms)
+
+    # --- lookup -----------------------------------------------------------------------------
+    def query_offsets(
+        self, topic: str, key: str, max_num: int, begin: int, end: int
+    ) -> QueryOffsetResult:
+        """``IndexService.queryOffset``: newest files first, at most ``maxMsgsNumBatch``."""
+        max_num = min(max_num, self.max_msgs_num_batch)
+        found: list[int] = []
+        last_ts = last_offset = 0
+        full_key = index_key(topic, key)
+        for position in range(len(self.files) - 1, -1, -1):
+            index_file = self.files[position]
+            if position == len(self.files) - 1:
+                last_ts, last_offset = index_file.end_timestamp, index_file.end_phy_offset
+            if index_file.is_time_matched(begin, end):
+                index_file.select_phy_offsets(full_key, max_num, begin, end, found)
+            if index_file.begin_timestamp < begin or len(found) >= max_num:
+                break
+        return QueryOffsetResult(found, last_ts, last_offset)
