@@ -1,10 +1,12 @@
 """Broker configuration: RocketMQ's settings in snake_case, with RocketMQ's defaults.
 
 Mirrors ``MessageStoreConfig`` and ``BrokerConfig`` (docs/rocketmq-protocol.md §3).
-``BrokerConfig.from_properties`` reads a RocketMQ ``broker.conf`` (camelCase keys). A key trioha
-does not know is an error that names the nearest valid key; a RocketMQ key that trioha knows but
-has no use for (retention times, thread pool sizes, ...) is accepted and logged, so an existing
-``broker.conf`` works.
+``BrokerConfig.from_properties`` reads a RocketMQ ``broker.conf`` (camelCase keys) the way
+``java.util.Properties.load`` reads it (continuations, ``:`` and blank separators, escapes, ``!``
+comments). A key trioha does not know is an error that names the nearest valid key; a RocketMQ
+key that trioha knows but has no use for (retention times, thread pool sizes, ...) is accepted
+and logged, so an existing ``broker.conf`` works; a store path trioha cannot honour is refused,
+never ignored.
 
 Where trioha's default differs from RocketMQ's, the field says why:
 

@@ -146,7 +146,7 @@ async def serve_remoting(
         finally:
             counters.open -= 1
             if counters.capped and max_connections is not None and (
-                counters.open < max_connections * 9 // 10
+                counters.open < max(1, max_connections * 9 // 10)
             ):
                 counters.capped = False
                 log.info("%s:%d accepts connections again (%d open, %d refused so far)",
