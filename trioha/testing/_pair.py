@@ -272,12 +272,14 @@ class ProtocolPair:
         self.incarnation = 0
         self.puts: list[SyncPut] = []
         self._numbers = itertools.count(1)
+        #: Ranges a classic master lost after sending them (``trioha.store.SentOffsets``).
+        self.master_lost: tuple[tuple[int, int], ...] = ()
 
     # --- queries ------------------------------------------------------------------------------
 
     def master_view(self) -> LogView:
         log = self.master_log
-        return LogView(log.min_offset, log.max_offset, log.segment_size)
+        return LogView(log.min_offset, log.max_offset, log.segment_size, self.master_lost)
 
     @property
     def current(self) -> Link | None:
@@ -501,6 +503,8 @@ class ProtocolPair:
             if isinstance(action, AckAdvanced):
                 link.acks.append(action.offset)
             elif isinstance(action, Close):
+                if action.diverged_at is not None:  # HAConnection._refuse: the signal header
+                    link.to_slave += frame_header(SendHeartbeat(action.diverged_at))
                 self._master_close(link, action.reason)
                 break
         request = link.master.state.request_offset
