@@ -42,7 +42,7 @@ def open_master_history(store: Store, *, accept_damaged: bool = False) -> SentOf
     :class:`DamagedLogError` for a damaged log unless ``accept_damaged``.
     """
     commitlog = store.commitlog
-    step = max(1, min(DEFAULT_RESERVE_STEP, commitlog.segment_size // 4))
+    step = max(1, min(DEFAULT_RESERVE_STEP, commitlog.segment_size // 8))
     sent = SentOffsets.open(store.root, step=step)
     report = store.recovery
     kept = ", ".join(str(p) for p in report.kept_aside) or "nowhere (nothing was readable)"

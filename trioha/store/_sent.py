@@ -42,8 +42,9 @@ __all__ = ["DEFAULT_RESERVE_STEP", "FLUSHED_EVERY", "SENT_OFFSET_FILE", "SentOff
 log = logging.getLogger("trioha.store")
 
 SENT_OFFSET_FILE: Final = "haSentOffset"
-DEFAULT_RESERVE_STEP: Final = 1 << 20
-"""Bytes reserved per fsync of the mark: at most one fsync per MiB sent."""
+DEFAULT_RESERVE_STEP: Final = 4 << 20
+"""Bytes reserved per fsync of the mark: at most one fsync per 4 MiB of new data sent (data
+below the mark, such as a slave catching up on old segments, costs none)."""
 FLUSHED_EVERY: Final = 1.0
 """Seconds between two writes of the flushed lower bound."""
 
