@@ -60,3 +60,35 @@ def test_a_locked_store_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith("trioha master: error:")
     assert "lock" in result.stderr
+
+
+def test_truncate_to_master_without_a_recorded_divergence_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "s").mkdir()
+    result = run("slave", "--store-dir", str(tmp_path / "s"), "--truncate-to-master")
+    assert result.returncode == 1
+    assert "records no divergence" in result.stderr
+    assert "nothing to cut back" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_truncate_to_master_refuses_a_cut_inside_a_record(tmp_path: Path) -> None:
+    from trioha.store import open_store
+
+    root = tmp_path / "s"
+    with open_store(root, segment_size=4096) as store:
+        first = store.commitlog.append(topic="T", body=b"x" * 100)
+        store.commitlog.append(topic="T", body=b"y" * 100)
+        end = store.commitlog.max_offset
+    inside = first.physical_offset + 10
+    (root / "haDiverged").write_text(
+        f"master_offset {inside}\nslave_offset {end}\nmaster 127.0.0.1:1\nreason r\n"
+    )
+    result = run(
+        "slave", "--store-dir", str(root), "--mapped-file-size", "4096", "--truncate-to-master"
+    )
+    assert result.returncode == 1
+    assert f"at {inside}: it is not a message boundary" in result.stderr
+    assert f"boundaries are 0 and {first.end_offset}" in result.stderr
+    assert (root / "haDiverged").exists()  # nothing changed: still to be dealt with
+    with open_store(root) as store:
+        assert store.commitlog.max_offset == end

@@ -228,6 +228,12 @@ def test_power_loss_refuses_the_slave_holding_lost_bytes_until_it_is_cut_back() 
     state.converge()  # the padding, then the new history, byte for byte
     assert pair.slave_is_prefix()
     assert pair.slave_log.max_offset == pair.master_log.max_offset
+    # Healthy now, in the new history: it reconnects and is served, not refused.
+    state.drop(master_notices=True, slave_notices=True)
+    state.put(body=b"", sync=True)
+    state.converge()
+    assert pair.links[-1].master_open
+    assert pair.slave_log.max_offset == pair.master_log.max_offset
 
 
 def test_power_loss_leaves_a_slave_that_holds_nothing_lost_alone() -> None:
