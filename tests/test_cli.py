@@ -92,3 +92,28 @@ def test_truncate_to_master_refuses_a_cut_inside_a_record(tmp_path: Path) -> Non
     assert (root / "haDiverged").exists()  # nothing changed: still to be dealt with
     with open_store(root) as store:
         assert store.commitlog.max_offset == end
+
+
+def test_a_master_on_a_log_damaged_below_its_flushed_mark_refuses_to_start(
+    tmp_path: Path,
+) -> None:
+    from trioha.store import open_store
+    from trioha.store._sent import SentOffsets
+
+    root = tmp_path / "m"
+    with open_store(root, segment_size=4096) as store:
+        offsets = [store.commitlog.append(topic="T", body=b"x" * 100).physical_offset
+                   for _ in range(10)]
+    SentOffsets.open(root).note_flushed(4096 // 2, now=0.0)
+    with (root / "commitlog" / f"{0:020d}").open("r+b") as f:  # a bad magic, mid-log
+        f.seek(offsets[3] + 4)
+        f.write(b"\xde\xad\xbe\xef")
+    args = ["master", "--store-dir", str(root), "--mapped-file-size", "4096",
+            "--ha-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0"]
+    result = run(*args)
+    assert result.returncode == 1
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("trioha master: error: refusing to start as master")
+    assert f"ends at {offsets[3]}, below {4096 // 2}" in error
+    assert "lost+found" in error
+    assert "--accept-damaged-log" in error
