@@ -109,7 +109,10 @@ class SentOffsets:
         Returns ``(end, mark)`` when bytes that may have been sent are gone, else None.
         """
         if self.reserved <= end:
-            self.sent = self.reserved = max(self.reserved, end)
+            if self.reserved < end:  # durable bytes: the mark covers them, on disk too
+                with self._guard:
+                    self._write(end)
+            self.sent = self.reserved = end
             return None
         lost = (end, self.reserved)
         with self._guard:
