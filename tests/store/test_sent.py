@@ -33,10 +33,6 @@ def test_a_recovered_end_below_the_mark_is_a_lost_range_kept_for_good(tmp_path: 
     assert sent.note_recovered_end(300) == (300, 1500)
     again = SentOffsets.open(tmp_path)
     assert again.lost == ((300, 1500),)
-    assert again.refusal(301) == (300, 1500)
-    assert again.refusal(1500) == (300, 1500)
-    assert again.refusal(300) is None
-    assert again.refusal(1501) is None
     assert again.note_recovered_end(2000) is None  # nothing new lost
     assert SentOffsets.open(tmp_path).lost == ((300, 1500),)
 

@@ -120,13 +120,6 @@ class SentOffsets:
             self._write()
         return lost
 
-    def refusal(self, offset: int) -> tuple[int, int] | None:
-        """The lost range a first report of ``offset`` falls in (``from < offset <= to``)."""
-        for lo, hi in self.lost:
-            if lo < offset <= hi:
-                return lo, hi
-        return None
-
     # --- while serving ------------------------------------------------------------------
 
     def needs_reserve(self, end: int) -> bool:
@@ -174,12 +167,6 @@ class SentOffsets:
             if self.sent != self.reserved:
                 self._write(self.sent)
                 self.reserved = self.sent
-
-    def forget(self) -> None:
-        """Drop every lost range (the operator re-seeded or retired every slave)."""
-        with self._guard:
-            self.lost = ()
-            self._write()
 
     def _write(self, reserved: int | None = None) -> None:
         mark = self.reserved if reserved is None else reserved
