@@ -306,6 +306,12 @@ PROBES: tuple[ProbeSpec, ...] = (
         lambda c: c.classic_refusal and c.faults.crashes > 0 and not c.master_sync_flush,
     ),
     ProbeSpec(
+        "slave_refused_holding_master_bytes",
+        "a slave cut off while receiving the padding was refused though it held the master's "
+        "bytes (the false alarm docs/replication.md describes)",
+        lambda c: c.classic_refusal and c.faults.drops > 0 and not c.master_sync_flush,
+    ),
+    ProbeSpec(
         "slave_truncated_to_master",
         "the operator cut a refused slave back, and it went on (classic refusal)",
         lambda c: c.classic_refusal and c.faults.crashes > 0 and not c.master_sync_flush,

@@ -730,6 +730,9 @@ class _Tx:
         if self.cfg.classic_refusal and close.diverged_at is not None and conn.attached:
             self.sdiverged = close.diverged_at
             self.marks.add("slave_refused")
+            held = self.mlog[self.sbase : self.send]
+            if self.slog and held == self.slog:  # its bytes are the master's (padding)
+                self.marks.add("slave_refused_holding_master_bytes")
             self.note(f"slave refused: the master's history parts from its own at {self.sdiverged}")
 
     # --- the slave side -------------------------------------------------------------------

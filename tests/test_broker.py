@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from trioha import BrokerConfig
 from trioha._config import BrokerRole, FlushDiskType
@@ -405,3 +406,53 @@ def _same_files(a: Path, b: Path) -> bool:
     except (AssertionError, FileNotFoundError):
         return False
     return True
+
+
+async def test_a_refused_slave_remembers_it_across_a_restart_and_stays_put(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "s"
+    root.mkdir()
+    (root / "haDiverged").write_text(
+        "master_offset 100\nslave_offset 300\nmaster 127.0.0.1:1\nreason told\n"
+    )
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(serve_hostile_master, b"")
+        async with running(slave_config(root, tuple(address))) as slave:
+            assert slave.ha_client is not None
+            await trio.testing.wait_all_tasks_blocked(cushion=0.2)  # time to connect, if trying
+            client = slave.statistics().client
+            assert client is not None
+            assert (client.needs_reseed, client.connects) == (True, 0)
+            assert (client.diverged_master_offset, client.diverged_slave_offset) == (100, 300)
+            slave.ha_client.clear_divergence()  # what --truncate-to-master leads to
+            with trio.fail_after(10):
+                await slave.ha_client.wait_connected()
+            assert not (root / "haDiverged").exists()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_master_on_a_damaged_log_starts_only_when_the_operator_accepts_it(
+    tmp_path: Path,
+) -> None:
+    from trioha import DamagedLogError
+    from trioha.store._sent import SentOffsets
+
+    root = tmp_path / "m"
+    with open_store(root, segment_size=SEG) as store:
+        offsets = [store.commitlog.append(topic="T", body=b"x" * 100).physical_offset
+                   for _ in range(10)]
+        end = store.commitlog.max_offset
+    SentOffsets.open(root).note_flushed(end, now=0.0)
+    with (root / "commitlog" / f"{0:020d}").open("r+b") as f:
+        f.seek(offsets[3] + 4)
+        f.write(b"\xde\xad\xbe\xef")
+    with pytest.raises(DamagedLogError, match=f"ends at {offsets[3]}, below {end}"):
+        async with running(master_config(root)):
+            pass
+    async with running(master_config(root, ha_accept_damaged_log=True)) as master:
+        assert master.store.commitlog.max_offset == offsets[3]
+        result = await master.put(topic="T", body=b"new")
+        assert result.offset == offsets[3]  # nothing was sent past it: no padding needed
+    async with running(master_config(root)) as master:  # accepted once: the mark follows
+        assert master.store.commitlog.max_offset > offsets[3]

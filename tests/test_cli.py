@@ -173,3 +173,58 @@ def test_an_os_error_inside_nursery_groups_is_the_one_line() -> None:
     assert error_line(storage) == (
         "cannot write checkpoint /s/checkpoint (caused by: No space left on device)"
     )
+def test_truncate_to_master_without_a_recorded_divergence_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "s").mkdir()
+    result = run("slave", "--store-dir", str(tmp_path / "s"), "--truncate-to-master")
+    assert result.returncode == 1
+    assert "records no divergence" in result.stderr
+    assert "nothing to cut back" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_truncate_to_master_refuses_a_cut_inside_a_record(tmp_path: Path) -> None:
+    from trioha.store import open_store
+
+    root = tmp_path / "s"
+    with open_store(root, segment_size=4096) as store:
+        first = store.commitlog.append(topic="T", body=b"x" * 100)
+        store.commitlog.append(topic="T", body=b"y" * 100)
+        end = store.commitlog.max_offset
+    inside = first.physical_offset + 10
+    (root / "haDiverged").write_text(
+        f"master_offset {inside}\nslave_offset {end}\nmaster 127.0.0.1:1\nreason r\n"
+    )
+    result = run(
+        "slave", "--store-dir", str(root), "--mapped-file-size", "4096", "--truncate-to-master"
+    )
+    assert result.returncode == 1
+    assert f"at {inside}: it is not a message boundary" in result.stderr
+    assert f"boundaries are 0 and {first.end_offset}" in result.stderr
+    assert (root / "haDiverged").exists()  # nothing changed: still to be dealt with
+    with open_store(root) as store:
+        assert store.commitlog.max_offset == end
+
+
+def test_a_master_on_a_log_damaged_below_its_flushed_mark_refuses_to_start(
+    tmp_path: Path,
+) -> None:
+    from trioha.store import open_store
+    from trioha.store._sent import SentOffsets
+
+    root = tmp_path / "m"
+    with open_store(root, segment_size=4096) as store:
+        offsets = [store.commitlog.append(topic="T", body=b"x" * 100).physical_offset
+                   for _ in range(10)]
+    SentOffsets.open(root).note_flushed(4096 // 2, now=0.0)
+    with (root / "commitlog" / f"{0:020d}").open("r+b") as f:  # a bad magic, mid-log
+        f.seek(offsets[3] + 4)
+        f.write(b"\xde\xad\xbe\xef")
+    args = ["master", "--store-dir", str(root), "--mapped-file-size", "4096",
+            "--ha-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0"]
+    result = run(*args)
+    assert result.returncode == 1
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("trioha master: error: refusing to start as master")
+    assert f"ends at {offsets[3]}, below {4096 // 2}" in error
+    assert "lost+found" in error
+    assert "--accept-damaged-log" in error

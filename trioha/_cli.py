@@ -210,6 +210,11 @@ async def _report_progress(broker: Any) -> None:
                          slave.lag)
             if not stats.ha.slaves:
                 log.info("no slave connected; log ends at %d", stats.max_offset)
+        elif stats.client is not None and stats.client.needs_reseed:
+            log.error("not replicating: diverged from master %s at %d (this slave holds up to "
+                      "%d); run `trioha slave --truncate-to-master` or re-seed",
+                      stats.client.master, stats.client.diverged_master_offset,
+                      stats.client.diverged_slave_offset)
         elif stats.client is not None:
             state = "connected to" if stats.client.connected else "waiting for"
             log.info("%s master %s; log ends at %d", state, stats.client.master, stats.max_offset)

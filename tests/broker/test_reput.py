@@ -198,12 +198,18 @@ def test_the_tag_code_cache_is_bounded() -> None:
 # --- truncate_replica: the safe truncation, with the queues following ---------------------
 
 
-def test_truncate_replica_cuts_log_queues_and_checkpoint_together(tmp_path: Path) -> None:
+def dispatched(root: Path, n: int) -> tuple[MemoryCommitLog, ReputService]:
+    """A log of *n* messages, fully indexed, the checkpoint written."""
     log = MemoryCommitLog(segment_size=SEGMENT)
-    fill(log, 10)
-    reput = service(log, tmp_path)
+    fill(log, n)
+    reput = service(log, root)
     reput.dispatch_available()
     trio.run(reput.flush)
+    return log, reput
+
+
+def test_truncate_replica_cuts_log_queues_and_checkpoint_together(tmp_path: Path) -> None:
+    log, reput = dispatched(tmp_path, 10)
     assert loads_lenient((tmp_path / "cp.json").read_text())["dispatchedOffset"] == log.max_offset
     cut = list(log.iter_messages())[6].physical_offset
     kept = truncate_replica(log, reput.queues, tmp_path / "cp.json", cut, reput=reput)
@@ -242,11 +248,7 @@ def test_truncate_replica_refuses_a_cut_inside_a_record_and_changes_nothing(
 
 
 def test_truncate_replica_offline_leaves_queues_a_restart_agrees_with(tmp_path: Path) -> None:
-    log = MemoryCommitLog(segment_size=SEGMENT)
-    fill(log, 10)
-    reput = service(log, tmp_path)
-    reput.dispatch_available()
-    trio.run(reput.flush)
+    log, reput = dispatched(tmp_path, 10)
     reput.queues.close()
     queues = ConsumeQueueStore(tmp_path, file_size=200)
     queues.load()

@@ -11,6 +11,7 @@ and ends byte-identical to it.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -194,3 +195,91 @@ def test_a_slave_holding_a_lost_tail_is_refused_then_cut_back_and_caught_up(
         assert [m.body for m in s_store.commitlog.iter_messages()] == [
             m.body for m in m_store.commitlog.iter_messages()
         ]
+
+
+# --- a Java RocketMQ 4.9.7 slave is told in its own protocol (optional interop) --------------
+
+
+def _rocketmq_sh() -> Path | None:
+    """The reference Java RocketMQ's launcher: $ROCKETMQ_SH, or shared/reference/ above us."""
+    if os.environ.get("ROCKETMQ_SH"):
+        return Path(os.environ["ROCKETMQ_SH"])
+    for parent in Path(__file__).resolve().parents:
+        candidate = parent / "shared" / "reference" / "rocketmq-4.9.7" / "rocketmq.sh"
+        if candidate.exists():
+            return candidate
+    return None
+
+
+_JAVA_SLAVE_CONF = """brokerClusterName=DefaultCluster
+brokerName=broker-a
+brokerId=1
+brokerRole=SLAVE
+namesrvAddr=127.0.0.1:9876
+listenPort=10921
+brokerIP1=127.0.0.1
+storePathRootDir={root}
+storePathCommitLog={root}/commitlog
+mappedFileSizeCommitLog={seg}
+haMasterAddress=127.0.0.1:10912
+"""
+
+_NAMESPACE_SCRIPT = """set -u
+ip link set lo up
+cd {work}
+{py} -m trioha namesrv --listen 127.0.0.1:9876 > ns.out 2>&1 &
+NS=$!
+{py} -m trioha master --store-dir {work}/m --ha-listen 127.0.0.1:10912 \\
+  --listen 127.0.0.1:10911 --mapped-file-size {seg} --namesrv 127.0.0.1:9876 > master.out 2>&1 &
+M=$!
+sleep 2
+{sh} broker {work}/slave.conf {work}/javalogs > slave.out 2>&1 &
+S=$!
+for _ in $(seq 1 120); do
+  grep -rqs "master pushed offset not equal" {work}/javalogs && break
+  sleep 0.5
+done
+kill $S $M $NS
+wait
+"""
+
+
+def test_a_java_slave_holding_lost_bytes_is_refused_in_its_own_protocol(tmp_path: Path) -> None:
+    """Java's ``HAClient.dispatchReadRequest`` rejects the refusal header and logs both
+    offsets at ERROR; its commit log is left as it was."""
+    sh = _rocketmq_sh()
+    if sh is None or shutil.which("java") is None or shutil.which("unshare") is None:
+        pytest.skip("no Java RocketMQ 4.9.7 reference, JDK or unshare here")
+    if subprocess.run(["unshare", "-n", "true"], check=False).returncode != 0:
+        pytest.skip("cannot create a network namespace (the Java broker binds 0.0.0.0)")
+    seg = 1 << 20
+    with open_store(tmp_path / "m", segment_size=seg) as store:
+        offsets = [store.commitlog.append(topic="TopicTest", body=b"x" * 200).physical_offset
+                   for _ in range(40)]
+        end = store.commitlog.max_offset
+        slave_bytes = bytes(store.commitlog.read(0, end))
+        store.commitlog.truncate(offsets[20])  # the master lost [fork, end) it had sent
+    fork = offsets[20]
+    (tmp_path / "m" / "haSentOffset").write_text(f"sent {end}\nflushed 0\nlost {fork} {end}\n")
+    java_log = tmp_path / "s" / "commitlog" / f"{0:020d}"
+    java_log.parent.mkdir(parents=True)
+    java_log.write_bytes(slave_bytes + bytes(seg - len(slave_bytes)))  # a full RocketMQ file
+    (tmp_path / "slave.conf").write_text(_JAVA_SLAVE_CONF.format(root=tmp_path / "s", seg=seg))
+    script = _NAMESPACE_SCRIPT.format(work=tmp_path, py=sys.executable, seg=seg, sh=sh)
+    subprocess.run(
+        ["unshare", "-n", "bash", "-c", script], timeout=120, check=False,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    master_out = (tmp_path / "master.out").read_text()
+    logs = "".join(
+        p.read_text(errors="replace") for p in (tmp_path / "javalogs").rglob("*.log")
+    )
+    if "boot success" not in (tmp_path / "slave.out").read_text(errors="replace"):
+        pytest.skip("the Java broker did not start here (see slave.out)")
+    assert "refusing slave 127.0.0.1:" in master_out
+    assert f"requests offset {end}, inside [{fork}, {end})" in master_out
+    assert (
+        f"master pushed offset not equal the max phy offset in slave, SLAVE: {end} "
+        f"MASTER: {fork}" in logs
+    )
+    assert java_log.read_bytes()[:end] == slave_bytes  # not a byte spliced on

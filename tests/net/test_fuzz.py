@@ -18,6 +18,11 @@ sync replication. After the run it checks, in virtual time:
   FLUSH_SLAVE_TIMEOUT only after ``slave_timeout``, SLAVE_NOT_AVAILABLE only with no slave
   connected (one that has not reported yet makes a put wait, as RocketMQ's ``isSlaveOK``).
 
+A second test cuts the master's power in classic mode: the master keeps only what it had
+flushed, restarts as a trioha master does (``check_master_history``) and producers go on at
+once; a slave that holds lost bytes is refused (sticky, its log unchanged) and, once cut back,
+follows the new history byte for byte; a slave that holds nothing lost simply follows.
+
 The wrapper itself passes Trio's generic stream checks, so what fails here is trioha.
 """
 
@@ -26,13 +31,16 @@ from __future__ import annotations
 import logging
 import math
 import random
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import attrs
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 from hypothesis import Phase, event, example, given, settings
 from hypothesis import strategies as st
@@ -43,8 +51,11 @@ from trioha._status import PutStatus
 from trioha.net import HAClient, HAService
 from trioha.net._client import _Session
 from trioha.net._connection import HAConnection
+from trioha.net._divergence import check_master_history
 from trioha.store import MemoryCommitLog
+from trioha.store._sent import SentOffsets
 from trioha.testing import Breakage, Faults, FaultyLink, FaultyStream, faulty_stream_pair
+from trioha.testing._pair import log_bytes
 
 SEGMENT = 2048
 HEARTBEAT = 5.0
@@ -603,5 +614,160 @@ def test_replication_through_faulty_streams(plan: Plan) -> None:
     events: list[str] = []
     with mock.patch.object(trio.to_thread, "run_sync", run_sync_inline):
         trio.run(run_plan, plan, events, clock=trio.testing.MockClock(autojump_threshold=0))
+    for name in sorted(set(events)):
+        event(name)
+
+
+# --- classic mode: the master loses power; the slave is refused or follows, never spliced -----
+
+
+@attrs.frozen
+class PowerLoss:
+    """Messages before the power cut, how many of them the master had flushed, how long the
+    slave had to copy them (virtual seconds, so it may hold some, all or none), messages after,
+    and the streams' faults."""
+
+    before: tuple[int, ...]
+    flushed: int
+    copy_for: float
+    after: tuple[int, ...]
+    faults: Faults
+    batch_size: int
+    seed: int
+
+
+power_losses = st.builds(
+    PowerLoss,
+    before=st.lists(st.integers(0, 300), min_size=1, max_size=12).map(tuple),
+    flushed=st.integers(0, 12),
+    copy_for=st.sampled_from([0.0, 0.001, 0.01, 0.1, 1.0, 10.0]),
+    after=st.lists(st.integers(0, 300), min_size=1, max_size=12).map(tuple),
+    faults=st.builds(
+        Faults,
+        max_write=st.sampled_from([None, 13, 200]),
+        max_read=st.sampled_from([None, 7, 300]),
+        max_delay=st.sampled_from([0.0, 0.001, 0.05]),
+    ),
+    batch_size=st.sampled_from([9, 100, 1000]),
+    seed=st.integers(0, 1000),
+)
+
+
+async def run_power_loss(case: PowerLoss, root: Path, events: list[str]) -> None:
+    rng = random.Random(case.seed)
+    master_log = MemoryCommitLog(segment_size=SEGMENT, clock_ms=lambda: 0)
+    slave_log = MemoryCommitLog(segment_size=SEGMENT, clock_ms=lambda: 0)
+    sent = SentOffsets(root / "haSentOffset", step=97)
+    base = BrokerConfig(
+        mapped_file_size_commit_log=SEGMENT,
+        ha_send_heartbeat_interval=int(HEARTBEAT * 1000),
+        ha_housekeeping_interval=int(HOUSEKEEPING * 1000),
+        ha_reconnect_backoff_max=int(BACKOFF_MAX * 1000),
+    )
+    master_config = base.evolve(ha_listen_port=0, ha_transfer_batch_size=case.batch_size)
+    slave_config = base.evolve(
+        broker_role=BrokerRole.SLAVE, ha_master_address="127.0.0.1:10912"
+    )
+
+    async def replicate(
+        service: HAService, client: HAClient, body: Callable[[trio.Nursery], Any]
+    ) -> None:
+        async with trio.open_nursery() as nursery:
+
+            async def connect(_host: str, _port: int) -> trio.abc.Stream:
+                master_end, slave_end = faulty_stream_pair(faults=case.faults, rng=rng)
+                nursery.start_soon(service.handle_stream, master_end, "slave")
+                return slave_end
+
+            client._connect = connect
+            await nursery.start(client.run)
+            await body(nursery)
+            nursery.cancel_scope.cancel()
+
+    # 1. Replicate, then the power goes: the master keeps only what it flushed.
+    service = HAService(master_config, master_log, sent=sent)
+    client = HAClient(slave_config, slave_log)
+
+    async def produce_then_cut(_nursery: trio.Nursery) -> None:
+        for i, size in enumerate(case.before):
+            master_log.append(topic="Before", body=bytes([i]) * size)
+            if i + 1 == case.flushed:
+                master_log.flush()
+            service.notify_log_grew()
+            await trio.lowlevel.checkpoint()
+        await trio.sleep(case.copy_for)
+
+    await replicate(service, client, produce_then_cut)
+    kept = master_log.flushed_offset
+    master_log.truncate(kept)
+    held = log_bytes(slave_log)
+    durable = SentOffsets.open(root).reserved  # what a restart reads back
+    assert durable >= slave_log.max_offset, "the slave holds bytes the durable mark misses"
+    check_master_history(master_log, sent)  # what a restarting master does
+    diverged = slave_log.max_offset > kept
+    events.append("slave holds lost bytes" if diverged else "slave holds nothing lost")
+
+    # 2. The master restarts and producers go on at once; the slave comes back.
+    service = HAService(master_config, master_log, sent=sent)
+    client = HAClient(slave_config, slave_log)
+
+    async def produce_and_watch(_nursery: trio.Nursery) -> None:
+        for i, size in enumerate(case.after):
+            master_log.append(topic="After", body=bytes([100 + i]) * size)
+            service.notify_log_grew()
+            await trio.lowlevel.checkpoint()
+        with trio.fail_after(CATCH_UP):
+            if diverged:
+                await client.wait_diverged()
+            else:
+                await poll_until(
+                    lambda: slave_log.max_offset == master_log.max_offset, math.inf
+                )
+
+    await replicate(service, client, produce_and_watch)
+    if diverged:
+        # Refused, told where the histories part, and not a byte spliced on.
+        assert client.divergence is not None
+        assert client.divergence.master_offset == kept
+        assert log_bytes(slave_log) == held
+        assert service.statistics().slaves_refused >= 1
+        # 3. The operator's cut: the slave then follows the new history exactly.
+        if kept > slave_log.min_offset:
+            slave_log.truncate_to_boundary(kept)
+        else:  # it started past the fork (served from a last segment): re-seed it empty
+            slave_log = MemoryCommitLog(segment_size=SEGMENT, clock_ms=lambda: 0)
+        client = HAClient(slave_config, slave_log)
+
+        async def catch_up(_nursery: trio.Nursery) -> None:
+            with trio.fail_after(CATCH_UP):
+                await poll_until(
+                    lambda: slave_log.max_offset == master_log.max_offset, math.inf
+                )
+
+        await replicate(HAService(master_config, master_log, sent=sent), client, catch_up)
+        events.append("refused, cut back, caught up")
+    end = master_log.max_offset
+    start = slave_log.min_offset
+    assert bytes(slave_log.read(start, end - start)) == bytes(master_log.read(start, end - start))
+    assert [m.body for m in slave_log.iter_messages()] == [
+        m.body for m in master_log.iter_messages(start)
+    ]
+
+
+@settings(
+    max_examples=max(10, settings().max_examples // 4),
+    phases=[p for p in settings().phases if p is not Phase.explain],
+)
+@given(case=power_losses)
+def test_a_master_power_loss_never_splices_the_slave(case: PowerLoss) -> None:
+    events: list[str] = []
+    with (
+        tempfile.TemporaryDirectory() as root,
+        mock.patch.object(trio.to_thread, "run_sync", run_sync_inline),
+    ):
+        trio.run(
+            run_power_loss, case, Path(root), events,
+            clock=trio.testing.MockClock(autojump_threshold=0),
+        )
     for name in sorted(set(events)):
         event(name)

@@ -194,3 +194,64 @@ def test_importing_trioha_testing_needs_neither_pytest_nor_hypothesis() -> None:
         "assert 'hypothesis' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# --- classic mode: a master's power loss, the refusal, the operator's cut ---------------------
+
+
+def test_power_loss_refuses_the_slave_holding_lost_bytes_until_it_is_cut_back() -> None:
+    state = Replay(PairOptions(segment_size=512, batch_size=64))
+    machine = state.state
+    state.connect()
+    state.put(body=b"", sync=False)
+    state.converge()
+    state.master_flushes()  # [0, 100) is durable on the master
+    state.put(body=b"", sync=False)
+    state.put(body=b"", sync=False)
+    state.converge()  # the slave holds [0, 300); the master sent it all
+    state.drop(master_notices=True, slave_notices=True)
+    state.master_loses_power()  # the master is back at 100 and starts anew at 512
+    pair = machine.p
+    assert pair.master_lost == ((100, 300),)
+    assert pair.master_log.max_offset == 512
+    assert machine.holds_lost is not None
+    for _ in range(5):
+        state.put(body=b"", sync=False)  # the master's log grows far past the slave's 300
+    state.connect()
+    state.master_reads(which=0, n=8)  # refused: 300 is inside (100, 300]
+    link = pair.links[-1]
+    assert not link.master_open
+    assert "inside [100, 300)" in link.closes[0][1]
+    state.slave_reads(which=0, n=400)  # the refusal header: the master's history ends at 100
+    assert "pushed offset 100 but the slave's log ends at 300" in link.closes[-1][1]
+    state.connect()  # however often it comes back, it is refused and never served
+    state.master_reads(which=0, n=8)
+    state.slave_reads(which=0, n=400)
+    state.truncate_to_master()
+    assert pair.slave_log.max_offset == 100
+    state.converge()  # the padding, then the new history, byte for byte
+    assert pair.slave_is_prefix()
+    assert pair.slave_log.max_offset == pair.master_log.max_offset
+    # Healthy now, in the new history: it reconnects and is served, not refused.
+    state.drop(master_notices=True, slave_notices=True)
+    state.put(body=b"", sync=True)
+    state.converge()
+    assert pair.links[-1].master_open
+    assert pair.slave_log.max_offset == pair.master_log.max_offset
+
+
+def test_power_loss_leaves_a_slave_that_holds_nothing_lost_alone() -> None:
+    state = Replay(PairOptions(segment_size=512, batch_size=64))
+    state.connect()
+    state.put(body=b"", sync=False)
+    state.converge()
+    state.master_flushes()
+    state.drop(master_notices=True, slave_notices=True)
+    state.put(body=b"", sync=False)  # no connection: [100, 200) is never sent
+    state.master_loses_power()
+    pair = state.state.p
+    assert pair.master_lost == ()
+    assert state.state.holds_lost is None
+    state.put(body=b"", sync=False)
+    state.converge()
+    assert pair.slave_log.max_offset == pair.master_log.max_offset == 200

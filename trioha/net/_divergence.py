@@ -28,9 +28,9 @@ from trioha._errors import DamagedLogError
 from trioha.store._sent import DEFAULT_RESERVE_STEP, SentOffsets
 
 if TYPE_CHECKING:
-    from trioha.store import Store
+    from trioha.store import CommitLog, Store
 
-__all__ = ["open_master_history"]
+__all__ = ["check_master_history", "open_master_history"]
 
 log = logging.getLogger("trioha.ha")
 
@@ -49,17 +49,35 @@ def open_master_history(
     make the old epoch look longer than what this master still has).
     """
     commitlog = store.commitlog
-    step = max(1, min(DEFAULT_RESERVE_STEP, commitlog.segment_size // 4))
+    step = max(1, min(DEFAULT_RESERVE_STEP, commitlog.segment_size // 8))
     sent = SentOffsets.open(store.root, step=step)
+    report = store.recovery
+    kept = ", ".join(str(p) for p in report.kept_aside) or "nowhere (nothing was readable)"
+    cut = (
+        f"recovery of {store.root} ended there ({report.reason or 'a clean end'}) and kept "
+        f"{report.cut_bytes} cut bytes in {kept}"
+    )
+    return check_master_history(
+        commitlog, sent, accept_damaged=accept_damaged, recovery=cut, epoch_mode=epoch_mode
+    )
+
+
+def check_master_history(
+    commitlog: CommitLog,
+    sent: SentOffsets,
+    *,
+    accept_damaged: bool = False,
+    recovery: str = "recovery found no more",
+    epoch_mode: bool = False,
+) -> SentOffsets:
+    """The checks of :func:`open_master_history` on any commit log; ``recovery`` says what
+    recovery did (for the error). Returns ``sent``."""
     end = commitlog.max_offset
     if sent.flushed > end:
-        report = store.recovery
-        where = ", ".join(str(p) for p in report.kept_aside) or "nowhere (nothing was readable)"
         what = (
-            f"commit log recovery of {store.root} ended at {end} ({report.reason or 'end'}), "
-            f"below {sent.flushed}, which had been flushed: that is damage, not a lost tail. "
-            f"Bytes [{end}, {sent.flushed}) are out of the log; recovery kept "
-            f"{report.cut_bytes} cut bytes in {where}"
+            f"the commit log ends at {end}, below {sent.flushed}, which had been flushed: that "
+            f"is damage, not a lost tail. Bytes [{end}, {sent.flushed}) are out of the log; "
+            f"{recovery}"
         )
         if not accept_damaged:
             raise DamagedLogError(

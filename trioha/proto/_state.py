@@ -52,7 +52,12 @@ Where trioha deliberately differs from RocketMQ (docs/replication.md says why):
   the 4.9 check);
 * a first report beyond the master's end (the slave holds data the master does not) and a
   request offset that no longer exists on the master (RocketMQ #3388) close the connection with
-  a reason that says so, instead of heartbeating forever.
+  a reason that says so, instead of heartbeating forever;
+* classic mode's divergence check: a first report inside a range the master may have sent and
+  then lost in a crash (``LogView.lost``, kept by ``trioha.store.SentOffsets``) is refused,
+  and a refusal of a diverged slave carries ``Close.diverged_at``, which the IO layer sends as
+  a heartbeat header that the slave's own offset check rejects. On the slave side a frame off
+  its end is such a signal (``Close.diverged_at`` again), and the client stops for good.
 """
 
 from __future__ import annotations

@@ -42,8 +42,9 @@ __all__ = ["DEFAULT_RESERVE_STEP", "FLUSHED_EVERY", "SENT_OFFSET_FILE", "SentOff
 log = logging.getLogger("trioha.store")
 
 SENT_OFFSET_FILE: Final = "haSentOffset"
-DEFAULT_RESERVE_STEP: Final = 1 << 20
-"""Bytes reserved per fsync of the mark: at most one fsync per MiB sent."""
+DEFAULT_RESERVE_STEP: Final = 4 << 20
+"""Bytes reserved per fsync of the mark: at most one fsync per 4 MiB of new data sent (data
+below the mark, such as a slave catching up on old segments, costs none)."""
 FLUSHED_EVERY: Final = 1.0
 """Seconds between two writes of the flushed lower bound."""
 
@@ -108,7 +109,10 @@ class SentOffsets:
         Returns ``(end, mark)`` when bytes that may have been sent are gone, else None.
         """
         if self.reserved <= end:
-            self.sent = self.reserved = max(self.reserved, end)
+            if self.reserved < end:  # durable bytes: the mark covers them, on disk too
+                with self._guard:
+                    self._write(end)
+            self.sent = self.reserved = end
             return None
         lost = (end, self.reserved)
         with self._guard:
@@ -124,13 +128,6 @@ class SentOffsets:
             self.flushed = min(self.flushed, end)
             self.lost = ()
             self._write()
-
-    def refusal(self, offset: int) -> tuple[int, int] | None:
-        """The lost range a first report of ``offset`` falls in (``from < offset <= to``)."""
-        for lo, hi in self.lost:
-            if lo < offset <= hi:
-                return lo, hi
-        return None
 
     # --- while serving ------------------------------------------------------------------
 
@@ -189,12 +186,6 @@ class SentOffsets:
                     log.warning("%s; keeping the reserved mark %d", exc, self.reserved)
                     return
                 self.reserved = self.sent
-
-    def forget(self) -> None:
-        """Drop every lost range (the operator re-seeded or retired every slave)."""
-        with self._guard:
-            self.lost = ()
-            self._write()
 
     def _write(self, reserved: int | None = None) -> None:
         mark = self.reserved if reserved is None else reserved

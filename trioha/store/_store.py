@@ -10,6 +10,8 @@ docs/rocketmq-protocol.md §4.5).
     <root>/config/       metadata (topics.json, ...), for later
     <root>/lost+found/   bytes recovery or truncate took out of the log (trioha's own)
     <root>/commitlog.start  only for a log a slave started inside a segment (trioha's own)
+    <root>/haSentOffset  a master's sent and flushed marks (trioha's own, ``_sent``)
+    <root>/haDiverged    a slave its master refused, until cut back (trioha's own)
 """
 
 from __future__ import annotations

@@ -20,7 +20,12 @@ checks after every step what RocketMQ replication promises:
   slave's reports never go backwards and the master's accepted acks only grow; a new
   connection starts with empty receive buffers, and a closed one ignores late bytes;
 * replication converges: with the network healed and time stopped, the slave catches up
-  completely and every waiting sync put is answered PUT_OK.
+  completely and every waiting sync put is answered PUT_OK;
+* classic mode's divergence check (``master_loses_power``): a master that loses bytes it had
+  sent starts its new history past them (``skip_past``) and refuses a first report inside the
+  lost range, whenever it comes, telling the slave where the histories part; a slave holding
+  lost bytes is never served, its log never changes, until ``truncate_to_master`` cuts it back
+  with the store's safe truncation.
 
 In epoch mode (``PairOptions.epoch_mode``) a master crash, or a power loss that takes the
 master's last records (flushed or not), never fences the slave: at its next handshake the
@@ -34,7 +39,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 from hypothesis import event
 from hypothesis import strategies as st
@@ -53,6 +58,9 @@ from trioha.testing._pair import (
     log_bytes,
     pending_report_bytes,
 )
+
+if TYPE_CHECKING:
+    from trioha.store import CommitLog
 
 __all__ = ["LogFactory", "ReplicationMachine", "memory_log", "pair_options", "replication_machine"]
 
@@ -115,6 +123,11 @@ class ReplicationMachine(RuleBasedStateMachine):
         #: Why the slave may not reconnect until re-seeded (a master crash diverged it).
         self.fenced: str | None = None
         self._next_transfer: dict[int, int] = {}
+        #: Classic mode: the master's durable "highest offset sent" mark (SentOffsets).
+        self.sent_mark = 0
+        #: The slave's log when a power loss left it holding bytes the master lost; it must
+        #: not change (no byte spliced on) until it is cut back.
+        self.holds_lost: bytes | None = None
 
     # --- set-up -------------------------------------------------------------------------------
 
@@ -323,11 +336,14 @@ class ReplicationMachine(RuleBasedStateMachine):
         if self.p.options.ack_flushed:
             assert not lost_puts, f"a slave crash at {cut} loses PUT_OK puts {lost_puts}"
         lost = self.p.crash_slave(cut, master_notices=master_notices)
+        if self.holds_lost is not None:  # what the crash left of the lost history
+            prefix = self.p.slave_is_prefix()
+            self.holds_lost = None if prefix else log_bytes(self.p.slave_log)
         _event(f"slave crash ({'lost unflushed bytes' if lost else 'nothing lost'})")
         if lost_puts:
             _event("slave crash lost a PUT_OK put (acks were not flushed)")
 
-    @precondition(lambda self: self.pair is not None)
+    @precondition(lambda self: self.pair is not None and not self.p.master_lost)
     @rule()
     def master_crashes(self) -> None:
         pair = self.p
@@ -392,6 +408,91 @@ class ReplicationMachine(RuleBasedStateMachine):
         if link.truncations:
             assert link.truncations == [pair.slave_log.max_offset] and held > link.truncations[0]
             _event("epoch mode: the slave cut back to the consistent point")
+    # --- classic mode: a power cut, the refusal, the operator's cut -------------------------
+
+    def _sent_end(self) -> int:
+        """The durable mark: what the master may have sent (SentOffsets reserves before)."""
+        ends = [offset + size for link in self.p.links for offset, size in link.frames]
+        self.sent_mark = max([self.sent_mark, *ends])
+        return self.sent_mark
+
+    def _lost_range(self) -> tuple[int, int] | None:
+        """The lost range the slave's first report would fall in, if any."""
+        end = self.p.slave_log.max_offset
+        for lo, hi in self.p.master_lost:
+            if lo < end <= hi:
+                return lo, hi
+        return None
+
+    @precondition(
+        lambda self: self.pair is not None and self.fenced is None and self.holds_lost is None
+    )
+    @rule()
+    def master_loses_power(self) -> None:
+        """The master's unflushed tail is gone; it starts as ``open_master_history`` says."""
+        pair = self.p
+        sent = self._sent_end()
+        pair.crash_master()
+        log = pair.master_log
+        end = log.max_offset
+        if sent <= end:
+            _event("power loss: nothing sent was lost")
+            return
+        pair.master_lost = (*pair.master_lost, (end, sent))
+        new_start = cast("CommitLog", log).skip_past(sent)
+        log.flush()
+        assert new_start > sent
+        assert new_start % log.segment_size == 0
+        _event("power loss: the master lost bytes it had sent")
+        if not pair.slave_is_prefix():
+            assert self._lost_range() is not None, "a slave holding lost bytes is not refusable"
+            self.holds_lost = log_bytes(pair.slave_log)
+            _event("power loss: the slave holds bytes the master lost")
+
+    @precondition(
+        lambda self: self.pair is not None
+        and self.p.current is None
+        and self._lost_range() is not None
+        and any(
+            side is Side.SLAVE and "pushed offset" in why
+            for link in self.p.links
+            for side, why in link.closes
+        )
+    )
+    @rule()
+    def truncate_to_master(self) -> None:
+        """``trioha slave --truncate-to-master``: the refused slave is cut back to the fork."""
+        pair = self.p
+        lost = self._lost_range()
+        assert lost is not None
+        fork = lost[0]
+        log = pair.slave_log
+        if fork > log.min_offset:
+            kept = cast("CommitLog", log).truncate_to_boundary(fork)
+            assert kept, "the cut bytes are kept aside"
+            log.flush()
+        else:  # the slave's log starts past the fork: nothing in common, re-seed it empty
+            pair.slave_log = self._new_log()
+        pair.incarnation += 1
+        self.holds_lost = None
+        assert pair.slave_is_prefix()
+        _event("refused slave cut back to the master's history")
+
+    @invariant()
+    def a_slave_holding_lost_bytes_is_never_served(self) -> None:
+        if self.pair is None or self.holds_lost is None:
+            return
+        pair = self.p
+        assert log_bytes(pair.slave_log) == self.holds_lost, "bytes were spliced onto the slave"
+        for link in pair.links:
+            if link.master_open and link.incarnation == pair.incarnation:
+                assert link.master.state.phase is MasterPhase.AWAIT_REPORT, (
+                    f"{link!r} serves a slave that holds bytes the master lost"
+                )
+        for link in pair.links:
+            for side, why in link.closes:
+                if side is Side.MASTER and "crashed and lost them" in why:
+                    _event("classic refusal: the master refused a slave holding lost bytes")
 
     @precondition(lambda self: self.pair is not None and self.fenced is not None)
     @rule()
@@ -410,7 +511,9 @@ class ReplicationMachine(RuleBasedStateMachine):
 
     # --- liveness -----------------------------------------------------------------------------
 
-    @precondition(lambda self: self.pair is not None and self.fenced is None)
+    @precondition(
+        lambda self: self.pair is not None and self.fenced is None and self._lost_range() is None
+    )
     @rule()
     def converge(self) -> None:
         """With the network healed and no time passing, the slave catches up completely."""
@@ -420,11 +523,19 @@ class ReplicationMachine(RuleBasedStateMachine):
                 pair.drop(link)  # housekeeping would find out, given time
         pair.run_until_quiet(max_rounds=50)
         closes = [close for link in pair.links for close in link.closes]
-        assert pair.slave_log.max_offset == pair.master_log.max_offset, (
-            f"slave stopped at {pair.slave_log.max_offset}, master at "
+        current = pair.current
+        slave = pair.slave_log
+        # An empty slave is served from the master's last segment (RocketMQ's rule), which
+        # holds nothing yet when a power loss just closed the ones before it: caught up too.
+        empty_at_end = (
+            slave.max_offset == slave.min_offset
+            and current is not None
+            and current.start_offset == pair.master_log.max_offset
+        )
+        assert slave.max_offset == pair.master_log.max_offset or empty_at_end, (
+            f"slave stopped at {slave.max_offset}, master at "
             f"{pair.master_log.max_offset}; closes: {closes}"
         )
-        current = pair.current
         assert current is not None and current.start_offset is not None
         for put in pair.puts:
             if put.sync and put.lost is None and put.status is None:
@@ -450,7 +561,7 @@ class ReplicationMachine(RuleBasedStateMachine):
 
     @invariant()
     def slave_is_a_prefix_of_the_master(self) -> None:
-        if self.pair is None or self.fenced:
+        if self.pair is None or self.fenced or self.holds_lost is not None:
             return
         assert self.p.slave_is_prefix(), (
             f"slave diverged from the master at {self.p.common_prefix_end()}"

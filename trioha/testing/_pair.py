@@ -63,6 +63,7 @@ from trioha.proto import (
     Timing,
     Truncate,
     Vouch,
+    frame_header,
     replicated_offset,
     vouch,
 )
@@ -303,13 +304,17 @@ class ProtocolPair:
         self.slave_epochs = EpochHistory()
         if self.options.epoch_mode:
             self.master_epochs = self.master_epochs.begin_epoch(master_log.max_offset)
+        #: Ranges a classic master lost after sending them (``trioha.store.SentOffsets``).
+        self.master_lost: tuple[tuple[int, int], ...] = ()
 
     # --- queries ------------------------------------------------------------------------------
 
     def master_view(self) -> LogView:
         log = self.master_log
         epochs = self.master_epochs if self.options.epoch_mode else None
-        return LogView(log.min_offset, log.max_offset, log.segment_size, epochs=epochs)
+        return LogView(
+            log.min_offset, log.max_offset, log.segment_size, lost=self.master_lost, epochs=epochs
+        )
 
     @property
     def current(self) -> Link | None:
@@ -575,6 +580,8 @@ class ProtocolPair:
             elif isinstance(action, SendMasterHandshake):
                 link.outbox += link.master.handshake_bytes(action)  # the writer sends it next
             elif isinstance(action, Close):
+                if action.diverged_at is not None:  # HAConnection._refuse: the signal header
+                    link.to_slave += frame_header(SendHeartbeat(action.diverged_at))
                 self._master_close(link, action.reason)
                 break
         request = link.master.state.request_offset
