@@ -324,14 +324,19 @@ def test_short_slave_handshake_waits() -> None:
     assert conn.state.phase is MasterPhase.TRANSFER and conn.state.next_transfer == 0
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.binary(max_size=200), st.lists(st.integers(1, 40), max_size=8))
-def test_garbage_to_either_side_closes_cleanly(data: bytes, cuts: list[int]) -> None:
+def split(data: bytes, cuts: list[int]) -> list[bytes]:
+    """*data* in pieces of the given lengths (the rest last): how reads may cut a stream."""
     pieces, rest = [], data
     for cut in cuts:
         pieces.append(rest[:cut])
         rest = rest[cut:]
-    pieces.append(rest)
+    return [*pieces, rest]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200), st.lists(st.integers(1, 40), max_size=8))
+def test_garbage_to_either_side_closes_cleanly(data: bytes, cuts: list[int]) -> None:
+    pieces = split(data, cuts)
     sconn = SlaveConnection(log_max=0, now=0.0, epochs=EpochHistory(), max_body=64)
     sconn.initial_actions()
     mconn = MasterConnection(now=0.0, options=MasterOptions(epoch_mode=True, batch_size=64))
@@ -393,11 +398,7 @@ def hostile_handshakes(draw: st.DrawFn) -> bytes:
 @settings(max_examples=150, deadline=None)
 @given(hostile_handshakes(), st.lists(st.integers(1, 5000), max_size=4))
 def test_hostile_master_handshakes(data: bytes, cuts: list[int]) -> None:
-    pieces, rest = [], data
-    for cut in cuts:
-        pieces.append(rest[:cut])
-        rest = rest[cut:]
-    pieces.append(rest)
+    pieces = split(data, cuts)
     conn = SlaveConnection(log_max=0, now=0.0, epochs=EpochHistory(), max_body=64)
     conn.initial_actions()
     actions: list[object] = []
