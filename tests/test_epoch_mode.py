@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from tests.test_broker import (
@@ -155,6 +156,7 @@ def _wait_identical(a: Path, b: Path, within: float = 60) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_a_slave_holding_the_masters_lost_tail_is_cut_back_never_spliced(tmp_path: Path
                                                                        ) -> None:
     master_dir, slave_dir = tmp_path / "m", tmp_path / "s"
