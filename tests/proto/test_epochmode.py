@@ -301,7 +301,10 @@ def master_after(data: bytes) -> tuple[MasterConnection, tuple[object, ...]]:
         (struct.pack(">iq", 2, 5), "before its handshake"),
         (struct.pack(">iq", 0, 5), "state field 0 .READY."),
         (struct.pack(">iq", 77, 5), "state field 77"),
-        (SlaveHandshake().to_bytes() * 2, "second handshake"),
+        (
+            SlaveHandshake().to_bytes() + struct.pack(">iq", 2, 0) + SlaveHandshake().to_bytes(),
+            "handshake on a connection already transferring",
+        ),
         (SlaveHandshake().to_bytes() + struct.pack(">iq", 2, 101), "holds data this master"),
         (SlaveHandshake().to_bytes() + struct.pack(">iq", 2, -5), "negative offset"),
     ],
@@ -446,3 +449,10 @@ def test_mismatched_modes_close_loudly_on_both_sides() -> None:
     actions2 = slave.receive_data(frame, now=0.0)
     assert len(actions2) == 1 and isinstance(actions2[0], Close)
     assert "master handshake carries state 0" in actions2[0].reason
+
+
+def test_a_repeated_handshake_before_the_first_report_is_answered_again() -> None:
+    """AutoSwitchHAClient sends its handshake again after 5 s without an answer."""
+    conn, actions = master_after(SlaveHandshake().to_bytes() * 2)
+    assert [type(a) for a in actions] == [SendMasterHandshake, SendMasterHandshake]
+    assert not conn.closed and conn.state.phase is MasterPhase.AWAIT_REPORT

@@ -473,7 +473,7 @@ def _master_early_report(
 def _master_extra_handshake(
     state: MasterState, event: HandshakeReceived, options: MasterOptions
 ) -> MasterStep:
-    return _closed(state, "slave sent a second handshake on one connection")
+    return _closed(state, "slave sent a handshake on a connection already transferring")
 
 
 def _master_report(state: MasterState, event: ReportReceived, options: MasterOptions) -> MasterStep:
@@ -722,7 +722,8 @@ MASTER_TABLE: dict[tuple[MasterPhase, type], Rule] = {
     (_HS, SendReady): Rule(_master_await_send, (_HS,)),
     (_HS, ReadIdle): Rule(_master_idle, (_CLOSED,)),
     (_HS, ConnectionLost): Rule(_master_lost, (_CLOSED,)),
-    (_AWAIT, HandshakeReceived): Rule(_master_extra_handshake, (_CLOSED,)),
+    # AutoSwitchHAClient repeats its handshake when no answer came within 5 s: answer again.
+    (_AWAIT, HandshakeReceived): Rule(_master_handshake, (_AWAIT,)),
     (_XFER, HandshakeReceived): Rule(_master_extra_handshake, (_CLOSED,)),
     (_AWAIT, ReportReceived): Rule(_master_first_report, (_XFER, _CLOSED)),
     (_AWAIT, SendReady): Rule(_master_await_send, (_AWAIT,)),
