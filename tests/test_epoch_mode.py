@@ -212,3 +212,37 @@ def test_a_slave_holding_the_masters_lost_tail_is_cut_back_never_spliced(tmp_pat
         bodies = [m.body for m in store.commitlog.iter_messages()]
     assert sum(b.startswith(b"old") for b in bodies) == 200 - 40
     assert sum(b.startswith(b"new") for b in bodies) == 100
+
+
+async def test_a_slave_whose_bytes_no_epoch_vouches_for_is_refused_and_keeps_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Replicated in classic mode: the slave's log holds the master's bytes but no epochs.
+    async with running(master_config(tmp_path / "m")) as master:
+        address = master.ha_address
+        assert address is not None
+        async with running(slave_config(tmp_path / "s", master)) as slave:
+            await connected(master)
+            await put_many(master, 200)
+            await caught_up(master, slave)
+    held = (tmp_path / "s" / "commitlog" / f"{0:020d}").read_bytes()
+    # Both switch to epoch mode: nothing proves the slave's bytes are this master's history.
+    again = master_config(tmp_path / "m", ha_listen_port=address[1], **EPOCH)
+    async with (
+        running(again) as master,
+        running(slave_config(tmp_path / "s", address, **EPOCH)) as slave,
+    ):
+        client = slave.ha_client
+        assert client is not None
+        with trio.fail_after(10):
+            while client.last_close_reason is None:  # noqa: ASYNC110 (the client runs apart)
+                await trio.sleep(0.02)
+        assert "no epoch history" in client.last_close_reason
+        assert client.truncations == []
+        assert master.ha_service is not None
+        assert not master.ha_service.live_acks()
+    assert (tmp_path / "s" / "commitlog" / f"{0:020d}").read_bytes() == held
+    assert any(
+        r.levelname == "ERROR" and "is not a prefix of master" in r.getMessage()
+        for r in caplog.records
+    )
