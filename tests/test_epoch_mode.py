@@ -52,6 +52,10 @@ async def test_epoch_mode_replicates_and_rebuilds_the_history(tmp_path: Path) ->
             assert compare_logs(master, slave) is None
             assert slave.epoch_file is not None
             assert slave.epoch_file.history == master.epoch_file.history
+            stats = master.statistics()
+            assert stats.ha is not None and (stats.ha.epoch, stats.ha.epoch_start) == (1, 0)
+            client = slave.statistics().client
+            assert client is not None and (client.last_epoch, client.truncations) == (1, ())
     files_identical(tmp_path / "m", tmp_path / "s")
 
 

@@ -73,6 +73,10 @@ class HAClientStatistics:
     bytes_received: int
     connects: int
     last_close_reason: str | None
+    #: Epoch mode: the newest epoch this slave holds (0: none yet; -1: classic mode).
+    last_epoch: int = -1
+    #: Epoch mode: cuts to a consistent point, as ``(from, to)`` offsets, oldest first.
+    truncations: tuple[tuple[int, int], ...] = ()
 
 
 class _Session:
@@ -341,6 +345,8 @@ class HAClient:
             bytes_received=self.bytes_received,
             connects=self.connects,
             last_close_reason=self.last_close_reason,
+            last_epoch=-1 if self.epoch_file is None else self.epoch_file.history.last_epoch,
+            truncations=tuple(self.truncations),
         )
 
 

@@ -65,6 +65,9 @@ class HAServiceStatistics:
     waiting_puts: int
     connections_accepted: int
     connections_closed: int
+    #: Epoch mode: the master's current epoch and where it began (-1, -1 in classic mode).
+    epoch: int = -1
+    epoch_start: int = -1
 
 
 class HAService:
@@ -255,6 +258,8 @@ class HAService:
 
     def statistics(self) -> HAServiceStatistics:
         now = trio.current_time()
+        history = self.epoch_file.history if self.epoch_file is not None else None
+        last = history.entries[-1] if history else None
         max_offset = self.commitlog.max_offset
         slaves = tuple(
             SlaveStatistics(
@@ -275,6 +280,8 @@ class HAService:
             waiting_puts=len(self._waiters),
             connections_accepted=self._accepted,
             connections_closed=self._closed,
+            epoch=last.epoch if last else -1,
+            epoch_start=last.start_offset if last else -1,
         )
 
 
