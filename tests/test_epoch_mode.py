@@ -35,7 +35,7 @@ from tests.test_broker import (
 from trioha._demo import compare_logs
 from trioha._errors import RemotingError
 from trioha.proto._epochs import entries_of
-from trioha.store import EPOCH_FILE_NAME, EpochFile, open_store
+from trioha.store import EPOCH_FILE_NAME, EpochFile, StoredMessage, open_store
 
 EPOCH: dict[str, Any] = {"enable_controller_mode": True}
 SEG = FAST["mapped_file_size_commit_log"]
@@ -250,3 +250,41 @@ async def test_a_slave_whose_bytes_no_epoch_vouches_for_is_refused_and_keeps_the
         r.levelname == "ERROR" and "is not a prefix of master" in r.getMessage()
         for r in caplog.records
     )
+
+
+def _flip_body_byte(segment: Path, message: StoredMessage) -> None:
+    with open(segment, "r+b") as f:
+        f.seek(message.physical_offset)
+        record = f.read(message.total_size)
+        at = record.index(message.body)
+        f.seek(message.physical_offset + at)
+        f.write(bytes([record[at] ^ 0xFF]))
+
+
+async def test_a_damaged_record_cut_by_recovery_makes_the_slave_truncate(tmp_path: Path) -> None:
+    """Recovery moves a damaged record (and all after it) aside and the master starts over
+    there in a new epoch: a slave holding the old bytes cuts back to the damage."""
+    async with running(master_config(tmp_path / "m", **EPOCH)) as master:
+        address = master.ha_address
+        assert address is not None
+        async with running(slave_config(tmp_path / "s", master, **EPOCH)) as slave:
+            await connected(master)
+            await put_many(master, 300, producers=1)
+            await caught_up(master, slave)
+        damaged = list(master.store.commitlog.iter_messages())[250]
+        held_end = master.store.commitlog.max_offset
+    # One byte of record 250's body flipped: its CRC fails, and recovery cuts there.
+    _flip_body_byte(tmp_path / "m" / "commitlog" / f"{0:020d}", damaged)
+    again = master_config(tmp_path / "m", ha_listen_port=address[1], **EPOCH)
+    async with running(again) as master:
+        assert master.store.commitlog.max_offset == damaged.physical_offset
+        assert master.epoch_file is not None
+        assert master.epoch_file.history == entries_of([(1, 0), (2, damaged.physical_offset)])
+        await put_many(master, 200)  # new history past where the slave's log ends
+        assert master.store.commitlog.max_offset > held_end
+        async with running(slave_config(tmp_path / "s", address, **EPOCH)) as slave:
+            await caught_up(master, slave)
+            assert compare_logs(master, slave) is None
+            assert slave.ha_client is not None
+            assert slave.ha_client.truncations == [(held_end, damaged.physical_offset)]
+    files_identical(tmp_path / "m", tmp_path / "s")
