@@ -355,7 +355,7 @@ def test_garbage_to_either_side_closes_cleanly(data: bytes, cuts: list[int]) -> 
 
 
 def reference_handshake(data: bytes) -> str:
-    """How an honest slave reads a master handshake (the layout, written from the spec):
+    """How an honest slave reads a master handshake (from RocketMQ's layout, not the code):
     "wait", "accept" or "close"."""
     if len(data) < 20:
         return "wait"

@@ -22,7 +22,7 @@ RocketMQ's classic HA has two ends per connection (spec §1, §2):
 
 Either side closes a connection that has been silent for ``haHousekeepingInterval``.
 
-**Epoch mode** (RocketMQ 5.x ``AutoSwitchHAConnection`` / ``AutoSwitchHAClient``, spec §7.2,
+**Epoch mode** (RocketMQ 5.x ``AutoSwitchHAConnection`` / ``AutoSwitchHAClient``,
 docs/replication.md) adds a HANDSHAKE phase on both sides before TRANSFER:
 
 * the slave opens with its handshake; the master answers with its max offset and its epoch
@@ -392,7 +392,7 @@ def choose_start(request: int, log: LogView, options: MasterOptions) -> int:
 
 
 def choose_epoch_start(request: int, log: LogView, from_last_file: bool) -> int:
-    """Epoch mode's start (``AutoSwitchHAConnection.WriteSocketService``, spec §7.3).
+    """Epoch mode's start (``AutoSwitchHAConnection.WriteSocketService``).
 
     A report of 0 is served from the oldest offset (a full copy, 5.x's default), or from the
     start of the last segment when the slave's handshake asked for ``syncFromLastFile``.
