@@ -33,7 +33,7 @@ import attrs
 import trio
 
 from trioha._config import BrokerConfig
-from trioha._errors import ConfigError, StorageError
+from trioha._errors import ConfigError, ProtocolError, StorageError
 from trioha.net._wakeup import Wakeup
 from trioha.proto import (
     Append,
@@ -136,7 +136,7 @@ class _Session:
                     if isinstance(action, Truncate | RecordEpoch):
                         try:
                             await self.client.execute(action)
-                        except StorageError as exc:
+                        except (StorageError, ProtocolError) as exc:  # ProtocolError: EpochError
                             what = ("cut the log back to the consistent point"
                                     if isinstance(action, Truncate) else "record the epoch")
                             log.error("cannot %s %d: %s", what, action.offset
