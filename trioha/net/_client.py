@@ -137,10 +137,11 @@ class _Session:
                         try:
                             await self.client.execute(action)
                         except (StorageError, ProtocolError) as exc:  # ProtocolError: EpochError
-                            what = ("cut the log back to the consistent point"
-                                    if isinstance(action, Truncate) else "record the epoch")
-                            log.error("cannot %s %d: %s", what, action.offset
-                                      if isinstance(action, Truncate) else action.epoch, exc)
+                            if isinstance(action, Truncate):
+                                what = f"cut the log back to the consistent point {action.offset}"
+                            else:
+                                what = f"record epoch {action.epoch} from {action.start_offset}"
+                            log.error("cannot %s (master %s): %s", what, self.client.master, exc)
                             self._end(f"cannot {what}: {exc}", scope)
                             return
                     elif isinstance(action, Append):
