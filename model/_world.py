@@ -810,10 +810,20 @@ class _Tx:
         self.sepochs = self.sepochs.truncate_suffix(offset)
         self.note(f"slave cuts its log back to {offset} (the consistent point)")
 
-    def master_restarted(self) -> None:
-        """Epoch mode: the master begins a new epoch at its recovered end."""
+    def master_restarts(self, end: int) -> None:
+        """The master goes down (every connection with it) and restarts with its log cut to
+        *end*; in epoch mode it begins a new epoch there."""
+        att = self.attached()
+        for i in range(len(self.conns)):
+            if i != att:
+                self.conns[i] = None
+        if att >= 0:
+            self.master_close(att)
+        self.mlog = self.mlog[:end]
+        self.mflushed = min(self.mflushed, end)
+        self.pending = ()
         if self.cfg.epoch_mode:
-            self.mepochs = self.mepochs.begin_epoch(len(self.mlog))
+            self.mepochs = self.mepochs.begin_epoch(end)
 
     def slave_close(self, i: int) -> None:
         """The slave side closed connection *i*: the master side goes too, unless it lingers."""
@@ -1285,17 +1295,9 @@ class HAModel:
 
     def _master_crash(self, tx: _Tx, w: World, step: Step) -> bool:
         tx.spend("crashes")
-        att = tx.attached()
-        for i in range(len(tx.conns)):
-            if i != att:
-                tx.conns[i] = None
-        if att >= 0:
-            tx.master_close(att)
-        tx.mlog = w.mlog[: w.mflushed]
-        tx.pending = ()
         if w.mflushed < w.mmax:
             tx.marks.add("master_lost_unflushed")
-        tx.master_restarted()
+        tx.master_restarts(w.mflushed)
         tx.note(f"master restarts with its log ending at {len(tx.mlog)}")
         if self.config.classic_refusal:
             self._lost_sent_bytes(tx)
@@ -1333,17 +1335,8 @@ class HAModel:
     def _master_loses_tail(self, tx: _Tx, w: World, step: Step) -> bool:
         """The master crashes and its log comes back shorter, at message boundary ``arg``."""
         tx.spend("tail_losses")
-        att = tx.attached()
-        for i in range(len(tx.conns)):
-            if i != att:
-                tx.conns[i] = None
-        if att >= 0:
-            tx.master_close(att)
-        tx.mlog = w.mlog[: step.arg]
-        tx.mflushed = min(w.mflushed, step.arg)
-        tx.pending = ()
         tx.marks.add("master_lost_records")
-        tx.master_restarted()
+        tx.master_restarts(step.arg)
         tx.note(f"master restarts having lost its records from {step.arg} on")
         return True
 

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from tests.test_broker import (
@@ -34,7 +35,7 @@ from tests.test_broker import (
 from trioha._demo import compare_logs
 from trioha._errors import RemotingError
 from trioha.proto._epochs import entries_of
-from trioha.store import EPOCH_FILE_NAME, EpochFile, open_store
+from trioha.store import EPOCH_FILE_NAME, EpochFile, StoredMessage, open_store
 
 EPOCH: dict[str, Any] = {"enable_controller_mode": True}
 SEG = FAST["mapped_file_size_commit_log"]
@@ -51,6 +52,10 @@ async def test_epoch_mode_replicates_and_rebuilds_the_history(tmp_path: Path) ->
             assert compare_logs(master, slave) is None
             assert slave.epoch_file is not None
             assert slave.epoch_file.history == master.epoch_file.history
+            stats = master.statistics()
+            assert stats.ha is not None and (stats.ha.epoch, stats.ha.epoch_start) == (1, 0)
+            client = slave.statistics().client
+            assert client is not None and (client.last_epoch, client.truncations) == (1, ())
     files_identical(tmp_path / "m", tmp_path / "s")
 
 
@@ -155,6 +160,7 @@ def _wait_identical(a: Path, b: Path, within: float = 60) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_a_slave_holding_the_masters_lost_tail_is_cut_back_never_spliced(tmp_path: Path
                                                                        ) -> None:
     master_dir, slave_dir = tmp_path / "m", tmp_path / "s"
@@ -210,3 +216,78 @@ def test_a_slave_holding_the_masters_lost_tail_is_cut_back_never_spliced(tmp_pat
         bodies = [m.body for m in store.commitlog.iter_messages()]
     assert sum(b.startswith(b"old") for b in bodies) == 200 - 40
     assert sum(b.startswith(b"new") for b in bodies) == 100
+
+
+async def test_a_slave_whose_bytes_no_epoch_vouches_for_is_refused_and_keeps_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Replicated in classic mode: the slave's log holds the master's bytes but no epochs.
+    async with running(master_config(tmp_path / "m")) as master:
+        address = master.ha_address
+        assert address is not None
+        async with running(slave_config(tmp_path / "s", master)) as slave:
+            await connected(master)
+            await put_many(master, 200)
+            await caught_up(master, slave)
+    held = (tmp_path / "s" / "commitlog" / f"{0:020d}").read_bytes()
+    # Both switch to epoch mode: nothing proves the slave's bytes are this master's history.
+    again = master_config(tmp_path / "m", ha_listen_port=address[1], **EPOCH)
+    async with (
+        running(again) as master,
+        running(slave_config(tmp_path / "s", address, **EPOCH)) as slave,
+    ):
+        client = slave.ha_client
+        assert client is not None
+        with trio.fail_after(10):
+            while client.last_close_reason is None:  # noqa: ASYNC110 (the client runs apart)
+                await trio.sleep(0.02)
+        assert "no epoch history" in client.last_close_reason
+        assert client.truncations == []
+        assert master.ha_service is not None
+        assert not master.ha_service.live_acks()
+    assert (tmp_path / "s" / "commitlog" / f"{0:020d}").read_bytes() == held
+    # Sticky, as a classic refusal is: ERROR, and no reconnecting until an operator acts.
+    assert any(
+        r.levelname == "ERROR"
+        and "diverged from master" in r.getMessage()
+        and "Replication is stopped" in r.getMessage()
+        for r in caplog.records
+    )
+
+
+def _flip_body_byte(segment: Path, message: StoredMessage) -> None:
+    with open(segment, "r+b") as f:
+        f.seek(message.physical_offset)
+        record = f.read(message.total_size)
+        at = record.index(message.body)
+        f.seek(message.physical_offset + at)
+        f.write(bytes([record[at] ^ 0xFF]))
+
+
+async def test_a_damaged_record_cut_by_recovery_makes_the_slave_truncate(tmp_path: Path) -> None:
+    """Recovery moves a damaged record (and all after it) aside and the master starts over
+    there in a new epoch: a slave holding the old bytes cuts back to the damage."""
+    async with running(master_config(tmp_path / "m", **EPOCH)) as master:
+        address = master.ha_address
+        assert address is not None
+        async with running(slave_config(tmp_path / "s", master, **EPOCH)) as slave:
+            await connected(master)
+            await put_many(master, 300, producers=1)
+            await caught_up(master, slave)
+        damaged = list(master.store.commitlog.iter_messages())[250]
+        held_end = master.store.commitlog.max_offset
+    # One byte of record 250's body flipped: its CRC fails, and recovery cuts there.
+    _flip_body_byte(tmp_path / "m" / "commitlog" / f"{0:020d}", damaged)
+    again = master_config(tmp_path / "m", ha_listen_port=address[1], **EPOCH)
+    async with running(again) as master:
+        assert master.store.commitlog.max_offset == damaged.physical_offset
+        assert master.epoch_file is not None
+        assert master.epoch_file.history == entries_of([(1, 0), (2, damaged.physical_offset)])
+        await put_many(master, 200)  # new history past where the slave's log ends
+        assert master.store.commitlog.max_offset > held_end
+        async with running(slave_config(tmp_path / "s", address, **EPOCH)) as slave:
+            await caught_up(master, slave)
+            assert compare_logs(master, slave) is None
+            assert slave.ha_client is not None
+            assert slave.ha_client.truncations == [(held_end, damaged.physical_offset)]
+    files_identical(tmp_path / "m", tmp_path / "s")

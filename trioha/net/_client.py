@@ -45,7 +45,7 @@ import attrs
 import trio
 
 from trioha._config import BrokerConfig
-from trioha._errors import ConfigError, StorageError, StoreLayoutError
+from trioha._errors import ConfigError, ProtocolError, StorageError, StoreLayoutError
 from trioha.net._service import close_level
 from trioha.net._wakeup import Wakeup
 from trioha.proto import (
@@ -156,6 +156,10 @@ class HAClientStatistics:
     diverged_master_offset: int = -1
     #: Where this slave's log ended when it was told; -1 if not diverged.
     diverged_slave_offset: int = -1
+    #: Epoch mode: the newest epoch this slave holds (0: none yet; -1: classic mode).
+    last_epoch: int = -1
+    #: Epoch mode: cuts to a consistent point, as ``(from, to)`` offsets, oldest first.
+    truncations: tuple[tuple[int, int], ...] = ()
 
 
 class _Session:
@@ -231,11 +235,12 @@ class _Session:
                     if isinstance(action, Truncate | RecordEpoch):
                         try:
                             await self.client.execute(action)
-                        except StorageError as exc:
-                            what = ("cut the log back to the consistent point"
-                                    if isinstance(action, Truncate) else "record the epoch")
-                            log.error("cannot %s %d: %s", what, action.offset
-                                      if isinstance(action, Truncate) else action.epoch, exc)
+                        except (StorageError, ProtocolError) as exc:  # ProtocolError: EpochError
+                            if isinstance(action, Truncate):
+                                what = f"cut the log back to the consistent point {action.offset}"
+                            else:
+                                what = f"record epoch {action.epoch} from {action.start_offset}"
+                            log.error("cannot %s (master %s): %s", what, self.client.master, exc)
                             self._end(f"cannot {what}: {exc}", scope)
                             return
                     elif isinstance(action, Append):
@@ -538,6 +543,8 @@ class HAClient:
             needs_reseed=self.divergence is not None,
             diverged_master_offset=self.divergence.master_offset if self.divergence else -1,
             diverged_slave_offset=self.divergence.slave_offset if self.divergence else -1,
+            last_epoch=-1 if self.epoch_file is None else self.epoch_file.history.last_epoch,
+            truncations=tuple(self.truncations),
         )
 
 

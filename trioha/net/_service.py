@@ -60,6 +60,9 @@ class HAServiceStatistics:
     waiting_puts: int
     connections_accepted: int
     connections_closed: int
+    #: Epoch mode: the master's current epoch and where it began (-1, -1 in classic mode).
+    epoch: int = -1
+    epoch_start: int = -1
     #: Slaves refused because their log holds a history this master lost (classic mode).
     slaves_refused: int = 0
     #: Ranges ``(from, to)`` this master may have sent and then lost in a crash.
@@ -313,6 +316,8 @@ class HAService:
 
     def statistics(self) -> HAServiceStatistics:
         now = trio.current_time()
+        history = self.epoch_file.history if self.epoch_file is not None else None
+        last = history.entries[-1] if history else None
         max_offset = self.commitlog.max_offset
         slaves = tuple(
             SlaveStatistics(
@@ -335,6 +340,8 @@ class HAService:
             connections_closed=self._closed,
             slaves_refused=self._refused,
             lost_ranges=self.sent.lost if self.sent is not None else (),
+            epoch=last.epoch if last else -1,
+            epoch_start=last.start_offset if last else -1,
         )
 
 

@@ -28,7 +28,7 @@ import attrs
 
 from trioha._errors import RemoteProtocolError
 from trioha.proto._epochs import EpochEntry, EpochError, EpochHistory
-from trioha.proto._frames import INT64_MAX
+from trioha.proto._frames import Report, check_frame_bounds
 
 #: ``HAConnectionState.HANDSHAKE.ordinal()`` and ``TRANSFER.ordinal()``.
 STATE_HANDSHAKE: Final = 1
@@ -103,11 +103,9 @@ def encode_epoch_report(offset: int) -> bytes:
 
 
 def decode_epoch_report(data: bytes | bytearray | memoryview) -> int:
-    state, offset = _REPORT.unpack(data)
-    _expect_state(state, STATE_TRANSFER, "slave report")
-    if offset < 0:
-        raise RemoteProtocolError(f"slave reported a negative offset {offset}")
-    return int(offset)
+    """The offset of a 12-byte report: the state field, then the classic 8-byte report."""
+    _expect_state(peek_state(data), STATE_TRANSFER, "slave report")
+    return Report.from_bytes(bytes(data)[4:EPOCH_REPORT_SIZE]).offset
 
 
 @attrs.frozen
@@ -199,18 +197,7 @@ class EpochTransferHeader:
                    ) -> EpochTransferHeader:
         state, size, offset, epoch, epoch_start, confirm = _TRANSFER.unpack(data)
         _expect_state(state, STATE_TRANSFER, "master frame")
-        if offset < 0:
-            raise RemoteProtocolError(f"master sent a frame at negative offset {offset}")
-        if size < 0 or size > max_body:
-            raise RemoteProtocolError(
-                f"master sent a frame of {size} bytes at offset {offset}; the limit is "
-                f"{max_body} (a RocketMQ slave's receive buffer)"
-            )
-        if offset + size > INT64_MAX:
-            raise RemoteProtocolError(
-                f"master sent a frame of {size} bytes at offset {offset}, ending beyond the "
-                "largest offset a log can have"
-            )
+        check_frame_bounds(offset, size, max_body)
         if epoch_start < 0 or epoch_start > offset:
             raise RemoteProtocolError(
                 f"master sent a frame at {offset} in epoch {epoch} starting at {epoch_start}: "

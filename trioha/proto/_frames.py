@@ -71,19 +71,24 @@ class TransferHeader:
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview, *, max_body: int) -> TransferHeader:
         offset, size = _HEADER.unpack(data)
-        if offset < 0:
-            raise RemoteProtocolError(f"master sent a frame at negative offset {offset}")
-        if size < 0 or size > max_body:
-            raise RemoteProtocolError(
-                f"master sent a frame of {size} bytes at offset {offset}; "
-                f"the limit is {max_body} (a RocketMQ slave's receive buffer)"
-            )
-        if offset + size > INT64_MAX:
-            raise RemoteProtocolError(
-                f"master sent a frame of {size} bytes at offset {offset}, ending beyond the "
-                "largest offset a log can have"
-            )
+        check_frame_bounds(offset, size, max_body)
         return cls(offset, size)
+
+
+def check_frame_bounds(offset: int, size: int, max_body: int) -> None:
+    """Refuse a frame header whose offset or size no honest master sends (both protocols)."""
+    if offset < 0:
+        raise RemoteProtocolError(f"master sent a frame at negative offset {offset}")
+    if size < 0 or size > max_body:
+        raise RemoteProtocolError(
+            f"master sent a frame of {size} bytes at offset {offset}; "
+            f"the limit is {max_body} (a RocketMQ slave's receive buffer)"
+        )
+    if offset + size > INT64_MAX:
+        raise RemoteProtocolError(
+            f"master sent a frame of {size} bytes at offset {offset}, ending beyond the "
+            "largest offset a log can have"
+        )
 
 
 def encode_report(offset: int) -> bytes:

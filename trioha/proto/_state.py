@@ -22,8 +22,9 @@ RocketMQ's classic HA has two ends per connection (docs/rocketmq-protocol.md §1
 
 Either side closes a connection that has been silent for ``haHousekeepingInterval``.
 
-**Epoch mode** (RocketMQ 5.x ``AutoSwitchHAConnection`` / ``AutoSwitchHAClient``, docs/rocketmq-
-protocol.md §7.2, docs/replication.md) adds a HANDSHAKE phase on both sides before TRANSFER:
+**Epoch mode** (RocketMQ 5.x ``AutoSwitchHAConnection`` / ``AutoSwitchHAClient``,
+docs/rocketmq-protocol.md §7.2, docs/replication.md) adds a HANDSHAKE phase on both sides before
+TRANSFER:
 
 * the slave opens with its handshake; the master answers with its max offset and its epoch
   history (:mod:`trioha.proto._epochs`), then waits for the first report as in classic mode;
@@ -506,7 +507,7 @@ def _master_early_report(
 def _master_extra_handshake(
     state: MasterState, event: HandshakeReceived, options: MasterOptions
 ) -> MasterStep:
-    return _closed(state, "slave sent a second handshake on one connection")
+    return _closed(state, "slave sent a handshake on a connection already transferring")
 
 
 def _master_report(state: MasterState, event: ReportReceived, options: MasterOptions) -> MasterStep:
@@ -769,7 +770,8 @@ MASTER_TABLE: dict[tuple[MasterPhase, type], MasterRule] = {
     (_HS, SendReady): Rule(_master_await_send, (_HS,)),
     (_HS, ReadIdle): Rule(_master_idle, (_CLOSED,)),
     (_HS, ConnectionLost): Rule(_master_lost, (_CLOSED,)),
-    (_AWAIT, HandshakeReceived): Rule(_master_extra_handshake, (_CLOSED,)),
+    # AutoSwitchHAClient repeats its handshake when no answer came within 5 s: answer again.
+    (_AWAIT, HandshakeReceived): Rule(_master_handshake, (_AWAIT,)),
     (_XFER, HandshakeReceived): Rule(_master_extra_handshake, (_CLOSED,)),
     (_AWAIT, ReportReceived): Rule(_master_first_report, (_XFER, _CLOSED)),
     (_AWAIT, SendReady): Rule(_master_await_send, (_AWAIT,)),

@@ -425,11 +425,15 @@ class ReplicationMachine(RuleBasedStateMachine):
         return None
 
     @precondition(
-        lambda self: self.pair is not None and self.fenced is None and self.holds_lost is None
+        lambda self: self.pair is not None
+        and not self.p.options.epoch_mode  # epoch mode has master_loses_records instead
+        and self.fenced is None
+        and self.holds_lost is None
     )
     @rule()
     def master_loses_power(self) -> None:
-        """The master's unflushed tail is gone; it starts as ``open_master_history`` says."""
+        """Classic mode: the master's unflushed tail is gone; it starts as
+        ``open_master_history`` says (epochs, not the sent marks, handle it in epoch mode)."""
         pair = self.p
         sent = self._sent_end()
         pair.crash_master()
