@@ -28,7 +28,7 @@ from trioha.broker._clientside import ClientSide, serve_client_side
 from trioha.net import HAClient, HAClientStatistics, HAService, HAServiceStatistics
 from trioha.net._waiters import OffsetWaiters
 from trioha.net._wakeup import Wakeup
-from trioha.store import HostAddress, Store, open_store
+from trioha.store import AppendResult, HostAddress, Store, open_store
 from trioha.store._message import PROPERTY_KEYS, PROPERTY_TAGS
 
 log = logging.getLogger("trioha.broker")
@@ -163,25 +163,9 @@ class Broker:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
         if not messages:
             return PutResult(PutStatus.MESSAGE_ILLEGAL)
-        try:
-            results = self.store.commitlog.append_batch(
-                [message_record(message) for message in messages]
-            )
-        except MessageTooLargeError as exc:
-            log.warning("put refused: %s", exc)
-            status = (
-                PutStatus.PROPERTIES_SIZE_EXCEEDED
-                if "propert" in str(exc)
-                else PutStatus.MESSAGE_ILLEGAL
-            )
-            return PutResult(status)
-        except (ValueError, TypeError) as exc:
-            log.warning("put refused: %s", exc)
-            return PutResult(PutStatus.MESSAGE_ILLEGAL)
-        except StorageError as exc:
-            log.error("put failed: %s", exc)
-            return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED)
-        self._puts += len(results)
+        results = self._append([message_record(message) for message in messages])
+        if isinstance(results, PutStatus):
+            return PutResult(results)
         self._on_log_grew()
         first, last = results[0], results[-1]
         status = await self._wait_policies(first.physical_offset, last.end_offset)
@@ -192,6 +176,74 @@ class Broker:
             queue_offset=first.queue_offset,
             msg_id=first.msg_id,
         )
+
+    def append_each(self, messages: Sequence[Mapping[str, Any]]) -> list[PutResult]:
+        """Append independent messages now, without waiting; one result per message.
+
+        What a burst of sends from one read needs: the valid messages are appended in one
+        write (a refused one is appended alone to find it), and the log's growth is announced
+        once. A stored message's result says PUT_OK and where it is; the flush and
+        replication policies are still to be waited for, once, with :meth:`wait_stored` up
+        to the last one's ``end_offset``. A refused message's result carries its status.
+        """
+        if self._closed or not self.role.is_master:
+            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE) for _ in messages]
+        records = [message_record(message) for message in messages]
+        together = self._append(records) if len(records) > 1 else None
+        if isinstance(together, list):
+            appended = together
+            out = [
+                PutResult(
+                    PutStatus.PUT_OK,
+                    offset=r.physical_offset,
+                    end_offset=r.end_offset,
+                    queue_offset=r.queue_offset,
+                    msg_id=r.msg_id,
+                )
+                for r in appended
+            ]
+        else:
+            out = []
+            for record in records:
+                one = self._append([record])
+                if isinstance(one, PutStatus):
+                    out.append(PutResult(one))
+                    continue
+                r = one[0]
+                out.append(
+                    PutResult(
+                        PutStatus.PUT_OK,
+                        offset=r.physical_offset,
+                        end_offset=r.end_offset,
+                        queue_offset=r.queue_offset,
+                        msg_id=r.msg_id,
+                    )
+                )
+        if any(result.offset >= 0 for result in out):
+            self._on_log_grew()
+        return out
+
+    async def wait_stored(self, start: int, end: int) -> PutStatus:
+        """Wait for the flush and replication policies to cover ``[start, end)``."""
+        return await self._wait_policies(start, end)
+
+    def _append(self, records: list[dict[str, Any]]) -> list[AppendResult] | PutStatus:
+        """Append records as one batch; the refusal's status when the store refuses them."""
+        try:
+            results = self.store.commitlog.append_batch(records)
+        except MessageTooLargeError as exc:
+            log.warning("put refused: %s", exc)
+            if "propert" in str(exc):
+                return PutStatus.PROPERTIES_SIZE_EXCEEDED
+            return PutStatus.MESSAGE_ILLEGAL
+        except (ValueError, TypeError) as exc:
+            log.warning("put refused: %s", exc)
+            return PutStatus.MESSAGE_ILLEGAL
+        except StorageError as exc:
+            log.error("put failed: %s", exc)
+            return PutStatus.CREATE_MAPPED_FILE_FAILED
+        self._puts += len(results)
+        return results
 
     async def _wait_policies(self, start: int, end: int) -> PutStatus:
         sync_flush = self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Sequence
 from typing import Any
+
+import attrs
 
 from trioha._status import PutResult, PutStatus
 from trioha.broker._batch import BatchError, decode_batch
@@ -16,7 +19,7 @@ from trioha.broker._context import (
     topic_error,
 )
 from trioha.broker._metadata import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, TopicConfig
-from trioha.remoting._codec import RemotingCommand
+from trioha.remoting._codec import HeaderError, RemotingCommand
 from trioha.remoting._codes import (
     AUTO_CREATE_TOPIC,
     PERM_READ,
@@ -24,7 +27,7 @@ from trioha.remoting._codes import (
     RequestCode,
     ResponseCode,
 )
-from trioha.remoting._connection import RemotingConnection
+from trioha.remoting._connection import Burst, RemotingConnection
 from trioha.store._message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -40,6 +43,16 @@ PROPERTY_CLUSTER = "CLUSTER"
 DEFAULT_REGION = "DefaultRegion"
 #: ``subscriptionGroupConfig.retryMaxTimes`` default when the request does not say.
 MAX_RECONSUME_TIMES = 16
+_PLAIN_SENDS = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2})
+
+
+@attrs.frozen
+class _Prepared:
+    """A checked send on its way to the store: its records and the queue they go to."""
+
+    records: list[dict[str, Any]]
+    queue_id: int
+    is_batch: bool
 
 
 class SendMessageProcessor:
@@ -81,10 +94,14 @@ class SendMessageProcessor:
         }
         return {names.get(k, k): v for k, v in fields.items()}
 
-    async def send_message(
+    def _prepare(
         self, request: RemotingCommand, connection: RemotingConnection
-    ) -> RemotingCommand:
-        """``SendMessageProcessor.asyncSendMessage`` / ``asyncSendBatchMessage``."""
+    ) -> RemotingCommand | _Prepared:
+        """Everything a send does before the store: checks, topic, queue, records.
+
+        A response when the send is refused before reaching the store, else the records to
+        put (one, or a batch's) and the queue they go to.
+        """
         header = RemotingCommand(code=request.code, ext_fields=self._send_header(request))
         topic = header.require("topic")
         if self.ctx.is_slave:
@@ -142,15 +159,84 @@ class SendMessageProcessor:
                 props.pop(PROPERTY_WAIT_STORE_MSG_OK, None)
                 props[PROPERTY_CLUSTER] = self.ctx.config.broker_cluster_name
                 batch.append({**common, "body": item.body, "flag": item.flag, "properties": props})
-            result = await self.ctx.broker.put_batch(batch)
+            return _Prepared(batch, queue_id, is_batch=True)
+        record = {
+            **common,
+            "body": request.body,
+            "flag": header.int_field("flag", 0),
+            "properties": properties,
+        }
+        return _Prepared([record], queue_id, is_batch=False)
+
+    async def send_message(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        """``SendMessageProcessor.asyncSendMessage`` / ``asyncSendBatchMessage``."""
+        prepared = self._prepare(request, connection)
+        if isinstance(prepared, RemotingCommand):
+            return prepared
+        if prepared.is_batch:
+            result = await self.ctx.broker.put_batch(prepared.records)
         else:
-            result = await self.ctx.broker.put(
-                body=request.body,
-                flag=header.int_field("flag", 0),
-                properties=properties,
-                **common,
-            )
-        return self._send_response(request, result, queue_id)
+            result = await self.ctx.broker.put(**prepared.records[0])
+        return self._send_response(request, result, prepared.queue_id)
+
+    def take_sends(
+        self, requests: Sequence[RemotingCommand], connection: RemotingConnection
+    ) -> Burst | None:
+        """Take the plain sends of one read: appended now, together, answered by one wait.
+
+        Each send is checked as :meth:`send_message` checks it and gets the same response;
+        the valid ones are appended in one write (``Broker.append_each``) before this
+        returns, so they are stored in the order they arrived, and one wait for the flush and
+        replication policies up to the last one's end answers them all, as RocketMQ's group
+        commit would. Batches and sends on a slave are left to :meth:`send_message`.
+        """
+        if self.ctx.is_slave:
+            return None
+        taken: list[RemotingCommand] = []
+        answers: list[RemotingCommand | int] = []  # a response, or an index into records
+        queues: list[int] = []
+        records: list[dict[str, Any]] = []
+        for request in requests:
+            if request.code not in _PLAIN_SENDS:
+                continue
+            try:
+                prepared = self._prepare(request, connection)
+            except HeaderError as exc:
+                prepared = request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+            if isinstance(prepared, _Prepared):
+                if prepared.is_batch:
+                    continue  # the C++ client's batch flag: send_message takes it
+                answers.append(len(records))
+                queues.append(prepared.queue_id)
+                records.append(prepared.records[0])
+            else:
+                answers.append(prepared)
+            taken.append(request)
+        if not taken:
+            return None
+        results = self.ctx.broker.append_each(records) if records else []
+        stored = [r for r in results if r.offset >= 0]
+
+        async def finish() -> list[RemotingCommand | None]:
+            status = PutStatus.PUT_OK
+            if stored:
+                status = await self.ctx.broker.wait_stored(stored[0].offset, stored[-1].end_offset)
+            responses: list[RemotingCommand | None] = []
+            for request, answer in zip(taken, answers, strict=True):
+                if isinstance(answer, RemotingCommand):
+                    response = answer
+                else:
+                    result = results[answer]
+                    if result.offset >= 0:
+                        result = attrs.evolve(result, status=status)
+                    response = self._send_response(request, result, queues[answer])
+                self.ctx.served[f"{RequestCode(request.code).name}.{response.code}"] += 1
+                responses.append(response)
+            return responses
+
+        return Burst(taken, finish)
 
     def _check_topic(
         self, header: RemotingCommand, connection: RemotingConnection

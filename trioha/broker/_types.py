@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from trioha._config import BrokerConfig
-from trioha._status import PutResult
+from trioha._status import PutResult, PutStatus
 
 
 class CommitLogLike(Protocol):
@@ -68,6 +68,12 @@ class BrokerLike(Protocol):
     ) -> PutResult: ...
 
     async def put_batch(self, messages: Sequence[Mapping[str, Any]]) -> PutResult: ...
+
+    def append_each(self, messages: Sequence[Mapping[str, Any]]) -> list[PutResult]:
+        """Append independent messages without waiting; one result per message."""
+
+    async def wait_stored(self, start: int, end: int) -> PutStatus:
+        """Wait for the flush and replication policies to cover ``[start, end)``."""
 
     async def wait_log_grew(self, beyond_offset: int) -> Any:
         """Return once the commit log's max offset exceeds ``beyond_offset``."""
