@@ -54,6 +54,12 @@ def _fields(value: Mapping[str, object] | None) -> dict[str, str]:
     """extFields as RocketMQ sees them: a map of strings (``HashMap<String, String>``)."""
     if not value:
         return {}
+    if type(value) is dict:
+        for key, item in value.items():
+            if type(item) is not str or type(key) is not str:
+                break
+        else:
+            return dict(value)  # already strings (every decoded header): one C-level copy
     out: dict[str, str] = {}
     for key, item in value.items():
         if item is None:
@@ -139,35 +145,45 @@ class RemotingCommand:
 
     def require(self, name: str) -> str:
         """A mandatory header field; :class:`HeaderError` names it when it is absent."""
-        value = self.ext_fields.get(name)
-        if value is None:
-            raise HeaderError(f"the custom field <{name}> is null")
-        return value
+        return require_field(self.ext_fields, name)
 
     def int_field(self, name: str, default: int | None = None) -> int:
         """A numeric header field (RocketMQ sends numbers as decimal strings)."""
-        value = self.ext_fields.get(name)
-        if value is None or value == "":
-            if default is None:
-                raise HeaderError(f"the custom field <{name}> is null")
-            return default
-        try:
-            return int(value)
-        except ValueError:
-            pass
-        try:  # a client that sent a JSON number with a fraction
-            number = float(value)
-        except ValueError:
-            raise HeaderError(f"the custom field <{name}> is not a number: {value!r}") from None
-        if not number.is_integer():
-            raise HeaderError(f"the custom field <{name}> is not an integer: {value!r}")
-        return int(number)
+        return int_field(self.ext_fields, name, default)
 
     def bool_field(self, name: str, default: bool = False) -> bool:
         value = self.ext_fields.get(name)
         if value is None:
             return default
         return value.strip().lower() == "true"
+
+
+def require_field(fields: Mapping[str, str], name: str) -> str:
+    """A mandatory custom header field; :class:`HeaderError` names it when it is absent."""
+    value = fields.get(name)
+    if value is None:
+        raise HeaderError(f"the custom field <{name}> is null")
+    return value
+
+
+def int_field(fields: Mapping[str, str], name: str, default: int | None = None) -> int:
+    """A numeric custom header field (RocketMQ sends numbers as decimal strings)."""
+    value = fields.get(name)
+    if value is None or value == "":
+        if default is None:
+            raise HeaderError(f"the custom field <{name}> is null")
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        pass
+    try:  # a client that sent a JSON number with a fraction
+        number = float(value)
+    except ValueError:
+        raise HeaderError(f"the custom field <{name}> is not a number: {value!r}") from None
+    if not number.is_integer():
+        raise HeaderError(f"the custom field <{name}> is not an integer: {value!r}")
+    return int(number)
 
 
 class HeaderError(ValueError):
@@ -270,23 +286,22 @@ def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
     ext = obj.get("extFields")
     if ext is not None and not isinstance(ext, dict):
         raise RemoteProtocolError(f"remoting extFields is not an object: {ext!r:.80}")
-    try:
-        fields = _fields(ext)
-    except TypeError as exc:
-        raise RemoteProtocolError(f"remoting header: {exc}") from None
     remark = obj.get("remark")
     language = obj.get("language", "JAVA")
-    return RemotingCommand(
-        code=_int_member(obj, "code", required=True),
-        opaque=_int_member(obj, "opaque"),
-        flag=_int_member(obj, "flag"),
-        remark=None if remark is None else str(remark),
-        ext_fields=fields,
-        body=body,
-        language=str(language),
-        version=_int_member(obj, "version"),
-        serialize_type=SerializeType.JSON,
-    )
+    try:
+        return RemotingCommand(  # the ext_fields converter checks and copies the map
+            code=_int_member(obj, "code", required=True),
+            opaque=_int_member(obj, "opaque"),
+            flag=_int_member(obj, "flag"),
+            remark=None if remark is None else str(remark),
+            ext_fields=ext,
+            body=body,
+            language=str(language),
+            version=_int_member(obj, "version"),
+            serialize_type=SerializeType.JSON,
+        )
+    except TypeError as exc:
+        raise RemoteProtocolError(f"remoting header: {exc}") from None
 
 
 def _int_member(obj: dict[str, Any], name: str, *, required: bool = False) -> int:
