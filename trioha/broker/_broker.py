@@ -104,6 +104,17 @@ def message_record(message: Mapping[str, Any]) -> dict[str, Any]:
     return record
 
 
+def _appended(result: AppendResult) -> PutResult:
+    """A stored message's result before the flush and replication policies are waited for."""
+    return PutResult(
+        PutStatus.PUT_OK,
+        offset=result.physical_offset,
+        end_offset=result.end_offset,
+        queue_offset=result.queue_offset,
+        msg_id=result.msg_id,
+    )
+
+
 class Broker:
     """A running broker; obtain one from :func:`open_broker`."""
 
@@ -191,34 +202,12 @@ class Broker:
         records = [message_record(message) for message in messages]
         together = self._append(records) if len(records) > 1 else None
         if isinstance(together, list):
-            appended = together
-            out = [
-                PutResult(
-                    PutStatus.PUT_OK,
-                    offset=r.physical_offset,
-                    end_offset=r.end_offset,
-                    queue_offset=r.queue_offset,
-                    msg_id=r.msg_id,
-                )
-                for r in appended
-            ]
+            out = [_appended(r) for r in together]
         else:
             out = []
             for record in records:
                 one = self._append([record])
-                if isinstance(one, PutStatus):
-                    out.append(PutResult(one))
-                    continue
-                r = one[0]
-                out.append(
-                    PutResult(
-                        PutStatus.PUT_OK,
-                        offset=r.physical_offset,
-                        end_offset=r.end_offset,
-                        queue_offset=r.queue_offset,
-                        msg_id=r.msg_id,
-                    )
-                )
+                out.append(PutResult(one) if isinstance(one, PutStatus) else _appended(one[0]))
         if any(result.offset >= 0 for result in out):
             self._on_log_grew()
         return out
