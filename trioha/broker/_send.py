@@ -245,7 +245,7 @@ class SendMessageProcessor:
                     response = answer
                 else:
                     result = results[answer]
-                    if result.offset >= 0:
+                    if result.offset >= 0 and status is not PutStatus.PUT_OK:
                         result = attrs.evolve(result, status=status)
                     response = self._send_response(request, result, queues[answer])
                 self.ctx.served[f"{_SEND_NAMES[request.code]}.{response.code}"] += 1

@@ -41,6 +41,8 @@ MAX_FRAME_LENGTH = 16 * 1024 * 1024
 _INT = struct.Struct(">i")
 _PREFIX = struct.Struct(">ii")
 _BINARY_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
+# One encoder for every header: json.dumps with arguments builds a new one per call.
+_JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 class SerializeType(enum.IntEnum):
@@ -229,7 +231,7 @@ def _json_header(command: RemotingCommand) -> bytes:
         header["remark"] = command.remark
     header["serializeTypeCurrentRPC"] = "JSON"
     header["version"] = command.version
-    return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return _JSON_ENCODER.encode(header).encode("utf-8")
 
 
 def _binary_header(command: RemotingCommand) -> bytes:
