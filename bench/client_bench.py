@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import json
 import os
 import platform
@@ -206,6 +207,9 @@ async def client_cells(args: argparse.Namespace, work: Path, starts: list[str]
                        ) -> list[dict[str, Any]]:
     threads = [int(t) for t in args.threads.split(",")]
     clients = args.clients.split(",")
+    if "official" in clients and importlib.util.find_spec("rocketmq") is None:
+        say("official client skipped: the rocketmq wheel is not installed (pip install rocketmq)")
+        clients.remove("official")
     cells = []
     async with _clusters_up(args, work, starts) as clusters:
         for round_ in range(args.rounds):
