@@ -41,8 +41,36 @@ MAX_FRAME_LENGTH = 16 * 1024 * 1024
 _INT = struct.Struct(">i")
 _PREFIX = struct.Struct(">ii")
 _BINARY_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
-# One encoder for every header: json.dumps with arguments builds a new one per call.
+# One encoder for every header: json.dumps with arguments builds a new one per call, and
+# JSONEncoder.encode builds its C scanner per call too; CPython's C encoder is made once here
+# (the pure-Python encoder where it is missing).
 _JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+_C_JSON_ENCODER = (
+    _c_make_encoder(
+        None, _JSON_ENCODER.default, json.encoder.encode_basestring, None, ":", ",",
+        False, False, True,
+    )
+    if _c_make_encoder is not None
+    else None
+)
+_JSON_DECODER = json.JSONDecoder()
+
+
+def _dumps(value: dict[str, Any]) -> str:
+    if _C_JSON_ENCODER is not None:
+        return "".join(_C_JSON_ENCODER(value, 0))
+    return _JSON_ENCODER.encode(value)
+
+
+def _loads(text: str) -> Any:
+    """``json.loads`` without its two whitespace scans when the text starts with its value."""
+    if text[:1] not in ("{", "["):
+        return json.loads(text)
+    value, end = _JSON_DECODER.raw_decode(text)
+    if end != len(text) and text[end:].strip():
+        raise ValueError(f"extra data after the JSON value at {end}")
+    return value
 
 
 class SerializeType(enum.IntEnum):
@@ -231,7 +259,7 @@ def _json_header(command: RemotingCommand) -> bytes:
         header["remark"] = command.remark
     header["serializeTypeCurrentRPC"] = "JSON"
     header["version"] = command.version
-    return _JSON_ENCODER.encode(header).encode("utf-8")
+    return _dumps(header).encode("utf-8")
 
 
 def _binary_header(command: RemotingCommand) -> bytes:
@@ -280,7 +308,7 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
 
 def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
     try:
-        obj = json.loads(header.decode("utf-8"))
+        obj = _loads(header.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise RemoteProtocolError(f"remoting JSON header is not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
