@@ -93,6 +93,26 @@ class FakeBroker:
             msg_id=results[0].msg_id,
         )
 
+    def append_each(self, messages: Sequence[NewMessage]) -> list[PutResult]:
+        if not self.config.broker_role.is_master:
+            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE) for _ in messages]
+        out = []
+        for m in apply_delay_levels(messages, DEFAULT_MAX_DELAY_LEVEL):
+            try:
+                (r,) = self.store.commitlog.append_batch([m])
+            except (MessageTooLargeError, ValueError):
+                out.append(PutResult(PutStatus.MESSAGE_ILLEGAL))
+                continue
+            self.puts += 1
+            stored = (r.physical_offset, r.end_offset, r.queue_offset, r.msg_id)
+            out.append(PutResult(PutStatus.PUT_OK, *stored))
+        self._notify()
+        return out
+
+    async def wait_stored(self, start: int, end: int) -> PutStatus:
+        await trio.lowlevel.checkpoint()
+        return PutStatus.PUT_OK
+
     def _notify(self) -> None:
         self._grew.set()
         self._grew = trio.Event()

@@ -12,7 +12,7 @@ import trio.testing
 from trioha import RemotingError
 from trioha.remoting._client import RemotingClientPool, open_client_pool, open_remoting_client
 from trioha.remoting._codec import FrameDecoder, HeaderError, RemotingCommand, encode
-from trioha.remoting._connection import NO_RESPONSE, RemotingConnection
+from trioha.remoting._connection import NO_RESPONSE, Burst, RemotingConnection
 from trioha.remoting._server import serve_remoting
 
 
@@ -312,3 +312,77 @@ async def test_a_response_too_large_to_send_becomes_an_error_response(
         again = await client.request(RemotingCommand.request(1))  # still serving
         assert again.code == 1
         client.close()
+
+
+class Bursty(Echo):
+    """Takes every code-5 request of a read as one burst; the rest go to ``Echo``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bursts: list[list[int]] = []
+
+    def take_burst(
+        self, requests: list[RemotingCommand], connection: RemotingConnection
+    ) -> Burst | None:
+        taken = [r for r in requests if r.code == 5]
+        if not taken:
+            return None
+        self.bursts.append([r.opaque for r in taken])
+
+        async def finish() -> list[RemotingCommand | None]:
+            await trio.sleep(0.01)
+            return [r.response(0, body=r.body.upper()) for r in taken]
+
+        return Burst(taken, finish)
+
+
+async def test_a_read_s_burst_is_answered_together_and_the_rest_one_by_one(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    a, b = trio.testing.memory_stream_pair()
+    handler = Bursty()
+    server = RemotingConnection(a, peer="client", handler=handler)
+    frames = [
+        encode(RemotingCommand.request(5, body=b"one", opaque=1)),
+        encode(RemotingCommand.request(1, {"delay": 0}, b"abc", opaque=2)),
+        encode(RemotingCommand.request(5, body=b"two", opaque=3)),
+        encode(RemotingCommand.request(5, body=b"three", opaque=4, oneway=True)),
+    ]
+    decoder = FrameDecoder()
+    got: dict[int, bytes] = {}
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.run)
+        await b.send_all(b"".join(frames))  # one read holds all four
+        with trio.fail_after(5):
+            while len(got) < 3:
+                decoder.receive_data(await b.receive_some(65536))
+                for response in decoder.commands():
+                    got[response.opaque] = response.body
+        server.close()
+    assert handler.bursts == [[1, 3, 4]]
+    assert got == {1: b"ONE", 2: b"cba", 3: b"TWO"}  # the oneway one gets no response
+
+
+async def test_a_failing_burst_answers_each_request_with_system_error(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    class Broken(Bursty):
+        def take_burst(
+            self, requests: list[RemotingCommand], connection: RemotingConnection
+        ) -> Burst | None:
+            async def finish() -> list[RemotingCommand | None]:
+                raise RuntimeError("store bug")
+
+            return Burst(requests, finish)
+
+    a, b = trio.testing.memory_stream_pair()
+    server = RemotingConnection(a, peer="client", handler=Broken())
+    client = RemotingConnection(b, peer="server")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.run)
+        nursery.start_soon(client.run)
+        response = await client.request(RemotingCommand.request(5, body=b"x"))
+        client.close()
+        server.close()
+    assert response.code == 1
+    assert "store bug" in (response.remark or "")

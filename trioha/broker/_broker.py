@@ -32,7 +32,15 @@ from trioha.net._client import DIVERGED_FILE
 from trioha.net._divergence import open_master_history
 from trioha.net._waiters import OffsetWaiters
 from trioha.net._wakeup import Wakeup
-from trioha.store import EPOCH_FILE_NAME, EpochFile, HostAddress, NewMessage, Store, open_store
+from trioha.store import (
+    EPOCH_FILE_NAME,
+    AppendResult,
+    EpochFile,
+    HostAddress,
+    NewMessage,
+    Store,
+    open_store,
+)
 from trioha.store._diskspace import COMMIT_LOG, COMMIT_LOG_FLUSH, DiskGuard, DiskStatistics
 from trioha.store._sent import SentOffsets
 
@@ -85,6 +93,17 @@ class _GroupFlusher:
                     await trio.sleep(self.broker.disk_check_interval)
                     continue
                 self.waiters.release(flushed)
+
+
+def _appended(result: AppendResult) -> PutResult:
+    """A stored message's result before the flush and replication policies are waited for."""
+    return PutResult(
+        PutStatus.PUT_OK,
+        offset=result.physical_offset,
+        end_offset=result.end_offset,
+        queue_offset=result.queue_offset,
+        msg_id=result.msg_id,
+    )
 
 
 class Broker:
@@ -181,26 +200,9 @@ class Broker:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
         if not messages:
             return PutResult(PutStatus.MESSAGE_ILLEGAL)
-        if not self.disk.writable:
-            # checkStoreStatus: RunningFlags not writeable (DISK_FULL, a failing writer).
-            self.disk.refused += 1
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
-        try:
-            if not delivery:
-                messages = apply_delay_levels(messages, self._max_delay_level)
-            results = self.store.commitlog.append_batch(messages)
-        except (StorageError, ValueError) as exc:  # ValueError: a topic that is no UTF-8
-            status = refusal_status(exc)
-            if isinstance(exc.__cause__, OSError):  # the disk, not the request
-                self.disk.failed(COMMIT_LOG, exc)
-            elif status is PutStatus.CREATE_MAPPED_FILE_FAILED:
-                log.error("put failed: %s", exc)
-            else:
-                log.warning("put refused: %s", exc)
-            return PutResult(status)
-        if self.disk.failing(COMMIT_LOG):
-            self.disk.succeeded(COMMIT_LOG)
-        self._puts += len(results)
+        results = self._append(messages, delivery=delivery)
+        if isinstance(results, PutStatus):
+            return PutResult(results)
         self._on_log_grew()
         first, last = results[0], results[-1]
         if delivery:
@@ -215,6 +217,65 @@ class Broker:
             queue_offset=first.queue_offset,
             msg_id=first.msg_id,
         )
+
+    def append_each(self, messages: Sequence[NewMessage]) -> list[PutResult]:
+        """Append independent messages now, without waiting; one result per message.
+
+        What a burst of sends from one read needs: the valid messages are appended in one
+        write (a refused one is appended alone to find it), and the log's growth is announced
+        once. A stored message's result says PUT_OK and where it is; the flush and
+        replication policies are still to be waited for, once, with :meth:`wait_stored` up
+        to the last one's ``end_offset``. A refused message's result carries its status.
+        """
+        if self._closed or not self.role.is_master:
+            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE) for _ in messages]
+        together = self._append(messages) if len(messages) > 1 else None
+        if isinstance(together, list):
+            out = [_appended(r) for r in together]
+        else:
+            out = []
+            for message in messages:
+                one = self._append([message])
+                out.append(PutResult(one) if isinstance(one, PutStatus) else _appended(one[0]))
+        if any(result.offset >= 0 for result in out):
+            self._on_log_grew()
+        return out
+
+    async def wait_stored(self, start: int, end: int) -> PutStatus:
+        """Wait for the flush and replication policies to cover ``[start, end)``."""
+        return await self._wait_policies(start, end)
+
+    def _append(
+        self, messages: Sequence[NewMessage], *, delivery: bool = False
+    ) -> list[AppendResult] | PutStatus:
+        """Append messages as one batch; the refusal's status when they cannot be stored.
+
+        Refused up front while the disk guard says the store is not writable
+        (``checkStoreStatus``); delayed messages go to their level's schedule queue unless
+        this is their delivery; a store refusal becomes its status through
+        :func:`~trioha._status.refusal_status`, and an OS error goes to the disk guard.
+        """
+        if not self.disk.writable:
+            # checkStoreStatus: RunningFlags not writeable (DISK_FULL, a failing writer).
+            self.disk.refused += 1
+            return PutStatus.SERVICE_NOT_AVAILABLE
+        try:
+            if not delivery:
+                messages = apply_delay_levels(messages, self._max_delay_level)
+            results = self.store.commitlog.append_batch(messages)
+        except (StorageError, ValueError) as exc:  # ValueError: a topic that is no UTF-8
+            status = refusal_status(exc)
+            if isinstance(exc.__cause__, OSError):  # the disk, not the request
+                self.disk.failed(COMMIT_LOG, exc)
+            elif status is PutStatus.CREATE_MAPPED_FILE_FAILED:
+                log.error("put failed: %s", exc)
+            else:
+                log.warning("put refused: %s", exc)
+            return status
+        if self.disk.failing(COMMIT_LOG):
+            self.disk.succeeded(COMMIT_LOG)
+        self._puts += len(results)
+        return results
 
     async def _wait_policies(self, start: int, end: int) -> PutStatus:
         sync_flush = self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH

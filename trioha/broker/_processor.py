@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 
 import trio
 
@@ -41,7 +41,7 @@ from trioha.broker._send import SendMessageProcessor
 from trioha.broker._types import BrokerLike
 from trioha.remoting._codec import RemotingCommand
 from trioha.remoting._codes import RequestCode, ResponseCode
-from trioha.remoting._connection import RemotingConnection
+from trioha.remoting._connection import Burst, RemotingConnection
 
 log = logging.getLogger("trioha.broker")
 
@@ -174,6 +174,12 @@ class BrokerProcessor:
         if result is not None:
             self.ctx.served[f"{RequestCode(request.code).name}.{result.code}"] += 1
         return result
+
+    def take_burst(
+        self, requests: Sequence[RemotingCommand], connection: RemotingConnection
+    ) -> Burst | None:
+        """The plain sends of one read, answered together (``SendMessageProcessor``)."""
+        return self.send.take_sends(requests, connection)
 
     def connection_closed(self, connection: Hashable) -> None:
         """``ClientHousekeepingService.onChannelClose``."""

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Sequence
 from typing import Any
+
+import attrs
 
 from trioha._status import PutResult, PutStatus
 from trioha.broker._batch import BatchError, decode_batch
@@ -17,7 +20,7 @@ from trioha.broker._context import (
 )
 from trioha.broker._metadata import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, TopicConfig
 from trioha.broker._types import new_message
-from trioha.remoting._codec import RemotingCommand
+from trioha.remoting._codec import HeaderError, RemotingCommand, int_field, require_field
 from trioha.remoting._codes import (
     AUTO_CREATE_TOPIC,
     PERM_READ,
@@ -25,7 +28,9 @@ from trioha.remoting._codes import (
     RequestCode,
     ResponseCode,
 )
-from trioha.remoting._connection import RemotingConnection
+from trioha.remoting._connection import Burst, RemotingConnection
+from trioha.store import HostAddress
+from trioha.store._contract import NewMessage
 from trioha.store._message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -41,6 +46,17 @@ PROPERTY_CLUSTER = "CLUSTER"
 DEFAULT_REGION = "DefaultRegion"
 #: ``subscriptionGroupConfig.retryMaxTimes`` default when the request does not say.
 MAX_RECONSUME_TIMES = 16
+_PLAIN_SENDS = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2})
+_SEND_NAMES: dict[int, str] = {code: RequestCode(code).name for code in _PLAIN_SENDS}
+
+
+@attrs.frozen
+class _Prepared:
+    """A checked send on its way to the store: its records and the queue they go to."""
+
+    records: list[NewMessage]
+    queue_id: int
+    is_batch: bool
 
 
 class SendMessageProcessor:
@@ -48,6 +64,20 @@ class SendMessageProcessor:
 
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
+        self._hosts: dict[str, HostAddress] = {}
+
+    def _born_host(self, connection: RemotingConnection) -> HostAddress | None:
+        """The producer's address as the store takes it, parsed once per peer."""
+        peer = connection.peer
+        host = self._hosts.get(peer)
+        if host is None:
+            address = peer_address(connection)
+            if address is None:
+                return None
+            if len(self._hosts) >= 4096:  # peers come and go: forget them now and then
+                self._hosts.clear()
+            host = self._hosts[peer] = HostAddress(*address)
+        return host
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -82,22 +112,26 @@ class SendMessageProcessor:
         }
         return {names.get(k, k): v for k, v in fields.items()}
 
-    async def send_message(
+    def _prepare(
         self, request: RemotingCommand, connection: RemotingConnection
-    ) -> RemotingCommand:
-        """``SendMessageProcessor.asyncSendMessage`` / ``asyncSendBatchMessage``."""
-        header = RemotingCommand(code=request.code, ext_fields=self._send_header(request))
-        topic = header.require("topic")
+    ) -> RemotingCommand | _Prepared:
+        """Everything a send does before the store: checks, topic, queue, records.
+
+        A response when the send is refused before reaching the store, else the records to
+        put (one, or a batch's) and the queue they go to.
+        """
+        header = self._send_header(request)
+        topic = require_field(header, "topic")
         if self.ctx.is_slave:
             # The store would refuse anyway (SERVICE_NOT_AVAILABLE); refusing first keeps a
             # slave from auto-creating topics its master does not have.
             return request.response(
                 ResponseCode.SERVICE_NOT_AVAILABLE, SERVICE_NOT_AVAILABLE_REMARK
             )
-        config = self._check_topic(header, connection)
+        config = self._check_topic(request, topic, header)
         if isinstance(config, RemotingCommand):
-            return request.response(config.code, config.remark)
-        queue_id = header.int_field("queueId", -1)
+            return config
+        queue_id = int_field(header, "queueId", -1)
         if queue_id >= max(config.read_queue_nums, config.write_queue_nums):
             return request.response(
                 ResponseCode.SYSTEM_ERROR,
@@ -105,11 +139,11 @@ class SendMessageProcessor:
             )
         if queue_id < 0:
             queue_id = random.randrange(config.write_queue_nums)
-        reconsume_times = header.int_field("reconsumeTimes", 0)
-        properties = dict(string_to_properties(header.field("properties") or ""))
+        reconsume_times = int_field(header, "reconsumeTimes", 0)
+        properties = dict(string_to_properties(header.get("properties") or ""))
         target = topic
         if topic.startswith(RETRY_TOPIC_PREFIX):
-            max_times = header.int_field("maxReconsumeTimes", MAX_RECONSUME_TIMES)
+            max_times = int_field(header, "maxReconsumeTimes", MAX_RECONSUME_TIMES)
             if reconsume_times >= max_times:  # handleRetryAndDLQ: on to the dead-letter queue
                 group = topic[len(RETRY_TOPIC_PREFIX) :]
                 target = DLQ_TOPIC_PREFIX + group
@@ -122,15 +156,15 @@ class SendMessageProcessor:
         common: dict[str, Any] = {
             "topic": target,
             "queue_id": queue_id,
-            "sysflag": header.int_field("sysFlag", 0),
-            "born_timestamp": header.int_field("bornTimestamp", 0) or None,
-            "born_host": peer_address(connection),
+            "sysflag": int_field(header, "sysFlag", 0),
+            "born_timestamp": int_field(header, "bornTimestamp", 0) or None,
+            "born_host": self._born_host(connection),
             "reconsume_times": reconsume_times,
         }
         # Java clients send batches as SEND_BATCH_MESSAGE; the C++ client sends SEND_MESSAGE
         # with batch=1, which a Java broker (Boolean.parseBoolean) would store as one
         # message holding the encoded batch. trioha reads it as the batch it is.
-        batch_flag = (header.field("batch") or "").strip().lower()
+        batch_flag = (header.get("batch") or "").strip().lower()
         if request.code == RequestCode.SEND_BATCH_MESSAGE or batch_flag in {"true", "1"}:
             try:
                 items = decode_batch(request.body)
@@ -146,31 +180,101 @@ class SendMessageProcessor:
                 batch.append(
                     new_message(**common, body=item.body, flag=item.flag, properties=props)
                 )
-            result = await self.ctx.broker.put_batch(batch)
-        else:
-            result = await self.ctx.broker.put(
-                body=request.body,
-                flag=header.int_field("flag", 0),
-                properties=properties,
-                **common,
-            )
-        return self._send_response(request, result, queue_id)
+            return _Prepared(batch, queue_id, is_batch=True)
+        record = new_message(
+            **common,
+            body=request.body,
+            flag=int_field(header, "flag", 0),
+            properties=properties,
+        )
+        return _Prepared([record], queue_id, is_batch=False)
+
+    async def send_message(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        """``SendMessageProcessor.asyncSendMessage`` / ``asyncSendBatchMessage``."""
+        prepared = self._prepare(request, connection)
+        if isinstance(prepared, RemotingCommand):
+            return prepared
+        result = await self.ctx.broker.put_batch(prepared.records)
+        return self._send_response(request, result, prepared.queue_id)
+
+    def take_sends(
+        self, requests: Sequence[RemotingCommand], connection: RemotingConnection
+    ) -> Burst | None:
+        """Take the plain sends of one read: appended now, together, answered by one wait.
+
+        Each send is checked as :meth:`send_message` checks it and gets the same response;
+        the valid ones are appended in one write (``Broker.append_each``) before this
+        returns, so they are stored in the order they arrived, and one wait for the flush and
+        replication policies up to the last one's end answers them all, as RocketMQ's group
+        commit would. Batches and sends on a slave are left to :meth:`send_message`.
+        """
+        if self.ctx.is_slave:
+            return None
+        taken: list[RemotingCommand] = []
+        answers: list[RemotingCommand | int] = []  # a response, or an index into records
+        queues: list[int] = []
+        records: list[NewMessage] = []
+        for request in requests:
+            if request.code not in _PLAIN_SENDS:
+                continue
+            try:
+                prepared = self._prepare(request, connection)
+            except HeaderError as exc:
+                prepared = request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+            if isinstance(prepared, _Prepared):
+                if prepared.is_batch:
+                    continue  # the C++ client's batch flag: send_message takes it
+                answers.append(len(records))
+                queues.append(prepared.queue_id)
+                records.append(prepared.records[0])
+            else:
+                answers.append(prepared)
+            taken.append(request)
+        if not taken:
+            return None
+        results = self.ctx.broker.append_each(records) if records else []
+        stored = [r for r in results if r.offset >= 0]
+
+        async def finish() -> list[RemotingCommand | None]:
+            status = PutStatus.PUT_OK
+            if stored:
+                status = await self.ctx.broker.wait_stored(stored[0].offset, stored[-1].end_offset)
+            responses: list[RemotingCommand | None] = []
+            for request, answer in zip(taken, answers, strict=True):
+                if isinstance(answer, RemotingCommand):
+                    response = answer
+                else:
+                    result = results[answer]
+                    if result.offset >= 0 and status is not PutStatus.PUT_OK:
+                        result = attrs.evolve(result, status=status)
+                    response = self._send_response(request, result, queues[answer])
+                self.ctx.served[f"{_SEND_NAMES[request.code]}.{response.code}"] += 1
+                responses.append(response)
+            return responses
+
+        return Burst(taken, finish)
 
     def _check_topic(
-        self, header: RemotingCommand, connection: RemotingConnection
+        self, request: RemotingCommand, topic: str, header: dict[str, str]
     ) -> TopicConfig | RemotingCommand:
-        """``AbstractSendMessageProcessor.msgCheck``: find or auto-create the topic."""
-        topic = header.require("topic")
+        """``AbstractSendMessageProcessor.msgCheck``: find or auto-create the topic.
+
+        The topic's config, or the response refusing the send.
+        """
         error = topic_error(topic)
         if error is not None:
-            return header.response(ResponseCode.SYSTEM_ERROR, error)
+            return request.response(ResponseCode.SYSTEM_ERROR, error)
         config = self.ctx.meta.topics.select(topic)
         if config is None:
             config = self.ctx.meta.topics.create_in_send(
                 topic,
-                header.field("defaultTopic") or AUTO_CREATE_TOPIC,
-                header.int_field("defaultTopicQueueNums", self.ctx.config.default_topic_queue_nums),
-                header.int_field("topicSysFlag", 0),
+                header.get("defaultTopic") or AUTO_CREATE_TOPIC,
+                int_field(
+                    header, "defaultTopicQueueNums", self.ctx.config.default_topic_queue_nums
+                ),
+                int_field(header, "topicSysFlag", 0),
             )
             if config is None and topic.startswith(RETRY_TOPIC_PREFIX):
                 group = self.ctx.meta.groups.find(topic[len(RETRY_TOPIC_PREFIX) :])
@@ -179,12 +283,12 @@ class SendMessageProcessor:
                         topic, group.retry_queue_nums, PERM_READ | PERM_WRITE
                     )
             if config is None:
-                return header.response(
+                return request.response(
                     ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"
                 )
             self.ctx.on_topics_changed()
         if not config.writeable:
-            return header.response(
+            return request.response(
                 ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
             )
         return config
@@ -200,8 +304,8 @@ class SendMessageProcessor:
                 None,
                 {
                     "msgId": result.msg_id,
-                    "queueId": queue_id,
-                    "queueOffset": result.queue_offset,
+                    "queueId": str(queue_id),
+                    "queueOffset": str(result.queue_offset),
                     "MSG_REGION": DEFAULT_REGION,
                     "TRACE_ON": "true",
                 },

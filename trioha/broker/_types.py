@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from trioha._config import BrokerConfig
-from trioha._status import PutResult
+from trioha._status import PutResult, PutStatus
 from trioha.store._contract import NewMessage
 from trioha.store._message import PROPERTY_KEYS, PROPERTY_TAGS
 
@@ -80,6 +80,12 @@ class BrokerLike(Protocol):
         self, messages: Sequence[NewMessage], *, delivery: bool = False
     ) -> PutResult:
         """Store messages; ``delivery``: a delayed message's delivery (see ``Broker``)."""
+
+    def append_each(self, messages: Sequence[NewMessage]) -> list[PutResult]:
+        """Append independent messages without waiting; one result per message."""
+
+    async def wait_stored(self, start: int, end: int) -> PutStatus:
+        """Wait for the flush and replication policies to cover ``[start, end)``."""
 
     async def wait_log_grew(self, beyond_offset: int) -> Any:
         """Return once the commit log's max offset exceeds ``beyond_offset``."""

@@ -41,6 +41,36 @@ MAX_FRAME_LENGTH = 16 * 1024 * 1024
 _INT = struct.Struct(">i")
 _PREFIX = struct.Struct(">ii")
 _BINARY_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
+# One encoder for every header: json.dumps with arguments builds a new one per call, and
+# JSONEncoder.encode builds its C scanner per call too; CPython's C encoder is made once here
+# (the pure-Python encoder where it is missing).
+_JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+_C_JSON_ENCODER = (
+    _c_make_encoder(
+        None, _JSON_ENCODER.default, json.encoder.encode_basestring, None, ":", ",",
+        False, False, True,
+    )
+    if _c_make_encoder is not None
+    else None
+)
+_JSON_DECODER = json.JSONDecoder()
+
+
+def _dumps(value: dict[str, Any]) -> str:
+    if _C_JSON_ENCODER is not None:
+        return "".join(_C_JSON_ENCODER(value, 0))
+    return _JSON_ENCODER.encode(value)
+
+
+def _loads(text: str) -> Any:
+    """``json.loads`` without its two whitespace scans when the text starts with its value."""
+    if text[:1] not in ("{", "["):
+        return json.loads(text)
+    value, end = _JSON_DECODER.raw_decode(text)
+    if end != len(text) and text[end:].strip():
+        raise ValueError(f"extra data after the JSON value at {end}")
+    return value
 
 
 class SerializeType(enum.IntEnum):
@@ -54,6 +84,12 @@ def _fields(value: Mapping[str, object] | None) -> dict[str, str]:
     """extFields as RocketMQ sees them: a map of strings (``HashMap<String, String>``)."""
     if not value:
         return {}
+    if type(value) is dict:
+        for key, item in value.items():
+            if type(item) is not str or type(key) is not str:
+                break
+        else:
+            return dict(value)  # already strings (every decoded header): one C-level copy
     out: dict[str, str] = {}
     for key, item in value.items():
         if item is None:
@@ -139,35 +175,45 @@ class RemotingCommand:
 
     def require(self, name: str) -> str:
         """A mandatory header field; :class:`HeaderError` names it when it is absent."""
-        value = self.ext_fields.get(name)
-        if value is None:
-            raise HeaderError(f"the custom field <{name}> is null")
-        return value
+        return require_field(self.ext_fields, name)
 
     def int_field(self, name: str, default: int | None = None) -> int:
         """A numeric header field (RocketMQ sends numbers as decimal strings)."""
-        value = self.ext_fields.get(name)
-        if value is None or value == "":
-            if default is None:
-                raise HeaderError(f"the custom field <{name}> is null")
-            return default
-        try:
-            return int(value)
-        except ValueError:
-            pass
-        try:  # a client that sent a JSON number with a fraction
-            number = float(value)
-        except ValueError:
-            raise HeaderError(f"the custom field <{name}> is not a number: {value!r}") from None
-        if not number.is_integer():
-            raise HeaderError(f"the custom field <{name}> is not an integer: {value!r}")
-        return int(number)
+        return int_field(self.ext_fields, name, default)
 
     def bool_field(self, name: str, default: bool = False) -> bool:
         value = self.ext_fields.get(name)
         if value is None:
             return default
         return value.strip().lower() == "true"
+
+
+def require_field(fields: Mapping[str, str], name: str) -> str:
+    """A mandatory custom header field; :class:`HeaderError` names it when it is absent."""
+    value = fields.get(name)
+    if value is None:
+        raise HeaderError(f"the custom field <{name}> is null")
+    return value
+
+
+def int_field(fields: Mapping[str, str], name: str, default: int | None = None) -> int:
+    """A numeric custom header field (RocketMQ sends numbers as decimal strings)."""
+    value = fields.get(name)
+    if value is None or value == "":
+        if default is None:
+            raise HeaderError(f"the custom field <{name}> is null")
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        pass
+    try:  # a client that sent a JSON number with a fraction
+        number = float(value)
+    except ValueError:
+        raise HeaderError(f"the custom field <{name}> is not a number: {value!r}") from None
+    if not number.is_integer():
+        raise HeaderError(f"the custom field <{name}> is not an integer: {value!r}")
+    return int(number)
 
 
 class HeaderError(RequestError):
@@ -213,7 +259,7 @@ def _json_header(command: RemotingCommand) -> bytes:
         header["remark"] = command.remark
     header["serializeTypeCurrentRPC"] = "JSON"
     header["version"] = command.version
-    return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return _dumps(header).encode("utf-8")
 
 
 def _binary_header(command: RemotingCommand) -> bytes:
@@ -262,7 +308,7 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
 
 def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
     try:
-        obj = json.loads(header.decode("utf-8"))
+        obj = _loads(header.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise RemoteProtocolError(f"remoting JSON header is not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
@@ -270,23 +316,22 @@ def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
     ext = obj.get("extFields")
     if ext is not None and not isinstance(ext, dict):
         raise RemoteProtocolError(f"remoting extFields is not an object: {ext!r:.80}")
-    try:
-        fields = _fields(ext)
-    except TypeError as exc:
-        raise RemoteProtocolError(f"remoting header: {exc}") from None
     remark = obj.get("remark")
     language = obj.get("language", "JAVA")
-    return RemotingCommand(
-        code=_int_member(obj, "code", required=True),
-        opaque=_int_member(obj, "opaque"),
-        flag=_int_member(obj, "flag"),
-        remark=None if remark is None else str(remark),
-        ext_fields=fields,
-        body=body,
-        language=str(language),
-        version=_int_member(obj, "version"),
-        serialize_type=SerializeType.JSON,
-    )
+    try:
+        return RemotingCommand(  # the ext_fields converter checks and copies the map
+            code=_int_member(obj, "code", required=True),
+            opaque=_int_member(obj, "opaque"),
+            flag=_int_member(obj, "flag"),
+            remark=None if remark is None else str(remark),
+            ext_fields=ext,
+            body=body,
+            language=str(language),
+            version=_int_member(obj, "version"),
+            serialize_type=SerializeType.JSON,
+        )
+    except TypeError as exc:
+        raise RemoteProtocolError(f"remoting header: {exc}") from None
 
 
 def _int_member(obj: dict[str, Any], name: str, *, required: bool = False) -> int:

@@ -8,6 +8,12 @@ never holds up the requests behind it. When the reader or writer ends, the nurse
 cancelled, pending requests fail with :class:`RemotingError` (code :data:`NO_RESPONSE`) and
 the ``on_close`` callback runs in a ``finally``.
 
+Work is done per read, not per request: every complete command of a read is decoded first,
+and a handler that implements :class:`BurstHandler` may take some of them (a broker takes
+its plain sends) and answer them all with one task, one store append and one wait; their
+responses go out as one write. The writer, too, writes everything queued at once. A burst
+is one :data:`MAX_IN_FLIGHT` slot.
+
 A peer that sends a broken or hostile frame gets its connection closed with one log line; the
 error never leaves :meth:`RemotingConnection.run`.
 """
@@ -16,9 +22,10 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
+import attrs
 import trio
 
 from trioha._errors import LocalProtocolError, ProtocolError, RemotingError
@@ -35,6 +42,8 @@ NO_RESPONSE = -1
 MAX_IN_FLIGHT = 1024
 
 _RECEIVE_SIZE = 65536
+#: The writer joins queued frames into one write up to about this many bytes.
+_WRITE_COALESCE = 1 << 20
 _opaque_counter = itertools.count(1)
 
 
@@ -45,6 +54,30 @@ class RequestHandler(Protocol):
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand | None:
         """The response, or None to send none (a oneway request's response is dropped)."""
+
+
+@attrs.frozen(eq=False)  # compared and hashed by identity: a limiter borrower
+class Burst:
+    """Requests a :class:`BurstHandler` took from one read, and how to answer them.
+
+    ``finish`` returns one response per request in ``requests`` (None: no response); it runs
+    in one task, and its responses are written together.
+    """
+
+    requests: Sequence[RemotingCommand]
+    finish: Callable[[], Awaitable[Sequence[RemotingCommand | None]]]
+
+
+class BurstHandler(RequestHandler, Protocol):
+    """A handler that answers some requests of a read together (see the module docstring)."""
+
+    def take_burst(
+        self, requests: Sequence[RemotingCommand], connection: RemotingConnection
+    ) -> Burst | None:
+        """Take some of *requests* (in order; the rest go to :meth:`handle_request`).
+
+        Runs in the reader, between reads: it must not block. None takes nothing.
+        """
 
 
 class RejectAllRequests:
@@ -139,21 +172,59 @@ class RemotingConnection:
                 self.close_reason = self.close_reason or "closed by the peer"
                 return
             self._decoder.receive_data(data)
+            requests: list[RemotingCommand] = []
+            error: ProtocolError | None = None
             try:
                 for command in self._decoder.commands():
                     if command.is_response:
                         self._complete(command)
                     else:
-                        await self._limiter.acquire_on_behalf_of(command)
-                        nursery.start_soon(self._serve_request, command)
+                        requests.append(command)
             except ProtocolError as exc:
-                self.close_reason = f"protocol error: {exc}"
-                log.warning("closing remoting connection %s: %s", self.peer, exc)
+                error = exc  # the commands before the broken one are still answered
+            if requests:
+                await self._dispatch(requests, nursery)
+            if error is not None:
+                self.close_reason = f"protocol error: {error}"
+                log.warning("closing remoting connection %s: %s", self.peer, error)
                 return
+
+    async def _dispatch(self, requests: list[RemotingCommand], nursery: trio.Nursery) -> None:
+        """Hand a read's requests to the handler: a burst in one task, the rest one each."""
+        burst: Burst | None = None
+        take_burst = getattr(self._handler, "take_burst", None)
+        if take_burst is not None:
+            try:
+                burst = take_burst(requests, self)
+            except Exception:
+                # A bug in the fast path must not lose requests: they go the usual way.
+                log.exception("%s: taking a burst of %d requests failed", self.peer, len(requests))
+                burst = None
+        if burst is not None and burst.requests:
+            taken = {id(request) for request in burst.requests}
+            await self._limiter.acquire_on_behalf_of(burst)
+            nursery.start_soon(self._serve_burst, burst)
+            requests = [request for request in requests if id(request) not in taken]
+        for request in requests:
+            await self._limiter.acquire_on_behalf_of(request)
+            nursery.start_soon(self._serve_request, request)
 
     async def _writer(self) -> None:
         async with self._outgoing:
-            async for frame in self._outgoing:
+            async for first in self._outgoing:
+                frame = first
+                if len(first) < _WRITE_COALESCE:  # whatever else is queued goes in one write
+                    frames = [first]
+                    size = len(first)
+                    while size < _WRITE_COALESCE:
+                        try:
+                            more = self._outgoing.receive_nowait()
+                        except trio.WouldBlock:
+                            break
+                        frames.append(more)
+                        size += len(more)
+                    if len(frames) > 1:
+                        frame = b"".join(frames)
                 try:
                     await self._stream.send_all(frame)
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
@@ -174,16 +245,39 @@ class RemotingConnection:
         try:
             response = await self._answer(request)
             if response is not None and not request.is_oneway:
-                try:
-                    frame = encode(response)
-                except LocalProtocolError as exc:  # e.g. a response above the frame limit
-                    log.error("%s: response to code %d not sent: %s", self.peer, request.code, exc)
-                    frame = encode(request.response(ResponseCode.SYSTEM_ERROR, str(exc)))
-                await self._enqueue(frame)
+                await self._enqueue(self._encode_response(request, response))
         except RemotingError:
             pass  # the connection closed meanwhile: nobody to answer
         finally:
             self._limiter.release_on_behalf_of(request)
+
+    async def _serve_burst(self, burst: Burst) -> None:
+        try:
+            try:
+                responses: Sequence[RemotingCommand | None] = await burst.finish()
+            except Exception as exc:
+                log.exception("%s: a burst of %d requests failed", self.peer, len(burst.requests))
+                responses = [
+                    request.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+                    for request in burst.requests
+                ]
+            frames = []
+            for request, response in zip(burst.requests, responses, strict=True):
+                if response is not None and not request.is_oneway:
+                    frames.append(self._encode_response(request, response))
+            if frames:
+                await self._enqueue(b"".join(frames))
+        except RemotingError:
+            pass  # the connection closed meanwhile: nobody to answer
+        finally:
+            self._limiter.release_on_behalf_of(burst)
+
+    def _encode_response(self, request: RemotingCommand, response: RemotingCommand) -> bytes:
+        try:
+            return encode(response)
+        except LocalProtocolError as exc:  # e.g. a response above the frame limit
+            log.error("%s: response to code %d not sent: %s", self.peer, request.code, exc)
+            return encode(request.response(ResponseCode.SYSTEM_ERROR, str(exc)))
 
     async def _answer(self, request: RemotingCommand) -> RemotingCommand | None:
         try:
