@@ -85,9 +85,12 @@ def delay_level_of(properties: MutableMapping[str, str]) -> int:
     if raw is None:
         return 0
     try:
-        return int(raw)
+        level = int(raw)
     except ValueError:
         raise ValueError(f"the DELAY property {raw!r} is not a number") from None
+    if not -(2**31) <= level < 2**31:  # Integer.parseInt's range
+        raise ValueError(f"the DELAY property {raw!r} is out of range")
+    return level
 
 
 def schedule_rewrite(
