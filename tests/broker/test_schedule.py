@@ -110,7 +110,8 @@ async def test_delivery_per_level(tmp_path: Path, autojump_clock: trio.abc.Clock
             ("A", 0, b"one-second"),
             ("B", 3, b"ten-seconds"),
         ]
-        # As RocketMQ: the delivered record keeps the scheduled copy's properties.
+        # As RocketMQ: the delivered record keeps the scheduled copy's properties, in order.
+        assert later[1].properties == stored[1].properties
         assert later[1].get_property("REAL_TOPIC") == "B"
         assert later[1].get_property("DELAY") == "3"
         assert later[1].get_property("KEYS") == "k"
