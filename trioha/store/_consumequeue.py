@@ -77,6 +77,15 @@ def _weights(n: int) -> tuple[int, ...]:
     return weights
 
 
+def java_string_hash_extend(h: int, data: bytes) -> int:
+    """The unsigned ``hashCode`` of ``s + data`` from ``h``, the unsigned hash of ``s``, for
+    ASCII ``data`` (one byte per UTF-16 unit): h·31**len + Σ data[i]·31**(len-1-i), mod 2**32."""
+    n = len(data)
+    weights = _weights(n + 1)  # weights[0] is 31**n
+    total: int = h * weights[0] + sum(map(operator.mul, data, weights[1:]))
+    return total & 0xFFFFFFFF
+
+
 def java_string_hash(text: str) -> int:
     """``String.hashCode()``: over UTF-16 code units, 32-bit signed.
 
