@@ -415,3 +415,28 @@ async def test_delayed_send_is_parked_and_reported(tmp_path: Path) -> None:
         # Refused (RocketMQ fails the put on the bad number), nothing stored.
         assert bad.code in (ResponseCode.MESSAGE_ILLEGAL, ResponseCode.SYSTEM_ERROR)
         assert len(list(broker.store.commitlog.iter_messages())) == 1
+
+
+async def test_delayed_message_is_stored_as_rocketmq_stores_it(tmp_path: Path) -> None:
+    """The properties of a delayed message come out in Java's HashMap order, WAIT included."""
+    props = (
+        "DELAY\x013\x02KEYS\x01k1\x02UNIQ_KEY\x017F0000010BB818B4AAC2583E68D10000"
+        "\x02WAIT\x01true\x02TAGS\x01TagA"
+    )
+    async with broker_port(tmp_path) as (broker, side, pool):
+        response = await pool.request(
+            side.broker_addr,
+            RemotingCommand.request(
+                RequestCode.SEND_MESSAGE_V2,
+                {"a": "PG", "b": "TopicA", "c": "TBW102", "d": 4, "e": 1, "i": props},
+                b"later",
+            ),
+        )
+        assert response.code == ResponseCode.SUCCESS
+        stored = next(broker.store.commitlog.iter_messages())
+        text = "\x02".join(f"{k}\x01{v}" for k, v in stored.properties)
+        assert text.replace("\x01", "=").replace("\x02", "|") == (
+            "REAL_TOPIC=TopicA|KEYS=k1|UNIQ_KEY=7F0000010BB818B4AAC2583E68D10000|"
+            "CLUSTER=DefaultCluster|DELAY=3|WAIT=true|TAGS=TagA|REAL_QID=1"
+        )
+        assert len(text) == 129

@@ -51,8 +51,9 @@ def test_put_time_rewrite() -> None:
     for sysflag in (0x4, 0xC):  # prepared and rolled-back transaction messages stay put
         assert schedule_rewrite("T", 0, sysflag, {"DELAY": "1"}, max_level=18) == ("T", 0)
     assert schedule_rewrite("T", 5, 0, {"DELAY": "0"}, max_level=18) == ("T", 5)
-    with pytest.raises(ValueError, match="DELAY"):
-        schedule_rewrite("T", 0, 0, {"DELAY": "soon"}, max_level=18)
+    for bad in ("soon", "9999999999999"):
+        with pytest.raises(ValueError, match="DELAY"):
+            schedule_rewrite("T", 0, 0, {"DELAY": bad}, max_level=18)
 
 
 async def test_delivery_per_level(tmp_path: Path, autojump_clock: trio.abc.Clock) -> None:
@@ -109,7 +110,8 @@ async def test_delivery_per_level(tmp_path: Path, autojump_clock: trio.abc.Clock
             ("A", 0, b"one-second"),
             ("B", 3, b"ten-seconds"),
         ]
-        # As RocketMQ: the delivered record keeps the scheduled copy's properties.
+        # As RocketMQ: the delivered record keeps the scheduled copy's properties, in order.
+        assert later[1].properties == stored[1].properties
         assert later[1].get_property("REAL_TOPIC") == "B"
         assert later[1].get_property("DELAY") == "3"
         assert later[1].get_property("KEYS") == "k"

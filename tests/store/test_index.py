@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -134,3 +135,14 @@ def test_unique_key_first_then_keys(tmp_path: Path) -> None:
     assert service.query_offsets("T", "U1", 32, 0, 2**62).phy_offsets == [0]
     assert file_name_for(0).isdigit() and len(file_name_for(0)) == 17
     service.close()
+
+
+def test_key_hash_from_raw_bytes_matches_the_string_hash(tmp_path: Path) -> None:
+    service = IndexService(tmp_path, slots=11, max_index=10)
+    rng = random.Random(7)
+    alphabet = "abcXYZ09#-_ é✓"
+    for _ in range(2000):
+        topic = "".join(rng.choice("TopicAB_%") for _ in range(rng.randint(1, 12)))
+        key = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        assert service._key_hash(topic, key.encode()) == index_key_hash(f"{topic}#{key}")
+    assert service._key_hash("TopicA", b"OrderID-1001") == 1555851595

@@ -269,9 +269,7 @@ async def _start(
     nursery.start_soon(processor.ctx.stats.run)
     schedule: ScheduleMessageService | None = None
     if config.broker_role.is_master:  # delayed messages are delivered by masters only
-        schedule = ScheduleMessageService(
-            broker, reput, meta.delay, parse_delay_levels(config.message_delay_level)
-        )
+        schedule = ScheduleMessageService(broker, reput, meta.delay, reput.delay_levels)
         nursery.start_soon(schedule.run)
 
     slave_sync: SlaveSynchronize | None = None

@@ -128,14 +128,9 @@ class BrokerContext:
         return bytes(data) if len(data) == size else None
 
     def read_record_at(self, offset: int) -> Any:
-        commitlog = self.broker.store.commitlog
-        try:
-            head = commitlog.read(offset, 4)
-            if len(head) < 4:
-                return None
-            size = int.from_bytes(head, "big", signed=True)
-            data = commitlog.read(offset, size)
-        except StorageError:
+        """The decoded message at ``offset``, or None (``lookMessageByOffset``)."""
+        data = self.raw_record_at(offset)
+        if data is None:
             return None
         decoded = decode_record(data, 0, check_crc=False, base_offset=offset)
         return decoded.message if isinstance(decoded, DecodedMessage) else None

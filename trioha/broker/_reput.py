@@ -38,7 +38,7 @@ from trioha.remoting._json import dumps, loads_lenient
 from trioha.store._consumequeue import ConsumeQueue, ConsumeQueueStore, tags_code
 from trioha.store._contract import CommitLog, SetAside
 from trioha.store._diskspace import CONSUME_QUEUE, CONSUME_QUEUE_CHECKPOINT, DiskGuard
-from trioha.store._index import IndexedMessage, IndexService
+from trioha.store._index import IndexService
 from trioha.store._message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
@@ -83,17 +83,14 @@ def _tags(props: bytes) -> bytes | None:
     return _property(props, _TAGS_KEY)
 
 
-def _indexed(topic: str, props: bytes, offset: int, store_timestamp: int) -> IndexedMessage:
-    """What ``buildIndex`` reads of a record: its unique key and its keys."""
-    uniq = _property(props, _UNIQ_KEY)
-    keys = _property(props, _KEYS_KEY)
-    return IndexedMessage(
-        topic,
-        offset,
-        store_timestamp,
-        uniq.decode("utf-8", "replace") if uniq is not None else None,
-        keys.decode("utf-8", "replace") if keys else None,
-    )
+#: What the index needs of one record: topic, offset, store time, raw UNIQ_KEY and KEYS.
+_Indexed = tuple[str, int, int, bytes | None, bytes | None]
+
+
+def _indexed(topic: str, props: bytes, offset: int, store_timestamp: int) -> _Indexed:
+    """What ``buildIndex`` reads of a record: its unique key and its keys, as stored."""
+    uniq, keys = _property(props, _UNIQ_KEY), _property(props, _KEYS_KEY)
+    return (topic, offset, store_timestamp, uniq, keys)
 
 
 #: Tag hash codes by raw tag bytes: a topic has few tags, and hashing one costs a Python loop
@@ -204,7 +201,7 @@ class ReputService:
         touched: dict[tuple[str, int], ConsumeQueue] = {}
         topics: dict[bytes, str] = {}
         index = self.index
-        indexed: list[IndexedMessage] = []
+        indexed: list[_Indexed] = []
         while done < max_records and self.reput_from < commitlog.max_offset:
             if self.reput_from < commitlog.min_offset:
                 self.reput_from = commitlog.min_offset  # old segments were deleted
@@ -290,9 +287,12 @@ class ReputService:
             return _tags_code(props)
         return deliver_timestamp(self.delay_levels, level, store_timestamp)
 
-    def _build_index(self, messages: list[IndexedMessage]) -> None:
-        if self.index is not None and messages:
-            self.index.build_all(messages, int(time.time() * 1000))
+    def _build_index(self, messages: list[_Indexed]) -> None:
+        index = self.index
+        if index is not None and messages:
+            now_ms = int(time.time() * 1000)
+            for topic, offset, stamp, uniq, keys in messages:
+                index.build_raw(topic, offset, stamp, uniq, keys, now_ms=now_ms)
 
     def _wake(self, touched: dict[tuple[str, int], ConsumeQueue]) -> None:
         if not touched:

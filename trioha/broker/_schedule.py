@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
@@ -30,6 +30,7 @@ from trioha._errors import ConfigError
 from trioha._status import PutStatus
 from trioha.broker._metadata import DelayOffsets
 from trioha.broker._types import BrokerLike, new_message
+from trioha.store._consumequeue import java_string_hash
 from trioha.store._contract import NewMessage
 from trioha.store._message import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -85,9 +86,12 @@ def delay_level_of(properties: MutableMapping[str, str]) -> int:
     if raw is None:
         return 0
     try:
-        return int(raw)
+        level = int(raw)
     except ValueError:
         raise ValueError(f"the DELAY property {raw!r} is not a number") from None
+    if not -(2**31) <= level < 2**31:  # Integer.parseInt's range
+        raise ValueError(f"the DELAY property {raw!r} is out of range")
+    return level
 
 
 def schedule_rewrite(
@@ -116,8 +120,38 @@ def schedule_rewrite(
     return SCHEDULE_TOPIC, level - 1
 
 
+def is_delayed(properties: Mapping[str, str]) -> bool:
+    """Whether the put will park this message at a delay level (a ``DELAY`` number > 0)."""
+    try:
+        return int(properties.get(PROPERTY_DELAY_TIME_LEVEL, "0")) > 0
+    except ValueError:
+        return False
+
+
+def java_hashmap_order(items: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The iteration order of a Java ``HashMap`` filled with ``items`` in this order.
+
+    RocketMQ re-serialises a delayed message's properties from its ``HashMap``; rebuilding
+    that order makes the stored bytes RocketMQ's. Buckets are ``(h ^ h >>> 16) & (capacity-1)``
+    of ``String.hashCode``, the capacity starts at 16 and doubles past a 0.75 load; entries
+    iterate by bucket, then in insertion order (a re-put key keeps its place). Buckets that
+    Java would turn into trees (8 or more entries) are not modelled.
+    """
+    capacity = 16
+    while len(items) > capacity * 3 // 4:
+        capacity *= 2
+
+    def bucket(key: str) -> int:
+        h = java_string_hash(key) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (capacity - 1)
+
+    ranked = sorted((bucket(key), i) for i, (key, _value) in enumerate(items))
+    return [items[i] for _bucket, i in ranked]
+
+
 def apply_delay_levels(messages: Sequence[NewMessage], max_level: int) -> Sequence[NewMessage]:
-    """:func:`schedule_rewrite` over a put's messages (those without ``DELAY`` unchanged)."""
+    """:func:`schedule_rewrite` over a put's messages (those without ``DELAY`` unchanged);
+    a rewritten message's properties take the order RocketMQ's re-serialisation gives."""
     if not any(key == PROPERTY_DELAY_TIME_LEVEL for m in messages for key, _ in m.properties):
         return messages
     out = []
@@ -129,7 +163,8 @@ def apply_delay_levels(messages: Sequence[NewMessage], max_level: int) -> Sequen
         if (topic, queue_id) == (message.topic, message.queue_id):
             out.append(message)
         else:
-            out.append(attrs.evolve(message, topic=topic, queue_id=queue_id, properties=props))
+            ordered = java_hashmap_order(list(props.items()))
+            out.append(attrs.evolve(message, topic=topic, queue_id=queue_id, properties=ordered))
     return out
 
 

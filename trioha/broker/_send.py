@@ -19,6 +19,7 @@ from trioha.broker._context import (
     topic_error,
 )
 from trioha.broker._metadata import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, TopicConfig
+from trioha.broker._schedule import is_delayed
 from trioha.broker._types import new_message
 from trioha.remoting._codec import HeaderError, RemotingCommand, int_field, require_field
 from trioha.remoting._codes import (
@@ -151,7 +152,8 @@ class SendMessageProcessor:
                 self.ctx.on_topics_changed()
                 queue_id = 0
                 properties[PROPERTY_DELAY_TIME_LEVEL] = "0"  # setDelayTimeLevel(0)
-        properties.pop(PROPERTY_WAIT_STORE_MSG_OK, None)  # not stored (RocketMQ #2883)
+        if not is_delayed(properties):  # a delayed one is re-serialised with it, as in Java
+            properties.pop(PROPERTY_WAIT_STORE_MSG_OK, None)  # not stored (RocketMQ #2883)
         properties[PROPERTY_CLUSTER] = self.ctx.config.broker_cluster_name
         common: dict[str, Any] = {
             "topic": target,

@@ -26,11 +26,12 @@ this thread) can tell.
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import re
 import shutil
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -63,12 +64,40 @@ _BLANK = _UNIT.pack(0, PRE_BLANK_SIZE, 0)
 _NAME = re.compile(r"[0-9]{20}")
 
 
+#: Per string length n: 31**(n-1-i) mod 2**32 for each position i (``String.hashCode``'s weights).
+_HASH_WEIGHTS: dict[int, tuple[int, ...]] = {}
+
+
+def _weights(n: int) -> tuple[int, ...]:
+    weights = _HASH_WEIGHTS.get(n)
+    if weights is None:
+        weights = tuple(pow(31, n - 1 - i, 1 << 32) for i in range(n))
+        if n <= 1024:
+            _HASH_WEIGHTS[n] = weights
+    return weights
+
+
+def java_string_hash_extend(h: int, data: bytes) -> int:
+    """The unsigned ``hashCode`` of ``s + data`` from ``h``, the unsigned hash of ``s``, for
+    ASCII ``data`` (one byte per UTF-16 unit): h·31**len + Σ data[i]·31**(len-1-i), mod 2**32."""
+    n = len(data)
+    weights = _weights(n + 1)  # weights[0] is 31**n
+    total: int = h * weights[0] + sum(map(operator.mul, data, weights[1:]))
+    return total & 0xFFFFFFFF
+
+
 def java_string_hash(text: str) -> int:
-    """``String.hashCode()``: over UTF-16 code units, 32-bit signed."""
-    data = text.encode("utf-16-be")
-    h = 0
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    """``String.hashCode()``: over UTF-16 code units, 32-bit signed.
+
+    The sum of each unit times its power of 31, mod 2**32: ``sum(map(mul, ...))`` runs in C,
+    about three times faster than a loop in Python (the message index hashes every key).
+    """
+    if text.isascii():
+        units: Sequence[int] = text.encode("ascii")
+    else:
+        data = text.encode("utf-16-be")
+        units = [(data[i] << 8) | data[i + 1] for i in range(0, len(data), 2)]
+    h: int = sum(map(operator.mul, units, _weights(len(units)))) & 0xFFFFFFFF
     return h - (1 << 32) if h >= 1 << 31 else h
 
 

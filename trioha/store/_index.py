@@ -37,7 +37,7 @@ from typing import Final
 
 import attrs
 
-from trioha.store._consumequeue import java_string_hash
+from trioha.store._consumequeue import java_string_hash, java_string_hash_extend
 
 __all__ = [
     "DEFAULT_MAX_HASH_SLOT_NUM",
@@ -65,6 +65,7 @@ _HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")
 _SLOT = struct.Struct(">i")
 _INT_MAX = 2**31 - 1
+_MAX_CACHED_TOPICS = 100_000
 
 
 def index_key_hash(key: str) -> int:
@@ -144,9 +145,12 @@ class IndexFile:
 
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
         """``IndexFile.putKey``; False when the file is full."""
-        if self.is_full:
+        return self.put_hash(index_key_hash(key), phy_offset, store_timestamp)
+
+    def put_hash(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
+        """:meth:`put_key` with the key's :func:`index_key_hash` already computed."""
+        if self.index_count >= self.max_index:
             return False
-        key_hash = index_key_hash(key)
         slot_at = HEADER_SIZE + (key_hash % self.slots) * SLOT_SIZE
         previous = _SLOT.unpack_from(self._map, slot_at)[0]
         if previous <= 0 or previous > self.index_count:
@@ -260,6 +264,8 @@ class IndexService:
         self.max_index = max_index
         self.max_msgs_num_batch = max_msgs_num_batch
         self.files: list[IndexFile] = []
+        #: Unsigned ``hashCode`` of ``topic + "#"``, per topic.
+        self._prefix_hashes: dict[str, int] = {}
 
     # --- start and stop ---------------------------------------------------------------------
     def load(self, *, flushed_up_to: int | None) -> None:
@@ -328,29 +334,64 @@ class IndexService:
         self.files.append(created)
         return created
 
-    def _put(self, key: str, message: IndexedMessage, now_ms: int) -> None:
+    def _put(self, key_hash: int, phy_offset: int, store_timestamp: int, now_ms: int) -> None:
         index_file = self._writable(now_ms)
-        if not index_file.put_key(key, message.phy_offset, message.store_timestamp):
+        if not index_file.put_hash(key_hash, phy_offset, store_timestamp):
             index_file = self._writable(now_ms)
-            if not index_file.put_key(key, message.phy_offset, message.store_timestamp):
+            if not index_file.put_hash(key_hash, phy_offset, store_timestamp):
                 raise AssertionError("a new index file refused its first key")
 
-    def build(self, message: IndexedMessage, now_ms: int) -> None:
-        """``buildIndex``: index the unique key, then each non-empty ``KEYS`` token."""
+    def _key_hash(self, topic: str, key: bytes) -> int:
+        """:func:`index_key_hash` of ``topic#key``, the topic's part computed once."""
+        if not key.isascii():
+            return index_key_hash(index_key(topic, key.decode("utf-8", "replace")))
+        prefix = self._prefix_hashes.get(topic)
+        if prefix is None:
+            prefix = java_string_hash(topic + "#") & 0xFFFFFFFF
+            if len(self._prefix_hashes) < _MAX_CACHED_TOPICS:
+                self._prefix_hashes[topic] = prefix
+        h = java_string_hash_extend(prefix, key)
+        if h >= 1 << 31:  # negative as an int: abs(), and abs(Integer.MIN_VALUE) counts as 0
+            h = (1 << 32) - h if h != 1 << 31 else 0
+        return h
+
+    def build_raw(
+        self,
+        topic: str,
+        phy_offset: int,
+        store_timestamp: int,
+        uniq_key: bytes | None,
+        keys: bytes | None,
+        *,
+        now_ms: int,
+    ) -> None:
+        """``buildIndex`` from a record's raw ``UNIQ_KEY`` and ``KEYS`` values: the unique key,
+        then each non-empty ``KEYS`` token (split on single spaces)."""
         last = self.files[-1] if self.files else None
         if last is not None and (
-            message.phy_offset < last.end_phy_offset
+            phy_offset < last.end_phy_offset
             # RocketMQ indexes the message at endPhyOffset again after a restart; trioha
             # knows it is there when the file holds entries.
-            or (message.phy_offset == last.end_phy_offset and last.index_count > 1)
+            or (phy_offset == last.end_phy_offset and last.index_count > 1)
         ):
             return  # indexed before this restart
-        if message.uniq_key is not None:
-            self._put(index_key(message.topic, message.uniq_key), message, now_ms)
-        if message.keys:
-            for key in message.keys.split(" "):
+        if uniq_key is not None:
+            self._put(self._key_hash(topic, uniq_key), phy_offset, store_timestamp, now_ms)
+        if keys:
+            for key in keys.split(b" "):
                 if key:
-                    self._put(index_key(message.topic, key), message, now_ms)
+                    self._put(self._key_hash(topic, key), phy_offset, store_timestamp, now_ms)
+
+    def build(self, message: IndexedMessage, now_ms: int) -> None:
+        """:meth:`build_raw` for one message."""
+        self.build_raw(
+            message.topic,
+            message.phy_offset,
+            message.store_timestamp,
+            message.uniq_key.encode() if message.uniq_key is not None else None,
+            message.keys.encode() if message.keys else None,
+            now_ms=now_ms,
+        )
 
     def build_all(self, messages: Iterable[IndexedMessage], now_ms: int) -> None:
         for message in messages:
