@@ -1,4 +1,5 @@
-"""Refusals compared with the Java RocketMQ 4.9.7 broker's, case by case.
+"""trioha's ACL beside the Java RocketMQ 4.9.7 reference: refusals compared with the Java
+broker's case by case, and the Java ``mqadmin``'s signed requests verified by trioha.
 
 The Java name server and broker (``../shared/reference/rocketmq-4.9.7``, with ``aclEnable=true``
 and the ACL file below) run in a network namespace of their own (they bind 0.0.0.0); the same
