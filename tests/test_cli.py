@@ -26,7 +26,7 @@ def test_help_lists_the_commands() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["master"], "the following arguments are required: --store-dir"),
+        (["master"], "a broker needs --store-dir DIR or -c broker.conf"),
         (["master", "--store-dir", "x", "--ha-listen", "nowhere"], "HOST:PORT"),
         (["master", "--store-dir", "x", "--mapped-file-size", "12q"], "not a size"),
         (["slave", "--store-dir", "x"], "a slave needs --master-ha"),
@@ -60,3 +60,116 @@ def test_a_locked_store_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith("trioha master: error:")
     assert "lock" in result.stderr
+
+
+# --- start-up failures: one line naming the address and the setting ------------------------
+
+import signal  # noqa: E402
+import socket  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that something else listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("command", "flags", "setting"),
+    [
+        ("master", ["--listen", "127.0.0.1:{port}", "--ha-listen", "127.0.0.1:0"],
+         "(listenPort, --listen)"),
+        ("master", ["--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:{port}"],
+         "(haListenPort, --ha-listen)"),
+        ("master", ["--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0",
+                    "--embedded-namesrv", "--namesrv", "127.0.0.1:{port}"],
+         "(namesrvAddr, --embedded-namesrv)"),
+        ("slave", ["--listen", "127.0.0.1:{port}", "--master-ha", "127.0.0.1:1"],
+         "(listenPort, --listen)"),
+        ("namesrv", ["--listen", "127.0.0.1:{port}"], "(--listen)"),
+    ],
+)
+def test_a_port_in_use_is_one_line_naming_address_and_setting(
+    tmp_path: Path, taken_port: int, command: str, flags: list[str], setting: str
+) -> None:
+    store = [] if command == "namesrv" else ["--store-dir", str(tmp_path / "s")]
+    result = run(command, *store, *[f.format(port=taken_port) for f in flags])
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    what = "for slaves " if "ha-listen" in setting else ""  # the HA port says what it serves
+    assert last == (
+        f"trioha {command}: error: cannot listen {what}on 127.0.0.1:{taken_port} {setting}: "
+        "Address already in use"
+    ), result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_address_not_on_this_host_is_one_line(tmp_path: Path) -> None:
+    result = run("master", "--store-dir", str(tmp_path / "s"), "--listen", "192.0.2.1:0",
+                 "--ha-listen", "127.0.0.1:0")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "trioha master: error: cannot listen on 192.0.2.1:0 (listenPort, --listen): "
+        "Cannot assign requested address"
+    )
+
+
+def test_broker_conf_alone_starts_a_master_with_its_commit_log_where_it_says(
+    tmp_path: Path,
+) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        f"storePathRootDir={tmp_path / 'store'}\n"
+        f"storePathCommitLog={tmp_path / 'other-disk' / 'commitlog'}\n"
+        "listenPort=0\nhaListenPort=0\nmappedFileSizeCommitLog=65536\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-m", "trioha", "master", "-c", str(conf)],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 30
+        seen = []
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            seen.append(line)
+            if "ASYNC_MASTER started" in line or not line:
+                break
+        assert "ASYNC_MASTER started" in seen[-1], "".join(seen)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert proc.returncode == 0
+    assert (tmp_path / "other-disk" / "commitlog").is_dir()
+    assert not (tmp_path / "store" / "commitlog").exists()
+    assert (tmp_path / "store" / "checkpoint").exists()
+
+
+def test_an_os_error_inside_nursery_groups_is_the_one_line() -> None:
+    import errno
+
+    from trioha._cli import _trioha_error, error_line
+    from trioha._errors import StorageError
+
+    bare = PermissionError(errno.EACCES, "Permission denied", "/data/store/lock")
+    group = BaseExceptionGroup("nursery", [BaseExceptionGroup("inner", [bare])])
+    found = _trioha_error(group)
+    assert found is bare
+    assert error_line(found) == "Permission denied (/data/store/lock)"
+    # A TriohaError wins over a bare OSError, and shows the OSError it was raised from.
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as exc:
+            raise StorageError("cannot write checkpoint /s/checkpoint") from exc
+    except StorageError as wrapped:
+        storage = wrapped
+    found = _trioha_error(BaseExceptionGroup("nursery", [bare, storage]))
+    assert found is storage
+    assert error_line(storage) == (
+        "cannot write checkpoint /s/checkpoint (caused by: No space left on device)"
+    )

@@ -96,3 +96,83 @@ def test_a_slave_never_has_broker_id_zero() -> None:
 def test_in_sync_replicas_counts_the_master_as_rocketmq_5_does() -> None:
     assert BrokerConfig(in_sync_replicas=1).required_slave_acks == 0
     assert BrokerConfig(in_sync_replicas=3).required_slave_acks == 2
+
+
+# --- java.util.Properties syntax ----------------------------------------------------------
+
+from trioha._config import _parse_properties  # noqa: E402 - the reader itself, for its corners
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("a=1", [("a", "1")]),
+        ("a = 1", [("a", "1")]),
+        ("a:1", [("a", "1")]),
+        ("a : 1", [("a", "1")]),
+        ("a 1", [("a", "1")]),
+        ("a\t\f1", [("a", "1")]),
+        ("a", [("a", "")]),
+        ("a=", [("a", "")]),
+        ("a==1", [("a", "=1")]),  # only the first separator separates
+        ("a:=1", [("a", "=1")]),
+        ("  # comment\n! comment\n\n   \nb=2", [("b", "2")]),
+        ("a=x#y", [("a", "x#y")]),  # no comments after a value
+        ("namesrvAddr=127.0.0.1:9876;\\\n    127.0.0.1:9877", [("namesrvAddr",
+                                                               "127.0.0.1:9876;127.0.0.1:9877")]),
+        ("a=1\\\\\nb=2", [("a", "1\\"), ("b", "2")]),  # an even count of backslashes ends it
+        ("a=\\\n  # not a comment", [("a", "# not a comment")]),
+        ("a\\=b=c", [("a=b", "c")]),
+        ("a\\:b:c", [("a:b", "c")]),
+        ("a\\ b c", [("a b", "c")]),
+        ("a=\\u0041\\t\\n\\x", [("a", "A\t\nx")]),
+        ("a=1\r\nb=2\rc=3", [("a", "1"), ("b", "2"), ("c", "3")]),
+        ("a=1   ", [("a", "1")]),
+        ("a=1\\", [("a", "1")]),  # a continuation at the end of the file
+    ],
+)
+def test_properties_syntax_is_javas(text: str, expected: list[tuple[str, str]]) -> None:
+    assert [(k, v) for _line, k, v in _parse_properties(text)] == expected
+
+
+def test_properties_line_numbers_are_where_an_entry_starts() -> None:
+    text = "# c\na=1,\\\n  2\nb=3\n"
+    assert _parse_properties(text) == [(2, "a", "1,2"), (4, "b", "3")]
+
+
+def test_a_malformed_unicode_escape_names_the_file_and_line(tmp_path: Path) -> None:
+    conf = write(tmp_path, "brokerName=x\nbrokerIP1=\\u12\n")
+    with pytest.raises(ConfigError, match=r"broker.conf: line 2: malformed \\uxxxx"):
+        BrokerConfig.from_properties(conf)
+
+
+def test_a_continued_namesrv_list_is_read(tmp_path: Path) -> None:
+    conf = write(tmp_path, "namesrvAddr = 127.0.0.1:9876;\\\n              127.0.0.1:9877\n")
+    assert BrokerConfig.from_properties(conf).namesrv_addr == "127.0.0.1:9876;127.0.0.1:9877"
+
+
+def test_store_paths_and_disk_ratios_are_honoured(tmp_path: Path) -> None:
+    conf = write(
+        tmp_path,
+        f"storePathRootDir={tmp_path / 'store'}\n"
+        f"storePathCommitLog={tmp_path / 'fast' / 'commitlog'}\n"
+        "diskMaxUsedSpaceRatio=80\n"
+        "diskSpaceWarningLevelRatio=92\n"
+        "serverChannelMaxIdleTimeSeconds=60\n",
+    )
+    config = BrokerConfig.from_properties(conf)
+    assert config.store_root == tmp_path / "store"
+    assert config.commitlog_dir == tmp_path / "fast" / "commitlog"
+    assert config.disk_ratios == (0.92, 0.85, 0.80)
+    assert config.server_channel_max_idle_time_seconds == 60
+    assert BrokerConfig(store_path_root_dir=str(tmp_path)).commitlog_dir == tmp_path / "commitlog"
+
+
+def test_store_paths_trioha_cannot_move_are_refused_not_ignored(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    same = write(tmp_path, f"storePathRootDir={root}\nstorePathConsumeQueue={root}/consumequeue\n")
+    assert BrokerConfig.from_properties(same).store_root == root
+    moved = write(tmp_path, f"storePathRootDir={root}\nstorePathIndex=/elsewhere/index\n")
+    with pytest.raises(ConfigError, match=r"broker.conf:2: storePathIndex=/elsewhere/index "
+                       r"cannot be honoured: trioha keeps it at .*store/index"):
+        BrokerConfig.from_properties(moved)

@@ -50,7 +50,8 @@ def _addr(text: str) -> str:
 
 
 def _add_broker_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store-dir", type=Path, required=True, help="store root (commitlog/ inside)")
+    p.add_argument("--store-dir", type=Path,
+                   help="store root (commitlog/ inside); default: storePathRootDir from -c")
     p.add_argument("-c", "--config", type=Path, metavar="broker.conf",
                    help="a RocketMQ broker.conf (camelCase keys); flags override it")
     p.add_argument("--mapped-file-size", type=_size, metavar="BYTES",
@@ -124,7 +125,11 @@ def _configure_logging(verbose: bool) -> None:
 
 def _broker_config(args: argparse.Namespace, role: BrokerRole | None, **extra: Any
                    ) -> BrokerConfig:
-    overrides: dict[str, Any] = {"store_path_root_dir": str(args.store_dir)}
+    if args.store_dir is None and args.config is None:
+        raise ConfigError("a broker needs --store-dir DIR or -c broker.conf (storePathRootDir)")
+    overrides: dict[str, Any] = {}
+    if args.store_dir is not None:
+        overrides["store_path_root_dir"] = str(args.store_dir)
     if role is not None:
         overrides["broker_role"] = role
     if args.mapped_file_size is not None:
@@ -228,22 +233,38 @@ def main(argv: list[str] | None = None) -> None:
         code = handler(args)
     except KeyboardInterrupt:
         code = 130
-    except (TriohaError, BaseExceptionGroup) as exc:
+    except (TriohaError, OSError, BaseExceptionGroup) as exc:
         error = _trioha_error(exc)
         if error is None:
             raise
-        print(f"trioha {args.command}: error: {error}", file=sys.stderr)
+        print(f"trioha {args.command}: error: {error_line(error)}", file=sys.stderr)
         code = 1
     sys.exit(code)
 
 
-def _trioha_error(exc: BaseException) -> TriohaError | None:
-    """The TriohaError behind *exc*, looking inside the groups Trio's nurseries raise."""
-    if isinstance(exc, TriohaError):
+def _trioha_error(exc: BaseException) -> TriohaError | OSError | None:
+    """The error behind *exc* worth one line: a TriohaError, else an OSError (a start-up
+    failure: a file, a socket), looking inside the groups Trio's nurseries raise."""
+    if isinstance(exc, TriohaError | OSError):
         return exc
     if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _trioha_error(inner)
-            if found is not None:
-                return found
+        found = [_trioha_error(inner) for inner in exc.exceptions]
+        for error in found:
+            if isinstance(error, TriohaError):
+                return error
+        for error in found:
+            if error is not None:
+                return error
     return None
+
+
+def error_line(error: BaseException) -> str:
+    """*error* as one line, with the OSError behind it when its message does not say it."""
+    if isinstance(error, OSError) and not isinstance(error, TriohaError):
+        where = f" ({error.filename})" if error.filename else ""
+        return f"{error.strerror or error}{where}"
+    text = str(error)
+    cause = error.__cause__
+    if isinstance(cause, OSError) and cause.strerror and cause.strerror not in text:
+        text = f"{text} (caused by: {cause.strerror})"
+    return text

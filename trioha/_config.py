@@ -69,6 +69,11 @@ def _positive(_inst: object, attribute: attrs.Attribute[int], value: int) -> Non
         raise ConfigError(f"{attribute.name} must be positive, got {value}")
 
 
+def _non_negative(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 0:
+        raise ConfigError(f"{attribute.name} must not be negative, got {value}")
+
+
 def _port(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
     if not 0 <= value <= 65535:
         raise ConfigError(f"{attribute.name} must be a TCP port (0..65535), got {value}")
@@ -121,6 +126,8 @@ class BrokerConfig:
 
     # --- store (MessageStoreConfig) ---------------------------------------------------------
     store_path_root_dir: str = attrs.field(default=str(Path.home() / "store"))
+    #: Where the commit log lives (None: ``<root>/commitlog``), e.g. on a disk of its own.
+    store_path_commit_log: str | None = None
     mapped_file_size_commit_log: int = attrs.field(default=GIB, validator=_positive)
     flush_disk_type: FlushDiskType = attrs.field(
         default=FlushDiskType.ASYNC_FLUSH, converter=FlushDiskType
@@ -129,6 +136,16 @@ class BrokerConfig:
     sync_flush_timeout: int = attrs.field(default=5000, validator=_positive)
     max_message_size: int = attrs.field(default=4 * MIB, validator=_positive)
     check_crc_on_recover: bool = True
+
+    # --- disk space guards (MessageStoreConfig; DefaultMessageStore.isSpaceFull) ---------
+    #: Percent. RocketMQ deletes old commit log files above it; trioha has no retention
+    #: service and warns instead. Clamped to [10, 95] as ``getDiskMaxUsedSpaceRatio`` does.
+    disk_max_used_space_ratio: int = attrs.field(default=75, validator=_positive)
+    #: Percent (5.x broker-config ints; 4.x JVM properties): puts are refused above it.
+    disk_space_warning_level_ratio: int = attrs.field(default=90, validator=_positive)
+    disk_space_clean_forcibly_ratio: int = attrs.field(default=85, validator=_positive)
+    #: How often (ms) the disk is measured and failing writers retried.
+    clean_resource_interval: int = attrs.field(default=10000, validator=_positive)
 
     # --- HA (MessageStoreConfig) ------------------------------------------------------------
     ha_listen_host: str = "127.0.0.1"
@@ -179,6 +196,12 @@ class BrokerConfig:
     #: trioha's own: a slave's master broker address (its remoting port) for metadata sync
     #: when no name server tells it; RocketMQ learns it only from the name server.
     master_broker_addr: str | None = attrs.field(default=None, validator=_address)
+    #: ``NettyServerConfig.serverChannelMaxIdleTimeSeconds``: a client connection that neither
+    #: reads nor writes for this long is closed (broker and name server ports).
+    server_channel_max_idle_time_seconds: int = attrs.field(default=120, validator=_positive)
+    #: trioha's own: connections the broker port holds at once (0: half the process's
+    #: open-file limit); more are closed at once, with a WARNING when the cap starts biting.
+    server_max_connections: int = attrs.field(default=0, validator=_non_negative)
 
     # --- access control and TLS (RocketMQ's plain ACL and TlsSystemConfig; docs/security.md) -
     #: ``aclEnable``: check every request on the broker port (and on an embedded name server)
@@ -257,6 +280,23 @@ class BrokerConfig:
         return Path(self.store_path_root_dir).expanduser()
 
     @property
+    def commitlog_dir(self) -> Path:
+        """``getStorePathCommitLog``: ``storePathCommitLog``, else ``<root>/commitlog``."""
+        if self.store_path_commit_log:
+            return Path(self.store_path_commit_log).expanduser()
+        return self.store_root / "commitlog"
+
+    @property
+    def disk_ratios(self) -> tuple[float, float, float]:
+        """(warning, clean forcibly, max used) as fractions; max used clamped to [0.10, 0.95]."""
+        max_used = min(95, max(10, self.disk_max_used_space_ratio))
+        return (
+            self.disk_space_warning_level_ratio / 100,
+            self.disk_space_clean_forcibly_ratio / 100,
+            max_used / 100,
+        )
+
+    @property
     def ha_master(self) -> tuple[str, int] | None:
         """``ha_master_address`` parsed, or None (RocketMQ ignores values shorter than 6)."""
         if self.ha_master_address is None or len(self.ha_master_address) < 6:
@@ -294,10 +334,18 @@ class BrokerConfig:
         except OSError as exc:
             raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
         values: dict[str, Any] = {}
+        fixed_paths: dict[str, tuple[str, str]] = {}
         fields = {f.name: f for f in attrs.fields(cls)}
-        for lineno, key, raw in _parse_properties(text):
+        try:
+            entries = _parse_properties(text)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        for lineno, key, raw in entries:
             name = _snake(LEGACY_KEYS.get(key, key).replace(".", "_"))  # tls.server.mode
             where = f"{path}:{lineno}"
+            if key in FIXED_STORE_PATHS:
+                fixed_paths[key] = (where, raw)
+                continue
             if name not in fields:
                 if key in IGNORED_ROCKETMQ_KEYS:
                     log.info("%s: %s is a RocketMQ setting trioha has no use for", where, key)
@@ -308,9 +356,17 @@ class BrokerConfig:
             values.update(_tls_file_values(Path(values["tls_config_file"]), fields))
         values.update(overrides)
         try:
-            return cls(**values)
+            config = cls(**values)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{path}: {exc}") from None
+        for key, (where, raw) in fixed_paths.items():
+            expected = config.store_root / FIXED_STORE_PATHS[key]
+            if Path(raw).expanduser() != expected:
+                raise ConfigError(
+                    f"{where}: {key}={raw} cannot be honoured: trioha keeps it at {expected} "
+                    "(under storePathRootDir); remove the line or point it there"
+                )
+        return config
 
 
 def _tls_file_values(path: Path, fields: dict[str, Any]) -> dict[str, Any]:
@@ -334,17 +390,21 @@ def _tls_file_values(path: Path, fields: dict[str, Any]) -> dict[str, Any]:
 # RocketMQ's older spellings, still accepted by its config loader and found in old files.
 LEGACY_KEYS = {"mapedFileSizeCommitLog": "mappedFileSizeCommitLog"}
 
+# Store paths RocketMQ derives from storePathRootDir (StorePathConfigHelper) and some files set
+# explicitly: accepted when they name that same place, refused otherwise (never ignored).
+FIXED_STORE_PATHS = {
+    "storePathConsumeQueue": "consumequeue",
+    "storePathIndex": "index",
+    "storeCheckpoint": "checkpoint",
+    "abortFile": "abort",
+}
+
 # RocketMQ settings a real broker.conf commonly carries that trioha accepts and ignores.
 IGNORED_ROCKETMQ_KEYS = frozenset(
     {
         "deleteWhen",
         "fileReservedTime",
         "brokerIP2",
-        "storePathCommitLog",
-        "storePathConsumeQueue",
-        "storePathIndex",
-        "storeCheckpoint",
-        "abortFile",
         "mapedFileSizeConsumeQueue",
         "mappedFileSizeConsumeQueue",
         "maxIndexNum",
@@ -355,7 +415,6 @@ IGNORED_ROCKETMQ_KEYS = frozenset(
         "waitTimeMillsInSendQueue",
         "transientStorePoolEnable",
         "enableDLegerCommitLog",
-        "diskMaxUsedSpaceRatio",
         "autoCreateSubscriptionGroup",
         "traceTopicEnable",
         "messageIndexEnable",
@@ -369,19 +428,86 @@ IGNORED_ROCKETMQ_KEYS = frozenset(
 )
 
 
+_WHITESPACE = " \t\f"
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
 def _parse_properties(text: str) -> list[tuple[int, str, str]]:
-    """Java ``.properties`` lines: ``k=v``, ``k: v`` or ``k v``; ``#`` and ``!`` start comments."""
+    """``(line, key, value)`` of each entry, read as ``java.util.Properties.load`` reads them.
+
+    * a line whose first non-blank character is ``#`` or ``!`` is a comment;
+    * a line ending in an odd number of backslashes continues on the next line, whose leading
+      blanks are dropped (a comment character there is data, not a comment);
+    * the key ends at the first unescaped ``=``, ``:`` or blank; blanks around the separator
+      are skipped, and a key alone has the empty value;
+    * ``\\t \\n \\r \\f``, ``\\uXXXX`` and ``\\`` before any other character (``\\=``,
+      ``\\:``, ``\\ ``, ``\\\\``) are unescaped in keys and values alike.
+
+    Values also lose trailing blanks (Java keeps them, and then RocketMQ fails to parse
+    ``"10911 "`` as a number). The line number is where the entry starts.
+    """
     out = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        stripped = line.strip()
-        if not stripped or stripped[0] in "#!":
+    lines = re.split(r"\r\n|\r|\n", text)  # not str.splitlines: a form feed is a blank here
+    i = 0
+    while i < len(lines):
+        start = i
+        line = lines[i].lstrip(_WHITESPACE)
+        i += 1
+        if not line or line[0] in "#!":
             continue
-        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", stripped)
-        if match is None:
-            out.append((lineno, stripped, ""))
-        else:
-            out.append((lineno, match.group(1), match.group(2).strip()))
+        while _continues(line) and i < len(lines):
+            line = line[:-1] + lines[i].lstrip(_WHITESPACE)
+            i += 1
+        if _continues(line):
+            line = line[:-1]  # a continuation at the end of the file continues into nothing
+        key, value = _split_entry(line, start + 1)
+        out.append((start + 1, key, value.rstrip(_WHITESPACE)))
     return out
+
+
+def _continues(line: str) -> bool:
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+def _split_entry(line: str, lineno: int) -> tuple[str, str]:
+    """Split a logical line into its key and value, unescaping both."""
+    pos = 0
+    while pos < len(line) and line[pos] not in "=:" + _WHITESPACE:
+        pos += 2 if line[pos] == "\\" else 1
+    key_end = min(pos, len(line))
+    while pos < len(line) and line[pos] in _WHITESPACE:
+        pos += 1
+    if pos < len(line) and line[pos] in "=:":
+        pos += 1
+        while pos < len(line) and line[pos] in _WHITESPACE:
+            pos += 1
+    return _unescape(line[:key_end], lineno), _unescape(line[pos:], lineno)
+
+
+def _unescape(text: str, lineno: int) -> str:
+    if "\\" not in text:
+        return text
+    out = []
+    pos = 0
+    while pos < len(text):
+        char = text[pos]
+        pos += 1
+        if char != "\\" or pos >= len(text):
+            out.append(char)
+            continue
+        char = text[pos]
+        pos += 1
+        if char == "u":
+            digits = text[pos : pos + 4]
+            if len(digits) < 4 or not all(c in "0123456789abcdefABCDEF" for c in digits):
+                raise ConfigError(
+                    f"line {lineno}: malformed \\uxxxx escape {text[pos - 2 : pos + 4]!r}"
+                )
+            out.append(chr(int(digits, 16)))
+            pos += 4
+        else:
+            out.append(_ESCAPES.get(char, char))
+    return "".join(out)
 
 
 def _snake(key: str) -> str:

@@ -32,6 +32,7 @@ from trioha.net._divergence import open_master_history
 from trioha.net._waiters import OffsetWaiters
 from trioha.net._wakeup import Wakeup
 from trioha.store import EPOCH_FILE_NAME, EpochFile, HostAddress, NewMessage, Store, open_store
+from trioha.store._diskspace import COMMIT_LOG, COMMIT_LOG_FLUSH, DiskGuard, DiskStatistics
 from trioha.store._sent import SentOffsets
 
 log = logging.getLogger("trioha.broker")
@@ -48,6 +49,8 @@ class BrokerStatistics:
     puts: int
     ha: HAServiceStatistics | None
     client: HAClientStatistics | None
+    #: Whether puts are taken and why not (disk usage, failing writers).
+    disk: DiskStatistics
 
 
 class _GroupFlusher:
@@ -76,7 +79,11 @@ class _GroupFlusher:
                 if not self.waiters:
                     await self.wakeup.wait()
                     continue
-                self.waiters.release(await trio.to_thread.run_sync(self.broker.flush_log))
+                flushed = await self.broker.flush_commitlog()
+                if flushed is None:  # the flush failed; puts waiting for it time out
+                    await trio.sleep(self.broker.disk_check_interval)
+                    continue
+                self.waiters.release(flushed)
 
 
 class Broker:
@@ -99,6 +106,15 @@ class Broker:
         self._client_side_ready = trio.Event()
         #: Epoch mode (``enable_controller_mode``): the store's epoch history.
         self.epoch_file: EpochFile | None = None
+        warning, clean_forcibly, max_used = config.disk_ratios
+        self.disk = DiskGuard(
+            {"CL": store.commitlog.directory, "CQ": store.root},
+            warning_ratio=warning,
+            clean_forcibly_ratio=clean_forcibly,
+            max_used_ratio=max_used,
+            master=config.broker_role.is_master,
+        )
+        self.disk_check_interval = config.clean_resource_interval / 1000
         self._flusher = _GroupFlusher(self)
         self._log_grew = Wakeup()
         self._puts = 0
@@ -156,15 +172,23 @@ class Broker:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
         if not messages:
             return PutResult(PutStatus.MESSAGE_ILLEGAL)
+        if not self.disk.writable:
+            # checkStoreStatus: RunningFlags not writeable (DISK_FULL, a failing writer).
+            self.disk.refused += 1
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
         try:
             results = self.store.commitlog.append_batch(messages)
         except (StorageError, ValueError) as exc:  # ValueError: a topic that is no UTF-8
             status = refusal_status(exc)
-            if status is PutStatus.CREATE_MAPPED_FILE_FAILED:
+            if isinstance(exc.__cause__, OSError):  # the disk, not the request
+                self.disk.failed(COMMIT_LOG, exc)
+            elif status is PutStatus.CREATE_MAPPED_FILE_FAILED:
                 log.error("put failed: %s", exc)
             else:
                 log.warning("put refused: %s", exc)
             return PutResult(status)
+        if self.disk.failing(COMMIT_LOG):
+            self.disk.succeeded(COMMIT_LOG)
         self._puts += len(results)
         self._on_log_grew()
         first, last = results[0], results[-1]
@@ -235,8 +259,9 @@ class Broker:
         interval = self.config.flush_interval_commit_log / 1000
         while True:
             await trio.sleep(interval)
-            if commitlog.max_offset > commitlog.flushed_offset:
-                await trio.to_thread.run_sync(self.flush_log)
+            dirty = commitlog.max_offset > commitlog.flushed_offset
+            if dirty and await self.flush_commitlog() is None:
+                await trio.sleep(self.disk_check_interval)
 
     def flush_log(self) -> int:
         """Flush the commit log (blocking) and keep the master's flushed mark up to date."""
@@ -245,7 +270,29 @@ class Broker:
             self.sent.note_flushed(flushed, time.monotonic())
         return flushed
 
+    async def flush_commitlog(self) -> int | None:
+        """:meth:`flush_log` in a worker thread; None (reported to the disk guard) if the disk
+        refuses, so a flusher retries instead of ending the broker."""
+        try:
+            flushed = await trio.to_thread.run_sync(self.flush_log)
+        except StorageError as exc:
+            if not isinstance(exc.__cause__, OSError):
+                raise
+            # Puts go on (a SYNC_FLUSH put gets FLUSH_DISK_TIMEOUT), as in RocketMQ.
+            self.disk.failed(COMMIT_LOG_FLUSH, exc, blocks_puts=False)
+            return None
+        if self.disk.failing(COMMIT_LOG_FLUSH):
+            self.disk.succeeded(COMMIT_LOG_FLUSH)
+        return flushed
+
+    async def _watch_disk(self) -> None:
+        """``isSpaceFull`` every ``cleanResourceInterval``: measure, flip flags, log flips."""
+        while True:
+            self.disk.check(await trio.to_thread.run_sync(self.disk.measure))
+            await trio.sleep(self.disk_check_interval)
+
     async def _start(self, nursery: trio.Nursery) -> None:
+        nursery.start_soon(self._watch_disk)
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH and self.role.is_master:
             await nursery.start(self._flusher.run)
         else:
@@ -310,6 +357,7 @@ class Broker:
             puts=self._puts,
             ha=self.ha_service.statistics() if self.ha_service else None,
             client=self.ha_client.statistics() if self.ha_client else None,
+            disk=self.disk.statistics(),
         )
 
 
@@ -325,8 +373,10 @@ async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
             check_crc=config.check_crc_on_recover,
             store_host=HostAddress(config.broker_ip1, config.listen_port),
             max_message_size=config.max_message_size,
+            commitlog_dir=config.commitlog_dir,
         )
     )
+    clean = False
     try:
         sent = None
         if config.broker_role.is_master:
@@ -352,11 +402,25 @@ async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
             finally:
                 broker._closed = True
                 nursery.cancel_scope.cancel()
+        clean = True
     finally:
         # Shielded: a broker stopped by an outer cancellation must still release its store
         # (lock, abort marker), or a restart in the same process finds it locked.
         with trio.CancelScope(shield=True):
             if sent is not None:
                 await trio.to_thread.run_sync(sent.close)
-            await trio.to_thread.run_sync(store.close)
-        log.info("%s stopped; store closed cleanly", config.broker_role.value)
+            await _close_store(store, config, raise_errors=clean)
+
+
+async def _close_store(store: Store, config: BrokerConfig, *, raise_errors: bool) -> None:
+    """Close *store*; when the broker is already failing, a failure to close is logged and
+    not raised, so that the error that stopped the broker is the one the operator sees."""
+    try:
+        await trio.to_thread.run_sync(store.close)
+    except StorageError as exc:
+        if raise_errors:
+            raise
+        log.error("%s stopped; the store could not be closed cleanly (%s): the next start "
+                  "recovers it fully", config.broker_role.value, exc)
+        return
+    log.info("%s stopped; store closed cleanly", config.broker_role.value)

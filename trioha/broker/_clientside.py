@@ -32,14 +32,19 @@ from trioha.acl import AclGuard, PlainAcl, RequestSigner, Role, TlsAcceptor, cli
 from trioha.broker._metadata import Metadata, write_snapshots
 from trioha.broker._processor import BrokerProcessor
 from trioha.broker._registration import Registrar, namesrv_addresses
-from trioha.broker._reput import CHECKPOINT_FILE, ReputService
+from trioha.broker._reput import CHECKPOINT_FILE, FLUSH_INTERVAL, ReputService
 from trioha.broker._slavesync import SlaveSynchronize
 from trioha.broker._types import BrokerLike
 from trioha.namesrv._processor import serve_namesrv
 from trioha.namesrv._routes import DEFAULT_NAMESRV_PORT
 from trioha.remoting._client import RemotingClientPool, open_client_pool
-from trioha.remoting._server import serve_remoting
+from trioha.remoting._server import (
+    ConnectionCounters,
+    default_max_connections,
+    serve_remoting,
+)
 from trioha.store._consumequeue import ConsumeQueueStore
+from trioha.store._diskspace import METADATA, DiskGuard
 
 log = logging.getLogger("trioha.remoting")
 
@@ -60,6 +65,7 @@ class ClientSide:
     registrar: Registrar | None = None
     slave_sync: SlaveSynchronize | None = None
     namesrv_addr: tuple[str, int] | None = None
+    connections: ConnectionCounters = attrs.field(factory=ConnectionCounters)
     acl: PlainAcl | None = None
     guard: AclGuard | None = None
 
@@ -78,11 +84,16 @@ async def serve_client_side(
     root = broker.store.root
     meta = await trio.to_thread.run_sync(Metadata.load, root, config)
     queues = ConsumeQueueStore(root)
+    disk: DiskGuard = getattr(broker, "disk", None) or DiskGuard({})
     reput = ReputService(
-        broker.store.commitlog, queues, checkpoint=root / "config" / CHECKPOINT_FILE
+        broker.store.commitlog,
+        queues,
+        checkpoint=root / "config" / CHECKPOINT_FILE,
+        disk=disk,
+        retry_interval=min(FLUSH_INTERVAL, config.clean_resource_interval / 1000),
     )
     reput.recover()
-    persister = _Persister(meta)
+    persister = _Persister(meta, disk)
     acl = await _load_acl(config)
     signer = _signer(config, acl)
     try:
@@ -132,7 +143,15 @@ async def _start(
         )
         namesrv_tls = TlsAcceptor.for_config(config, what="name server")
         namesrv_bound = await nursery.start(
-            partial(serve_namesrv, host, port, acl=acl, tls=namesrv_tls)
+            partial(
+                serve_namesrv,
+                host,
+                port,
+                acl=acl,
+                tls=namesrv_tls,
+                setting="namesrvAddr, --embedded-namesrv",
+                idle_timeout=config.server_channel_max_idle_time_seconds,
+            )
         )
         if not addresses or port == 0:  # register with the port it really got
             bound = f"{namesrv_bound[0]}:{namesrv_bound[1]}"
@@ -144,6 +163,7 @@ async def _start(
         if registrar is not None:
             registrar.request()
 
+    connections = ConnectionCounters()
     processor = BrokerProcessor(
         broker,
         meta,
@@ -159,6 +179,10 @@ async def _start(
             config.broker_ip1,
             config.listen_port,
             on_close=processor.connection_closed,
+            setting="listenPort, --listen",
+            idle_timeout=config.server_channel_max_idle_time_seconds,
+            max_connections=config.server_max_connections or default_max_connections(),
+            counters=connections,
             wrap_stream=TlsAcceptor.for_config(config, what="broker port"),
             task_status=task_status,
         )
@@ -208,7 +232,15 @@ async def _start(
         await nursery.start(registrar.run)
 
     def extra_info() -> dict[str, str]:
-        info = {"namesrvAddr": config.namesrv_addr or ""}
+        info = {
+            "namesrvAddr": config.namesrv_addr or "",
+            "connectionsOpen": str(connections.open),
+            "connectionsRefused": str(connections.refused),
+            "connectionsIdleClosed": str(connections.idle_closed),
+            # DefaultMessageStore.getRuntimeInfo's RunningStats names.
+            "commitLogDiskRatio": str(reput.disk.ratios.get("CL", -1.0)),
+            "consumeQueueDiskRatio": str(reput.disk.ratios.get("CQ", -1.0)),
+        }
         if registrar is not None:
             info["namesrvRegistrations"] = str(registrar.registrations)
         if guard is not None and acl is not None:  # trioha's own: the ACL at work
@@ -231,6 +263,7 @@ async def _start(
         registrar=registrar,
         slave_sync=slave_sync,
         namesrv_addr=namesrv_bound,
+        connections=connections,
         acl=acl,
         guard=guard,
     )
@@ -270,15 +303,26 @@ class _Persister:
     The tables are encoded in the event loop (they change there), only the file IO moves.
     """
 
-    def __init__(self, meta: Metadata) -> None:
+    def __init__(self, meta: Metadata, disk: DiskGuard) -> None:
         self.meta = meta
+        self.disk = disk
         self._lock = trio.Lock()
 
     async def persist(self) -> None:
+        """Write what changed; a refused write (a full disk) is reported to the disk guard
+        and the tables stay dirty, so the next round writes them again."""
         async with self._lock:
             snapshots = self.meta.dirty_snapshots()
-            if snapshots:
+            if not snapshots:
+                return
+            try:
                 await trio.to_thread.run_sync(write_snapshots, snapshots)
+            except OSError as exc:
+                self.meta.mark_dirty(path for path, _text in snapshots)
+                self.disk.failed(METADATA, exc, blocks_puts=False)
+                return
+            if self.disk.failing(METADATA):
+                self.disk.succeeded(METADATA)
 
 
 async def _housekeeping(processor: BrokerProcessor, persister: _Persister) -> NoReturn:

@@ -38,6 +38,11 @@ SERVICE_NOT_AVAILABLE_REMARK = (
 )
 
 
+def disk_full_remark(ratios: str) -> str:
+    """``SendMessageProcessor``'s remark with the used fractions (``diskUtil()``)."""
+    return SERVICE_NOT_AVAILABLE_REMARK.replace("is full,", f"is full [{ratios}],")
+
+
 class BrokerContext:
     """The broker state the processors share (``BrokerController``'s part they use)."""
 
@@ -70,6 +75,14 @@ class BrokerContext:
     @property
     def is_slave(self) -> bool:
         return self.config.broker_role is BrokerRole.SLAVE
+
+    def service_not_available_remark(self) -> str:
+        """The SERVICE_NOT_AVAILABLE remark, with RocketMQ's disk bracket when the broker has
+        a disk guard (``CL:  0.93 CQ:  0.93 INDEX:  0.93``)."""
+        disk = getattr(self.broker, "disk", None)
+        if disk is None:
+            return SERVICE_NOT_AVAILABLE_REMARK
+        return disk_full_remark(disk.ratio_remark())
 
     def read_record_at(self, offset: int) -> Any:
         commitlog = self.broker.store.commitlog

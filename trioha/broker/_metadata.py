@@ -198,12 +198,24 @@ class _ConfigFile:
     def __init__(self, config_dir: Path) -> None:
         self.path = config_dir / self.file_name
         self.dirty = False
+        self._write_failed = False
 
     def encode(self) -> str:  # pragma: no cover - every subclass overrides
         raise NotImplementedError
 
     def persist(self) -> None:
-        write_config_file(self.path, self.encode_pretty())
+        """Write the file now; a disk that refuses (ENOSPC, EIO) leaves the table dirty for
+        the broker's persister to retry, and is logged once per failure spell."""
+        try:
+            write_config_file(self.path, self.encode_pretty())
+        except OSError as exc:
+            self.dirty = True
+            if not self._write_failed:
+                self._write_failed = True
+                log.error("cannot write %s: %s; kept in memory, written when the disk allows",
+                          self.path, exc)
+            return
+        self._write_failed = False
         self.dirty = False
 
     def persist_if_dirty(self) -> None:
@@ -495,10 +507,6 @@ class DelayOffsets(_ConfigFile):
     def encode(self) -> str:
         return self.text
 
-    def persist(self) -> None:
-        write_config_file(self.path, self.text)
-        self.dirty = False
-
     def encode_pretty(self) -> str:
         return self.text
 
@@ -540,6 +548,13 @@ class Metadata:
     def dirty_snapshots(self) -> list[tuple[Path, str]]:
         """Texts of the changed tables, for :func:`write_snapshots` in a worker thread."""
         return [table.snapshot() for table in self._tables() if table.dirty]
+
+    def mark_dirty(self, paths: Iterable[Path]) -> None:
+        """Mark the tables of *paths* changed again (their snapshot could not be written)."""
+        wanted = set(paths)
+        for table in self._tables():
+            if table.path in wanted:
+                table.dirty = True
 
     def _tables(self) -> Iterable[_ConfigFile]:
         return (self.topics, self.offsets, self.groups, self.delay)

@@ -33,6 +33,7 @@ from trioha.broker._types import CommitLogLike
 from trioha.remoting._json import dumps, loads_lenient
 from trioha.store._consumequeue import ConsumeQueue, ConsumeQueueStore, tags_code
 from trioha.store._contract import CommitLog, SetAside
+from trioha.store._diskspace import CONSUME_QUEUE, CONSUME_QUEUE_CHECKPOINT, DiskGuard
 from trioha.store._message import (
     PROPERTY_TAGS,
     DecodedBlank,
@@ -99,10 +100,15 @@ class ReputService:
         queues: ConsumeQueueStore,
         *,
         checkpoint: Path,
+        disk: DiskGuard | None = None,
+        retry_interval: float = FLUSH_INTERVAL,
     ) -> None:
         self.commitlog = commitlog
         self.queues = queues
         self.checkpoint = checkpoint
+        #: Where write failures go (puts stop while the queues cannot be written).
+        self.disk = disk if disk is not None else DiskGuard({})
+        self.retry_interval = retry_interval
         self.reput_from = 0
         self._arrivals: dict[tuple[str, int], trio.Event] = {}
         self._any_arrival = trio.Event()
@@ -257,8 +263,11 @@ class ReputService:
             nursery.start_soon(self._flush_loop)
             task_status.started()
             while True:
-                while self.dispatch_available():
-                    await trio.lowlevel.checkpoint()
+                if not await self._dispatch_all():
+                    # The disk refused a unit: nothing is skipped, the same records are
+                    # dispatched again (units already written are recognised) until it works.
+                    await trio.sleep(self.retry_interval)
+                    continue
                 # Wait for growth past what is in the log now: a partial record at the
                 # end stays partial until more bytes arrive.
                 await wait_log_grew(self.commitlog.max_offset)
@@ -268,6 +277,18 @@ class ReputService:
                 # of latency per round trip otherwise.
                 await trio.lowlevel.checkpoint()
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _dispatch_all(self) -> bool:
+        """Dispatch until caught up; False if a consume queue write failed (ENOSPC, EIO)."""
+        try:
+            while self.dispatch_available():
+                await trio.lowlevel.checkpoint()
+        except OSError as exc:
+            self.disk.failed(CONSUME_QUEUE, exc)
+            return False
+        if self.disk.failing(CONSUME_QUEUE):
+            self.disk.succeeded(CONSUME_QUEUE)
+        return True
 
     async def _flush_loop(self) -> None:
         last = -1
@@ -281,13 +302,28 @@ class ReputService:
                 await self.flush()
 
     async def flush(self) -> int:
-        """fsync the queues, then record how far they are complete; returns that offset."""
+        """fsync the queues, then record how far they are complete; returns that offset.
+
+        A write the disk refuses is reported to the disk guard, not raised: the checkpoint
+        then stays where it was (so a restart dispatches the rest again) and the next flush
+        tries again. Returns the offset recorded, or -1 if nothing could be.
+        """
         dispatched = self.reput_from
-        fds = self.queues.dirty_handles()
+        try:
+            fds = self.queues.dirty_handles()
+        except OSError as exc:
+            self.disk.failed(CONSUME_QUEUE, exc)
+            return -1
         await trio.to_thread.run_sync(_sync_all, fds)
-        await trio.to_thread.run_sync(
-            write_config_file, self.checkpoint, dumps({"dispatchedOffset": dispatched})
-        )
+        try:
+            await trio.to_thread.run_sync(
+                write_config_file, self.checkpoint, dumps({"dispatchedOffset": dispatched})
+            )
+        except OSError as exc:
+            self.disk.failed(CONSUME_QUEUE_CHECKPOINT, exc, blocks_puts=False)
+            return -1
+        if self.disk.failing(CONSUME_QUEUE_CHECKPOINT):
+            self.disk.succeeded(CONSUME_QUEUE_CHECKPOINT)
         return dispatched
 
 

@@ -206,7 +206,7 @@ class SendMessageProcessor:
                 },
             )
         remarks = {
-            PutStatus.SERVICE_NOT_AVAILABLE: SERVICE_NOT_AVAILABLE_REMARK,
+            PutStatus.SERVICE_NOT_AVAILABLE: self.ctx.service_not_available_remark(),
             PutStatus.CREATE_MAPPED_FILE_FAILED: (
                 "create mapped file failed, server is busy or broken."
             ),

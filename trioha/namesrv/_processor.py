@@ -28,7 +28,7 @@ from trioha.remoting._codes import RequestCode, ResponseCode
 from trioha.remoting._connection import RemotingConnection, RequestHandler
 from trioha.remoting._dataversion import DataVersion
 from trioha.remoting._json import dumps_bytes, loads_lenient
-from trioha.remoting._server import serve_remoting
+from trioha.remoting._server import default_max_connections, serve_remoting
 
 if TYPE_CHECKING:
     from trioha.acl import PlainAcl, TlsAcceptor
@@ -176,16 +176,25 @@ class NamesrvProcessor:
         self.routes.on_channel_destroy(connection)
 
 
+#: ``NettyServerConfig.serverChannelMaxIdleTimeSeconds``.
+DEFAULT_IDLE_TIMEOUT = 120.0
+
+
 async def serve_namesrv(
     host: str = "127.0.0.1",
     port: int = DEFAULT_NAMESRV_PORT,
     *,
     processor: NamesrvProcessor | None = None,
+    setting: str = "--listen",
+    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
     acl: PlainAcl | None = None,
     tls: TlsAcceptor | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Run a name server on ``host:port`` (0: any free port) until cancelled.
+
+    A connection idle for ``idle_timeout`` seconds is closed (``serverChannelMaxIdleTimeSeconds``);
+    an address that cannot be bound is a one-line ``ConfigError`` naming *setting*.
 
     With ``acl`` every request is checked first (``trioha.acl.Role.NAMESRV``: a valid
     signature always, an admin account for anything but reads; RocketMQ's name server checks
@@ -205,6 +214,9 @@ async def serve_namesrv(
                 host,
                 port,
                 on_close=processor.connection_closed,
+                setting=setting,
+                idle_timeout=idle_timeout,
+                max_connections=default_max_connections(),
                 wrap_stream=tls,
                 task_status=task_status,
             )

@@ -12,6 +12,11 @@ Mirrors ``HAService.HAClient`` (4.x) / ``DefaultHAClient`` (5.x) (docs/rocketmq-
 * reconnects back off from 100 ms doubling to ``ha_reconnect_backoff_max``;
 * with ``ha_slave_ack_flushed`` the slave reports only what it has flushed, so an acked message
   survives a slave restart;
+* an append the disk refuses (ENOSPC, EIO) pauses replication: the connection is dropped,
+  one ERROR says why, and the slave reconnects every ``cleanResourceInterval`` until an
+  append works again (RocketMQ's slave kept reconnecting at once);
+* a peer that is not an HA master (a broker or name server port given by mistake) is
+  recognised by what it does and named in a WARNING (:func:`not_ha_sign`);
 * a master that says the two logs are not one history (a frame not at the slave's end: see
   ``proto.Close.diverged_at``) puts the client in a sticky *diverged* state, logged at ERROR
   with both offsets, recorded in ``<store>/haDiverged`` so that a restart remembers it, and
@@ -41,6 +46,7 @@ import trio
 
 from trioha._config import BrokerConfig
 from trioha._errors import ConfigError, StorageError, StoreLayoutError
+from trioha.net._service import close_level
 from trioha.net._wakeup import Wakeup
 from trioha.proto import (
     Append,
@@ -142,6 +148,8 @@ class HAClientStatistics:
     bytes_received: int
     connects: int
     last_close_reason: str | None
+    #: Why appends fail now (a full disk), or None while they work.
+    append_error: str | None = None
     #: Sticky: this slave must be cut back or re-seeded before it replicates again.
     needs_reseed: bool = False
     #: Where the master's history ends (it parts from this slave's there); -1 if not diverged.
@@ -162,6 +170,15 @@ class _Session:
         self.handshake_pending = False
         self.close_reason: str | None = None
         self.received_data = False
+        #: The first bytes the master sent (what :func:`not_ha_sign` looks at).
+        self.first_bytes = b""
+        #: The master's bytes did not parse as HA frames.
+        self.protocol_error = False
+        #: An append the disk refused (its StorageError chains the OSError).
+        self.disk_error: StorageError | None = None
+        self.started = trio.current_time()
+        #: The offset this session asked the master for (its first report).
+        self.requested = proto.state.expected
         #: The master pushed this offset where the slave's log does not end (a divergence).
         #: Epoch mode: where the histories part, when the master's says the slave diverged.
         self.diverged_at: int | None = None
@@ -202,7 +219,13 @@ class _Session:
                 if not data:
                     self._end("master closed the connection", scope)
                     return
+                if len(self.first_bytes) < _SNIFF:
+                    self.first_bytes += bytes(data[: _SNIFF - len(self.first_bytes)])
                 actions = self.proto.receive_data(data, now=trio.current_time())
+                if not self.received_data and any(
+                    isinstance(a, Close) and a.diverged_at is None for a in actions
+                ):
+                    self.protocol_error = True  # bytes that are no HA frame, not a refusal
                 appended = False
                 for action in actions:
                     if isinstance(action, Truncate | RecordEpoch):
@@ -219,16 +242,25 @@ class _Session:
                         try:
                             commitlog.append_raw(action.offset, action.data)
                         except StorageError as exc:
+                            if isinstance(exc.__cause__, OSError):
+                                self.disk_error = exc
                             self._end(f"cannot append {action.size} bytes at {action.offset}: "
                                       f"{exc}", scope)
                             return
                         appended = True
                         self.received_data = True
+                        self.client.append_worked()
                     elif not self._apply((action,), scope):
                         return
                 if appended:
                     self.client.on_appended()
-                    ack = await self.client.ack_offset()
+                    try:
+                        ack = await self.client.ack_offset()
+                    except StorageError as exc:  # ha_slave_ack_flushed: the fsync failed
+                        if isinstance(exc.__cause__, OSError):
+                            self.disk_error = exc
+                        self._end(f"cannot flush what was appended: {exc}", scope)
+                        return
                     if not self._apply(self.proto.appended(ack, now=trio.current_time()), scope):
                         return
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
@@ -285,6 +317,10 @@ class HAClient:
         self.reported_offset = -1
         self.bytes_received = 0
         self.last_close_reason: str | None = None
+        self.append_error: str | None = None
+        #: How long to wait before trying again when the disk refuses appends.
+        self.disk_retry = config.clean_resource_interval / 1000
+        self._not_ha_warned = False
         self._state_change = trio.lowlevel.ParkingLot()
         #: Where the sticky divergence is recorded (None: kept in memory only).
         self.diverged_file = diverged_file
@@ -354,14 +390,26 @@ class HAClient:
                 continue
             if await self.session(stream):
                 backoff = INITIAL_BACKOFF
-            await trio.sleep(backoff)
+            wait = backoff
+            if self.append_error is not None:
+                wait = max(wait, self.disk_retry)  # no point in refetching into a full disk
+            await trio.sleep(wait)
             backoff = min(backoff * 2, cap)
 
     async def session(self, stream: trio.abc.Stream) -> bool:
         """Replicate over one connection until it ends; True if any data was received."""
         try:
             if self.config.ha_slave_ack_flushed:
-                await trio.to_thread.run_sync(self.commitlog.flush)
+                try:
+                    await trio.to_thread.run_sync(self.commitlog.flush)
+                except StorageError as exc:
+                    if not isinstance(exc.__cause__, OSError):
+                        raise
+                    if self.append_error is None:
+                        log.error("slave cannot flush its commit log: %s; retrying every "
+                                  "%g s", exc, self.disk_retry)
+                    self.append_error = str(exc)
+                    return False
             log_max = self.commitlog.max_offset
             epochs = None
             if self.epoch_file is not None:
@@ -390,14 +438,49 @@ class HAClient:
                 proto.connection_lost()
                 self._set_connected(False)
                 self.last_close_reason = session.close_reason
-                log.info("disconnected from master %s: %s", self.master,
-                         session.close_reason or "cancelled")
+                reason = session.close_reason or "cancelled"
+                if session.disk_error is None:
+                    log.log(close_level(reason), "disconnected from master %s: %s",
+                            self.master, reason)
             if session.diverged_at is not None:
                 self._diverged(session.diverged_at, log_max, session.close_reason or "")
+            self._after_session(session)
             return session.received_data
         finally:
             await trio.aclose_forcefully(stream)
 
+    def append_worked(self) -> None:
+        """An append succeeded: the end of a disk-full spell, if there was one."""
+        if self.append_error is not None:
+            log.warning("slave appends replicated data again (after: %s)", self.append_error)
+            self.append_error = None
+
+    def _after_session(self, session: _Session) -> None:
+        """Log, once per spell, what needs an operator: a full disk, a peer that is no HA master."""
+        if session.disk_error is not None:
+            if self.append_error is None:
+                log.error(
+                    "slave cannot append replicated data: %s; replication paused, retrying "
+                    "every %g s until there is space", session.disk_error, self.disk_retry,
+                )
+            self.append_error = str(session.disk_error)
+        if session.received_data or session.diverged_at is not None:
+            self._not_ha_warned = False  # an HA master: it sent data, or said we diverged
+            return
+        sign = not_ha_sign(
+            session.first_bytes,
+            protocol_error=session.protocol_error,
+            closed_by_peer=session.close_reason == "master closed the connection",
+            seconds=trio.current_time() - session.started,
+            offset=session.requested,
+        )
+        if sign is not None:
+            log.log(
+                logging.ERROR if self._not_ha_warned else logging.WARNING,
+                "the master at %s does not speak RocketMQ HA (is that the broker port? the HA "
+                "port is usually listenPort+1): %s", self.master, sign,
+            )
+            self._not_ha_warned = True
     # --- the sticky divergence ----------------------------------------------------------------
 
     def _diverged(self, master_offset: int, slave_offset: int, reason: str) -> None:
@@ -451,10 +534,51 @@ class HAClient:
             bytes_received=self.bytes_received,
             connects=self.connects,
             last_close_reason=self.last_close_reason,
+            append_error=self.append_error,
             needs_reseed=self.divergence is not None,
             diverged_master_offset=self.divergence.master_offset if self.divergence else -1,
             diverged_slave_offset=self.divergence.slave_offset if self.divergence else -1,
         )
+
+
+#: Bytes of a session's start kept to recognise a peer that is not an HA master.
+_SNIFF = 16
+#: A close this soon after connecting, with nothing sent, is a refusal, not a network event.
+_IMMEDIATE = 1.0
+
+
+def not_ha_sign(
+    first_bytes: bytes,
+    *,
+    protocol_error: bool,
+    closed_by_peer: bool,
+    seconds: float,
+    offset: int | None = None,
+) -> str | None:
+    """What shows that the peer of a session that delivered no data is not an HA master,
+    or None. The signs, as a broker or name server port answers a slave's 8-byte report:
+
+    * a RocketMQ remoting frame (a 4-byte length, a serialize type byte 0 or 1, a header
+      length, a JSON header ``{"``): the port speaks remoting;
+    * bytes that are not an HA frame at all (a header whose size is impossible, an offset
+      that has nothing to do with the slave's log);
+    * an immediate close with nothing sent: a remoting server reads the report as a frame
+      of length 0 (or a huge one) and hangs up, which a master never does.
+    """
+    if len(first_bytes) >= 10 and first_bytes[4] in (0, 1) and first_bytes[8:10] == b'{"':
+        return "it answered with a RocketMQ remoting frame"
+    if protocol_error:
+        prefix = first_bytes[:12].hex(" ")
+        return f"its first bytes ({prefix}) are not an HA frame"
+    if closed_by_peer and not first_bytes and seconds < _IMMEDIATE:
+        # An HA master does this too when it refuses the slave's offset (a diverged or
+        # deleted one), so the line says that as well.
+        return (
+            "it closed the connection at once without sending anything (if it is the HA port, "
+            f"it refused this slave's offset{'' if offset is None else f' {offset}'}: its log "
+            "says why)"
+        )
+    return None
 
 
 async def _open_tcp(host: str, port: int) -> trio.abc.Stream:

@@ -69,6 +69,17 @@ class HAServiceStatistics:
 StreamGate = Callable[[trio.abc.Stream, str], Awaitable[trio.abc.Stream | None]]
 
 
+#: Close reasons that are part of normal life (a restart, a network blip); any other reason
+#: (a diverged or deleted offset, an untrusted ack, bytes that are not the HA protocol) needs
+#: an operator and is logged at WARNING.
+_ROUTINE_CLOSES = ("cancelled", "closed the connection", "connection broken", "housekeeping")
+
+
+def close_level(reason: str) -> int:
+    """The log level for a connection closed for *reason*."""
+    return logging.INFO if any(r in reason for r in _ROUTINE_CLOSES) else logging.WARNING
+
+
 class HAService:
     """Accepts slave connections and answers "is this offset replicated?"."""
 
@@ -130,8 +141,9 @@ class HAService:
             listeners = await trio.open_tcp_listeners(port, host=host)
         except OSError as exc:
             raise ConfigError(
-                f"cannot listen for slaves on {host}:{port}: {exc.strerror or exc}"
-            ) from None
+                f"cannot listen for slaves on {host}:{port} (haListenPort, --ha-listen): "
+                f"{exc.strerror or exc}"
+            ) from exc
         sockname = listeners[0].socket.getsockname()
         self.address = (sockname[0], sockname[1])
         log.info("HA service listening on %s:%d", *self.address)
@@ -195,7 +207,8 @@ class HAService:
             self._refused += conn.refused
             self._connection_change.unpark_all()
             await trio.aclose_forcefully(stream)
-            log.info("slave %s disconnected: %s", peer, conn.close_reason or "cancelled")
+            reason = conn.close_reason or "cancelled"
+            log.log(close_level(reason), "slave %s disconnected: %s", peer, reason)
 
     # --- acks and sync replication ----------------------------------------------------------
     def live_acks(self) -> list[int]:

@@ -3,19 +3,102 @@
 Mirrors ``NettyRemotingServer``: one :class:`RemotingConnection` per accepted socket, all
 owned by the server's nursery. A connection's failure (a hostile frame, a reset) ends only
 that connection.
+
+Two guards keep idle and hostile peers from piling up (``NettyRemotingServer``'s
+``IdleStateHandler`` and what its accept loop leaves to the OS):
+
+* ``idle_timeout``: a connection that neither reads nor writes for that long is closed
+  (``serverChannelMaxIdleTimeSeconds``, 120 s in RocketMQ), half-open ones included;
+* ``max_connections``: a connection beyond that many open ones is closed as soon as it is
+  accepted, so a connect storm cannot take the process to its open-file limit. A WARNING
+  says when the cap starts biting and an INFO line when it stops.
 """
 
 from __future__ import annotations
 
 import logging
+import resource
 from collections.abc import Awaitable, Callable
 from typing import NoReturn
 
+import attrs
 import trio
 
+from trioha._errors import ConfigError
 from trioha.remoting._connection import RemotingConnection, RequestHandler, peer_name
 
 log = logging.getLogger("trioha.remoting")
+
+
+@attrs.define
+class ConnectionCounters:
+    """What a remoting server has seen (for ``statistics()`` and ``status``)."""
+
+    open: int = 0
+    accepted: int = 0
+    refused: int = 0
+    idle_closed: int = 0
+    #: True while new connections are being refused (the cap bites).
+    capped: bool = False
+
+
+def default_max_connections() -> int:
+    """Half the process's soft open-file limit (at least 64): far from it, whatever comes."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 65536
+    return max(64, soft // 2)
+
+
+async def listen_tcp(host: str, port: int, *, setting: str) -> list[trio.SocketListener]:
+    """``trio.open_tcp_listeners``, failing with one line that names the address and the
+    setting that chose it (the OSError chained)."""
+    try:
+        return await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot listen on {host}:{port} ({setting}): {exc.strerror or exc}"
+        ) from exc
+
+
+class _ActivityStream(trio.abc.Stream):
+    """A stream (plain or TLS) that notes when it last moved a byte (for the idle timeout)."""
+
+    def __init__(self, inner: trio.abc.Stream) -> None:
+        self.inner = inner
+        self.last_active = trio.current_time()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        data = await self.inner.receive_some(max_bytes)
+        self.last_active = trio.current_time()
+        return data
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.inner.send_all(data)
+        self.last_active = trio.current_time()
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def _close_when_idle(
+    connection: RemotingConnection, stream: _ActivityStream, idle_seconds: float,
+    counters: ConnectionCounters,
+) -> None:
+    while not connection.closed:
+        deadline = stream.last_active + idle_seconds
+        if trio.current_time() >= deadline:
+            counters.idle_closed += 1
+            log.info(
+                "closing remoting connection from %s: idle for %.0f s "
+                "(serverChannelMaxIdleTimeSeconds)", connection.peer, idle_seconds,
+            )
+            connection.close(f"idle for {idle_seconds:.0f} s")
+            return
+        await trio.sleep_until(deadline)
 
 
 async def serve_remoting(
@@ -25,33 +108,73 @@ async def serve_remoting(
     *,
     on_connect: Callable[[RemotingConnection], None] | None = None,
     on_close: Callable[[RemotingConnection], None] | None = None,
+    setting: str = "listen address",
+    idle_timeout: float | None = None,
+    max_connections: int | None = None,
+    counters: ConnectionCounters | None = None,
     wrap_stream: Callable[[trio.SocketStream], Awaitable[trio.abc.Stream | None]] | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Listen on ``host:port`` (0: any free port) and serve forever.
 
-    Reports the bound ``(host, port)`` through ``task_status``. ``wrap_stream``, if given,
+    Reports the bound ``(host, port)`` through ``task_status``; an address that cannot be
+    bound is a :class:`ConfigError` naming it and *setting*. See the module docstring for
+    ``idle_timeout`` (seconds) and ``max_connections``. ``wrap_stream``, if given,
     runs on each accepted socket before any frame is read (TLS: ``trioha.acl.TlsAcceptor``)
     and returns the stream to serve, or None to close the socket.
     """
-    listeners = await trio.open_tcp_listeners(port, host=host)
+    listeners = await listen_tcp(host, port, setting=setting)
     bound_host, bound_port = listeners[0].socket.getsockname()[:2]
+    counters = counters if counters is not None else ConnectionCounters()
 
-    async def serve_one(socket_stream: trio.SocketStream) -> None:
-        peer = peer_name(socket_stream)
-        stream: trio.abc.Stream = socket_stream
+    async def serve_one(stream: trio.SocketStream) -> None:
+        if max_connections is not None and counters.open >= max_connections:
+            counters.refused += 1
+            if not counters.capped:
+                counters.capped = True
+                log.warning(
+                    "%s:%d holds %d connections, its cap (serverMaxConnections): new "
+                    "connections are closed at once until some end",
+                    bound_host, bound_port, counters.open,
+                )
+            await trio.aclose_forcefully(stream)
+            return
+        counters.open += 1
+        counters.accepted += 1
+        try:
+            await _serve_connection(stream)
+        finally:
+            counters.open -= 1
+            if counters.capped and max_connections is not None and (
+                counters.open < max_connections * 9 // 10
+            ):
+                counters.capped = False
+                log.info("%s:%d accepts connections again (%d open, %d refused so far)",
+                         bound_host, bound_port, counters.open, counters.refused)
+
+    async def _serve_connection(raw: trio.SocketStream) -> None:
+        peer = peer_name(raw)
+        base: trio.abc.Stream = raw
         if wrap_stream is not None:
-            wrapped = await wrap_stream(socket_stream)
+            wrapped = await wrap_stream(raw)
             if wrapped is None:
-                await trio.aclose_forcefully(socket_stream)
+                await trio.aclose_forcefully(raw)
                 return
-            stream = wrapped
+            base = wrapped
+        watched = _ActivityStream(base) if idle_timeout is not None else None
+        stream: trio.abc.Stream = watched if watched is not None else base
         connection = RemotingConnection(stream, peer=peer, handler=handler, on_close=on_close)
         log.debug("remoting connection from %s", connection.peer)
         if on_connect is not None:
             on_connect(connection)
         try:
-            await connection.run()
+            async with trio.open_nursery() as nursery:
+                if watched is not None and idle_timeout is not None:
+                    nursery.start_soon(
+                        _close_when_idle, connection, watched, idle_timeout, counters
+                    )
+                await connection.run()
+                nursery.cancel_scope.cancel()
         except Exception:
             # A bug in one connection must not end the server (and the broker with it).
             log.exception("remoting connection from %s failed", connection.peer)

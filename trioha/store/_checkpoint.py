@@ -74,4 +74,4 @@ def write_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
         finally:
             os.close(fd)
     except OSError as exc:
-        raise StorageError(f"cannot write checkpoint {path}: {exc}") from None
+        raise StorageError(f"cannot write checkpoint {path}: {exc}") from exc

@@ -386,7 +386,7 @@ class FileCommitLog(LogCore[SegmentFile]):
                 else:
                     os.fdatasync(fd)
         except OSError as exc:
-            raise StorageError(f"fsync of the commit log {self.directory} failed: {exc}") from None
+            raise StorageError(f"fsync of the commit log {self.directory} failed: {exc}") from exc
         finally:
             for fd in handles:
                 if fd >= 0:

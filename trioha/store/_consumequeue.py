@@ -295,7 +295,8 @@ class ConsumeQueue:
 
     # --- reading ------------------------------------------------------------------------
     def _read_unit(self, byte_offset: int) -> CQUnit | None:
-        self.write_pending()
+        if byte_offset >= self._readable_end():
+            return None
         cq_file = self._file_for(byte_offset, create=False)
         if cq_file is None or byte_offset < 0:
             return None
@@ -305,21 +306,33 @@ class ConsumeQueue:
         return CQUnit(*_UNIT.unpack(data))
 
     def get(self, queue_offset: int) -> CQUnit | None:
-        """The unit at ``queue_offset``, None outside ``[0, max_offset)``."""
+        """The unit at ``queue_offset``, None outside ``[0, max_offset)`` or not on disk yet."""
         if not 0 <= queue_offset < self.max_offset:
             return None
         return self._read_unit(queue_offset * CQ_UNIT_SIZE)
+
+    def _readable_end(self) -> int:
+        """Where the units on disk end: pending units are written first if the disk lets
+        them; if it does not (ENOSPC), readers see only what is there and the dispatcher,
+        which owns the failure, retries the write."""
+        if self._pending:
+            try:
+                self.write_pending()
+            except OSError as exc:
+                log.debug("consume queue %s/%d: pending units not written: %s",
+                          self.topic, self.queue_id, exc)
+        return self._end - len(self._pending)
 
     def read(self, queue_offset: int, max_units: int) -> list[CQUnit]:
         """Up to ``max_units`` units from ``queue_offset`` (not crossing a file)."""
         if not 0 <= queue_offset < self.max_offset or max_units <= 0:
             return []
-        self.write_pending()
+        readable = self._readable_end()
         begin = queue_offset * CQ_UNIT_SIZE
         cq_file = self._file_for(begin, create=False)
-        if cq_file is None:
+        if cq_file is None or begin >= readable:
             return []
-        end = min(self._end, cq_file.start + self.file_size, begin + max_units * CQ_UNIT_SIZE)
+        end = min(readable, cq_file.start + self.file_size, begin + max_units * CQ_UNIT_SIZE)
         data = os.pread(cq_file.fd, end - begin, begin - cq_file.start)
         return [CQUnit(*_UNIT.unpack_from(data, p)) for p in range(0, len(data), CQ_UNIT_SIZE)]
 
@@ -337,7 +350,13 @@ class ConsumeQueue:
 
     def close(self) -> None:
         if self._files or self._pending:
-            self.write_pending()
+            try:
+                self.write_pending()
+            except OSError as exc:
+                # Not lost: the dispatch checkpoint was never moved past them, so the next
+                # start dispatches these messages again.
+                log.error("consume queue %s/%d closed with %d units unwritten: %s",
+                          self.topic, self.queue_id, len(self._pending) // CQ_UNIT_SIZE, exc)
         for cq_file in self._files:
             os.close(cq_file.fd)
         self._files.clear()

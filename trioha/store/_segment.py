@@ -230,7 +230,7 @@ class SegmentFile:
         try:
             fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         except OSError as exc:
-            raise StorageError(f"cannot create commit log file {temp}: {exc}") from None
+            raise StorageError(f"cannot create commit log file {temp}: {exc}") from exc
         try:
             os.ftruncate(fd, size)
             if path.exists():
@@ -241,7 +241,7 @@ class SegmentFile:
             with contextlib.suppress(OSError):
                 temp.unlink()
             if isinstance(exc, OSError):
-                raise StorageError(f"cannot create commit log file {path}: {exc}") from None
+                raise StorageError(f"cannot create commit log file {path}: {exc}") from exc
             raise
         return cls(path, fd, start, size)
 
@@ -264,10 +264,15 @@ class SegmentFile:
             while done < total:
                 done += os.pwrite(self.fd, view[done:], pos + done)
         except OSError as exc:
+            if done:
+                # The part written lies past the log's end and would read as a torn record
+                # after a restart: zero it (those pages are allocated, so a full disk allows).
+                with contextlib.suppress(OSError):
+                    os.pwrite(self.fd, bytes(done), pos)
             raise StorageError(
                 f"write of {total} bytes at {self.start + pos} to {self.path} failed "
                 f"after {done}: {exc}"
-            ) from None
+            ) from exc
 
     def mapping(self) -> mmap.mmap:
         """The whole file, mapped read-only (created on first use)."""

@@ -190,13 +190,15 @@ def open_store(
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     properties_form: PropertiesForm = PropertiesForm.V4_9,
     clock_ms: Callable[[], int] = system_clock_ms,
+    commitlog_dir: str | os.PathLike[str] | None = None,
 ) -> Store:
     """Open (or create) the store at ``root``: lock it, recover the commit log, mark it open.
 
     ``segment_size=None`` uses the size of the segment files found, so a directory written
     with any ``mappedFileSizeCommitLog`` opens (1 GiB for a new store). A second opener gets
     :class:`StoreLockedError`; a directory not laid out as RocketMQ's gets
-    :class:`StoreLayoutError` and is not changed.
+    :class:`StoreLayoutError` and is not changed. ``commitlog_dir`` puts the commit log
+    elsewhere than ``<root>/commitlog`` (``storePathCommitLog``, e.g. a disk of its own).
     """
     path = Path(root)
     ensure_directory(path, create=create, what="store root")
@@ -207,7 +209,7 @@ def open_store(
         if not clean:
             log.warning("%s exists: the store was not shut down cleanly; full recovery", abort)
         commitlog = FileCommitLog.open(
-            path / "commitlog",
+            Path(commitlog_dir) if commitlog_dir is not None else path / "commitlog",
             segment_size=segment_size,
             create=create,
             clean_shutdown=clean,
@@ -221,6 +223,10 @@ def open_store(
         )
         try:
             checkpoint = read_checkpoint(path / "checkpoint")
+            if not (path / "checkpoint").exists():
+                # StoreCheckpoint creates its file at start: its space is then taken while
+                # there is some, and a clean stop can record itself on a full disk.
+                write_checkpoint(path / "checkpoint", checkpoint)
             (path / "config").mkdir(exist_ok=True)
             abort.touch()
             fsync_directory(path)

@@ -1,0 +1,159 @@
+"""A slave pointed at something that is not an HA port says so (a common typo: 10911 for 10912).
+
+Over real sockets on 127.0.0.1: a broker's remoting port, a name server, a server that answers
+with a RocketMQ remoting frame, and one that answers with bytes that are no HA frame.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import trio
+
+from trioha._config import BrokerConfig, BrokerRole
+from trioha.namesrv._processor import serve_namesrv
+from trioha.net._client import HAClient, not_ha_sign
+from trioha.net._service import close_level
+from trioha.remoting._codec import RemotingCommand, encode
+from trioha.remoting._connection import RejectAllRequests
+from trioha.remoting._server import serve_remoting
+from trioha.store._memory import MemoryCommitLog
+
+MESSAGE = (
+    "does not speak RocketMQ HA (is that the broker port? the HA port is usually listenPort+1)"
+)
+
+
+def test_signs() -> None:
+    reply = encode(RemotingCommand.request(0, {}).response(1, "x"))
+    assert not_ha_sign(reply, protocol_error=True, closed_by_peer=False, seconds=0.0) == (
+        "it answered with a RocketMQ remoting frame"
+    )
+    assert "are not an HA frame" in str(
+        not_ha_sign(b"GET / HTTP/1.1\r\n", protocol_error=True, closed_by_peer=False, seconds=0)
+    )
+    assert not_ha_sign(b"", protocol_error=False, closed_by_peer=True, seconds=0.01,
+                       offset=123) == (
+        "it closed the connection at once without sending anything (if it is the HA port, it "
+        "refused this slave's offset 123: its log says why)"
+    )
+    # A master that closes after a while, or a network break, is no sign.
+    assert not_ha_sign(b"", protocol_error=False, closed_by_peer=True, seconds=30) is None
+    assert not_ha_sign(b"", protocol_error=False, closed_by_peer=False, seconds=0.01) is None
+    # An HA frame (offset 2**32, empty body) is not mistaken for a remoting reply.
+    assert not_ha_sign((1 << 32).to_bytes(8, "big") + bytes(4), protocol_error=False,
+                       closed_by_peer=True, seconds=0.01) is None
+
+
+async def serve_raw(reply: bytes, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """A server that answers every connection with *reply* and closes it."""
+
+    async def handler(stream: trio.SocketStream) -> None:
+        await stream.receive_some(8)
+        await stream.send_all(reply)
+        await stream.aclose()
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    task_status.started(listeners[0].socket.getsockname()[:2])
+    await trio.serve_listeners(handler, listeners)
+
+
+Server = Callable[..., Awaitable[Any]]
+
+
+def remoting_port(task_status: Any) -> Awaitable[Any]:
+    return serve_remoting(RejectAllRequests(), "127.0.0.1", 0, task_status=task_status)
+
+
+def name_server(task_status: Any) -> Awaitable[Any]:
+    return serve_namesrv("127.0.0.1", 0, task_status=task_status)
+
+
+def remoting_reply(task_status: Any) -> Awaitable[Any]:
+    reply = encode(RemotingCommand.request(0, {}).response(1, "not supported"))
+    return serve_raw(reply, task_status=task_status)
+
+
+def garbage(task_status: Any) -> Awaitable[Any]:
+    return serve_raw(b"HTTP/1.1 400 Bad Request\r\n\r\n", task_status=task_status)
+
+
+@pytest.mark.parametrize(
+    ("server", "sign"),
+    [
+        (remoting_port, "closed the connection at once"),
+        (name_server, "closed the connection at once"),
+        (remoting_reply, "RocketMQ remoting frame"),
+        (garbage, "are not an HA frame"),
+    ],
+)
+async def test_a_slave_pointed_at_a_non_ha_port_says_so_and_backs_off(
+    server: Server, sign: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with trio.open_nursery() as nursery:
+        host, port = await nursery.start(server)
+        config = BrokerConfig(
+            broker_role=BrokerRole.SLAVE, ha_master_address=f"{host}:{port}",
+            ha_reconnect_backoff_max=400,
+        )
+        client = HAClient(config, MemoryCommitLog(segment_size=1 << 20))
+        nursery.start_soon(client.run)
+        await trio.sleep(1.5)
+        nursery.cancel_scope.cancel()
+    said = [r for r in caplog.records if MESSAGE in r.getMessage()]
+    assert said, [r.getMessage() for r in caplog.records]
+    assert f"the master at {host}:{port} {MESSAGE}: " in said[0].getMessage()
+    assert sign in said[0].getMessage()
+    assert said[0].levelno == logging.WARNING
+    assert all(r.levelno == logging.ERROR for r in said[1:])  # it keeps saying so, louder
+    # Backoff (100 ms doubling to 400 ms), not a hot loop: a handful of attempts in 1.5 s.
+    assert 2 <= client.connects <= 8
+
+
+@pytest.mark.parametrize(
+    ("reason", "level"),
+    [
+        ("slave closed the connection", logging.INFO),
+        ("connection broken while reading: reset", logging.INFO),
+        ("nothing read from the slave for 20 s (housekeeping)", logging.INFO),
+        ("cancelled", logging.INFO),
+        ("slave requests offset 9 but the master's log ends at 4: the slave holds data this "
+         "master does not (diverged history or a wrong master)", logging.WARNING),
+        ("slave requests offset 0, which no longer exists on the master (oldest offset 9); "
+         "the slave cannot catch up and must be re-seeded (RocketMQ #3388)", logging.WARNING),
+        ("master pushed offset 5 but the slave's log ends at 3; nothing appended",
+         logging.WARNING),
+    ],
+)
+def test_close_reasons_that_need_an_operator_are_warnings(reason: str, level: int) -> None:
+    assert close_level(reason) == level
+
+
+async def test_a_diverged_slave_is_not_mistaken_for_a_wrong_port(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A real master refusing a slave's history is an HA master: the slave must say diverged
+    (at ERROR) and not "does not speak RocketMQ HA"; the master's side is at WARNING or above."""
+    from tests.test_broker import master_config
+    from trioha.broker import open_broker
+
+    caplog.set_level(logging.INFO)
+    async with open_broker(master_config(tmp_path / "m")) as master, trio.open_nursery() as n:
+        assert master.ha_address is not None
+        host, port = master.ha_address
+        slave_log = MemoryCommitLog(segment_size=1 << 20)
+        slave_log.append(topic="T", body=b"only on the slave")
+        config = BrokerConfig(broker_role=BrokerRole.SLAVE, ha_master_address=f"{host}:{port}",
+                              ha_reconnect_backoff_max=400)
+        client = HAClient(config, slave_log)
+        n.start_soon(client.run)
+        with trio.fail_after(5):
+            await client.wait_diverged()
+        n.cancel_scope.cancel()
+    master_side = [r for r in caplog.records if "diverged history" in r.getMessage()]
+    assert master_side and all(r.levelno >= logging.WARNING for r in master_side)
+    assert not [r for r in caplog.records if MESSAGE in r.getMessage()]
