@@ -110,6 +110,9 @@ def test_utf16_order_puts_upper_case_first_and_surrogates_by_code_unit() -> None
     fields = {"b": "2", "B": "1", "\U0001f600": "4", "\uffff": "5", "a": "3"}
     # U+1F600 is D83D DE00 in UTF-16: before U+FFFF, unlike code-point order.
     assert signed_content(fields).decode() == "1" + "3" + "2" + "4" + "5"
+    # The same inside longer keys that start alike.
+    mixed = {"a\uffff": "late", "a\U0001f600": "early", "ab": "first"}
+    assert signed_content(mixed) == b"firstearlylate"
 
 
 keys = st.text(min_size=1, max_size=12).filter(lambda k: k != "Signature")

@@ -302,3 +302,33 @@ def test_tls_config_file_settings_win(tmp_path: Path) -> None:
     (tmp_path / "tls.properties").unlink()
     with pytest.raises(ConfigError, match=r"cannot read tls\.config\.file"):
         BrokerConfig.from_properties(conf)
+
+
+async def test_guard_answers_system_error_and_logs_once_per_client_and_reason(
+    validator: AccessValidator, caplog: pytest.LogCaptureFixture
+) -> None:
+    from types import SimpleNamespace
+    from typing import Any
+
+    from trioha.acl import AclGuard
+    from trioha.remoting import ResponseCode
+
+    class Inner:
+        async def handle_request(self, request: RemotingCommand, connection: Any) -> Any:
+            return request.response(ResponseCode.SUCCESS)
+
+    guard = AclGuard(Inner(), validator)
+    bare = RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": "topicB"})
+    wrong = signed(RequestCode.GET_MAX_OFFSET, {"topic": "topicB"}, sk="87654321")
+    good = signed(RequestCode.GET_MAX_OFFSET, {"topic": "topicB"})
+    for request, port in [(bare, 1), (bare, 2), (bare, 3), (wrong, 4), (wrong, 5)]:
+        connection: Any = SimpleNamespace(peer=f"10.0.0.9:{port}")
+        response = await guard.handle_request(request, connection)
+        assert response is not None and response.code == ResponseCode.SYSTEM_ERROR
+    elsewhere: Any = SimpleNamespace(peer="10.0.0.8:1")
+    await guard.handle_request(bare, elsewhere)
+    ok = await guard.handle_request(good, elsewhere)
+    assert ok is not None and ok.code == ResponseCode.SUCCESS
+    refusals = [r.message for r in caplog.records if "refused request" in r.message]
+    assert len(refusals) == 3  # (10.0.0.9, no key), (10.0.0.9, signature), (10.0.0.8, no key)
+    assert guard.statistics() == type(guard.statistics())(allowed=1, denied=6)

@@ -36,7 +36,13 @@ def signed_content(
     fields: Mapping[str, str], body: bytes = b"", *, leave_out: frozenset[str] = frozenset()
 ) -> bytes:
     """The bytes a signature covers (``AclUtils.combineRequestContent`` + the body)."""
-    keys = sorted((k for k in fields if k != SIGNATURE and k not in leave_out), key=_java_order)
+    keys = [k for k in fields if k != SIGNATURE and k not in leave_out]
+    # Code-point order is UTF-16 order unless a key holds a character from U+E000 up (where a
+    # supplementary character, a surrogate pair in UTF-16, sorts differently): the fast path.
+    if all(not k or max(k) < "\ue000" for k in keys):
+        keys.sort()
+    else:
+        keys.sort(key=_java_order)
     text = "".join(fields[k] for k in keys)
     return text.encode("utf-8", "surrogatepass") + body
 
