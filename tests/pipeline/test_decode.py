@@ -304,11 +304,15 @@ def test_batches_are_cut_by_rows_and_bytes(varied_log: Log) -> None:
 def test_scan_range_on_bytes_in_memory(varied_log: Log) -> None:
     seg = read_layout(varied_log.root).segments[1]
     sd = SegmentData.from_bytes(seg, Path(seg.path).read_bytes())
-    starts, found = scan_range(sd, seg.start + 1, seg.end, last=False)
+    starts, found = scan_range(sd, seg.start, seg.end, last=False)
     expected = [
         m.physical_offset - seg.start
         for m in varied_log.messages
-        if seg.start < m.physical_offset < seg.end
+        if seg.start <= m.physical_offset < seg.end
     ]
     assert starts.tolist() == expected
     assert found == []
+    # a range is read from where it begins: a position inside a record is not a record
+    starts, found = scan_range(sd, seg.start + 1, seg.end, last=False)
+    assert starts.tolist() == expected[1:]
+    assert [(p.offset, p.kind) for p in found] == [(seg.start + 1, ProblemKind.BAD_MAGIC)]

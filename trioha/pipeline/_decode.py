@@ -6,16 +6,20 @@ Theory of operation. Reading a byte range of a segment has three steps.
    only from the size of the one before: a tight loop follows the TOTALSIZE chain (the one
    per-record Python step, a few hundred nanoseconds each). It stops at the end-of-file
    marker, at zeros, at anything that is not a plausible record, or once past the range.
-   Damage is reported by the range whose chain runs into it, even when that is just past
-   the range's end: the next range begins at its first valid record and cannot tell damage
-   from the inside of the record before it. So every region is reported exactly once,
-   however the log is cut into ranges.
+   A range always begins at a *walk position*, one that following the chain from the
+   segment's start reaches (:func:`align_starts`, run by the planner on the driver), and
+   owns the walk positions inside it: whatever stops a run at a position inside the range
+   is reported by that range, whatever is at its end by the next one. So every record is
+   read and every region reported exactly once, however the log is cut into ranges, and
+   nothing depends on what the bytes inside a message body look like.
 2. **Validation** (vectorised). For all the records of a run at once, numpy gathers their
    headers and checks what ``CommitLog.checkMessageAndReturnSize`` checks (spec §4.1): the
    magic code, that the body/topic/properties lengths add up to TOTALSIZE, plus that the
    stored physical offset is the record's own. The first record that fails ends the run; a
    scalar twin of the check (:func:`explain_record`) says why, the region is reported as a
-   :class:`Problem`, and reading resumes at the next plausible record (:func:`find_record`).
+   :class:`Problem`, and reading resumes at the next valid record after the damage
+   (:func:`find_record`, the only place that looks for a record by its contents: after
+   damage there is no chain left to follow).
 3. **Decoding** (:func:`decode_batch`, vectorised). Fixed fields come from a structured
    numpy view of the gathered headers; bodies, topics and properties are cut out of the
    segment by Arrow's ``take`` over a zero-copy array whose value boundaries are the field
@@ -35,7 +39,7 @@ import mmap
 import os
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, TypeAlias
 
 import attrs
@@ -493,11 +497,27 @@ def scan_records(
     sd: SegmentData, begin: int, end: int, last: bool
 ) -> tuple[Records, list[Problem]]:
     """:func:`scan_range`, keeping the field positions validation found for decoding."""
+    runs, problems, _, _ = _frame(sd, begin, end, last)
+    return Records.concat(runs), problems
+
+
+def _frame(
+    sd: SegmentData, begin: int, end: int, last: bool
+) -> tuple[list[Records], list[Problem], list[int], int | None]:
+    """Walk the log from *begin*, a walk position, while positions are below *end*.
+
+    Returns the runs of valid records, the problems, the positions where a run stopped at
+    something that is not a valid record (each a walk position, where the damage handling
+    starts), and the walk position reached at or past *end* (None: nothing more to read in
+    the segment). A range ``[begin, end)`` owns exactly the walk positions inside it, so
+    a run that stops exactly at *end* leaves what is there to the range beginning there.
+    """
     seg = sd.segment
     lo, hi = begin - seg.start, end - seg.start
     problems: list[Problem] = []
     runs: list[Records] = []
-    pos: int | None = 0 if lo == 0 else find_record(sd, lo, hi)
+    stops: list[int] = []
+    pos: int | None = lo
     while pos is not None and pos < hi:
         found, stop = _chain(sd.data, pos, hi, sd.size)
         if found:
@@ -508,14 +528,43 @@ def scan_records(
                 stop = int(run.starts[bad[0]])
             else:
                 runs.append(run)
-        if stop < hi or (stop < sd.size and explain_record(sd, stop) is not None):
-            # Whatever ends a run is dealt with by the range whose run it ends, even past
-            # that range's end: the next range starts at its first valid record and cannot
-            # tell damage from the inside of the record before it.
+        if stop < hi:
+            stops.append(stop)
             pos = _after_run(sd, stop, last, problems)
         else:
             pos = stop
-    return Records.concat(runs), problems
+    return runs, problems, stops, pos
+
+
+def align_starts(
+    sd: SegmentData, base: int, cuts: Sequence[int], last: bool
+) -> list[int | None]:
+    """For each offset in *cuts* (absolute, sorted), the first walk position at or after
+    it, walking the segment from *base* (its start, or where its data starts); None when
+    the segment holds nothing more to read there.
+
+    A walk position is where a range may begin and read exactly what a reader coming from
+    *base* would: a record start found by following TOTALSIZE from *base*, or the start of
+    a damaged region the walk steps over. This is how the planner cuts a segment into
+    ranges without ever guessing where a record starts from what its bytes look like: a
+    message body may hold anything, including a copy of a valid record with its own
+    offset.
+    """
+    if not cuts:
+        return []
+    seg = sd.segment
+    runs, _, stops, after = _frame(sd, base, max(cuts) + 1, last)
+    positions = np.sort(
+        np.concatenate([*(r.starts for r in runs), np.array(stops, dtype=np.int64)])
+    )
+    out: list[int | None] = []
+    for cut in cuts:
+        i = int(np.searchsorted(positions, cut - seg.start, side="left"))
+        if i < positions.size:
+            out.append(seg.start + int(positions[i]))
+        else:
+            out.append(None if after is None else seg.start + after)
+    return out
 
 
 def _after_run(sd: SegmentData, pos: int, last: bool, problems: list[Problem]) -> int | None:
