@@ -12,6 +12,7 @@ The two failures people meet first, no Java and no pyspark, become one-line
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import re
@@ -65,16 +66,24 @@ def find_java() -> str:
 
 
 def require_pyspark() -> None:
-    """Fail with a one-line hint when the ``spark`` extra is not installed."""
-    missing = [
-        name
-        for name in ("pyspark", "pyarrow", "numpy")
-        if importlib.util.find_spec(name) is None
-    ]
+    """Fail with a one-line hint when the ``spark`` extra is not (fully) installed.
+
+    The modules are imported, not just looked up, so that a broken install (a pyarrow
+    built for another Python, a half-removed package) gets the same clear message.
+    """
+    missing: list[str] = []
+    for name in ("pyspark", "pyarrow", "numpy"):
+        try:
+            if importlib.util.find_spec(name) is None:
+                missing.append(name)
+                continue
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
     if missing:
         raise PipelineError(
-            f"{', '.join(missing)} not installed; the pipeline needs the spark extra: "
-            "pip install 'trioha[spark]'"
+            f"{', '.join(missing)} not installed: the pipeline needs the spark extra "
+            "(pyspark, pyarrow, numpy): pip install 'trioha[spark]'"
         )
 
 
