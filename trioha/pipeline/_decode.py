@@ -50,8 +50,8 @@ import pyarrow.compute as pc
 
 from trioha.pipeline._format import (
     BLANK_MAGIC,
+    COMPRESSION_NAMES,
     CRC_MASK,
-    MAGIC_PREFIX,
     MESSAGE_MAGIC,
     MESSAGE_MAGIC_V2,
     MIN_RECORD_SIZE,
@@ -62,6 +62,9 @@ from trioha.pipeline._format import (
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
+    SYSFLAG_COMPRESSED,
+    SYSFLAG_COMPRESSION_MASK,
+    SYSFLAG_COMPRESSION_SHIFT,
     Problem,
     ProblemKind,
 )
@@ -73,6 +76,8 @@ Bools: TypeAlias = npt.NDArray[np.bool_]
 Buffer: TypeAlias = mmap.mmap | bytes
 
 _PREFIX = struct.Struct(">iI")  # TOTALSIZE, MAGICCODE
+#: The first three bytes both message magics share: where resuming after damage looks.
+_MAGIC_PREFIX = MESSAGE_MAGIC.to_bytes(4, "big")[:3]
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
@@ -108,6 +113,9 @@ MESSAGE_ARROW_SCHEMA = pa.schema(
         pa.field("magic_code", pa.int64(), nullable=False),
         pa.field("properties", pa.map_(pa.string(), pa.string()), nullable=False),
         pa.field("body", pa.binary(), nullable=False),
+        pa.field("msg_id", pa.string(), nullable=False),
+        pa.field("compressed", pa.bool_(), nullable=False),
+        pa.field("compression", pa.string()),
     ]
 )
 
@@ -438,10 +446,10 @@ def find_record(sd: SegmentData, lo: int, hi: int) -> int | None:
     is this very position": a body that merely contains the magic bytes never passes.
     """
     data = sd.data
-    stop = min(hi + 4 + len(MAGIC_PREFIX), sd.size)
+    stop = min(hi + 4 + len(_MAGIC_PREFIX), sd.size)
     at = lo + 4
     while True:
-        q = data.find(MAGIC_PREFIX, at, stop)
+        q = data.find(_MAGIC_PREFIX, at, stop)
         if q < 0 or q - 4 >= hi:
             return None
         if explain_record(sd, q - 4) is None:
@@ -837,6 +845,127 @@ def _timestamps(millis: I64) -> pa.TimestampArray:
     return pa.array(micros, type=_TIMESTAMP, mask=None if valid.all() else ~valid)
 
 
+def _msg_ids(addr: U8, port: I64, physical: I64, v6: Bools) -> pa.StringArray:
+    """``MessageDecoder.createMessageId`` per record: upper-case hex of the store host's
+    address (4 or 16 bytes), its port (int32) and the physical offset (int64).
+
+    Built as one character matrix (56 columns, IPv4 rows use the first 32) and cut into
+    strings by their widths, so a batch costs a few numpy operations, not a loop.
+    """
+    n = port.size
+    raw = np.zeros((n, 28), dtype=np.uint8)
+    tail = np.concatenate(
+        [
+            port.astype(">i4").view(np.uint8).reshape(n, 4),
+            physical.astype(">i8").view(np.uint8).reshape(n, 8),
+        ],
+        axis=1,
+    )
+    v4 = ~v6
+    raw[v4, :4] = addr[v4, :4]
+    raw[v4, 4:16] = tail[v4]
+    raw[v6, :16] = addr[v6]
+    raw[v6, 16:] = tail[v6]
+    chars = np.empty((n, 56), dtype=np.uint8)
+    chars[:, 0::2] = _HEX[raw >> 4]
+    chars[:, 1::2] = _HEX[raw & 15]
+    width = np.where(v6, 56, 32)
+    # Row-major boolean selection keeps the rows in order, each cut to its width.
+    data = chars[np.arange(56) < width[:, None]] if v6.any() else chars[:, :32].reshape(-1)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(width, out=offsets[1:])
+    ids: pa.StringArray = pa.Array.from_buffers(
+        pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(data))]
+    )
+    return ids
+
+
+_HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+
+
+def compression_of(sysflag: int) -> str | None:
+    """The algorithm a record's body is compressed with, None when it is not compressed."""
+    if not sysflag & SYSFLAG_COMPRESSED:
+        return None
+    code = (sysflag >> SYSFLAG_COMPRESSION_SHIFT) & SYSFLAG_COMPRESSION_MASK
+    return COMPRESSION_NAMES.get(code, f"unknown({code})")
+
+
+def decompress(body: bytes, algorithm: str) -> bytes:
+    """The body as the producer sent it, before compression.
+
+    zlib is RocketMQ's ``UtilAll.uncompress`` (a zlib stream, as ``Deflater`` writes), LZ4
+    the frame format of ``Lz4Compressor``, Zstandard a standard frame (``ZstdCompressor``).
+    Raises ``ValueError`` when the bytes do not decompress, or for an unknown algorithm.
+    """
+    if algorithm == "zlib":
+        try:
+            return zlib.decompress(body)
+        except zlib.error as exc:
+            raise ValueError(f"not a zlib stream: {exc}") from None
+    if algorithm == "lz4":
+        try:
+            import lz4.frame
+        except ImportError:
+            raise ValueError("an LZ4 body needs the lz4 package (in the spark extra)") from None
+        try:
+            out: bytes = lz4.frame.decompress(body)
+        except RuntimeError as exc:
+            raise ValueError(f"not an LZ4 frame: {exc}") from None
+        return out
+    if algorithm == "zstd":
+        try:
+            import zstandard
+        except ImportError:
+            raise ValueError(
+                "a Zstandard body needs the zstandard package (in the spark extra)"
+            ) from None
+        try:
+            with zstandard.ZstdDecompressor().stream_reader(body) as reader:
+                data: bytes = reader.read()
+            return data
+        except zstandard.ZstdError as exc:
+            raise ValueError(f"not a Zstandard frame: {exc}") from None
+    raise ValueError(f"unknown compression {algorithm}")
+
+
+def _bodies(
+    body: pa.BinaryArray, sysflag: I64, decompress_bodies: bool
+) -> tuple[pa.BinaryArray, pa.BooleanArray, pa.StringArray]:
+    """The body, compressed and compression columns.
+
+    ``compression`` names the algorithm of a body stored compressed (null otherwise).
+    ``compressed`` says whether the ``body`` column holds compressed bytes: with
+    *decompress_bodies* it is false for every body that decompressed, and stays true (with
+    the stored bytes) for one that does not.
+    """
+    flagged = (sysflag & SYSFLAG_COMPRESSED) != 0
+    n = sysflag.size
+    if not flagged.any():
+        return body, pa.array(np.zeros(n, dtype=np.bool_)), pa.nulls(n, pa.string())
+    codes = (sysflag >> SYSFLAG_COMPRESSION_SHIFT) & SYSFLAG_COMPRESSION_MASK
+    names = [COMPRESSION_NAMES.get(c, f"unknown({c})") for c in range(8)]
+    compression: pa.StringArray = pa.array(names, pa.string()).take(
+        pa.array(codes, mask=~flagged)
+    )
+    still = flagged.copy()
+    if decompress_bodies:
+        rows = np.flatnonzero(flagged)
+        raw: list[bytes] = body.take(pa.array(rows)).to_pylist()
+        plain: list[bytes | None] = [None] * n
+        for i, data, algorithm in zip(
+            rows.tolist(), raw, compression.take(pa.array(rows)).to_pylist(), strict=True
+        ):
+            try:
+                plain[i] = decompress(data, algorithm)
+                still[i] = False
+            except ValueError:
+                pass  # left as stored; the compressed column says so
+        if not still.all():
+            body = pc.if_else(pa.array(~still & flagged), pa.array(plain, pa.binary()), body)
+    return body, pa.array(still), compression
+
+
 def decode_batch(
     sd: SegmentData, starts: I64, schema: pa.Schema = MESSAGE_ARROW_SCHEMA
 ) -> pa.RecordBatch:
@@ -845,7 +974,11 @@ def decode_batch(
 
 
 def decode_records(
-    sd: SegmentData, r: Records, schema: pa.Schema = MESSAGE_ARROW_SCHEMA
+    sd: SegmentData,
+    r: Records,
+    schema: pa.Schema = MESSAGE_ARROW_SCHEMA,
+    *,
+    decompress_bodies: bool = False,
 ) -> pa.RecordBatch:
     """The messages of *r* (valid records, from :func:`scan_records`) as a batch."""
     starts = r.starts
@@ -855,8 +988,13 @@ def decode_records(
     props, tags, keys = _properties(
         _utf8(_slices(arr, r.props_pos, r.props_pos + r.props_len))
     )
+    physical = sd.segment.start + starts
+    store_v6 = (r.family & 2) == 2
+    body, compressed, compression = _bodies(
+        _slices(arr, r.body_pos, r.body_pos + r.body_len), h["sysflag"], decompress_bodies
+    )
     columns: dict[str, pa.Array] = {
-        "physical_offset": pa.array(sd.segment.start + starts, type=pa.int64()),
+        "physical_offset": pa.array(physical, type=pa.int64()),
         "size": pa.array(h["size"].astype(np.int32)),
         "topic": topics,
         "queue_id": pa.array(h["queue_id"].astype(np.int32)),
@@ -866,7 +1004,7 @@ def decode_records(
         "born_timestamp": _timestamps(h["born_timestamp"]),
         "born_host": _hosts(h["born_addr"], h["born_port"], (r.family & 1) == 1),
         "store_timestamp": _timestamps(h["store_timestamp"]),
-        "store_host": _hosts(h["store_addr"], h["store_port"], (r.family & 2) == 2),
+        "store_host": _hosts(h["store_addr"], h["store_port"], store_v6),
         "sysflag": pa.array(h["sysflag"].astype(np.int32)),
         "flag": pa.array(h["flag"].astype(np.int32)),
         "body_crc": pa.array(h["body_crc"].astype(np.int32)),
@@ -874,7 +1012,10 @@ def decode_records(
         "prepared_transaction_offset": pa.array(h["prepared_transaction_offset"]),
         "magic_code": pa.array(h["magic"].astype(np.int64)),
         "properties": props,
-        "body": _slices(arr, r.body_pos, r.body_pos + r.body_len),
+        "body": body,
+        "msg_id": _msg_ids(h["store_addr"], h["store_port"], physical, store_v6),
+        "compressed": compressed,
+        "compression": compression,
     }
     return pa.RecordBatch.from_arrays([columns[name] for name in schema.names], schema=schema)
 

@@ -21,6 +21,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BinaryType,
+    BooleanType,
     IntegerType,
     LongType,
     MapType,
@@ -60,6 +61,9 @@ MESSAGE_SCHEMA = StructType(
             nullable=False,
         ),
         StructField("body", BinaryType(), nullable=False),
+        StructField("msg_id", StringType(), nullable=False),
+        StructField("compressed", BooleanType(), nullable=False),
+        StructField("compression", StringType(), nullable=True),
     ]
 )
 
@@ -129,6 +133,7 @@ class CommitLogReader(DataSourceReader):
             schema=schema,
             batch_rows=opts.batch_rows,
             batch_bytes=opts.batch_bytes,
+            decompress=opts.decompress,
         )
         if opts.arrow:
             yield from batches
