@@ -63,9 +63,10 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "audit",
         help="compare a master's commit log with its slaves' (Spark)",
         description=(
-            "Compare the commit log of a master with those of its slaves by per-chunk "
-            "checksums, pinpoint the first divergent message, and check every record's "
-            "body CRC. Directories are store roots or commitlog directories."
+            "Compare the commit log of a master with those of its slaves chunk by chunk, "
+            "pinpoint the first divergent message, and check the framing and body CRC of "
+            "the records where they differ (of every record with --verify-records). "
+            "Directories are store roots or commitlog directories."
         ),
     )
     audit.add_argument("master_dir", metavar="MASTER_DIR")
@@ -75,7 +76,13 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         type=int,
         default=1024,
         metavar="KIB",
-        help="checksum chunk size in KiB (default 1024)",
+        help="comparison chunk size in KiB (default 1024)",
+    )
+    audit.add_argument(
+        "--verify-records",
+        action="store_true",
+        help="also check the framing and body CRC of every record of every replica, "
+        "not only where the replicas differ",
     )
     _common(audit)
     audit.set_defaults(handler=_audit)
@@ -189,6 +196,7 @@ def _audit(args: argparse.Namespace) -> int:
             args.slave_dirs,
             chunk_bytes=args.chunk_kib * 1024,
             segment_size=args.segment_size,
+            verify_records=args.verify_records,
         )
         print(report.render())
         return 0 if report.ok else 1
