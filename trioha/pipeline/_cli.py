@@ -57,8 +57,8 @@ def _range(parser: argparse.ArgumentParser) -> None:
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``audit``, ``export`` and ``stats``; each sets ``handler`` to a function
-    ``(args) -> exit code``."""
+    """Add ``audit``, ``export``, ``stats`` and ``pipeline-dist``; each sets ``handler``
+    to a function ``(args) -> exit code``."""
     audit = subparsers.add_parser(
         "audit",
         help="compare a master's commit log with its slaves' (Spark)",
@@ -113,6 +113,24 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     _range(stats)
     _common(stats)
     stats.set_defaults(handler=_stats)
+
+    dist = subparsers.add_parser(
+        "pipeline-dist",
+        help="build the zip Spark executors need to run the pipeline (no Spark started)",
+        description=(
+            "Write a zip of exactly the modules the pipeline's Spark tasks import (a few "
+            "pure-Python modules of trioha, and attrs) for --py-files, and beside it a "
+            "requirements file pinning the compiled dependencies (numpy, pyarrow, lz4, "
+            "zstandard) to install into the executors' Python."
+        ),
+    )
+    dist.add_argument(
+        "--out",
+        default="trioha-pipeline.zip",
+        metavar="ZIP",
+        help="where to write the zip (default ./trioha-pipeline.zip)",
+    )
+    dist.set_defaults(handler=_dist)
 
 
 def _spark(args: argparse.Namespace) -> SparkSession:
@@ -243,6 +261,17 @@ def _stats(args: argparse.Namespace) -> int:
         return 1 if stats.damage and not args.allow_damage else 0
 
     return _run(args, body)
+
+
+def _dist(args: argparse.Namespace) -> int:
+    from trioha.pipeline._dist import build_dist
+
+    try:
+        print(build_dist(args.out).render())
+    except (PipelineError, OSError) as exc:
+        print(f"trioha: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
