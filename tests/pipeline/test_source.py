@@ -107,4 +107,3 @@ def test_every_column_is_documented() -> None:
     text = DOC.read_text()
     for field in [*MESSAGE_SCHEMA.fields, *PROBLEM_SCHEMA.fields]:
         assert f"| `{field.name}` | {field.dataType.simpleString()} |" in text, field.name
-

@@ -34,6 +34,7 @@ TASK_MODULES = (
     "trioha.pipeline._read",
     "trioha.pipeline._audit",
     "trioha.pipeline._export",
+    "trioha.pipeline._stream",
     "trioha.pipeline._cli",  # spark-submit's entry file runs it
 )
 #: Pure-Python packages shipped in the zip, whole.
