@@ -12,7 +12,9 @@ It generates a log (1 KiB bodies by default) in a temporary directory, then prin
 * the same scan yielding Python rows instead of Arrow batches (``arrow=false``);
 * a replica audit of the log against a byte-identical copy, next to ``cmp`` of the same
   files in the same run (page cache warm for both), and an audit of a copy with one flipped
-  body byte, which must name that byte, its record and the field.
+  body byte, which must name that byte, its record and the field;
+* the latency from a put into a live store (appended and flushed, as a master's put) to its
+  row arriving in a ``readStream`` query's ``foreachBatch`` sink, p50/p99.
 
 Scans go to Spark's ``noop`` sink, so every column of every row reaches the JVM and nothing
 else is measured. The generated data is removed at the end. Figures move with the machine's
@@ -143,6 +145,54 @@ def diverged(spark: SparkSession, master: Path, slave: Path, count: int) -> tupl
     return took, f"diverges at offset {d.offset}, byte {d.first_byte}, in the {d.field}"
 
 
+def stream_latency(
+    spark: SparkSession, root: Path, *, messages: int = 200, interval: float = 0.05
+) -> tuple[float, float, float]:
+    """Put *messages* into a live store one by one (*interval* apart, each flushed as a
+    master's put is) while a ``readStream`` of it runs into a ``foreachBatch`` sink; returns
+    the p50, p99 and max of put-to-row latency in seconds."""
+    from trioha.store import NewMessage
+    from trioha.store._store import open_store
+
+    arrived: dict[int, float] = {}
+
+    def sink(batch: object, _batch_id: int) -> None:
+        now = time.perf_counter()
+        for row in batch.select("physical_offset").collect():  # type: ignore[attr-defined]
+            arrived[row[0]] = now
+
+    put_at: dict[int, float] = {}
+    with open_store(root, segment_size=64 * MIB) as store:
+        log = store.commitlog
+        log.append_batch([NewMessage(topic=TOPIC, body=b"first")])
+        log.flush()
+        query = (
+            spark.readStream.format("commitlog")
+            .load(str(root))
+            .writeStream.foreachBatch(sink)
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
+        try:
+            query.processAllAvailable()
+            for i in range(messages):
+                (result,) = log.append_batch(
+                    [NewMessage(topic=TOPIC, body=i.to_bytes(4, "big") * 256)]
+                )
+                log.flush()
+                put_at[result.physical_offset] = time.perf_counter()
+                time.sleep(interval)
+            deadline = time.perf_counter() + 120
+            while not put_at.keys() <= arrived.keys() and time.perf_counter() < deadline:
+                time.sleep(0.1)
+        finally:
+            query.stop()
+    missing = put_at.keys() - arrived.keys()
+    assert not missing, f"{len(missing)} messages never reached the sink"
+    lat = sorted(arrived[o] - t for o, t in put_at.items())
+    return lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))], lat[-1]
+
+
 def timed(fn: Callable[[], object]) -> float:
     t0 = time.perf_counter()
     fn()
@@ -240,6 +290,8 @@ def main() -> None:
             try:
                 warm(spark, master)
                 results[master_url] = scan(spark, master, repeat=repeat)
+                if master_url == "local[2]":
+                    latency = stream_latency(spark, work / "live")
                 if master_url == "local[*]":
                     results["rows"] = scan(spark, master, arrow=False)
                     slave = work / "slave"
@@ -286,6 +338,12 @@ def main() -> None:
         )
         print(
             f"audit      one flipped body byte      {results['diverged']:6.2f} s  {where}"
+        )
+        p50, p99, worst = latency
+        print(
+            f"stream     local[2] put -> sink row   p50 {p50 * 1000:.0f} ms, p99 "
+            f"{p99 * 1000:.0f} ms, max {worst * 1000:.0f} ms (200 puts 50 ms apart, "
+            "foreachBatch, processingTime 0)"
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
