@@ -19,26 +19,39 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
-def load(
-    spark: SparkSession,
-    directory: str,
-    *,
-    start_offset: int | None = None,
-    end_offset: int | None = None,
-    segment_size: int | None = None,
-    output: str | None = None,
-) -> DataFrame:
-    """``spark.read.format("commitlog")`` with the optional offset range."""
-    reader = spark.read.format("commitlog")
-    for name, value in (
-        ("startOffset", start_offset),
-        ("endOffset", end_offset),
-        ("segmentSize", segment_size),
-        ("output", output),
-    ):
-        if value is not None:
-            reader = reader.option(name, str(value))
-    return reader.load(directory)
+@attrs.frozen
+class LogRange:
+    """A commit log directory and the offset range to read of it: what ``export``,
+    ``stats`` and the damage check share."""
+
+    directory: str
+    start_offset: int | None = None
+    end_offset: int | None = None
+    segment_size: int | None = None
+
+    def load(self, spark: SparkSession, *, output: str | None = None) -> DataFrame:
+        """``spark.read.format("commitlog")`` with the range's options."""
+        reader = spark.read.format("commitlog")
+        for name, value in (
+            ("startOffset", self.start_offset),
+            ("endOffset", self.end_offset),
+            ("segmentSize", self.segment_size),
+            ("output", output),
+        ):
+            if value is not None:
+                reader = reader.option(name, str(value))
+        return reader.load(self.directory)
+
+    def damage(self, spark: SparkSession) -> Damage:
+        """The problems output over the range, as :class:`Damage`."""
+        df = self.load(spark, output="problems")
+        spark.sparkContext.setJobDescription(f"trioha: damage in {self.directory}")
+        return Damage.of(
+            [
+                Problem(r["offset"], r["segment"], ProblemKind(r["kind"]), r["length"], r["detail"])
+                for r in df.collect()
+            ]
+        )
 
 
 @attrs.frozen
@@ -100,21 +113,7 @@ def log_damage(
     segment_size: int | None = None,
 ) -> Damage:
     """The problems output of *directory* over the offset range, as :class:`Damage`."""
-    df = load(
-        spark,
-        directory,
-        start_offset=start_offset,
-        end_offset=end_offset,
-        segment_size=segment_size,
-        output="problems",
-    )
-    spark.sparkContext.setJobDescription(f"trioha: damage in {directory}")
-    return Damage.of(
-        [
-            Problem(r["offset"], r["segment"], ProblemKind(r["kind"]), r["length"], r["detail"])
-            for r in df.collect()
-        ]
-    )
+    return LogRange(directory, start_offset, end_offset, segment_size).damage(spark)
 
 
 @attrs.frozen
@@ -169,24 +168,13 @@ def export_parquet(
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    damage = log_damage(
-        spark,
-        directory,
-        start_offset=start_offset,
-        end_offset=end_offset,
-        segment_size=segment_size,
-    )
+    source = LogRange(directory, start_offset, end_offset, segment_size)
+    damage = source.damage(spark)
     if damage and not allow_damage:
         return ExportSummary(out, 0, 0, mode, written=False, damage=damage)
     if mode == "ignore" and _exists(spark, out):
         return ExportSummary(out, 0, 0, mode, written=False, damage=damage)
-    df = load(
-        spark,
-        directory,
-        start_offset=start_offset,
-        end_offset=end_offset,
-        segment_size=segment_size,
-    )
+    df = source.load(spark)
     seen = Observation("trioha-export")
     df = df.observe(
         seen,
@@ -344,21 +332,9 @@ def log_stats(
     damage over the same range (what the counts do not include)."""
     from pyspark.sql import functions as F
 
-    damage = log_damage(
-        spark,
-        directory,
-        start_offset=start_offset,
-        end_offset=end_offset,
-        segment_size=segment_size,
-    )
-
-    df = load(
-        spark,
-        directory,
-        start_offset=start_offset,
-        end_offset=end_offset,
-        segment_size=segment_size,
-    )
+    source = LogRange(directory, start_offset, end_offset, segment_size)
+    damage = source.damage(spark)
+    df = source.load(spark)
     spark.sparkContext.setJobDescription(f"trioha stats {directory}")
     rows = (
         df.groupBy("topic", "queue_id")
