@@ -58,7 +58,7 @@ def make_log(root: Path, *, total: int, segment_size: int, body_size: int) -> in
 
     One record is encoded by the store's codec; the rest are copies of it with their fields
     patched in place with numpy: queue id and offset, physical offset, timestamps, a tag, a
-    key, and a random body with its CRC (spec §4.1 positions, IPv4 hosts).
+    key, and a random body with its CRC (record positions with IPv4 hosts).
     """
     template = encode_message(
         topic=TOPIC,

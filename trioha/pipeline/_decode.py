@@ -13,7 +13,7 @@ Theory of operation. Reading a byte range of a segment has three steps.
    read and every region reported exactly once, however the log is cut into ranges, and
    nothing depends on what the bytes inside a message body look like.
 2. **Validation** (vectorised). For all the records of a run at once, numpy gathers their
-   headers and checks what ``CommitLog.checkMessageAndReturnSize`` checks (spec §4.1): the
+   headers and checks what ``CommitLog.checkMessageAndReturnSize`` checks: the
    magic code, that the body/topic/properties lengths add up to TOTALSIZE, plus that the
    stored physical offset is the record's own. The first record that fails ends the run; a
    scalar twin of the check (:func:`explain_record`) says why, the region is reported as a

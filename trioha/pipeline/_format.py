@@ -90,7 +90,7 @@ class ProblemKind(enum.Enum):
 
     The first five are what RocketMQ's ``checkMessageAndReturnSize`` would trip over while
     recovering; the last two are about the directory, as ``MappedFileQueue.load`` and
-    ``checkSelf`` see it (spec §4.5).
+    ``checkSelf`` see it.
     """
 
     BAD_MAGIC = "bad_magic"  # a record was expected, the magic code is neither kind
