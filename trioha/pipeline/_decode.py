@@ -481,7 +481,12 @@ def _data_end(sd: SegmentData, pos: int) -> int:
     hi = sd.size
     while hi > pos:
         lo = max(pos, hi - step)
-        nz = np.flatnonzero(arr[lo:hi])
+        if not arr[lo:hi].any():  # the usual case, a preallocated file's zeros
+            hi = lo
+            continue
+        # A copy: the file may be a live log whose tail changes under the map, and
+        # flatnonzero counts, then collects, in two passes over its input.
+        nz = np.flatnonzero(arr[lo:hi].copy())
         if nz.size:
             return lo + int(nz[-1]) + 1
         hi = lo
