@@ -342,7 +342,7 @@ def test_compressed_bodies_are_marked_and_decompressed(tmp_path: Path) -> None:
     import zstandard
 
     from tests.pipeline._logs import write_log
-    from trioha.store._base import NewMessage
+    from trioha.store import NewMessage
 
     plain = b"a body the producer compressed " * 200
     cases = [

@@ -85,7 +85,7 @@ def test_stats_of_an_offset_range(spark: SparkSession, varied_log: Log) -> None:
 def test_numeric_topic_names_stay_strings(spark: SparkSession, tmp_path: Path) -> None:
     from tests.pipeline._logs import write_log
     from trioha.pipeline import export_parquet, read_export
-    from trioha.store._base import NewMessage
+    from trioha.store import NewMessage
 
     write_log(tmp_path / "store", [NewMessage(topic=t, body=b"x") for t in ("007", "2024", "a")])
     out = tmp_path / "pq"
