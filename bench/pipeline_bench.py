@@ -7,8 +7,14 @@ It generates a log (1 KiB bodies by default) in a temporary directory, then prin
 * the reference: the store's own ``iter_messages`` over the same files, one process;
 * the ``commitlog`` data source scanning all of it with ``local[1]``, ``local[2]`` and
   ``local[*]``, as MB/s, messages/s and the ratio to the reference;
+* the project's own vectorised decoder without Spark (``_read.read_messages`` over every
+  planned partition, one process): the scan at ``local[2]`` per core against it;
 * the same scan yielding Python rows instead of Arrow batches (``arrow=false``);
-* a replica audit of the log against a byte-identical copy.
+* a replica audit of the log against a byte-identical copy, next to ``cmp`` of the same
+  files in the same run (page cache warm for both), and an audit of a copy with one flipped
+  body byte, which must name that byte, its record and the field;
+* the latency from a put into a live store (appended and flushed, as a master's put) to its
+  row arriving in a ``readStream`` query's ``foreachBatch`` sink, p50/p99.
 
 Scans go to Spark's ``noop`` sink, so every column of every row reaches the JVM and nothing
 else is measured. The generated data is removed at the end. Figures move with the machine's
@@ -21,6 +27,7 @@ import argparse
 import functools
 import shutil
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -51,7 +58,7 @@ def make_log(root: Path, *, total: int, segment_size: int, body_size: int) -> in
 
     One record is encoded by the store's codec; the rest are copies of it with their fields
     patched in place with numpy: queue id and offset, physical offset, timestamps, a tag, a
-    key, and a random body with its CRC (docs/rocketmq-protocol.md §4.1 positions, IPv4 hosts).
+    key, and a random body with its CRC (record positions with IPv4 hosts).
     """
     template = encode_message(
         topic=TOPIC,
@@ -115,6 +122,77 @@ def _check(directory: Path, segment_size: int, per_segment: int, size: int) -> N
             raise SystemExit(f"no end-of-file marker in {path.name}")
 
 
+def diverged(spark: SparkSession, master: Path, slave: Path, count: int) -> tuple[float, str]:
+    """Flip one body byte of a record in the middle of *slave* and audit: the report must
+    name that byte, its record and the body; returns the time and the headline."""
+    from trioha.pipeline import Verdict, audit_replicas
+
+    seg = sorted((slave / "commitlog").iterdir())[-1]
+    data = seg.read_bytes()
+    size = struct.unpack_from(">i", data, 0)[0]
+    rel = (count // 2 % ((len(data) - 8) // size)) * size
+    byte = int(seg.name) + rel + 88 + 100
+    with seg.open("r+b") as f:
+        f.seek(rel + 88 + 100)
+        f.write(bytes([data[rel + 88 + 100] ^ 0xFF]))
+    t0 = time.perf_counter()
+    report = audit_replicas(spark, str(master), [str(slave)])
+    took = time.perf_counter() - t0
+    (s,) = report.slaves
+    d = s.divergence
+    assert s.verdict is Verdict.DIVERGED and d is not None, s.render()
+    assert (d.offset, d.first_byte, d.field) == (int(seg.name) + rel, byte, "body"), d
+    return took, f"diverges at offset {d.offset}, byte {d.first_byte}, in the {d.field}"
+
+
+def stream_latency(
+    spark: SparkSession, root: Path, *, messages: int = 200, interval: float = 0.05
+) -> tuple[float, float, float]:
+    """Put *messages* into a live store one by one (*interval* apart, each flushed as a
+    master's put is) while a ``readStream`` of it runs into a ``foreachBatch`` sink; returns
+    the p50, p99 and max of put-to-row latency in seconds."""
+    from trioha.store import NewMessage
+    from trioha.store._store import open_store
+
+    arrived: dict[int, float] = {}
+
+    def sink(batch: object, _batch_id: int) -> None:
+        now = time.perf_counter()
+        for row in batch.select("physical_offset").collect():  # type: ignore[attr-defined]
+            arrived[row[0]] = now
+
+    put_at: dict[int, float] = {}
+    with open_store(root, segment_size=64 * MIB) as store:
+        log = store.commitlog
+        log.append_batch([NewMessage(topic=TOPIC, body=b"first")])
+        log.flush()
+        query = (
+            spark.readStream.format("commitlog")
+            .load(str(root))
+            .writeStream.foreachBatch(sink)
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
+        try:
+            query.processAllAvailable()
+            for i in range(messages):
+                (result,) = log.append_batch(
+                    [NewMessage(topic=TOPIC, body=i.to_bytes(4, "big") * 256)]
+                )
+                log.flush()
+                put_at[result.physical_offset] = time.perf_counter()
+                time.sleep(interval)
+            deadline = time.perf_counter() + 120
+            while not put_at.keys() <= arrived.keys() and time.perf_counter() < deadline:
+                time.sleep(0.1)
+        finally:
+            query.stop()
+    missing = put_at.keys() - arrived.keys()
+    assert not missing, f"{len(missing)} messages never reached the sink"
+    lat = sorted(arrived[o] - t for o, t in put_at.items())
+    return lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))], lat[-1]
+
+
 def timed(fn: Callable[[], object]) -> float:
     t0 = time.perf_counter()
     fn()
@@ -144,6 +222,28 @@ def warm(spark: SparkSession, root: Path) -> None:
     """Start the Python workers and warm the JVM's JIT before timing (the first 256 MiB)."""
     df = spark.read.format("commitlog").option("endOffset", str(256 * MIB)).load(str(root))
     df.write.format("noop").mode("overwrite").save()
+
+
+def decoder(root: Path) -> tuple[float, int]:
+    """The pipeline's decoder without Spark: every planned partition read in this process."""
+    from trioha.pipeline._layout import read_layout
+    from trioha.pipeline._plan import plan_partitions
+    from trioha.pipeline._read import read_messages
+
+    t0 = time.perf_counter()
+    count = 0
+    for part in plan_partitions(read_layout(root)):
+        for batch in read_messages(part):
+            count += batch.num_rows
+    return time.perf_counter() - t0, count
+
+
+def cmp_files(a: Path, b: Path) -> float:
+    """``cmp`` of every segment of two commit logs (the byte-compare baseline)."""
+    t0 = time.perf_counter()
+    for seg in sorted((a / "commitlog").iterdir()):
+        subprocess.run(["cmp", "-s", str(seg), str(b / "commitlog" / seg.name)], check=True)
+    return time.perf_counter() - t0
 
 
 def rate(nbytes: int, count: int, seconds: float) -> str:
@@ -182,19 +282,30 @@ def main() -> None:
             ref, seen = reference(master)
             assert seen == count, (seen, count)
             print(f"reference  store iter_messages, 1 process  {rate(nbytes, count, ref)}")
+        dec, seen = decoder(master)
+        assert seen == count, (seen, count)
         results: dict[str, float] = {}
         for master_url in ("local[1]", "local[2]", "local[*]"):
             spark = spark_session(master_url, app_name="trioha-bench")
             try:
                 warm(spark, master)
                 results[master_url] = scan(spark, master, repeat=repeat)
+                if master_url == "local[2]":
+                    latency = stream_latency(spark, work / "live")
                 if master_url == "local[*]":
                     results["rows"] = scan(spark, master, arrow=False)
                     slave = work / "slave"
                     shutil.copytree(master / "commitlog", slave / "commitlog")
-                    results["audit"] = timed(
-                        functools.partial(audit_replicas, spark, str(master), [str(slave)])
+                    audit = functools.partial(audit_replicas, spark, str(master), [str(slave)])
+                    audit()  # warm: the page cache holds both copies for cmp and the audit
+                    results["cmp"] = min(cmp_files(master, slave) for _ in range(repeat))
+                    results["audit"] = min(timed(audit) for _ in range(repeat))
+                    results["verify"] = timed(
+                        functools.partial(
+                            audit_replicas, spark, str(master), [str(slave)], verify_records=True
+                        )
                     )
+                    results["diverged"], where = diverged(spark, master, slave, count)
             finally:
                 spark.stop()
             ratio = f"  {ref / results[master_url]:5.1f}x reference" if ref else ""
@@ -206,10 +317,33 @@ def main() -> None:
             f"datasource local[*] Python rows       {rate(nbytes, count, results['rows'])}  "
             f"Arrow is {results['rows'] / results['local[*]']:.1f}x faster"
         )
+        # throughput per core of the local[2] scan against the decoder's on its one core
+        per_core = dec / (2 * results["local[2]"])
         print(
-            f"audit      local[*] master + 1 slave  {results['audit']:.2f} s for 2 x "
-            f"{nbytes / GIB:.2f} GiB ({2 * nbytes / results['audit'] / 1e6:.1f} MB/s, "
-            "checksums + framing + every body CRC)"
+            f"decoder    no Spark, 1 process        {rate(nbytes, count, dec)}  "
+            f"local[2] per core is {per_core:.2f}x of it"
+        )
+        print(
+            f"cmp        the two copies             {results['cmp']:6.2f} s for 2 x "
+            f"{nbytes / GIB:.2f} GiB"
+        )
+        print(
+            f"audit      local[*] identical pair    {results['audit']:6.2f} s  "
+            f"{results['audit'] / results['cmp']:.1f}x cmp (bytes compared, records decoded "
+            "where they differ)"
+        )
+        print(
+            f"audit      --verify-records           {results['verify']:6.2f} s  "
+            f"{results['verify'] / results['cmp']:.1f}x cmp (framing + every body CRC too)"
+        )
+        print(
+            f"audit      one flipped body byte      {results['diverged']:6.2f} s  {where}"
+        )
+        p50, p99, worst = latency
+        print(
+            f"stream     local[2] put -> sink row   p50 {p50 * 1000:.0f} ms, p99 "
+            f"{p99 * 1000:.0f} ms, max {worst * 1000:.0f} ms (200 puts 50 ms apart, "
+            "foreachBatch, processingTime 0)"
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)

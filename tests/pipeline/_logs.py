@@ -12,8 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from trioha.store import HostAddress, PropertiesForm, StoredMessage
-from trioha.store._contract import NewMessage
+from trioha.store import HostAddress, NewMessage, PropertiesForm, StoredMessage, make_msg_id
 from trioha.store._store import open_store
 
 SEGMENT = 64 * 1024
@@ -112,4 +111,12 @@ def expected_row(m: StoredMessage) -> dict[str, Any]:
         "magic_code": m.magic,
         "properties": m.properties_dict(),
         "body": m.body,
+        "msg_id": make_msg_id(m.store_host, m.physical_offset),
+        "compressed": bool(m.sysflag & 1),
+        "compression": None if not m.sysflag & 1 else compression(m.sysflag),
     }
+
+
+def compression(sysflag: int) -> str:
+    """RocketMQ's ``CompressionType.findByValue`` of bits 8-10, written out independently."""
+    return {0: "zlib", 1: "lz4", 2: "zstd", 3: "zlib"}.get((sysflag >> 8) & 7, "unknown")

@@ -185,3 +185,27 @@ def test_healthy_replicas_are_ok(spark: SparkSession, varied_log: Log, tmp_path:
     assert report.ok
     assert [s.verdict for s in report.slaves] == [Verdict.IDENTICAL]
     assert report.render().endswith("result: OK")
+
+
+def test_replicated_damage_needs_verify_records(
+    spark: SparkSession, varied_log: Log, tmp_path: Path
+) -> None:
+    """A bad CRC on both sides is not a replication fault: the fast audit, which decodes
+    only where replicas differ, calls the pair identical; verify_records finds the damage."""
+    from trioha.pipeline import audit_replicas
+
+    master = copy_log(varied_log.root, tmp_path / "master")
+    victim = next(m for m in varied_log.messages if len(m.body) >= 1000)
+    at = body_offset(master, victim) + 5
+    patch(master, at, bytes([victim.body[5] ^ 0x80]))
+    slave = copy_log(master, tmp_path / "slave")
+    fast = audit_replicas(spark, str(master), [str(slave)])
+    assert [s.verdict for s in fast.slaves] == [Verdict.IDENTICAL]
+    assert fast.ok and fast.master.problems == ()
+    full = audit_replicas(spark, str(master), [str(slave)], verify_records=True)
+    assert [s.verdict for s in full.slaves] == [Verdict.IDENTICAL]
+    assert not full.ok
+    for info in (full.master, full.slaves[0].replica):
+        assert [(p.kind, p.offset) for p in info.problems] == [
+            (ProblemKind.CRC_MISMATCH, victim.physical_offset)
+        ]

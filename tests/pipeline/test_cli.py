@@ -86,6 +86,36 @@ def test_no_pyspark_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None
         _session.require_pyspark()
 
 
+_NO_PYARROW = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name == "pyarrow" or name.startswith("pyarrow."):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        return None
+sys.meta_path.insert(0, Block())
+from trioha.pipeline._cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_without_pyarrow_the_commands_say_what_to_install(tmp_path: Path) -> None:
+    """pyspark present, pyarrow not: one line naming it and the extra, exit 2, no trace."""
+    out = subprocess.run(
+        [sys.executable, "-c", _NO_PYARROW, "stats", str(tmp_path)],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "trioha: error: pyarrow not installed: the pipeline needs the spark extra "
+        "(pyspark, pyarrow, numpy): pip install 'trioha[spark]'"
+    ]
+
+
 def test_local_master_parsing() -> None:
     assert _session.local_cores("local") == 1
     assert _session.local_cores("local[3]") == 3
@@ -114,5 +144,35 @@ def test_stats_and_audit_commands(
     assert main(["export", str(varied_log.root), str(out_dir), "--no-progress"]) == 0
     assert "wrote 300 messages of 4 topic(s)" in capsys.readouterr().out
     assert main(["export", str(varied_log.root), str(out_dir), "--no-progress"]) == 2
-    assert "trioha: error:" in capsys.readouterr().err  # OUT exists and --mode is the default
+    err = capsys.readouterr().err
+    assert err.startswith("trioha: error:")  # OUT exists and --mode is the default
+    assert len(err.strip().splitlines()) == 1
+    assert main(["export", str(varied_log.root), str(out_dir), "--mode", "append"]) == 0
+    assert "appended 300 messages of 4 topic(s)" in capsys.readouterr().out
+    assert main(["export", str(varied_log.root), str(out_dir), "--mode", "ignore"]) == 0
+    assert f"nothing written: {out_dir} exists and the mode is ignore" in capsys.readouterr().out
+
+    # an output path Hadoop cannot create: one line, the documented exit code
+    (tmp_path / "a-file").write_text("x")
+    bad = tmp_path / "a-file" / "out"
+    assert main(["export", str(varied_log.root), str(bad), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("trioha: error:") and len(err.strip().splitlines()) == 1, err
+
+    # a log missing a segment: the damage is reported and fails the command...
+    damaged = copy_log(varied_log.root, tmp_path / "damaged")
+    segments(damaged)[2].unlink()
+    assert main(["stats", str(damaged), "--no-progress"]) == 1
+    out = capsys.readouterr().out
+    assert "DAMAGE: 1 damaged region(s) (missing_segment), first at offset 131072, 65536" in out
+    assert main(["export", str(damaged), str(tmp_path / "pq2"), "--no-progress"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"nothing written to {tmp_path / 'pq2'}: the log is damaged")
+    assert not (tmp_path / "pq2").exists()
+    # ...unless damage is allowed: the readable messages are written, the damage still shown
+    argv = ["export", str(damaged), str(tmp_path / "pq2"), "--allow-damage", "--no-progress"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    kept = sum(1 for m in varied_log.messages if not 131072 <= m.physical_offset < 196608)
+    assert f"wrote {kept} messages" in out and "DAMAGE: 1 damaged region(s)" in out
     assert not spark.sparkContext._jsc.sc().isStopped()  # the commands joined, not stopped

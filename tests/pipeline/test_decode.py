@@ -304,11 +304,63 @@ def test_batches_are_cut_by_rows_and_bytes(varied_log: Log) -> None:
 def test_scan_range_on_bytes_in_memory(varied_log: Log) -> None:
     seg = read_layout(varied_log.root).segments[1]
     sd = SegmentData.from_bytes(seg, Path(seg.path).read_bytes())
-    starts, found = scan_range(sd, seg.start + 1, seg.end, last=False)
+    starts, found = scan_range(sd, seg.start, seg.end, last=False)
     expected = [
         m.physical_offset - seg.start
         for m in varied_log.messages
-        if seg.start < m.physical_offset < seg.end
+        if seg.start <= m.physical_offset < seg.end
     ]
     assert starts.tolist() == expected
     assert found == []
+    # a range is read from where it begins: a position inside a record is not a record
+    starts, found = scan_range(sd, seg.start + 1, seg.end, last=False)
+    assert starts.tolist() == expected[1:]
+    assert [(p.offset, p.kind) for p in found] == [(seg.start + 1, ProblemKind.BAD_MAGIC)]
+
+
+def test_msg_id_is_rocketmqs_offset_message_id() -> None:
+    from trioha.pipeline._decode import _msg_ids
+
+    addr = np.zeros((2, 16), dtype=np.uint8)
+    addr[0, :4] = [127, 0, 0, 1]
+    addr[1] = list(bytes.fromhex("20010db8000000000000000000000001"))
+    ids = _msg_ids(
+        addr,
+        np.array([10911, 10911], dtype=np.int64),
+        np.array([1234567, 1234567], dtype=np.int64),
+        np.array([False, True]),
+    ).to_pylist()
+    assert ids[0] == "7F00000100002A9F000000000012D687"  # createMessageId's own vector
+    assert ids[1] == "20010DB800000000000000000000000100002A9F000000000012D687"
+    assert ids[1] == codec.make_msg_id(codec.HostAddress("2001:db8::1", 10911), 1234567)
+
+
+def test_compressed_bodies_are_marked_and_decompressed(tmp_path: Path) -> None:
+    import zlib
+
+    import lz4.frame
+    import zstandard
+
+    from tests.pipeline._logs import write_log
+    from trioha.store import NewMessage
+
+    plain = b"a body the producer compressed " * 200
+    cases = [
+        (0, plain, None),  # not compressed
+        (0x1, zlib.compress(plain), "zlib"),  # 4.x: the flag alone means zlib
+        (0x1 | 1 << 8, lz4.frame.compress(plain), "lz4"),
+        (0x1 | 2 << 8, zstandard.ZstdCompressor().compress(plain), "zstd"),
+        (0x1 | 3 << 8, zlib.compress(plain), "zlib"),
+        (0x1, b"not zlib at all", "zlib"),  # flagged, but does not decompress
+        (0x1 | 5 << 8, b"who knows", "unknown(5)"),
+    ]
+    write_log(tmp_path, [NewMessage(topic="z", body=b, sysflag=f) for f, b, _ in cases])
+    (part,) = plan_partitions(read_layout(tmp_path))
+    stored = [r for b in read_messages(part) for r in b.to_pylist()]
+    assert [r["compression"] for r in stored] == [c for _, _, c in cases]
+    assert [r["compressed"] for r in stored] == [c is not None for _, _, c in cases]
+    assert [r["body"] for r in stored] == [b for _, b, _ in cases]
+    opened = [r for b in read_messages(part, decompress=True) for r in b.to_pylist()]
+    assert [r["body"] for r in opened] == [plain] * 5 + [cases[5][1], cases[6][1]]
+    assert [r["compressed"] for r in opened] == [False] * 5 + [True, True]
+    assert [r["compression"] for r in opened] == [c for _, _, c in cases]

@@ -80,3 +80,17 @@ def test_stats_of_an_offset_range(spark: SparkSession, varied_log: Log) -> None:
     )
     assert stats.messages == 100
     assert (stats.min_offset, stats.end_offset) == (ms[100].physical_offset, ms[199].end_offset)
+
+
+def test_numeric_topic_names_stay_strings(spark: SparkSession, tmp_path: Path) -> None:
+    from tests.pipeline._logs import write_log
+    from trioha.pipeline import export_parquet, read_export
+    from trioha.store import NewMessage
+
+    write_log(tmp_path / "store", [NewMessage(topic=t, body=b"x") for t in ("007", "2024", "a")])
+    out = tmp_path / "pq"
+    summary = export_parquet(spark, str(tmp_path / "store"), str(out))
+    assert (summary.messages, summary.topics, summary.written) == (3, 3, True)
+    df = read_export(spark, str(out))
+    assert dict(df.dtypes)["topic"] == "string"
+    assert sorted(r.topic for r in df.select("topic").collect()) == ["007", "2024", "a"]

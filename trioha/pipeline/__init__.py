@@ -33,12 +33,15 @@ from trioha.pipeline._verdict import (
 if TYPE_CHECKING:
     from trioha.pipeline._audit import audit_replicas
     from trioha.pipeline._export import (
+        Damage,
         ExportSummary,
         LogStats,
         QueueStats,
         TopicStats,
         export_parquet,
+        log_damage,
         log_stats,
+        read_export,
     )
     from trioha.pipeline._session import spark_session
     from trioha.pipeline._source import (
@@ -54,12 +57,15 @@ SUBMIT_FILE = os.path.join(os.path.dirname(__file__), "__main__.py")
 
 _LAZY = {
     "audit_replicas": "trioha.pipeline._audit",
+    "Damage": "trioha.pipeline._export",
     "ExportSummary": "trioha.pipeline._export",
     "LogStats": "trioha.pipeline._export",
     "QueueStats": "trioha.pipeline._export",
     "TopicStats": "trioha.pipeline._export",
     "export_parquet": "trioha.pipeline._export",
+    "log_damage": "trioha.pipeline._export",
     "log_stats": "trioha.pipeline._export",
+    "read_export": "trioha.pipeline._export",
     "spark_session": "trioha.pipeline._session",
     "MESSAGE_SCHEMA": "trioha.pipeline._source",
     "PROBLEM_SCHEMA": "trioha.pipeline._source",
@@ -85,6 +91,7 @@ __all__ = [
     "AuditReport",
     "CommitLogDataSource",
     "CommitLogProblemsDataSource",
+    "Damage",
     "Divergence",
     "ExportSummary",
     "LogLayout",
@@ -105,8 +112,10 @@ __all__ = [
     "Verdict",
     "audit_replicas",
     "export_parquet",
+    "log_damage",
     "log_stats",
     "plan_partitions",
+    "read_export",
     "read_layout",
     "register",
     "spark_session",

@@ -1,20 +1,24 @@
 """Replica audit: does each slave hold exactly the master's bytes?
 
 Theory of operation. Classic HA replication copies the master's commit log byte for byte
-(docs/rocketmq-protocol.md §1.7, §11: a slave appends whatever the master sends at its own end), so
-a healthy slave is a byte prefix of its master, and every difference is a fault.
+(a slave appends whatever the master sends at its own end), so a healthy slave is a byte
+prefix of its master, and every difference is a fault.
 
 1. On the driver, each directory is listed (:func:`read_layout`) and its written end found
    as recovery finds it: after the last complete record of the last segment
    (``CommitLog.recoverNormally``; :func:`written_end`).
 2. The offset ranges both the master and a slave hold are cut into chunks (1 MiB by
-   default, also cut at every segment boundary), and Spark tasks compute a SHA-256 of each
-   chunk of each replica, reading the segment files where they lie.
-3. Chunks whose digests differ are merged into ranges. For the first one the driver finds
-   the first differing byte, the master record that holds it, and decodes that record from
-   both replicas so the report can show them side by side.
-4. A ``commitlog_problems`` scan of every replica, also in Spark, checks every record's
-   framing and body CRC.
+   default, also cut at every segment boundary), and Spark tasks compare each chunk of the
+   slave with the master's bytes directly (both files mapped side by side, compared at
+   memory speed), so an identical pair costs about what ``cmp`` costs.
+3. Chunks that differ are merged into ranges. Only there are records decoded: the driver
+   checks the framing and body CRC of every record overlapping them, in both replicas,
+   finds the first differing byte, the master record that holds it and its field, and
+   decodes that record from both sides so the report can show them side by side.
+4. With ``verify_records`` a ``commitlog_problems`` scan of every replica, in Spark, also
+   checks every record's framing and body CRC where the replicas agree: damage that was
+   replicated (the master's own bit rot, say) is the same on both sides and leaves the
+   verdict alone, so this is a check of the data, not of replication.
 
 The verdict per slave: diverged, missing range (a hole inside the slave's span that the
 master holds), ahead, behind by N bytes, or identical (:mod:`trioha.pipeline._verdict`).
@@ -41,6 +45,7 @@ from trioha.pipeline._decode import (
     open_segment,
     record_sizes,
     scan_range,
+    scan_records,
     written_end,
 )
 from trioha.pipeline._format import Problem, ProblemKind
@@ -60,7 +65,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 DEFAULT_CHUNK_BYTES = 1 * MIB
-#: Each digest task reads about this much (several chunks of one segment file).
+#: Each compare task reads about this much of each side (chunks of one segment file).
 TASK_BYTES = 64 * MIB
 
 Ranges = list[tuple[int, int]]
@@ -115,6 +120,7 @@ def _subtract(a: Ranges, b: Ranges) -> Ranges:
 class _Replica:
     layout: LogLayout
     end: int
+    torn: Problem | None = None
 
     @property
     def present(self) -> Ranges:
@@ -127,13 +133,32 @@ class _Replica:
         return [(lo, self.end)] if self.layout.segments and lo < self.end else []
 
 
-def _inspect(path: str, segment_size: int | None) -> _Replica:
+def _inspect(path: str, segment_size: int | None, master: _Replica | None = None) -> _Replica:
+    """List *path* and find its written end by walking the record chain of its last segment.
+
+    For a slave whose last segment lies where the master's does and holds the master's bytes
+    up to the master's end, the walk up to there would retrace the master's step by step:
+    it continues from the master's end instead, after one byte comparison (what makes an
+    identical pair cost about a ``cmp``).
+    """
     layout = read_layout(path, segment_size=segment_size)
     if not layout.segments:
         return _Replica(layout, 0)
-    with open_segment(layout.segments[-1]) as sd:
-        end, _ = written_end(sd, max(layout.min_offset, sd.segment.start))
-    return _Replica(layout, end)
+    last = layout.segments[-1]
+    begin = max(layout.min_offset, last.start)
+    with open_segment(last) as sd:
+        if master is not None and master.layout.segments:
+            mlast = master.layout.segments[-1]
+            mbegin = max(master.layout.min_offset, mlast.start)
+            if mlast.start == last.start and mbegin == begin and begin <= master.end:
+                with open_segment(mlast) as msd:
+                    lo, hi = begin - last.start, master.end - last.start
+                    if hi <= sd.size and hi <= msd.size and np.array_equal(
+                        sd.array[lo:hi], msd.array[lo:hi]
+                    ):
+                        begin = master.end
+        end, torn = written_end(sd, begin)
+    return _Replica(layout, end, torn)
 
 
 def _chunks(ranges: Ranges, boundaries: Sequence[int], chunk: int) -> list[tuple[int, int]]:
@@ -150,54 +175,104 @@ def _chunks(ranges: Ranges, boundaries: Sequence[int], chunk: int) -> list[tuple
 
 
 @attrs.frozen
-class DigestTask:
-    """Chunks of one segment file of one replica, hashed by one Spark task."""
+class CompareTask:
+    """Chunks of one segment file of a slave, compared with the master's by one Spark task."""
 
     replica: int
+    master_path: str
+    master_start: int
     path: str
     file_start: int
     chunks: tuple[tuple[int, int], ...]
 
 
-def digest_task(task: DigestTask) -> Iterator[tuple[int, int, int, bytes]]:
-    """``(replica, start, end, sha256)`` for each chunk of *task* (runs in an executor)."""
+def compare_task(task: CompareTask) -> Iterator[tuple[int, int, int]]:
+    """``(replica, start, end)`` for each chunk of *task* whose bytes differ (in an executor)."""
     size = max(e - s for s, e in task.chunks)
-    buf = bytearray(size)
-    view = memoryview(buf)
-    with open(task.path, "rb") as f:
-        fd = f.fileno()
+    bufs = bytearray(size), bytearray(size)
+    views = memoryview(bufs[0]), memoryview(bufs[1])
+    ours, theirs = np.frombuffer(bufs[0], dtype=np.uint8), np.frombuffer(bufs[1], dtype=np.uint8)
+    with open(task.master_path, "rb") as fm, open(task.path, "rb") as fs:
         for s, e in task.chunks:
-            n = os.preadv(fd, [view[: e - s]], s - task.file_start)
-            if n != e - s:
+            n = e - s
+            got = (
+                os.preadv(fm.fileno(), [views[0][:n]], s - task.master_start),
+                os.preadv(fs.fileno(), [views[1][:n]], s - task.file_start),
+            )
+            if got != (n, n):
                 raise PipelineError(
-                    f"{task.path}: read {n} of {e - s} bytes at offset {s}; "
+                    f"{task.path}: read {got} of {n} bytes at offset {s}; "
                     "the file changed during the audit"
                 )
-            yield task.replica, s, e, hashlib.sha256(view[:n]).digest()
+            if not np.array_equal(ours[:n], theirs[:n]):
+                yield task.replica, s, e
 
 
-def _tasks(replica: int, layout: LogLayout, chunks: list[tuple[int, int]]) -> list[DigestTask]:
-    tasks: list[DigestTask] = []
-    by_segment: dict[int, list[tuple[int, int]]] = {}
+def _tasks(
+    replica: int, master: LogLayout, layout: LogLayout, chunks: list[tuple[int, int]]
+) -> list[CompareTask]:
+    tasks: list[CompareTask] = []
+    groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for s, e in chunks:
-        seg = layout.segment_at(s)
-        if seg is None:  # pragma: no cover - chunks come from this layout's own ranges
+        seg, mseg = layout.segment_at(s), master.segment_at(s)
+        if seg is None or mseg is None:  # pragma: no cover - chunks lie where both hold data
             raise AssertionError(f"no segment holds offset {s}")
-        by_segment.setdefault(seg.start, []).append((s, e))
-    for start, seg_chunks in sorted(by_segment.items()):
-        seg = layout.segment_at(start)
-        assert seg is not None
+        groups.setdefault((seg.start, mseg.start), []).append((s, e))
+    for (start, mstart), seg_chunks in sorted(groups.items()):
+        seg, mseg = layout.segment_at(start), master.segment_at(mstart)
+        assert seg is not None and mseg is not None
         group: list[tuple[int, int]] = []
         size = 0
         for c in seg_chunks:
             if group and size + (c[1] - c[0]) > TASK_BYTES:
-                tasks.append(DigestTask(replica, seg.path, seg.start, tuple(group)))
+                tasks.append(
+                    CompareTask(replica, mseg.path, mseg.start, seg.path, seg.start, tuple(group))
+                )
                 group, size = [], 0
             group.append(c)
             size += c[1] - c[0]
         if group:
-            tasks.append(DigestTask(replica, seg.path, seg.start, tuple(group)))
+            tasks.append(
+                CompareTask(replica, mseg.path, mseg.start, seg.path, seg.start, tuple(group))
+            )
     return tasks
+
+
+def _records_in(replica: _Replica, ranges: Ranges) -> list[Problem]:
+    """Framing and CRC problems of *replica*'s records overlapping *ranges* (on the driver).
+
+    Each segment concerned is walked from where its data begins up to the end of the last
+    range in it, so the records found are the ones a reader of the whole log finds.
+    """
+    layout = replica.layout
+    found: list[Problem] = []
+    by_segment: dict[int, Ranges] = {}
+    for s, e in ranges:
+        seg = layout.segment_at(s)
+        if seg is not None:
+            by_segment.setdefault(seg.start, []).append((s, min(e, seg.end)))
+    for start, wanted in sorted(by_segment.items()):
+        seg = layout.segment_at(start)
+        assert seg is not None
+        base = max(seg.start, layout.min_offset)
+        last = seg is layout.segments[-1]
+        with open_segment(seg) as sd:
+            hi = min(max(e for _, e in wanted), seg.start + sd.size)
+            if hi <= base:
+                continue
+            records, problems = scan_records(sd, base, hi, last)
+            ends = records.starts + record_sizes(sd, records.starts)
+            hit = np.zeros(records.starts.size, dtype=np.bool_)
+            for s, e in wanted:
+                hit |= (seg.start + records.starts < e) & (seg.start + ends > s)
+            found.extend(crc_problems(sd, records.starts[hit]))
+        found.extend(
+            p
+            for p in problems
+            if p.kind is not ProblemKind.TORN_TAIL
+            and any(p.offset < e and p.offset + max(p.length, 1) > s for s, e in wanted)
+        )
+    return found
 
 
 # --- pinpointing --------------------------------------------------------------------------
@@ -335,38 +410,50 @@ def audit_replicas(
     *,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     segment_size: int | None = None,
+    verify_records: bool = False,
 ) -> AuditReport:
-    """Compare *master* with each of *slaves* (store roots or commitlog directories)."""
+    """Compare *master* with each of *slaves* (store roots or commitlog directories).
+
+    Records are decoded only where the replicas differ, unless *verify_records* asks for
+    the framing and CRC of every record of every replica to be checked too.
+    """
     if not slaves:
         raise PipelineError("an audit needs at least one slave directory")
     if chunk_bytes <= 0:
         raise PipelineError(f"chunk size must be positive, got {chunk_bytes}")
-    replicas = [_inspect(p, segment_size) for p in (master, *slaves)]
-    m = replicas[0]
+    m = _inspect(master, segment_size)
+    replicas = [m, *(_inspect(p, segment_size, m) for p in slaves)]
     boundaries = [b for r in replicas for s in r.layout.segments for b in (s.start, s.end)]
 
     overlaps: list[Ranges] = [_intersect(m.present, r.present) for r in replicas[1:]]
     slave_chunks = [_chunks(o, boundaries, chunk_bytes) for o in overlaps]
-    # The master hashes every chunk some slave hashes; slaves' chunks differ only where
-    # their overlaps end.
-    master_chunks = sorted({c for chunks in slave_chunks for c in chunks})
-    tasks = _tasks(0, m.layout, master_chunks)
+    tasks: list[CompareTask] = []
     for i, chunks in enumerate(slave_chunks, start=1):
-        tasks += _tasks(i, replicas[i].layout, chunks)
-    digests: dict[tuple[int, int, int], bytes] = {}
+        tasks += _tasks(i, m.layout, replicas[i].layout, chunks)
+    differing: set[tuple[int, int, int]] = set()
     if tasks:
         sc = spark.sparkContext
-        sc.setJobDescription("trioha audit: chunk checksums")
-        rows = sc.parallelize(tasks, len(tasks)).flatMap(digest_task).collect()
-        digests = {(r, s, e): d for r, s, e, d in rows}
-    spark.sparkContext.setJobDescription("trioha audit: framing and CRC of every record")
-    problems = _problems(spark, [r.layout.directory for r in replicas], segment_size)
+        sc.setJobDescription("trioha audit: compare the replicas' bytes")
+        differing = set(sc.parallelize(tasks, len(tasks)).flatMap(compare_task).collect())
+    bads = [
+        _merge((s, e) for s, e in slave_chunks[i - 1] if (i, s, e) in differing)
+        for i in range(1, len(replicas))
+    ]
+    problems: list[list[Problem]] = [
+        [*r.layout.problems, *([r.torn] if r.torn is not None else [])] for r in replicas
+    ]
+    if verify_records:
+        spark.sparkContext.setJobDescription("trioha audit: framing and CRC of every record")
+        problems = _problems(spark, [r.layout.directory for r in replicas], segment_size)
+    else:
+        checked = _merge(r for bad in bads for r in bad)
+        problems[0].extend(_records_in(m, checked))
+        for i, bad in enumerate(bads, start=1):
+            problems[i].extend(_records_in(replicas[i], bad))
 
     results: list[SlaveAudit] = []
     for i, slave in enumerate(replicas[1:], start=1):
-        bad = _merge(
-            (s, e) for s, e in slave_chunks[i - 1] if digests[(i, s, e)] != digests[(0, s, e)]
-        )
+        bad = bads[i - 1]
         missing = _subtract(_intersect(m.present, slave.span()), slave.present)
         notes: list[str] = []
         extra = _subtract(_intersect(slave.present, m.span()), m.present)

@@ -3,8 +3,10 @@
 :func:`register_commands` adds them to any ``argparse`` subparsers object without importing
 pyspark (each handler imports it when run), so ``trioha --help`` works without the
 ``spark`` extra. Each handler returns an exit code: 0 when all is well, 1 when the audit
-found a divergence, a hole or damage, 2 when the pipeline cannot run (no Java, no pyspark,
-no such directory).
+found a divergence, a hole or damage (and ``export``/``stats`` when the log is damaged, unless
+``--allow-damage``), 2 when the pipeline cannot run (no Java, no pyspark, no such directory, a
+Spark or Hadoop error such as an unwritable output path): always one line on stderr, never a
+Java stack trace.
 
 :func:`main` is the entry point of ``python -m trioha.pipeline`` and of
 ``spark-submit .../trioha/pipeline/__main__.py`` on a cluster.
@@ -47,18 +49,24 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def _range(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--start-offset", type=int, metavar="OFFSET", default=None)
     parser.add_argument("--end-offset", type=int, metavar="OFFSET", default=None)
+    parser.add_argument(
+        "--allow-damage",
+        action="store_true",
+        help="exit 0 even when the log is damaged (export then writes the readable messages)",
+    )
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``audit``, ``export`` and ``stats``; each sets ``handler`` to a function
-    ``(args) -> exit code``."""
+    """Add ``audit``, ``export``, ``stats`` and ``pipeline-dist``; each sets ``handler``
+    to a function ``(args) -> exit code``."""
     audit = subparsers.add_parser(
         "audit",
         help="compare a master's commit log with its slaves' (Spark)",
         description=(
-            "Compare the commit log of a master with those of its slaves by per-chunk "
-            "checksums, pinpoint the first divergent message, and check every record's "
-            "body CRC. Directories are store roots or commitlog directories."
+            "Compare the commit log of a master with those of its slaves chunk by chunk, "
+            "pinpoint the first divergent message, and check the framing and body CRC of "
+            "the records where they differ (of every record with --verify-records). "
+            "Directories are store roots or commitlog directories."
         ),
     )
     audit.add_argument("master_dir", metavar="MASTER_DIR")
@@ -68,7 +76,13 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         type=int,
         default=1024,
         metavar="KIB",
-        help="checksum chunk size in KiB (default 1024)",
+        help="comparison chunk size in KiB (default 1024)",
+    )
+    audit.add_argument(
+        "--verify-records",
+        action="store_true",
+        help="also check the framing and body CRC of every record of every replica, "
+        "not only where the replicas differ",
     )
     _common(audit)
     audit.set_defaults(handler=_audit)
@@ -100,6 +114,24 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     _common(stats)
     stats.set_defaults(handler=_stats)
 
+    dist = subparsers.add_parser(
+        "pipeline-dist",
+        help="build the zip Spark executors need to run the pipeline (no Spark started)",
+        description=(
+            "Write a zip of exactly the modules the pipeline's Spark tasks import (a few "
+            "pure-Python modules of trioha, and attrs) for --py-files, and beside it a "
+            "requirements file pinning the compiled dependencies (numpy, pyarrow, lz4, "
+            "zstandard) to install into the executors' Python."
+        ),
+    )
+    dist.add_argument(
+        "--out",
+        default="trioha-pipeline.zip",
+        metavar="ZIP",
+        help="where to write the zip (default ./trioha-pipeline.zip)",
+    )
+    dist.set_defaults(handler=_dist)
+
 
 def _spark(args: argparse.Namespace) -> SparkSession:
     from trioha.pipeline._session import spark_session
@@ -108,6 +140,9 @@ def _spark(args: argparse.Namespace) -> SparkSession:
         args.spark_master,
         app_name=f"trioha {args.pipeline_command}",
         progress=not args.no_progress,
+        # Errors reach the user as one line from _run; the JVM's own report of them would
+        # be a stack trace on stderr.
+        log_level="OFF",
     )
 
 
@@ -132,18 +167,30 @@ def _run(args: argparse.Namespace, body: Callable[[SparkSession], int]) -> int:
     except PipelineError as exc:
         print(f"trioha: error: {exc}", file=sys.stderr)
         return 2
+    from py4j.protocol import Py4JError  # type: ignore[import-untyped]
     from pyspark.errors import PySparkException
 
     try:
         return body(spark)
-    except (PipelineError, PySparkException) as exc:
-        # Spark wraps errors raised in its workers; the first line names the cause.
-        first = next((line for line in str(exc).splitlines() if line.strip()), repr(exc))
-        print(f"trioha: error: {first}", file=sys.stderr)
+    except (PipelineError, PySparkException, Py4JError) as exc:
+        print(f"trioha: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     finally:
         if joined is None:
             spark.stop()
+
+
+def _one_line(exc: BaseException) -> str:
+    """The first line of what went wrong: Spark wraps errors raised in its workers and a
+    Java exception carries its whole stack; the first line names the cause."""
+    java = getattr(exc, "java_exception", None)
+    text = str(exc)
+    if java is not None:
+        try:
+            text = str(java.toString())
+        except Exception:  # the gateway may be gone: fall back to the text
+            text = str(exc)
+    return next((line.strip() for line in text.splitlines() if line.strip()), repr(exc))
 
 
 def _paths(args: argparse.Namespace) -> list[str]:
@@ -167,6 +214,7 @@ def _audit(args: argparse.Namespace) -> int:
             args.slave_dirs,
             chunk_bytes=args.chunk_kib * 1024,
             segment_size=args.segment_size,
+            verify_records=args.verify_records,
         )
         print(report.render())
         return 0 if report.ok else 1
@@ -188,9 +236,10 @@ def _export(args: argparse.Namespace) -> int:
             start_offset=args.start_offset,
             end_offset=args.end_offset,
             segment_size=args.segment_size,
+            allow_damage=args.allow_damage,
         )
         print(summary.render())
-        return 0
+        return 1 if summary.damage and not args.allow_damage else 0
 
     return _run(args, body)
 
@@ -209,9 +258,20 @@ def _stats(args: argparse.Namespace) -> int:
             segment_size=args.segment_size,
         )
         print(stats.render())
-        return 0
+        return 1 if stats.damage and not args.allow_damage else 0
 
     return _run(args, body)
+
+
+def _dist(args: argparse.Namespace) -> int:
+    from trioha.pipeline._dist import build_dist
+
+    try:
+        print(build_dist(args.out).render())
+    except (PipelineError, OSError) as exc:
+        print(f"trioha: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:

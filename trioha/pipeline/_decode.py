@@ -6,16 +6,20 @@ Theory of operation. Reading a byte range of a segment has three steps.
    only from the size of the one before: a tight loop follows the TOTALSIZE chain (the one
    per-record Python step, a few hundred nanoseconds each). It stops at the end-of-file
    marker, at zeros, at anything that is not a plausible record, or once past the range.
-   Damage is reported by the range whose chain runs into it, even when that is just past
-   the range's end: the next range begins at its first valid record and cannot tell damage
-   from the inside of the record before it. So every region is reported exactly once,
-   however the log is cut into ranges.
-2. **Validation** (vectorised). For all the records of a run at once, numpy gathers their headers
-   and checks what ``CommitLog.checkMessageAndReturnSize`` checks (docs/rocketmq-protocol.md §4.1):
-   the magic code, that the body/topic/properties lengths add up to TOTALSIZE, plus that the stored
-   physical offset is the record's own. The first record that fails ends the run; a scalar twin of
-   the check (:func:`explain_record`) says why, the region is reported as a :class:`Problem`, and
-   reading resumes at the next plausible record (:func:`find_record`).
+   A range always begins at a *walk position*, one that following the chain from the
+   segment's start reaches (:func:`align_starts`, run by the planner on the driver), and
+   owns the walk positions inside it: whatever stops a run at a position inside the range
+   is reported by that range, whatever is at its end by the next one. So every record is
+   read and every region reported exactly once, however the log is cut into ranges, and
+   nothing depends on what the bytes inside a message body look like.
+2. **Validation** (vectorised). For all the records of a run at once, numpy gathers their
+   headers and checks what ``CommitLog.checkMessageAndReturnSize`` checks: the
+   magic code, that the body/topic/properties lengths add up to TOTALSIZE, plus that the
+   stored physical offset is the record's own. The first record that fails ends the run; a
+   scalar twin of the check (:func:`explain_record`) says why, the region is reported as a
+   :class:`Problem`, and reading resumes at the next valid record after the damage
+   (:func:`find_record`, the only place that looks for a record by its contents: after
+   damage there is no chain left to follow).
 3. **Decoding** (:func:`decode_batch`, vectorised). Fixed fields come from a structured
    numpy view of the gathered headers; bodies, topics and properties are cut out of the
    segment by Arrow's ``take`` over a zero-copy array whose value boundaries are the field
@@ -35,7 +39,7 @@ import mmap
 import os
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, TypeAlias
 
 import attrs
@@ -46,8 +50,8 @@ import pyarrow.compute as pc
 
 from trioha.pipeline._format import (
     BLANK_MAGIC,
+    COMPRESSION_NAMES,
     CRC_MASK,
-    MAGIC_PREFIX,
     MESSAGE_MAGIC,
     MESSAGE_MAGIC_V2,
     MIN_RECORD_SIZE,
@@ -58,6 +62,9 @@ from trioha.pipeline._format import (
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
+    SYSFLAG_COMPRESSED,
+    SYSFLAG_COMPRESSION_MASK,
+    SYSFLAG_COMPRESSION_SHIFT,
     Problem,
     ProblemKind,
 )
@@ -69,6 +76,8 @@ Bools: TypeAlias = npt.NDArray[np.bool_]
 Buffer: TypeAlias = mmap.mmap | bytes
 
 _PREFIX = struct.Struct(">iI")  # TOTALSIZE, MAGICCODE
+#: The first three bytes both message magics share: where resuming after damage looks.
+_MAGIC_PREFIX = MESSAGE_MAGIC.to_bytes(4, "big")[:3]
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
@@ -104,6 +113,9 @@ MESSAGE_ARROW_SCHEMA = pa.schema(
         pa.field("magic_code", pa.int64(), nullable=False),
         pa.field("properties", pa.map_(pa.string(), pa.string()), nullable=False),
         pa.field("body", pa.binary(), nullable=False),
+        pa.field("msg_id", pa.string(), nullable=False),
+        pa.field("compressed", pa.bool_(), nullable=False),
+        pa.field("compression", pa.string()),
     ]
 )
 
@@ -434,10 +446,10 @@ def find_record(sd: SegmentData, lo: int, hi: int) -> int | None:
     is this very position": a body that merely contains the magic bytes never passes.
     """
     data = sd.data
-    stop = min(hi + 4 + len(MAGIC_PREFIX), sd.size)
+    stop = min(hi + 4 + len(_MAGIC_PREFIX), sd.size)
     at = lo + 4
     while True:
-        q = data.find(MAGIC_PREFIX, at, stop)
+        q = data.find(_MAGIC_PREFIX, at, stop)
         if q < 0 or q - 4 >= hi:
             return None
         if explain_record(sd, q - 4) is None:
@@ -469,7 +481,12 @@ def _data_end(sd: SegmentData, pos: int) -> int:
     hi = sd.size
     while hi > pos:
         lo = max(pos, hi - step)
-        nz = np.flatnonzero(arr[lo:hi])
+        if not arr[lo:hi].any():  # the usual case, a preallocated file's zeros
+            hi = lo
+            continue
+        # A copy: the file may be a live log whose tail changes under the map, and
+        # flatnonzero counts, then collects, in two passes over its input.
+        nz = np.flatnonzero(arr[lo:hi].copy())
         if nz.size:
             return lo + int(nz[-1]) + 1
         hi = lo
@@ -493,11 +510,27 @@ def scan_records(
     sd: SegmentData, begin: int, end: int, last: bool
 ) -> tuple[Records, list[Problem]]:
     """:func:`scan_range`, keeping the field positions validation found for decoding."""
+    runs, problems, _, _ = _frame(sd, begin, end, last)
+    return Records.concat(runs), problems
+
+
+def _frame(
+    sd: SegmentData, begin: int, end: int, last: bool
+) -> tuple[list[Records], list[Problem], list[int], int | None]:
+    """Walk the log from *begin*, a walk position, while positions are below *end*.
+
+    Returns the runs of valid records, the problems, the positions where a run stopped at
+    something that is not a valid record (each a walk position, where the damage handling
+    starts), and the walk position reached at or past *end* (None: nothing more to read in
+    the segment). A range ``[begin, end)`` owns exactly the walk positions inside it, so
+    a run that stops exactly at *end* leaves what is there to the range beginning there.
+    """
     seg = sd.segment
     lo, hi = begin - seg.start, end - seg.start
     problems: list[Problem] = []
     runs: list[Records] = []
-    pos: int | None = 0 if lo == 0 else find_record(sd, lo, hi)
+    stops: list[int] = []
+    pos: int | None = lo
     while pos is not None and pos < hi:
         found, stop = _chain(sd.data, pos, hi, sd.size)
         if found:
@@ -508,14 +541,43 @@ def scan_records(
                 stop = int(run.starts[bad[0]])
             else:
                 runs.append(run)
-        if stop < hi or (stop < sd.size and explain_record(sd, stop) is not None):
-            # Whatever ends a run is dealt with by the range whose run it ends, even past
-            # that range's end: the next range starts at its first valid record and cannot
-            # tell damage from the inside of the record before it.
+        if stop < hi:
+            stops.append(stop)
             pos = _after_run(sd, stop, last, problems)
         else:
             pos = stop
-    return Records.concat(runs), problems
+    return runs, problems, stops, pos
+
+
+def align_starts(
+    sd: SegmentData, base: int, cuts: Sequence[int], last: bool
+) -> list[int | None]:
+    """For each offset in *cuts* (absolute, sorted), the first walk position at or after
+    it, walking the segment from *base* (its start, or where its data starts); None when
+    the segment holds nothing more to read there.
+
+    A walk position is where a range may begin and read exactly what a reader coming from
+    *base* would: a record start found by following TOTALSIZE from *base*, or the start of
+    a damaged region the walk steps over. This is how the planner cuts a segment into
+    ranges without ever guessing where a record starts from what its bytes look like: a
+    message body may hold anything, including a copy of a valid record with its own
+    offset.
+    """
+    if not cuts:
+        return []
+    seg = sd.segment
+    runs, _, stops, after = _frame(sd, base, max(cuts) + 1, last)
+    positions = np.sort(
+        np.concatenate([*(r.starts for r in runs), np.array(stops, dtype=np.int64)])
+    )
+    out: list[int | None] = []
+    for cut in cuts:
+        i = int(np.searchsorted(positions, cut - seg.start, side="left"))
+        if i < positions.size:
+            out.append(seg.start + int(positions[i]))
+        else:
+            out.append(None if after is None else seg.start + after)
+    return out
 
 
 def _after_run(sd: SegmentData, pos: int, last: bool, problems: list[Problem]) -> int | None:
@@ -788,6 +850,127 @@ def _timestamps(millis: I64) -> pa.TimestampArray:
     return pa.array(micros, type=_TIMESTAMP, mask=None if valid.all() else ~valid)
 
 
+def _msg_ids(addr: U8, port: I64, physical: I64, v6: Bools) -> pa.StringArray:
+    """``MessageDecoder.createMessageId`` per record: upper-case hex of the store host's
+    address (4 or 16 bytes), its port (int32) and the physical offset (int64).
+
+    Built as one character matrix (56 columns, IPv4 rows use the first 32) and cut into
+    strings by their widths, so a batch costs a few numpy operations, not a loop.
+    """
+    n = port.size
+    raw = np.zeros((n, 28), dtype=np.uint8)
+    tail = np.concatenate(
+        [
+            port.astype(">i4").view(np.uint8).reshape(n, 4),
+            physical.astype(">i8").view(np.uint8).reshape(n, 8),
+        ],
+        axis=1,
+    )
+    v4 = ~v6
+    raw[v4, :4] = addr[v4, :4]
+    raw[v4, 4:16] = tail[v4]
+    raw[v6, :16] = addr[v6]
+    raw[v6, 16:] = tail[v6]
+    chars = np.empty((n, 56), dtype=np.uint8)
+    chars[:, 0::2] = _HEX[raw >> 4]
+    chars[:, 1::2] = _HEX[raw & 15]
+    width = np.where(v6, 56, 32)
+    # Row-major boolean selection keeps the rows in order, each cut to its width.
+    data = chars[np.arange(56) < width[:, None]] if v6.any() else chars[:, :32].reshape(-1)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(width, out=offsets[1:])
+    ids: pa.StringArray = pa.Array.from_buffers(
+        pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(data))]
+    )
+    return ids
+
+
+_HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+
+
+def compression_of(sysflag: int) -> str | None:
+    """The algorithm a record's body is compressed with, None when it is not compressed."""
+    if not sysflag & SYSFLAG_COMPRESSED:
+        return None
+    code = (sysflag >> SYSFLAG_COMPRESSION_SHIFT) & SYSFLAG_COMPRESSION_MASK
+    return COMPRESSION_NAMES.get(code, f"unknown({code})")
+
+
+def decompress(body: bytes, algorithm: str) -> bytes:
+    """The body as the producer sent it, before compression.
+
+    zlib is RocketMQ's ``UtilAll.uncompress`` (a zlib stream, as ``Deflater`` writes), LZ4
+    the frame format of ``Lz4Compressor``, Zstandard a standard frame (``ZstdCompressor``).
+    Raises ``ValueError`` when the bytes do not decompress, or for an unknown algorithm.
+    """
+    if algorithm == "zlib":
+        try:
+            return zlib.decompress(body)
+        except zlib.error as exc:
+            raise ValueError(f"not a zlib stream: {exc}") from None
+    if algorithm == "lz4":
+        try:
+            import lz4.frame
+        except ImportError:
+            raise ValueError("an LZ4 body needs the lz4 package (in the spark extra)") from None
+        try:
+            out: bytes = lz4.frame.decompress(body)
+        except RuntimeError as exc:
+            raise ValueError(f"not an LZ4 frame: {exc}") from None
+        return out
+    if algorithm == "zstd":
+        try:
+            import zstandard
+        except ImportError:
+            raise ValueError(
+                "a Zstandard body needs the zstandard package (in the spark extra)"
+            ) from None
+        try:
+            with zstandard.ZstdDecompressor().stream_reader(body) as reader:
+                data: bytes = reader.read()
+            return data
+        except zstandard.ZstdError as exc:
+            raise ValueError(f"not a Zstandard frame: {exc}") from None
+    raise ValueError(f"unknown compression {algorithm}")
+
+
+def _bodies(
+    body: pa.BinaryArray, sysflag: I64, decompress_bodies: bool
+) -> tuple[pa.BinaryArray, pa.BooleanArray, pa.StringArray]:
+    """The body, compressed and compression columns.
+
+    ``compression`` names the algorithm of a body stored compressed (null otherwise).
+    ``compressed`` says whether the ``body`` column holds compressed bytes: with
+    *decompress_bodies* it is false for every body that decompressed, and stays true (with
+    the stored bytes) for one that does not.
+    """
+    flagged = (sysflag & SYSFLAG_COMPRESSED) != 0
+    n = sysflag.size
+    if not flagged.any():
+        return body, pa.array(np.zeros(n, dtype=np.bool_)), pa.nulls(n, pa.string())
+    codes = (sysflag >> SYSFLAG_COMPRESSION_SHIFT) & SYSFLAG_COMPRESSION_MASK
+    names = [COMPRESSION_NAMES.get(c, f"unknown({c})") for c in range(8)]
+    compression: pa.StringArray = pa.array(names, pa.string()).take(
+        pa.array(codes, mask=~flagged)
+    )
+    still = flagged.copy()
+    if decompress_bodies:
+        rows = np.flatnonzero(flagged)
+        raw: list[bytes] = body.take(pa.array(rows)).to_pylist()
+        plain: list[bytes | None] = [None] * n
+        for i, data, algorithm in zip(
+            rows.tolist(), raw, compression.take(pa.array(rows)).to_pylist(), strict=True
+        ):
+            try:
+                plain[i] = decompress(data, algorithm)
+                still[i] = False
+            except ValueError:
+                pass  # left as stored; the compressed column says so
+        if not still.all():
+            body = pc.if_else(pa.array(~still & flagged), pa.array(plain, pa.binary()), body)
+    return body, pa.array(still), compression
+
+
 def decode_batch(
     sd: SegmentData, starts: I64, schema: pa.Schema = MESSAGE_ARROW_SCHEMA
 ) -> pa.RecordBatch:
@@ -796,7 +979,11 @@ def decode_batch(
 
 
 def decode_records(
-    sd: SegmentData, r: Records, schema: pa.Schema = MESSAGE_ARROW_SCHEMA
+    sd: SegmentData,
+    r: Records,
+    schema: pa.Schema = MESSAGE_ARROW_SCHEMA,
+    *,
+    decompress_bodies: bool = False,
 ) -> pa.RecordBatch:
     """The messages of *r* (valid records, from :func:`scan_records`) as a batch."""
     starts = r.starts
@@ -806,8 +993,13 @@ def decode_records(
     props, tags, keys = _properties(
         _utf8(_slices(arr, r.props_pos, r.props_pos + r.props_len))
     )
+    physical = sd.segment.start + starts
+    store_v6 = (r.family & 2) == 2
+    body, compressed, compression = _bodies(
+        _slices(arr, r.body_pos, r.body_pos + r.body_len), h["sysflag"], decompress_bodies
+    )
     columns: dict[str, pa.Array] = {
-        "physical_offset": pa.array(sd.segment.start + starts, type=pa.int64()),
+        "physical_offset": pa.array(physical, type=pa.int64()),
         "size": pa.array(h["size"].astype(np.int32)),
         "topic": topics,
         "queue_id": pa.array(h["queue_id"].astype(np.int32)),
@@ -817,7 +1009,7 @@ def decode_records(
         "born_timestamp": _timestamps(h["born_timestamp"]),
         "born_host": _hosts(h["born_addr"], h["born_port"], (r.family & 1) == 1),
         "store_timestamp": _timestamps(h["store_timestamp"]),
-        "store_host": _hosts(h["store_addr"], h["store_port"], (r.family & 2) == 2),
+        "store_host": _hosts(h["store_addr"], h["store_port"], store_v6),
         "sysflag": pa.array(h["sysflag"].astype(np.int32)),
         "flag": pa.array(h["flag"].astype(np.int32)),
         "body_crc": pa.array(h["body_crc"].astype(np.int32)),
@@ -825,7 +1017,10 @@ def decode_records(
         "prepared_transaction_offset": pa.array(h["prepared_transaction_offset"]),
         "magic_code": pa.array(h["magic"].astype(np.int64)),
         "properties": props,
-        "body": _slices(arr, r.body_pos, r.body_pos + r.body_len),
+        "body": body,
+        "msg_id": _msg_ids(h["store_addr"], h["store_port"], physical, store_v6),
+        "compressed": compressed,
+        "compression": compression,
     }
     return pa.RecordBatch.from_arrays([columns[name] for name in schema.names], schema=schema)
 

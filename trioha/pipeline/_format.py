@@ -1,10 +1,10 @@
 """The CommitLog record layout as the pipeline reads it, and the problems it reports.
 
-Pure Python (no numpy, no pyspark), so the planner, the CLI and the audit result classes can
-use it without the ``spark`` extra. The numbers come from the spec, §4.1–4.3, which read
-RocketMQ's ``CommitLog.MessageExtEncoder.encode`` and ``checkMessageAndReturnSize``. A test
-checks that they agree with the store's codec (``trioha.store._message``), which writes the
-logs; they are repeated here so that Spark executors need nothing of trioha but this package.
+No numpy, no pyspark, so the planner, the CLI and the audit result classes can use it
+without the ``spark`` extra. The record constants are the store's own
+(``trioha.store._message``, which follows ``CommitLog.MessageExtEncoder.encode`` and
+``checkMessageAndReturnSize``): the logs the store writes and the pipeline reads share one
+definition. Importing the store's codec loads no Trio and nothing of the broker.
 """
 
 from __future__ import annotations
@@ -13,18 +13,47 @@ import enum
 
 import attrs
 
-# --- record layout (docs/rocketmq-protocol.md §4.1) -----------------------------------------------
+from trioha.store._message import (
+    BLANK_MAGIC,
+    MESSAGE_MAGIC,
+    MESSAGE_MAGIC_V2,
+    MIN_RECORD_SIZE,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_STOREHOST_V6,
+)
+from trioha.store._message import BLANK_RECORD_SIZE as BLANK_MARKER_SIZE
 
-# Read as unsigned 32-bit values (Java's ints -626843481, -626843477 and -875286124).
-MESSAGE_MAGIC = 0xDAA320A7  # topic length in one (signed) byte
-MESSAGE_MAGIC_V2 = 0xDAA320AB  # 5.1+: topic length in two bytes
-BLANK_MAGIC = 0xCBD43194  # end-of-file marker (docs/rocketmq-protocol.md §4.3)
+__all__ = [
+    "BLANK_MAGIC",
+    "BLANK_MARKER_SIZE",
+    "MESSAGE_MAGIC",
+    "MESSAGE_MAGIC_V2",
+    "MIN_RECORD_SIZE",
+    "NAME_VALUE_SEPARATOR",
+    "PROPERTY_KEYS",
+    "PROPERTY_SEPARATOR",
+    "PROPERTY_TAGS",
+    "SYSFLAG_BORNHOST_V6",
+    "SYSFLAG_STOREHOST_V6",
+    "Problem",
+    "ProblemKind",
+    "segment_name",
+]
 
-#: The first three bytes both message magics share; scanning for them finds candidates.
-MAGIC_PREFIX = b"\xda\xa3\x20"
+# --- record layout ----------------------------------------------------------------------
 
-SYSFLAG_BORNHOST_V6 = 0x10
-SYSFLAG_STOREHOST_V6 = 0x20
+#: ``MessageSysFlag.COMPRESSED_FLAG``: the producer compressed the body.
+SYSFLAG_COMPRESSED = 0x1
+#: ``MessageSysFlag.COMPRESSION_TYPE_COMPARATOR`` (5.x): bits 8-10 name the algorithm.
+SYSFLAG_COMPRESSION_SHIFT = 8
+SYSFLAG_COMPRESSION_MASK = 0x7
+#: ``CompressionType.findByValue``: 0 (a 4.x producer, which always used zlib) and 3 are
+#: zlib, 1 is LZ4 (frame format), 2 is Zstandard.
+COMPRESSION_NAMES = {0: "zlib", 1: "lz4", 2: "zstd", 3: "zlib"}
 
 # Byte positions inside a record that do not depend on the host sizes.
 POS_TOTAL_SIZE = 0
@@ -41,22 +70,11 @@ POS_BORN_HOST = 48
 HOST_V4_SIZE = 8  # 4-byte address + int32 port
 HOST_V6_SIZE = 20  # 16-byte address + int32 port
 
-#: Header bytes before the body length with IPv4 hosts (docs/rocketmq-protocol.md §4.1: "fixed part
-#: = 84 bytes").
+#: Header bytes before the body length with IPv4 hosts ("fixed part = 84 bytes").
 FIXED_PART_V4 = 84
-#: The smallest record there can be: IPv4 hosts, empty body, empty topic, no properties.
-MIN_RECORD_SIZE = FIXED_PART_V4 + 4 + 1 + 2
 
-BLANK_MARKER_SIZE = 8  # int32 remaining + int32 BLANK magic
-
-#: RocketMQ masks the body CRC to a non-negative int (``UtilAll.crc32``, docs/rocketmq-protocol.md
-#: §4.1).
+#: RocketMQ masks the body CRC to a non-negative int (``UtilAll.crc32``).
 CRC_MASK = 0x7FFFFFFF
-
-PROPERTY_SEPARATOR = "\x02"
-NAME_VALUE_SEPARATOR = "\x01"
-PROPERTY_TAGS = "TAGS"
-PROPERTY_KEYS = "KEYS"
 
 
 def segment_name(start: int) -> str:
@@ -72,7 +90,7 @@ class ProblemKind(enum.Enum):
 
     The first five are what RocketMQ's ``checkMessageAndReturnSize`` would trip over while
     recovering; the last two are about the directory, as ``MappedFileQueue.load`` and
-    ``checkSelf`` see it (docs/rocketmq-protocol.md §4.5).
+    ``checkSelf`` see it.
     """
 
     BAD_MAGIC = "bad_magic"  # a record was expected, the magic code is neither kind

@@ -1,10 +1,10 @@
 """Finding the segment files of a commit log directory, the way RocketMQ loads them.
 
-Mirrors ``MappedFileQueue.load``/``doLoad`` and ``checkSelf`` (docs/rocketmq-protocol.md §4.5):
-every file is named by its 20-digit start offset, all have the same length, consecutive files differ
-by exactly that length. Where RocketMQ refuses to start (a file of another length) or logs ``[BUG]``
-(a hole between files), the pipeline notes a :class:`Problem` and reads what is there, because its
-job is to show the state of a log, damaged or not.
+Mirrors ``MappedFileQueue.load``/``doLoad`` and ``checkSelf``: every file is
+named by its 20-digit start offset, all have the same length, consecutive files differ by
+exactly that length. Where RocketMQ refuses to start (a file of another length) or logs
+``[BUG]`` (a hole between files), the pipeline notes a :class:`Problem` and reads what is
+there, because its job is to show the state of a log, damaged or not.
 
 Pure Python: it runs on the Spark driver while planning and in the CLI.
 """

@@ -41,6 +41,7 @@ class ReadOptions:
     partition_bytes: int = DEFAULT_PARTITION_BYTES
     segment_size: int | None = None
     verify_crc: bool = True
+    decompress: bool = False
     arrow: bool = True
     batch_rows: int = 16384
     batch_bytes: int = 32 * MIB
@@ -59,6 +60,7 @@ class ReadOptions:
             "partitionbytes",
             "segmentsize",
             "verifycrc",
+            "decompress",
             "arrow",
             "batchrows",
             "batchbytes",
@@ -68,7 +70,7 @@ class ReadOptions:
             raise PipelineError(
                 f"unknown commitlog option(s) {', '.join(unknown)}; known: "
                 "path, output, startOffset, endOffset, partitionBytes, segmentSize, "
-                "verifyCrc, arrow, batchRows, batchBytes"
+                "verifyCrc, decompress, arrow, batchRows, batchBytes"
             )
         path = lower.get("path")
         if not path:
@@ -95,6 +97,7 @@ class ReadOptions:
             partition_bytes=_int(lower, "partitionbytes", minimum=1) or DEFAULT_PARTITION_BYTES,
             segment_size=_int(lower, "segmentsize", minimum=1),
             verify_crc=_bool(lower, "verifycrc", default=True),
+            decompress=_bool(lower, "decompress", default=False),
             arrow=_bool(lower, "arrow", default=True),
             batch_rows=_int(lower, "batchrows", minimum=1) or 16384,
             batch_bytes=_int(lower, "batchbytes", minimum=1) or 32 * MIB,

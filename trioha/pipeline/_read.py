@@ -30,13 +30,18 @@ def read_messages(
     schema: pa.Schema = MESSAGE_ARROW_SCHEMA,
     batch_rows: int = 16384,
     batch_bytes: int = 32 << 20,
+    decompress: bool = False,
 ) -> Iterator[pa.RecordBatch]:
-    """Every valid message starting in the partition's ranges, in offset order."""
+    """Every valid message starting in the partition's ranges, in offset order.
+
+    *decompress* replaces compressed bodies by what the producer sent."""
     for rng in partition.ranges:
         with open_segment(rng.segment) as sd:
             records, _ = scan_records(sd, rng.begin, rng.end, rng.last)
             for part in chunks(records.size, max_rows=batch_rows, max_bytes=batch_bytes):
-                yield decode_records(sd, records.take(part), schema)
+                yield decode_records(
+                    sd, records.take(part), schema, decompress_bodies=decompress
+                )
 
 
 def read_problems(partition: ScanPartition, *, verify_crc: bool = True) -> Iterator[Problem]:

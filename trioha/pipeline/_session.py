@@ -12,13 +12,14 @@ The two failures people meet first, no Java and no pyspark, become one-line
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,16 +66,24 @@ def find_java() -> str:
 
 
 def require_pyspark() -> None:
-    """Fail with a one-line hint when the ``spark`` extra is not installed."""
-    missing = [
-        name
-        for name in ("pyspark", "pyarrow", "numpy")
-        if importlib.util.find_spec(name) is None
-    ]
+    """Fail with a one-line hint when the ``spark`` extra is not (fully) installed.
+
+    The modules are imported, not just looked up, so that a broken install (a pyarrow
+    built for another Python, a half-removed package) gets the same clear message.
+    """
+    missing: list[str] = []
+    for name in ("pyspark", "pyarrow", "numpy"):
+        try:
+            if importlib.util.find_spec(name) is None:
+                missing.append(name)
+                continue
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
     if missing:
         raise PipelineError(
-            f"{', '.join(missing)} not installed; the pipeline needs the spark extra: "
-            "pip install 'trioha[spark]'"
+            f"{', '.join(missing)} not installed: the pipeline needs the spark extra "
+            "(pyspark, pyarrow, numpy): pip install 'trioha[spark]'"
         )
 
 
@@ -100,11 +109,19 @@ def spark_session(
     progress: bool = False,
     log_level: str = "ERROR",
     conf: Mapping[str, str] | None = None,
+    python: str | None = None,
+    py_files: Sequence[str] = (),
 ) -> SparkSession:
     """Start (or join) a SparkSession set up as the module docstring says.
 
     *master* defaults to ``local[*]``, or under ``spark-submit`` to the master it was given.
     *progress* shows Spark's console progress bar (the CLI wants it, tests do not).
+    *python* is the interpreter the executors' Python workers run (default: this one for a
+    local master, the cluster's choice otherwise). pyspark takes it from the environment
+    variable ``PYSPARK_PYTHON`` when the JVM starts, not from ``spark.pyspark.python``
+    alone, so it is set there too, before the JVM is launched. *py_files* are shipped to
+    every executor and put on its workers' import path (``SparkContext.addPyFile``): the
+    zip ``python -m trioha pipeline-dist`` writes, for executors without trioha.
     Call ``.stop()`` on the result when done. The commitlog data sources are registered.
     """
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started our JVM
@@ -116,8 +133,14 @@ def spark_session(
     local = master is not None and is_local(master)
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        os.environ["PYSPARK_PYTHON"] = sys.executable
-        _export_import_path()
+        if python is None:
+            python = sys.executable
+            _export_import_path()
+    if python is not None:
+        os.environ["PYSPARK_PYTHON"] = python
+    for path in py_files:
+        if not os.path.isfile(path):
+            raise PipelineError(f"py_files: no such file {path}")
 
     from pyspark.sql import SparkSession
 
@@ -135,11 +158,13 @@ def spark_session(
             {
                 "spark.driver.host": "127.0.0.1",
                 "spark.driver.bindAddress": "127.0.0.1",
-                "spark.pyspark.python": sys.executable,
                 "spark.sql.shuffle.partitions": str(max(2, cores)),
                 "spark.default.parallelism": str(max(2, cores)),
             }
         )
+    if python is not None:
+        settings["spark.pyspark.python"] = python
+        settings["spark.executorEnv.PYSPARK_PYTHON"] = python
     settings.update(conf or {})
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
@@ -148,6 +173,8 @@ def spark_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
+    for path in py_files:
+        spark.sparkContext.addPyFile(str(Path(path).resolve()))
     register(spark)
     return spark
 

@@ -17,10 +17,16 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BinaryType,
+    BooleanType,
     IntegerType,
     LongType,
     MapType,
@@ -30,6 +36,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from trioha._errors import PipelineError
 from trioha.pipeline._layout import read_layout
 from trioha.pipeline._options import Output, ReadOptions
 from trioha.pipeline._plan import ScanPartition, plan_partitions
@@ -60,6 +67,9 @@ MESSAGE_SCHEMA = StructType(
             nullable=False,
         ),
         StructField("body", BinaryType(), nullable=False),
+        StructField("msg_id", StringType(), nullable=False),
+        StructField("compressed", BooleanType(), nullable=False),
+        StructField("compression", StringType(), nullable=True),
     ]
 )
 
@@ -129,6 +139,7 @@ class CommitLogReader(DataSourceReader):
             schema=schema,
             batch_rows=opts.batch_rows,
             batch_bytes=opts.batch_bytes,
+            decompress=opts.decompress,
         )
         if opts.arrow:
             yield from batches
@@ -165,6 +176,15 @@ class CommitLogDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return CommitLogReader(self._read_options(), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """``spark.readStream.format("commitlog")``: see :mod:`trioha.pipeline._stream`."""
+        from trioha.pipeline._stream import CommitLogStreamReader
+
+        opts = self._read_options()
+        if opts.output is not Output.MESSAGES:
+            raise PipelineError("a stream reads messages; problems are read in batch")
+        return CommitLogStreamReader(opts, schema)
 
 
 class CommitLogProblemsDataSource(CommitLogDataSource):

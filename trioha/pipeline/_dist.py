@@ -1,0 +1,130 @@
+"""``pipeline-dist``: the artifact Spark executors need to run the pipeline.
+
+Executors unpickle the data sources, readers and the audit's task function by reference to
+``trioha.pipeline``, so they must import it, and what it imports: a few pure-Python modules
+of trioha (the lazy package root, the error tree, the store's record codec) and ``attrs``.
+Those go into one zip for ``--py-files`` / :func:`spark_session`'s *py_files*. Nothing of
+the broker, the network code or Trio is imported, so none of it is shipped.
+
+The binary dependencies (numpy, pyarrow, and lz4/zstandard for compressed bodies) cannot
+travel in a zip; they are written out as a requirements file pinned to the versions the
+driver runs, to install into the executors' Python.
+
+Which modules to ship is not a list kept by hand: a fresh interpreter imports what a task
+imports and the zip holds exactly the trioha and attrs modules that were loaded.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import attrs
+
+from trioha._errors import PipelineError
+
+#: What an executor imports: the data sources and what their readers and the audit run.
+TASK_MODULES = (
+    "trioha.pipeline._source",
+    "trioha.pipeline._read",
+    "trioha.pipeline._audit",
+    "trioha.pipeline._export",
+    "trioha.pipeline._stream",
+    "trioha.pipeline._cli",  # spark-submit's entry file runs it
+)
+#: Pure-Python packages shipped in the zip, whole.
+PURE_PACKAGES = ("attr", "attrs")
+#: Installed on the executors instead (compiled code).
+BINARY_REQUIREMENTS = ("numpy", "pyarrow", "lz4", "zstandard")
+
+_PROBE = """
+import importlib, json, sys
+for name in json.loads(sys.argv[1]):
+    importlib.import_module(name)
+print(json.dumps({n: m.__file__ for n, m in sys.modules.items()
+                  if n.split(".")[0] in ("trioha", "attr", "attrs")
+                  and getattr(m, "__file__", None)}))
+"""
+
+
+@attrs.frozen
+class Dist:
+    """What :func:`build_dist` wrote."""
+
+    zip_path: Path
+    requirements_path: Path
+    modules: tuple[str, ...]
+    requirements: tuple[str, ...]
+
+    def render(self) -> str:
+        trioha = sum(1 for m in self.modules if m.startswith("trioha/"))
+        return "\n".join(
+            [
+                f"wrote {self.zip_path} ({trioha} trioha modules and attrs, "
+                f"{self.zip_path.stat().st_size} bytes)",
+                f"wrote {self.requirements_path}: {', '.join(self.requirements)}",
+                "executors: install the requirements into their Python, then pass the zip",
+                f"  spark-submit --py-files {self.zip_path} ... or "
+                f"spark_session(master, py_files=[{str(self.zip_path)!r}], python=...)",
+            ]
+        )
+
+
+def _loaded_files() -> dict[str, str]:
+    root = Path(__file__).resolve().parents[2]
+    paths = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(TASK_MODULES)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise PipelineError(f"cannot import the pipeline to see what it needs: {last}")
+    files: dict[str, str] = json.loads(out.stdout.strip().splitlines()[-1])
+    return files
+
+
+def build_dist(out: str | os.PathLike[str]) -> Dist:
+    """Write the executors' zip to *out* and the pinned requirements beside it."""
+    zip_path = Path(out)
+    if zip_path.suffix != ".zip":
+        raise PipelineError(f"{zip_path}: the artifact must be a .zip (Spark's --py-files)")
+    if not zip_path.parent.is_dir():
+        raise PipelineError(f"no such directory: {zip_path.parent}")
+    files = _loaded_files()
+    entries: dict[str, Path] = {}
+    for name, file in files.items():
+        path = Path(file)
+        top = name.split(".")[0]
+        if top in PURE_PACKAGES:  # flat packages: ship the whole directory
+            pkg = path.parent
+            for extra in pkg.rglob("*"):
+                if extra.suffix in (".py", ".pyi") or extra.name == "py.typed":
+                    entries[extra.relative_to(pkg.parent).as_posix()] = extra
+            continue
+        parts = name.split(".")
+        arc = "/".join(parts) + ("/__init__.py" if path.name == "__init__.py" else ".py")
+        entries[arc] = path
+    # spark-submit's entry file, which nothing imports
+    main = Path(__file__).with_name("__main__.py")
+    entries["trioha/pipeline/__main__.py"] = main
+    tmp = zip_path.with_name(zip_path.name + ".tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for arc in sorted(entries):
+            zf.write(entries[arc], arc)
+    tmp.replace(zip_path)
+    requirements = tuple(
+        f"{name}=={importlib.metadata.version(name)}" for name in BINARY_REQUIREMENTS
+    )
+    req_path = zip_path.with_name(zip_path.stem + "-requirements.txt")
+    req_path.write_text("".join(f"{r}\n" for r in requirements))
+    return Dist(zip_path, req_path, tuple(sorted(entries)), requirements)
