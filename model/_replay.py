@@ -17,6 +17,7 @@ a heartbeat is due at every tick and housekeeping needs two silent ticks, as in 
 
 from __future__ import annotations
 
+import random
 import struct
 from collections.abc import Sequence
 
@@ -573,6 +574,20 @@ def replay(
                 violations.append((inv.name, message))
                 break
     return ReplayResult(tuple(worlds), tuple(violations), len(steps), tuple(harness.closes))
+
+
+def random_walk(model: HAModel, rng: random.Random, length: int) -> tuple[list[Step], World]:
+    """Up to *length* steps chosen by *rng* among those the model enables; and where they end."""
+    world = model.initial()
+    steps: list[Step] = []
+    for _ in range(length):
+        options = list(model.successors(world))
+        if not options:
+            break
+        step, out = rng.choice(options)
+        steps.append(step)
+        world = out.world
+    return steps, world
 
 
 def fair_tail(model: HAModel, steps: Sequence[Step], count: int) -> list[Step]:

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from model import CONFIGS, HAModel, Step, replay
+from model import CONFIGS, HAModel, random_walk, replay
 
 
 @pytest.mark.parametrize("name", ["odd-frames", "hostile-anywhere", "fallbehind-edge"])
@@ -15,15 +15,7 @@ def test_random_walks_with_split_deliveries_agree(name: str) -> None:
     m = HAModel(config)
     rng = random.Random(name)
     for _ in range(15):
-        world = m.initial()
-        steps: list[Step] = []
-        for _ in range(60):
-            options = list(m.successors(world))
-            if not options:
-                break
-            step, out = rng.choice(options)
-            steps.append(step)
-            world = out.world
+        steps, world = random_walk(m, rng, 60)
         result = replay(config, steps, split=True)
         assert result.final == world
         assert not result.violations
