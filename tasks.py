@@ -124,7 +124,8 @@ def run_mutation(target: str, bin_dir: Path, root: Path = ROOT) -> tuple[int, in
             "[tool.mutmut]",
             'source_paths = ["trioha/"]',
             f"only_mutate = [{json.dumps(pattern)}]",
-            'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:timeout"]',
+            # A mutant that hangs a test is caught: pytest-timeout fails it after 30 s.
+            'pytest_add_cli_args = ["-p", "no:cacheprovider", "--timeout=30"]',
             f"pytest_add_cli_args_test_selection = {json.dumps(MUTATE[package])}",
             "",
         ]
