@@ -307,3 +307,44 @@ async def test_a_wait_without_a_start_counts_from_zero(autojump_clock: trio.abc.
         assert seen == [(0, 10)]
         assert w.lowest_end == float("inf")
         nursery.cancel_scope.cancel()
+
+
+async def test_a_waiter_held_back_does_not_hold_back_the_ones_behind_it(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """``holds`` refuses the lowest end; a higher one it accepts is still answered."""
+    w = waiters()
+    answers: dict[int, str] = {}
+
+    async def put(start: int, end: int) -> None:
+        answers[end] = await w.wait(end, start=start)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(w.expire)
+        nursery.start_soon(put, 0, 10)
+        nursery.start_soon(put, 5, 20)
+        await trio.testing.wait_all_tasks_blocked()
+        assert w.release(20, lambda start, _end: start >= 5) == 1
+        await trio.testing.wait_all_tasks_blocked()
+        assert answers == {20: OK}
+        assert len(w) == 1 and w.lowest_end == 10
+        nursery.cancel_scope.cancel()
+
+
+async def test_waits_go_on_while_one_of_two_expiring_tasks_remains(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    w = waiters(timeout=3.0)
+    async with trio.open_nursery() as nursery:
+        async with trio.open_nursery() as first:
+            await first.start(w.expire)
+            await nursery.start(w.expire)
+            nursery.start_soon(w.wait, 10)
+            await trio.testing.wait_all_tasks_blocked()
+            first.cancel_scope.cancel()  # one stops; the other still times waits out
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(w) == 1
+        t0 = trio.current_time()
+        assert await w.wait(20) == LATE
+        assert trio.current_time() - t0 == pytest.approx(3.0)
+        nursery.cancel_scope.cancel()
