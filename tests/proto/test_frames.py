@@ -79,7 +79,7 @@ def test_partial_word_and_trailing_data_keep_alignment() -> None:
 
 
 def test_the_largest_body_a_java_slave_takes_is_accepted_and_one_more_byte_is_not() -> None:
-    # HAClient's read buffer is 4 MiB and holds the header too (spec §1.6).
+    # HAClient's read buffer (READ_MAX_BUFFER_SIZE, 4 MiB) holds the header too.
     assert MAX_BODY_SIZE == 4 * 1024 * 1024 - 12
     assert HEADER_SIZE == 12
     assert TransferHeader.from_bytes(encode_header(0, MAX_BODY_SIZE), max_body=MAX_BODY_SIZE) == (
