@@ -97,8 +97,11 @@ def test_offsets_at_the_int64_edge() -> None:
     top = (1 << 63) - 1
     assert TransferHeader.from_bytes(encode_header(top, 0), max_body=1).offset == top
     assert TransferHeader.from_bytes(encode_header(top - 10, 10), max_body=10).end == top
-    with pytest.raises(RemoteProtocolError, match="largest offset"):
+    beyond = r"ending beyond the largest offset a log can have$"
+    with pytest.raises(RemoteProtocolError, match=beyond):
         TransferHeader.from_bytes(encode_header(top - 10, 11), max_body=11)
+    assert TransferHeader(top - 10, 10).to_bytes() == encode_header(top - 10, 10)
+    assert TransferHeader(5, 0).to_bytes() == (5).to_bytes(8, "big") + bytes(4)
     assert TransferHeader.from_bytes(encode_header(0, 0), max_body=0).is_heartbeat
     assert not TransferHeader(0, 1).is_heartbeat
     with pytest.raises(RemoteProtocolError, match="negative offset -1"):
