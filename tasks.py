@@ -137,6 +137,9 @@ def run_mutation(target: str, bin_dir: Path, root: Path = ROOT) -> tuple[int, in
     # The mutated copy must win over an installed trioha; the directory must exist before
     # mutmut starts, or Python caches its absence on ``sys.path`` for the whole run.
     (work / "mutants").mkdir(exist_ok=True)
+    # mutmut re-maps tests to functions only for new tests; an edited test could still count as
+    # reaching nothing, so the map is rebuilt every run (one run of the package's tests).
+    (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     env = {**os.environ, "PYTHONPATH": str(work / "mutants")}
     print(f"+ mutmut run ({pattern}, tests {' '.join(MUTATE[package])})", flush=True)
     subprocess.run([*nice, mutmut, "run", "--max-children", "1"], cwd=work, env=env, check=False)
@@ -146,8 +149,8 @@ def run_mutation(target: str, bin_dir: Path, root: Path = ROOT) -> tuple[int, in
         [mutmut, "results"], cwd=work, env=env, check=True, capture_output=True, text=True
     ).stdout
     survivors = sorted(
-        m.group(1)
-        for m in re.finditer(r"^\s*([\w.]+__mutmut_\d+): (survived|no tests)", listing, re.M)
+        {m.group(1)
+        for m in re.finditer(r"^\s*([\w.]+__mutmut_\d+): (survived|no tests)", listing, re.M)}
     )
     equivalent = _equivalent_survivors()
     caught = stats["killed"] + stats["timeout"] + stats["segfault"] + stats["suspicious"]
