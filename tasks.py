@@ -76,14 +76,19 @@ EQUIVALENT = ROOT / "docs" / "mutation-survivors.txt"
 
 
 def mutate(argv: list[str]) -> None:
-    """Mutation-test the packages in *argv* (default: all), one at a time, niced."""
-    unknown = [a for a in argv if a not in MUTATE]
+    """Mutation-test the packages in *argv* (default: all), one at a time, niced.
+
+    A target is a package (``net``) or one of its files (``trioha/net/_waiters.py``), which
+    is judged by the same tests as its package.
+    """
+    unknown = [a for a in argv if _package_of(a) not in MUTATE]
     if unknown:
-        sys.exit(f"unknown package(s) {', '.join(unknown)}; choose from {', '.join(MUTATE)}")
+        sys.exit(f"unknown target(s) {', '.join(unknown)}; choose from {', '.join(MUTATE)} "
+                 "or a .py file in one of them")
     _ensure_env("dev")
     totals = [0, 0]
-    for package in argv or list(MUTATE):
-        killed, total = run_mutation(package, BIN)
+    for target in argv or list(MUTATE):
+        killed, total = run_mutation(target, BIN)
         totals[0] += killed
         totals[1] += total
     if len(argv) != 1 and totals[1]:
@@ -91,35 +96,52 @@ def mutate(argv: list[str]) -> None:
         print(f"\nall packages: {totals[0]}/{totals[1]} killed ({score:.1f}%)")
 
 
-def run_mutation(package: str, bin_dir: Path) -> tuple[int, int]:
-    """Run mutmut over ``trioha/<package>`` in ``build/mutate/<package>``; (killed, total).
+def _package_of(target: str) -> str:
+    match = re.fullmatch(r"(?:trioha/)?(\w+)(?:/\w+\.py)?", target)
+    return match.group(1) if match else ""
 
-    Each package gets its own copy of the tree with a ``[tool.mutmut]`` section naming what to
-    mutate and which tests judge it, so runs never mix and mutmut's cache (``mutants/``) lets a
-    second run retest only what changed.
+
+def run_mutation(target: str, bin_dir: Path, root: Path = ROOT) -> tuple[int, int]:
+    """Run mutmut over *target* in ``build/mutate/<target>``; (killed, total).
+
+    Each target gets its own copy of the tree (from *root*) with a ``[tool.mutmut]`` section
+    naming what to mutate and which tests judge it, so runs never mix and mutmut's cache
+    (``mutants/``) lets a second run retest only what changed.
     """
-    work = ROOT / "build" / "mutate" / package
+    package = _package_of(target)
+    if target == package:
+        pattern = f"trioha/{package}/*"
+    else:
+        pattern = target if target.startswith("trioha/") else f"trioha/{target}"
+    work = ROOT / "build" / "mutate" / re.sub(r"\W+", "-", target.removeprefix("trioha/"))
     work.mkdir(parents=True, exist_ok=True)
     for name in ("trioha", "tests", "model"):
         shutil.rmtree(work / name, ignore_errors=True)
-        shutil.copytree(ROOT / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(root / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
     section = "\n".join(
         [
             "",
             "[tool.mutmut]",
             'source_paths = ["trioha/"]',
-            f'only_mutate = ["trioha/{package}/*"]',
-            'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:timeout"]',
+            f"only_mutate = [{json.dumps(pattern)}]",
+            # A mutant that hangs a test is caught: pytest-timeout fails it after 30 s.
+            'pytest_add_cli_args = ["-p", "no:cacheprovider", "--timeout=30"]',
             f"pytest_add_cli_args_test_selection = {json.dumps(MUTATE[package])}",
             "",
         ]
     )
-    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    text = (root / "pyproject.toml").read_text(encoding="utf-8")
     (work / "pyproject.toml").write_text(text + section, encoding="utf-8")
     mutmut = str(bin_dir / "mutmut")
     nice = ["nice", "-n", "10"] if shutil.which("nice") else []
+    # The mutated copy must win over an installed trioha; the directory must exist before
+    # mutmut starts, or Python caches its absence on ``sys.path`` for the whole run.
+    (work / "mutants").mkdir(exist_ok=True)
+    # mutmut re-maps tests to functions only for new tests; an edited test could still count as
+    # reaching nothing, so the map is rebuilt every run (one run of the package's tests).
+    (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     env = {**os.environ, "PYTHONPATH": str(work / "mutants")}
-    print(f"+ mutmut run (trioha/{package}, tests {' '.join(MUTATE[package])})", flush=True)
+    print(f"+ mutmut run ({pattern}, tests {' '.join(MUTATE[package])})", flush=True)
     subprocess.run([*nice, mutmut, "run", "--max-children", "1"], cwd=work, env=env, check=False)
     subprocess.run([mutmut, "export-cicd-stats"], cwd=work, env=env, check=True)
     stats = json.loads((work / "mutants" / "mutmut-cicd-stats.json").read_text(encoding="utf-8"))
@@ -127,15 +149,15 @@ def run_mutation(package: str, bin_dir: Path) -> tuple[int, int]:
         [mutmut, "results"], cwd=work, env=env, check=True, capture_output=True, text=True
     ).stdout
     survivors = sorted(
-        m.group(1)
-        for m in re.finditer(r"^\s*([\w.]+__mutmut_\d+): (survived|no tests)", listing, re.M)
+        {m.group(1)
+        for m in re.finditer(r"^\s*([\w.]+__mutmut_\d+): (survived|no tests)", listing, re.M)}
     )
     equivalent = _equivalent_survivors()
     caught = stats["killed"] + stats["timeout"] + stats["segfault"] + stats["suspicious"]
     total = stats["total"] - stats["skipped"]
     explained = [name for name in survivors if name in equivalent]
     unexplained = [name for name in survivors if name not in equivalent]
-    print(f"\ntrioha/{package}: {caught}/{total} mutants killed", end="")
+    print(f"\n{pattern}: {caught}/{total} mutants killed", end="")
     if total:
         raw = 100 * caught / total
         adjusted = 100 * caught / max(1, total - len(explained))

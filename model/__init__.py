@@ -14,7 +14,7 @@ messages, fault budgets) whose protocol steps are :func:`trioha.proto.master_ste
 from model._configs import CONFIGS, get
 from model._engine import Edge, Goal, Invariant, Probe, Result, Spec, Trace, Violation
 from model._properties import HASpec
-from model._replay import ReplayMismatch, ReplayResult, fair_tail, replay
+from model._replay import ReplayMismatch, ReplayResult, fair_tail, random_walk, replay
 from model._report import check, render_result, render_trace, verdict
 from model._world import Config, Conn, Faults, HAModel, Kind, Step, World
 
@@ -41,6 +41,7 @@ __all__ = [
     "check",
     "fair_tail",
     "get",
+    "random_walk",
     "render_result",
     "render_trace",
     "replay",

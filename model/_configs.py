@@ -63,6 +63,33 @@ CONFIGS: dict[str, Config] = {
             full_copy_goal=True,
             faults=Faults(drops=1, restarts=1),
         ),
+        # --- second round: what the sizes above could not see ---------------------------------
+        _config(
+            "odd-frames",
+            "3 messages over two segments in frames of 3 bytes: frames end inside messages and "
+            "are cut short at segment ends (a frame crossing one fails FrameWithinLog); a drop "
+            "and a slave restart.",
+            messages=3,
+            batch_size=3,
+            faults=Faults(drops=1, restarts=1),
+        ),
+        _config(
+            "hostile-anywhere",
+            "2 messages in frames of 1 byte; one bogus report on the slave's connection at any "
+            "offset that is wrong for it: beyond what was sent up to the master's end (an ack "
+            "checked against the log end, #3015's half-fix, passes these), below the accepted "
+            "ack (backwards), or beyond any end; or from a rogue client.",
+            bogus_anywhere=True,
+            faults=Faults(bogus=1),
+        ),
+        _config(
+            "fallbehind-edge",
+            "3 messages with ha_slave_fallbehind_max 3 bytes: sync puts meet the slave exactly "
+            "fallbehind_max behind (refused) and one byte closer (may wait); a drop.",
+            messages=3,
+            fallbehind_max=3,
+            faults=Faults(drops=1),
+        ),
         # --- known-bad, and the option that fixes each -----------------------------------------
         _config(
             "ack-written-restart",

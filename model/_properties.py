@@ -20,6 +20,7 @@ from model._world import (
     caught_up,
     divergence,
     full_copy,
+    serving,
 )
 from trioha.proto import MasterPhase, SlavePhase, find_consistent_point
 
@@ -207,6 +208,20 @@ TRANSITION_INVARIANTS: tuple[tuple[str, str], ...] = (
     ("HeartbeatsKeepLinkOpen", "housekeeping never closes a healthy, idle link"),
     ("NoLocalProtocolError", "the core never rejects an event the IO layer feeds it"),
     ("TruncateAligned", "epoch mode cuts the slave's log only at a message boundary"),
+    # --- second round ---
+    (
+        "HonestReportsAccepted",
+        "the master never closes its slave's connection over a report the slave itself sent",
+    ),
+    (
+        "HonestSlaveAvailable",
+        "a sync put is never SLAVE_NOT_AVAILABLE while the streaming slave is within "
+        "fallbehind_max",
+    ),
+    (
+        "OneConnectionWhenHealthy",
+        "with no fault injected, the slave's connection never ends: a healthy catch-up uses one",
+    ),
 )
 
 # --- probes -----------------------------------------------------------------------------------
@@ -328,6 +343,31 @@ PROBES: tuple[ProbeSpec, ...] = (
         and (c.faults.tail_losses > 0 or (c.faults.crashes > 0 and not c.master_sync_flush)),
     ),
     ProbeSpec(
+        "master_closed:report_backwards",
+        "a report below the accepted ack was refused",
+        lambda c: c.faults.bogus > 0 and c.bogus_anywhere,
+    ),
+    ProbeSpec(
+        "refused_at_fallbehind_max",
+        "a sync put was refused with the slave exactly fallbehind_max behind",
+        lambda c: c.sync_puts and c.fallbehind_edge,
+    ),
+    ProbeSpec(
+        "available_just_inside_fallbehind_max",
+        "a sync put could wait with the slave one byte less than fallbehind_max behind",
+        lambda c: c.sync_puts and c.fallbehind_edge,
+    ),
+    ProbeSpec(
+        "frame_cut_at_segment_end",
+        "a frame shorter than the batch ended at a segment end",
+        lambda c: c.odd_frames,
+    ),
+    ProbeSpec(
+        "frame_ends_mid_message",
+        "a frame ended inside a message",
+        lambda c: c.odd_frames,
+    ),
+    ProbeSpec(
         "master_closed:deleted_offset",
         "a slave's offset had been deleted on the master (#3388)",
         lambda c: c.faults.deletions > 0,
@@ -405,6 +445,14 @@ class HASpec:
                 "the slave can always catch up without further faults",
             )
         ]
+        if config.honest_goal:
+            goals.append(
+                Goal(
+                    "HonestSlaveNeverRefused",
+                    serving,
+                    "the master can always come to stream to the slave again without faults",
+                )
+            )
         if config.full_copy_goal:
             goals.append(
                 Goal("EventuallyFullCopy", full_copy, "the slave can always get the whole log")

@@ -17,6 +17,7 @@ a heartbeat is due at every tick and housekeeping needs two silent ticks, as in 
 
 from __future__ import annotations
 
+import random
 import struct
 from collections.abc import Sequence
 
@@ -113,6 +114,7 @@ class _Harness:
     def __init__(self, config: Config) -> None:
         self.cfg = config
         self.options = config.options
+        self.split = False
         self.now = 0.0
         self.mlog = bytearray()
         self.mflushed = 0
@@ -368,7 +370,19 @@ class _Harness:
         w = self._wire(step)
         _, data = w.down.pop(0)
         assert self.sc is not None
-        self.slave_actions(w, self.sc.receive_data(data, now=self.now))
+        if not self.split:
+            self.slave_actions(w, self.sc.receive_data(data, now=self.now))
+            return
+        # Split deliveries: TCP hands the slave a frame in pieces of 1, 2, 3, ... bytes; every
+        # piece but the last must leave the slave without an action and its state unchanged.
+        pieces = _split(data)
+        for piece in pieces[:-1]:
+            before = self.sc.state
+            if self.sc.receive_data(piece, now=self.now) or self.sc.state != before:
+                raise ReplayMismatch(
+                    f"a partial delivery of {len(piece)} of {len(data)} bytes changed the slave"
+                )
+        self.slave_actions(w, self.sc.receive_data(pieces[-1], now=self.now))
 
     _header_received = _receive
     _body_received = _receive
@@ -464,8 +478,18 @@ class _Harness:
 
     def _bogus_report(self, step: Step) -> None:
         self.spend("bogus")
-        bogus = len(self.mlog) if self.cfg.rogue_reports_end else self.cfg.bogus_offset
+        if self.cfg.rogue_reports_end:
+            bogus = len(self.mlog)
+        else:
+            bogus = self.cfg.bogus_offset if step.arg < 0 else step.arg
         report = encode_report(bogus)
+        if step.arg >= 0 and bogus != self.cfg.bogus_offset:  # read at once, as the model does
+            w = self._wire(step)
+            before = w.mc.state
+            actions = w.mc.receive_data(report, now=self.now, log=self.log())
+            self.violations.extend(check_master_transition(before, w.mc.state))
+            self.master_actions(w, actions)
+            return
         if step.arg < 0:
             w = _Wire(MasterConnection(now=self.now, options=self.options, timing=TIMING),
                       attached=False)
@@ -493,23 +517,36 @@ class _Harness:
         self.wires = ordered
 
 
+def _split(data: bytes) -> list[bytes]:
+    """*data* cut into pieces of 1, 2, 3, ... bytes (the last one what is left)."""
+    pieces, pos, size = [], 0, 1
+    while pos < len(data):
+        pieces.append(data[pos : pos + size])
+        pos += size
+        size += 1
+    return pieces or [data]
+
+
 def replay(
     config: Config,
     trace: Trace[World, Step] | Sequence[Step],
     *,
     then: int = 0,
+    split: bool = False,
 ) -> ReplayResult:
     """Drive the byte-level objects through *trace*; raise :class:`ReplayMismatch` on drift.
 
     With *then* > 0, continue for that many fault-free steps (no puts either) chosen
     round-robin among those the model enables: a fair schedule, e.g. to show that a stuck
-    state stays stuck whatever the protocol does.
+    state stays stuck whatever the protocol does. With *split*, every frame header and body
+    reaches the slave in pieces (1, 2, 3, ... bytes), as a real socket may deliver it.
     """
     steps = list(trace.actions if isinstance(trace, Trace) else trace)
     model = HAModel(config)
     tail = fair_tail(model, steps, then) if then else []
     world = model.initial()
     harness = _Harness(config)
+    harness.split = split
     worlds = [harness.project()]
     if worlds[0] != world:
         raise ReplayMismatch("initial worlds differ")
@@ -537,6 +574,20 @@ def replay(
                 violations.append((inv.name, message))
                 break
     return ReplayResult(tuple(worlds), tuple(violations), len(steps), tuple(harness.closes))
+
+
+def random_walk(model: HAModel, rng: random.Random, length: int) -> tuple[list[Step], World]:
+    """Up to *length* steps chosen by *rng* among those the model enables; and where they end."""
+    world = model.initial()
+    steps: list[Step] = []
+    for _ in range(length):
+        options = list(model.successors(world))
+        if not options:
+            break
+        step, out = rng.choice(options)
+        steps.append(step)
+        world = out.world
+    return steps, world
 
 
 def fair_tail(model: HAModel, steps: Sequence[Step], count: int) -> list[Step]:

@@ -174,6 +174,12 @@ class Config:
     classic_refusal: bool = False
     #: Speak the AutoSwitch protocol (``enable_controller_mode``): epochs and handshakes.
     epoch_mode: bool = False
+    # --- assurance: what the checker could not see before (docs/model.md, "second round") ---
+    #: Bogus reports on the slave's connection take every value that is wrong for it: each
+    #: offset in ``(sent, master's end]`` (an ack checked against the log end instead of what
+    #: was sent passes these) and each offset below the accepted ack (a backwards report),
+    #: besides the one beyond any end.
+    bogus_anywhere: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.segment_size % self.message_size:
@@ -188,6 +194,29 @@ class Config:
             sync_from_oldest=self.sync_from_oldest,
             epoch_mode=self.epoch_mode,
         )
+
+    @property
+    def odd_frames(self) -> bool:
+        """Frames end inside messages and some are cut short at segment ends."""
+        return (
+            1 < self.batch_size < self.segment_size
+            and self.batch_size % self.message_size != 0
+            and self.segment_size % self.batch_size != 0
+        )
+
+    @property
+    def honest_goal(self) -> bool:
+        """HonestSlaveNeverRefused applies: nothing can legitimately shut the slave out.
+
+        A deleted segment the slave still needs (#3388) and a slave ahead of a master that lost
+        unflushed data (#323) are refused forever, on purpose.
+        """
+        return self.faults.deletions == 0 and (self.master_sync_flush or not self.faults.crashes)
+
+    @property
+    def fallbehind_edge(self) -> bool:
+        """``fallbehind_max`` is small enough for the model's puts to meet it from both sides."""
+        return self.fallbehind_max <= self.messages * self.message_size
 
     @property
     def bogus_offset(self) -> int:
@@ -391,7 +420,8 @@ class Step:
 
     ``arg`` depends on the kind: Put 1 = sync / 0 = async; ReportReceived: how many reports one
     read takes (only the newest counts); ReadIdle: 0 = master side, 1 = slave side;
-    SlaveRestart: the offset the log is cut to; BogusReport: -1 = on a new (rogue) connection.
+    SlaveRestart: the offset the log is cut to; BogusReport: -1 = on a new (rogue) connection,
+    else the offset reported on this connection.
     ``stale``: a slave-side close in this step leaves the master side alive (a fault).
     """
 
@@ -426,7 +456,7 @@ _ARG_LABELS: dict[Kind, Callable[[int], str]] = {
     Kind.REPORT_RECEIVED: _reports,
     Kind.READ_IDLE: lambda a: "slave side" if a else "master side",
     Kind.SLAVE_RESTART: lambda a: f"log cut to {a}",
-    Kind.BOGUS_REPORT: lambda a: "rogue connection" if a < 0 else "on this connection",
+    Kind.BOGUS_REPORT: lambda a: "rogue connection" if a < 0 else f"report {a} on this connection",
     Kind.MASTER_LOSES_TAIL: lambda a: f"log cut to {a}",
 }
 
@@ -674,8 +704,23 @@ class _Tx:
             elif isinstance(action, AckAdvanced):
                 self.release_waiters()
             elif isinstance(action, Close):
-                self.marks.add("master_closed:" + _reason_tag(action.reason))
+                tag = _reason_tag(action.reason)
+                self.marks.add("master_closed:" + tag)
                 self.refused(i, action)
+                conn = self.conn(i)
+                if (
+                    tag in ("ack_beyond_sent", "report_backwards")
+                    and conn.attached
+                    and self.budget.bogus == self.cfg.faults.bogus
+                ):
+                    self.violations.append(
+                        (
+                            "HonestReportsAccepted",
+                            f"master c{i} refused its slave's own report: {action.reason}",
+                        )
+                    )
+                if conn.attached:
+                    self.healthy_close(i, f"master closed it: {action.reason}")
                 self.master_close(i)
 
     def master_wrote(self, i: int, action: SendTransfer | SendHeartbeat) -> None:
@@ -684,6 +729,12 @@ class _Tx:
         log = self.log()
         size = action.size if isinstance(action, SendTransfer) else 0
         self.violations.extend(check_frame(conn, action.offset, size, log, self.cfg.batch_size))
+        if size:
+            end = action.offset + size
+            if size < self.cfg.batch_size and end % self.cfg.segment_size == 0:
+                self.marks.add("frame_cut_at_segment_end")
+            if end % self.cfg.message_size:
+                self.marks.add("frame_ends_mid_message")
         down = conn.down
         items: tuple[Item, ...] = (
             FrameHeader(action.offset, size, action.epoch, action.epoch_start),
@@ -716,6 +767,16 @@ class _Tx:
             else:
                 keep.append((end, mid))
         self.pending = tuple(keep)
+
+    def healthy_close(self, i: int, why: str) -> None:
+        """OneConnectionWhenHealthy: with no fault so far, the slave's connection never ends."""
+        if self.budget == self.cfg.faults and self.step.kind not in FAULT_KINDS:
+            self.violations.append(
+                (
+                    "OneConnectionWhenHealthy",
+                    f"c{i}, the slave's connection, ended with no fault injected: {why}",
+                )
+            )
 
     def master_close(self, i: int) -> None:
         """The master side closed: the connection is gone; an attached slave notices at once."""
@@ -772,6 +833,7 @@ class _Tx:
                     self.marks.add("slave_diverged")
                 if tag == "offset_mismatch":
                     self.violations.append(("NoFrameRejected", f"slave: {action.reason}"))
+                self.healthy_close(i, f"the slave closed it: {action.reason}")
                 self.slave_close(i)
                 return
 
@@ -1033,8 +1095,13 @@ class HAModel:
         if b.bogus:
             yield Step(Kind.BOGUS_REPORT, arg=-1)
             if not cfg.rogue_reports_end:
-                for i in range(len(w.conns)):
-                    yield Step(Kind.BOGUS_REPORT, i, 0)
+                for i, conn in enumerate(w.conns):
+                    yield Step(Kind.BOGUS_REPORT, i, cfg.bogus_offset)
+                    if cfg.bogus_anywhere and conn.attached and not conn.up:
+                        yield from (
+                            Step(Kind.BOGUS_REPORT, i, offset)
+                            for offset in _wrong_reports(conn, w.mmax)
+                        )
 
     def _quiescent(self, w: World) -> bool:
         if any(c.up or c.down for c in w.conns):
@@ -1093,7 +1160,12 @@ class HAModel:
         tx.note(f"master appends message {mid} at [{end - cfg.message_size}, {end})")
         if step.arg:
             quorum = tx.quorum()
-            if not quorum.available(end, cfg.fallbehind_max):
+            available = quorum.available(end, cfg.fallbehind_max)
+            att = tx.attached()
+            master = tx.conn(att).master if att >= 0 else None
+            if master is not None and master.phase is MasterPhase.TRANSFER:
+                self._judge_availability(tx, end, end - master.ack_offset, available)
+            if not available:
                 tx.marks.add("slave_not_available")
                 tx.note("sync put answered SLAVE_NOT_AVAILABLE (no slave streaming close enough)")
             elif quorum.holds(end - cfg.message_size, end):
@@ -1103,6 +1175,23 @@ class HAModel:
                 tx.pending += ((end, mid),)
                 tx.note("sync put waits for a slave")
         return True
+
+    def _judge_availability(self, tx: _Tx, end: int, behind: int, available: bool) -> None:
+        """HonestSlaveAvailable, and the marks that pin ``fallbehind_max`` from both sides."""
+        cfg = self.config
+        if cfg.fallbehind_edge:
+            if behind == cfg.fallbehind_max and not available:
+                tx.marks.add("refused_at_fallbehind_max")
+            if behind == cfg.fallbehind_max - 1 and available:
+                tx.marks.add("available_just_inside_fallbehind_max")
+        if not available and behind < cfg.fallbehind_max and cfg.needed_acks == 1:
+            tx.violations.append(
+                (
+                    "HonestSlaveAvailable",
+                    f"sync put ending at {end} answered SLAVE_NOT_AVAILABLE although the "
+                    f"streaming slave is {behind} behind (fallbehind_max {cfg.fallbehind_max})",
+                )
+            )
 
     def _master_flush(self, tx: _Tx, w: World, step: Step) -> bool:
         tx.mflushed = w.mmax
@@ -1348,13 +1437,19 @@ class HAModel:
 
     def _bogus_report(self, tx: _Tx, w: World, step: Step) -> bool:
         tx.spend("bogus")
-        bogus = w.mmax if self.config.rogue_reports_end else self.config.bogus_offset
         if step.arg < 0:
+            bogus = w.mmax if self.config.rogue_reports_end else self.config.bogus_offset
             # A rogue client holds nothing: any ack above 0 from it is ahead of the truth.
             tx.conns.append(Conn(master=MasterState(), up=(bogus,), attached=False, truth=0))
+        elif step.arg != self.config.bogus_offset:
+            # Wrong for this connection *now*: the master reads it at once (a report sent later
+            # could find more sent, and be right by then). Reports in flight go first (FIFO).
+            tx.conns[step.conn] = tx.conn(step.conn).but(m_read=0)
+            event = ReportReceived(step.arg, tx.log())
+            tx.master_actions(step.conn, tx.master_feed(step.conn, event))
         else:
             conn = tx.conn(step.conn)
-            tx.conns[step.conn] = conn.but(up=(*conn.up, bogus))
+            tx.conns[step.conn] = conn.but(up=(*conn.up, step.arg))
         return True
 
 
@@ -1380,6 +1475,26 @@ _HANDLERS = {
     Kind.TRUNCATE_TO_MASTER: HAModel._truncate_to_master,
     Kind.MASTER_LOSES_TAIL: HAModel._master_loses_tail,
 }
+
+
+def _wrong_reports(conn: Conn, end: int) -> Iterator[int]:
+    """Offsets the slave could never honestly report on *conn* next (besides beyond any end).
+
+    Beyond what was sent up to the master's end, and below the last accepted ack. Only once the
+    master has taken the first report: before it, any offset up to the end is a valid request.
+    Such a report is read at once (``HAModel._bogus_report``), while it is still wrong.
+    """
+    m = conn.master
+    if m.phase is not MasterPhase.TRANSFER:
+        return
+    yield from range(max(m.next_transfer, 0) + 1, end + 1)
+    yield from range(0, m.ack_offset)
+
+
+def serving(w: World) -> bool:
+    """The master streams to the slave: its connection is attached and past the first report."""
+    i = w.attached()
+    return i >= 0 and w.conns[i].master.phase is MasterPhase.TRANSFER
 
 
 def caught_up(w: World, config: Config) -> bool:

@@ -30,6 +30,10 @@ PINNED_STATES = {
     "epoch-flush-crash": 510,
     "epoch-lost-records": 3_366,
     "epoch-smoke": 35_884,
+    # Second round: odd frames, reports wrong anywhere, the fallbehind_max edge.
+    "odd-frames": 19_921,
+    "hostile-anywhere": 8_980,
+    "fallbehind-edge": 24_570,
 }
 #: Too big for the default run; ``pytest -m slow`` checks them (docs/model.md has timings).
 PINNED_SLOW = {

@@ -18,7 +18,8 @@ def waiters(timeout: float = 3.0) -> OffsetWaiters[str]:
 
 
 async def test_a_wait_without_the_expiring_task_is_refused() -> None:
-    with pytest.raises(RuntimeError, match="expire"):
+    refused = r"^OffsetWaiters\.expire\(\) is not running; a wait would never time out$"
+    with pytest.raises(RuntimeError, match=refused):
         await waiters().wait(10)
 
 
@@ -241,3 +242,109 @@ async def test_waits_work_again_once_expire_restarts(autojump_clock: trio.abc.Cl
         assert await w.wait(10) == LATE
         assert trio.current_time() - t0 == pytest.approx(3.0)
         second.cancel_scope.cancel()
+
+
+async def test_the_heap_stays_within_twice_the_live_waiters(autojump_clock: trio.abc.Clock) -> None:
+    """After every answer the heap holds at most max(64, 2 x live) entries: 65 waiters time out
+    one by one, and the heap is compacted the moment 33 of them are gone."""
+    w = waiters(timeout=1.0)
+    sizes: list[tuple[int, int]] = []
+
+    async def put(end: int) -> None:
+        await w.wait(end)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(w.expire)
+        for i in range(65):
+            nursery.start_soon(put, 1000 + i)
+            await trio.sleep(0.01)
+        while len(w):
+            await trio.sleep(0.01)
+            sizes.append((len(w._by_end), len(w)))
+        nursery.cancel_scope.cancel()
+    assert all(heap <= max(64, 2 * live) for heap, live in sizes), sizes
+    assert (32, 32) in sizes  # compacted as soon as answered waiters outnumber live ones
+
+
+async def test_a_timed_out_waiter_below_live_ones_does_not_stop_a_release(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    w = waiters(timeout=1.0)
+    answers: dict[int, str] = {}
+
+    async def put(end: int) -> None:
+        answers[end] = await w.wait(end)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(w.expire)
+        nursery.start_soon(put, 5)
+        await trio.sleep(0.5)
+        for end in range(6, 11):
+            nursery.start_soon(put, end)
+        await trio.sleep(0.6)  # the first one timed out; it is still at the top of the heap
+        assert answers == {5: LATE}
+        assert w.release(10) == 5
+        assert len(w._by_deadline) == 0  # answered waiters leave the deadline queue at once
+        await trio.testing.wait_all_tasks_blocked()
+        assert answers == {5: LATE, 6: OK, 7: OK, 8: OK, 9: OK, 10: OK}
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_wait_without_a_start_counts_from_zero(autojump_clock: trio.abc.Clock) -> None:
+    w = waiters()
+    seen: list[tuple[int, int]] = []
+
+    def holds(start: int, end: int) -> bool:
+        seen.append((start, end))
+        return True
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(w.expire)
+        nursery.start_soon(w.wait, 10)
+        await trio.testing.wait_all_tasks_blocked()
+        assert w.lowest_end == 10
+        assert w.release(10, holds) == 1
+        assert seen == [(0, 10)]
+        assert w.lowest_end == float("inf")
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_waiter_held_back_does_not_hold_back_the_ones_behind_it(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """``holds`` refuses the lowest end; a higher one it accepts is still answered."""
+    w = waiters()
+    answers: dict[int, str] = {}
+
+    async def put(start: int, end: int) -> None:
+        answers[end] = await w.wait(end, start=start)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(w.expire)
+        nursery.start_soon(put, 0, 10)
+        nursery.start_soon(put, 5, 20)
+        await trio.testing.wait_all_tasks_blocked()
+        assert w.release(20, lambda start, _end: start >= 5) == 1
+        await trio.testing.wait_all_tasks_blocked()
+        assert answers == {20: OK}
+        assert len(w) == 1 and w.lowest_end == 10
+        nursery.cancel_scope.cancel()
+
+
+async def test_waits_go_on_while_one_of_two_expiring_tasks_remains(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    w = waiters(timeout=3.0)
+    async with trio.open_nursery() as nursery:
+        async with trio.open_nursery() as first:
+            await first.start(w.expire)
+            await nursery.start(w.expire)
+            nursery.start_soon(w.wait, 10)
+            await trio.testing.wait_all_tasks_blocked()
+            first.cancel_scope.cancel()  # one stops; the other still times waits out
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(w) == 1
+        t0 = trio.current_time()
+        assert await w.wait(20) == LATE
+        assert trio.current_time() - t0 == pytest.approx(3.0)
+        nursery.cancel_scope.cancel()

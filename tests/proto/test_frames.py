@@ -8,8 +8,10 @@ from trioha import LocalProtocolError, RemoteProtocolError
 from trioha.proto import (
     HEADER_SIZE,
     MAX_BODY_SIZE,
+    Append,
     Report,
     ReportWords,
+    SlaveConnection,
     TransferHeader,
     encode_header,
     encode_report,
@@ -73,3 +75,63 @@ def test_partial_word_and_trailing_data_keep_alignment() -> None:
     stream = b"".join(encode_report(i) for i in range(1, 6))
     got = [words.feed(stream[:3]), words.feed(stream[3:21]), words.feed(stream[21:])]
     assert got == [None, encode_report(2), encode_report(5)]
+
+
+# --- the boundaries, each from both sides -----------------------------------------------------
+
+
+def test_the_largest_body_a_java_slave_takes_is_accepted_and_one_more_byte_is_not() -> None:
+    # HAClient's read buffer (READ_MAX_BUFFER_SIZE, 4 MiB) holds the header too.
+    assert MAX_BODY_SIZE == 4 * 1024 * 1024 - 12
+    assert HEADER_SIZE == 12
+    assert TransferHeader.from_bytes(encode_header(0, MAX_BODY_SIZE), max_body=MAX_BODY_SIZE) == (
+        TransferHeader(0, MAX_BODY_SIZE)
+    )
+    with pytest.raises(RemoteProtocolError, match=f"limit is {MAX_BODY_SIZE}"):
+        TransferHeader.from_bytes(encode_header(0, MAX_BODY_SIZE + 1), max_body=MAX_BODY_SIZE)
+    # A caller's own limit is honoured exactly too.
+    assert TransferHeader.from_bytes(encode_header(9, 100), max_body=100).size == 100
+    with pytest.raises(RemoteProtocolError, match="101 bytes at offset 9"):
+        TransferHeader.from_bytes(encode_header(9, 101), max_body=100)
+
+
+def test_offsets_at_the_int64_edge() -> None:
+    top = (1 << 63) - 1
+    assert TransferHeader.from_bytes(encode_header(top, 0), max_body=1).offset == top
+    assert TransferHeader.from_bytes(encode_header(top - 10, 10), max_body=10).end == top
+    beyond = r"ending beyond the largest offset a log can have$"
+    with pytest.raises(RemoteProtocolError, match=beyond):
+        TransferHeader.from_bytes(encode_header(top - 10, 11), max_body=11)
+    assert TransferHeader(top - 10, 10).to_bytes() == encode_header(top - 10, 10)
+    assert TransferHeader(5, 0).to_bytes() == (5).to_bytes(8, "big") + bytes(4)
+    assert TransferHeader.from_bytes(encode_header(0, 0), max_body=0).is_heartbeat
+    assert not TransferHeader(0, 1).is_heartbeat
+    with pytest.raises(RemoteProtocolError, match="negative offset -1"):
+        TransferHeader.from_bytes(b"\xff" * 8 + encode_header(0, 0)[8:], max_body=1)
+    assert Report.from_bytes(encode_report(top)) == Report(top)
+    assert Report(0).offset == 0
+    with pytest.raises(LocalProtocolError, match="non-negative int64"):
+        Report(top + 1)
+
+
+@pytest.mark.parametrize("size", [0, 1, 11, 12, 13, 4095, 4096, 65536])
+def test_a_frame_of_any_size_arrives_whole_fed_three_ways(size: int) -> None:
+    """Whole, one byte at a time, and with the next frame's header behind it."""
+    body = bytes(i % 251 for i in range(size))
+    frame = encode_header(0, size) + body
+    follow = encode_header(size, 0)
+    for pieces in (
+        [frame],
+        [frame[i : i + 1] for i in range(len(frame))] if size <= 4096 else [frame],
+        [frame + follow],
+    ):
+        slave = SlaveConnection(log_max=0, now=0.0, max_body=65536)
+        appends = []
+        for piece in pieces:
+            appends += [a for a in slave.receive_data(piece, now=0.0) if isinstance(a, Append)]
+        if size:
+            assert [(a.offset, a.size, a.data) for a in appends] == [(0, size, body)]
+        else:
+            assert appends == []
+        assert not slave.closed
+        assert slave.buffered == 0

@@ -68,6 +68,16 @@ def test_the_quorum_agrees_with_the_plain_rule(
         assert carried(vouches[i], start, end)
 
 
+def test_a_quorum_of_nobody_is_refused_and_empty() -> None:
+    for needed in (0, -1):
+        with pytest.raises(ValueError, match=r"^needed must be positive$"):
+            replicated_offset([(0, 10)], needed)
+    empty = Quorum.of([], 1)
+    assert (empty.vouches, empty.highest, empty.latest_served_from) == ((), -1, 0)
+    assert not empty.holds(0, 1)
+    assert Quorum.of([(7, 9), (3, 20)], 1).latest_served_from == 7
+
+
 def test_availability_counts_slaves_within_fallbehind_max() -> None:
     quorum = Quorum.of([(0, 100), (0, 50)], 2)
     assert quorum.available(140, 91) is slaves_available([(0, 100), (0, 50)], 2, 140, 91)

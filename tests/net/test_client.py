@@ -1,0 +1,372 @@
+"""The slave's client against the real master service: whole catch-ups, drops, order, timings.
+
+Each test pins one behaviour that a one-line mistake in ``trioha/net`` would break without any
+other test noticing: a frame handed out by the core but never written (the slave's offset check
+closes the link, it reconnects, and the data still arrives, over several connections), a
+reconnect that asks for the last *reported* offset instead of the log's end, a report sent
+before its append (or flush), and configured timings ignored in favour of the defaults.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import pytest
+import trio
+import trio.testing
+
+from trioha import BrokerConfig
+from trioha._status import PutStatus
+from trioha.net import HAClient, HAService, Wakeup
+from trioha.proto import HEADER_SIZE, REPORT_SIZE, Report, TransferHeader, encode_report
+from trioha.store import MemoryCommitLog
+from trioha.testing import Breakage, FaultyLink, faulty_stream_pair
+
+MIB = 1 << 20
+
+
+def backlog(total: int, segment: int, body: int = 1000) -> MemoryCommitLog:
+    """A master log of about *total* bytes of messages over segments of *segment* bytes."""
+    log = MemoryCommitLog(segment_size=segment)
+    i = 0
+    while log.max_offset < total:
+        log.append(topic="CatchUp", body=bytes([i % 251]) * body, queue_id=i % 4)
+        i += 1
+    return log
+
+
+def same_bytes(master: MemoryCommitLog, slave: MemoryCommitLog) -> bool:
+    if (slave.min_offset, slave.max_offset) != (master.min_offset, master.max_offset):
+        return False
+    offset = master.min_offset
+    while offset < master.max_offset:
+        chunk = bytes(master.read(offset, MIB))
+        if bytes(slave.read(offset, len(chunk))) != chunk:
+            return False
+        offset += len(chunk)
+    return True
+
+
+class Wire:
+    """Connects a client to a service through fresh stream pairs, one per connection."""
+
+    def __init__(self, service: HAService, nursery: trio.Nursery) -> None:
+        self.service = service
+        self.nursery = nursery
+        self.links: list[FaultyLink] = []
+        #: The first report of each connection (the slave's request offset), as sent.
+        self.requests: list[int] = []
+        #: (report, what the slave's log held then) for every report the slave wrote.
+        self.reports: list[tuple[int, int, int]] = []
+        self.slave_log: MemoryCommitLog | None = None
+
+    async def connect(self, host: str, port: int) -> trio.abc.Stream:
+        link = FaultyLink()
+        master_end, slave_end = faulty_stream_pair(link=link)
+        self.links.append(link)
+        self.nursery.start_soon(self.service.handle_stream, master_end, f"slave#{len(self.links)}")
+        return _Recording(slave_end, self, first=True)
+
+
+class _Recording(trio.abc.Stream):
+    """The slave's end: notes each report with what the slave's log held when it was sent."""
+
+    def __init__(self, inner: trio.abc.Stream, wire: Wire, *, first: bool) -> None:
+        self.inner = inner
+        self.wire = wire
+        self.first = first
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        log = self.wire.slave_log
+        assert log is not None and len(data) == REPORT_SIZE
+        offset = Report.from_bytes(bytes(data)).offset
+        if self.first:
+            self.wire.requests.append(offset)
+            self.first = False
+        self.wire.reports.append((offset, log.max_offset, log.flushed_offset))
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@asynccontextmanager
+async def replicating(
+    master_log: MemoryCommitLog,
+    slave_log: MemoryCommitLog,
+    *,
+    on_appended: Callable[[Wire], None] | None = None,
+    **changes: object,
+) -> AsyncIterator[tuple[HAService, HAClient, Wire, Wakeup]]:
+    """A service and a client replicating over :class:`Wire`; cancelled on exit."""
+    cfg = BrokerConfig(
+        ha_listen_port=0,
+        mapped_file_size_commit_log=master_log.segment_size,
+        ha_master_address="127.0.0.1:1",
+        ha_sync_from_oldest=True,
+    ).evolve(**changes)
+    service = HAService(cfg, master_log)
+    appended = Wakeup()
+    async with trio.open_nursery() as nursery:
+        wire = Wire(service, nursery)
+        wire.slave_log = slave_log
+
+        def notify() -> None:
+            if on_appended is not None:
+                on_appended(wire)
+            appended.notify()
+
+        client = HAClient(cfg, slave_log, connect=wire.connect, on_appended=notify)
+        await nursery.start(service.time_out_puts)
+        await nursery.start(client.run)
+        yield service, client, wire, appended
+        nursery.cancel_scope.cancel()
+
+
+async def wait_caught_up(master: MemoryCommitLog, slave: MemoryCommitLog, appended: Wakeup
+                         ) -> None:
+    with trio.fail_after(120):  # virtual time; a hang fails here, with the offsets
+        while slave.max_offset < master.max_offset:
+            await appended.wait()
+        await trio.testing.wait_all_tasks_blocked()
+
+
+@pytest.mark.parametrize(
+    ("batch", "segment"),
+    [
+        (32 * 1024, MIB),  # the default batch: frames end mid-record and at segment ends
+        (33_333, MIB),  # frames end anywhere
+        (4 * MIB - 12, MIB),  # the largest batch a Java slave accepts; frames end at segments
+        (7_777, 256 * 1024),
+    ],
+)
+async def test_a_healthy_catch_up_of_several_mib_uses_one_connection(
+    autojump_clock: trio.abc.Clock, batch: int, segment: int
+) -> None:
+    master_log = backlog(3 * MIB + 300_000, segment)
+    assert master_log.max_offset > 3 * MIB
+    slave_log = MemoryCommitLog(segment_size=segment)
+    async with replicating(master_log, slave_log, ha_transfer_batch_size=batch) as (
+        service,
+        client,
+        wire,
+        appended,
+    ):
+        await wait_caught_up(master_log, slave_log, appended)
+        stats = service.statistics()
+        assert client.connects == 1, client.last_close_reason
+        assert stats.connections_accepted == 1
+        assert stats.connections_closed == 0
+        assert client.connected
+        assert [s.ack_offset for s in stats.slaves] == [master_log.max_offset]
+        assert wire.requests == [0]
+    assert same_bytes(master_log, slave_log)
+
+
+async def test_a_link_dropped_between_append_and_report_resumes_from_the_log_end(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The slave appended, the link died before its report: it must ask for its log's end."""
+    master_log = backlog(2 * MIB, MIB)
+    slave_log = MemoryCommitLog(segment_size=MIB)
+    dropped_at: list[int] = []
+
+    def drop_once(wire: Wire) -> None:
+        if not dropped_at:
+            assert wire.slave_log is not None
+            dropped_at.append(wire.slave_log.max_offset)
+            wire.links[0].break_(Breakage.RESET)
+
+    async with replicating(master_log, slave_log, on_appended=drop_once) as (
+        service,
+        client,
+        wire,
+        appended,
+    ):
+        await wait_caught_up(master_log, slave_log, appended)
+        assert client.connects == 2
+        assert service.statistics().connections_accepted == 2
+        # The first connection's reports never covered the appended bytes; the second asks
+        # for the log's end, not for what was last reported.
+        assert dropped_at[0] > 0
+        assert all(offset < dropped_at[0] for offset, _, _ in wire.reports[:1])
+        assert wire.requests == [0, dropped_at[0]]
+    assert same_bytes(master_log, slave_log)
+
+
+@pytest.mark.parametrize("ack_flushed", [False, True])
+async def test_every_report_follows_the_append_it_reports(ack_flushed: bool) -> None:
+    """A report never runs ahead of the slave's log (nor, with acks of flushed data, its disk).
+
+    On the real clock: with flushed acks the slave flushes in a worker thread, which a mock
+    clock's autojump would not wait for. Nothing here sleeps; it takes milliseconds.
+    """
+    master_log = backlog(MIB, 256 * 1024)
+    slave_log = MemoryCommitLog(segment_size=256 * 1024)
+    async with replicating(
+        master_log, slave_log, ha_slave_ack_flushed=ack_flushed, ha_transfer_batch_size=10_000
+    ) as (_service, _client, wire, appended):
+        await wait_caught_up(master_log, slave_log, appended)
+        for i in range(20):  # live traffic too, one message at a time
+            master_log.append(topic="Live", body=b"%d" % i)
+            _service.notify_log_grew()
+            await wait_caught_up(master_log, slave_log, appended)
+    assert len(wire.reports) > 20
+    for offset, written, flushed in wire.reports:
+        assert offset <= written
+        if ack_flushed:
+            assert offset <= flushed
+    assert wire.reports[-1][0] == master_log.max_offset
+
+
+# --- configured timings, not the defaults ---------------------------------------------------
+
+
+class BareSlave:
+    """The slave end of a memory stream, driven by the test (reads whole frames)."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.buffer = b""
+
+    async def frame(self) -> TransferHeader:
+        while True:
+            if len(self.buffer) >= HEADER_SIZE:
+                header = TransferHeader.from_bytes(self.buffer[:HEADER_SIZE], max_body=1 << 22)
+                if len(self.buffer) >= HEADER_SIZE + header.size:
+                    self.buffer = self.buffer[HEADER_SIZE + header.size :]
+                    return header
+            data = await self.stream.receive_some()
+            if not data:
+                raise EOFError
+            self.buffer += data
+
+
+def small_config(**changes: object) -> BrokerConfig:
+    return BrokerConfig(ha_listen_port=0, mapped_file_size_commit_log=4096).evolve(**changes)
+
+
+async def test_the_master_heartbeats_at_the_configured_interval(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    log = MemoryCommitLog(segment_size=4096)
+    log.append(topic="T", body=b"x")
+    service = HAService(small_config(ha_send_heartbeat_interval=1250), log)
+    async with trio.open_nursery() as nursery:
+        master_end, slave_end = trio.testing.memory_stream_pair()
+        nursery.start_soon(service.handle_stream, master_end, "slave")
+        slave = BareSlave(slave_end)
+        await slave_end.send_all(encode_report(log.max_offset))
+        start = trio.current_time()
+        times = []
+        for _ in range(3):
+            header = await slave.frame()
+            assert header == TransferHeader(log.max_offset, 0)
+            times.append(trio.current_time() - start)
+            await slave_end.send_all(encode_report(log.max_offset))  # keep it alive
+        assert times == pytest.approx([1.25, 2.5, 3.75])
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_master_drops_a_silent_slave_after_the_configured_housekeeping(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    log = MemoryCommitLog(segment_size=4096)
+    service = HAService(small_config(ha_housekeeping_interval=7300), log)
+    async with trio.open_nursery() as nursery:
+        master_end, slave_end = trio.testing.memory_stream_pair()
+        nursery.start_soon(service.handle_stream, master_end, "slave")
+        start = trio.current_time()
+        assert await slave_end.receive_some() == b""
+        assert trio.current_time() - start == pytest.approx(7.3)
+        await trio.testing.wait_all_tasks_blocked()
+        assert service.connections == {}
+
+
+async def test_a_sync_put_times_out_after_the_configured_slave_timeout(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    log = MemoryCommitLog(segment_size=4096)
+    service = HAService(small_config(slave_timeout=1700), log)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(service.time_out_puts)
+        master_end, slave_end = trio.testing.memory_stream_pair()
+        nursery.start_soon(service.handle_stream, master_end, "slave")
+        await slave_end.send_all(encode_report(0))
+        await trio.testing.wait_all_tasks_blocked()
+        result = log.append(topic="T", body=b"never acked")
+        start = trio.current_time()
+        status = await service.wait_replicated(result.end_offset, start=result.physical_offset)
+        assert status is PutStatus.FLUSH_SLAVE_TIMEOUT
+        assert trio.current_time() - start == pytest.approx(1.7)
+        nursery.cancel_scope.cancel()
+
+
+async def slave_client_against(
+    nursery: trio.Nursery, **changes: object
+) -> tuple[HAClient, list[trio.abc.Stream], list[float]]:
+    """A client whose connections end at streams the test holds (no master behind them)."""
+    cfg = small_config(ha_master_address="127.0.0.1:1").evolve(**changes)
+    masters: list[trio.abc.Stream] = []
+    attempts: list[float] = []
+
+    async def connect(host: str, port: int) -> trio.abc.Stream:
+        attempts.append(trio.current_time())
+        master_end, slave_end = trio.testing.memory_stream_pair()
+        masters.append(master_end)
+        return slave_end
+
+    client = HAClient(cfg, MemoryCommitLog(segment_size=4096), connect=connect)
+    await nursery.start(client.run)
+    return client, masters, attempts
+
+
+async def test_the_slave_heartbeats_and_gives_up_on_a_silent_master_as_configured(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        client, masters, attempts = await slave_client_against(
+            nursery, ha_send_heartbeat_interval=900, ha_housekeeping_interval=3100
+        )
+        await trio.testing.wait_all_tasks_blocked()
+        start = attempts[0]
+        received: list[tuple[float, bytes]] = []
+        while True:
+            data = await masters[0].receive_some()
+            if not data:
+                break
+            received.append((trio.current_time() - start, bytes(data)))
+        # The first report at once, then one every 0.9 s of write silence, until the slave
+        # closes the silent master at 3.1 s.
+        assert [t for t, _ in received] == pytest.approx([0.0, 0.9, 1.8, 2.7])
+        assert all(data == encode_report(0) for _, data in received)
+        assert trio.current_time() - start == pytest.approx(3.1)
+        assert client.last_close_reason is not None
+        assert "housekeeping" in client.last_close_reason
+        nursery.cancel_scope.cancel()
+
+
+async def test_reconnects_back_off_up_to_the_configured_cap(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        _client, masters, attempts = await slave_client_against(
+            nursery, ha_reconnect_backoff_max=300
+        )
+        while len(attempts) < 6:
+            await trio.testing.wait_all_tasks_blocked()
+            await masters[-1].aclose()  # the master hangs up at once, every time
+            await trio.sleep(0.01)
+        gaps = [round(b - a, 3) for a, b in itertools.pairwise(attempts)]
+        assert gaps[:2] == pytest.approx([0.1, 0.2], abs=0.011)
+        assert max(gaps) <= 0.3 + 0.011
+        assert gaps[-1] == pytest.approx(0.3, abs=0.011)
+        nursery.cancel_scope.cancel()
