@@ -36,6 +36,8 @@ from tests.test_broker import (
 )
 from trioha._demo import compare_logs
 from trioha._errors import DamagedLogError, RemotingError
+from trioha._reseed import truncate_to_master
+from trioha.net._client import DIVERGED_FILE
 from trioha.proto._epochs import entries_of
 from trioha.store import EPOCH_FILE_NAME, EpochFile, StoredMessage, open_store
 from trioha.store._sent import SENT_OFFSET_FILE, SentOffsets
@@ -311,6 +313,22 @@ async def test_a_slave_whose_bytes_no_epoch_vouches_for_is_refused_and_keeps_the
         and "Replication is stopped" in r.getMessage()
         for r in caplog.records
     )
+    # What the operator does, as in classic mode: `trioha slave --truncate-to-master` cuts the
+    # slave back to where the master said the histories part (nothing is shared here: 0),
+    # keeping the bytes; the next start copies the master's history and its epochs.
+    slave_conf = slave_config(tmp_path / "s", address, **EPOCH)
+    assert (tmp_path / "s" / DIVERGED_FILE).exists()
+    summary = truncate_to_master(slave_conf)
+    assert "back from" in summary and " to 0," in summary
+    assert not (tmp_path / "s" / DIVERGED_FILE).exists()
+    assert any((tmp_path / "s" / "lost+found").iterdir())
+    async with running(again) as master, running(slave_conf) as slave:
+        await put_many(master, 10)
+        await caught_up(master, slave)
+        assert compare_logs(master, slave) is None
+        assert slave.epoch_file is not None and master.epoch_file is not None
+        assert slave.epoch_file.history == master.epoch_file.history
+    files_identical(tmp_path / "m", tmp_path / "s")
 
 
 def _flip_body_byte(segment: Path, message: StoredMessage) -> None:
