@@ -32,12 +32,14 @@ from tests.test_broker import (
     master_config,
     put_many,
     running,
+    serve_hostile_master,
     slave_config,
 )
 from trioha._demo import compare_logs
-from trioha._errors import DamagedLogError, RemotingError
+from trioha._errors import DamagedLogError, NotAMessageBoundaryError, RemotingError
 from trioha._reseed import truncate_to_master
 from trioha.net._client import DIVERGED_FILE
+from trioha.proto import encode_master_handshake
 from trioha.proto._epochs import entries_of
 from trioha.store import EPOCH_FILE_NAME, EpochFile, StoredMessage, open_store
 from trioha.store._sent import SENT_OFFSET_FILE, SentOffsets
@@ -379,3 +381,38 @@ async def test_a_damaged_record_cut_by_recovery_makes_the_slave_truncate(tmp_pat
             assert slave.ha_client is not None
             assert slave.ha_client.truncations == [(held_end, damaged.physical_offset)]
     files_identical(tmp_path / "m", tmp_path / "s")
+
+
+async def test_a_consistent_point_inside_a_record_stops_the_slave_for_a_reseed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A master whose epoch 2 begins inside one of the slave's records: the histories part
+    where no cut at a boundary keeps only the master's bytes ("need manual fix"). The slave
+    changes nothing and stops, sticky, instead of retrying the same cut forever."""
+    async with running(master_config(tmp_path / "m", **EPOCH)) as master:
+        async with running(slave_config(tmp_path / "s", master, **EPOCH)) as slave:
+            await connected(master)
+            await put_many(master, 50)
+            await caught_up(master, slave)
+        end = master.store.commitlog.max_offset
+        inside = list(master.store.commitlog.iter_messages())[30].physical_offset + 7
+    held = (tmp_path / "s" / "commitlog" / f"{0:020d}").read_bytes()
+    handshake = encode_master_handshake(end + 500, entries_of([(1, 0), (2, inside)]))
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(serve_hostile_master, handshake)
+        async with running(slave_config(tmp_path / "s", tuple(address), **EPOCH)) as slave:
+            client = slave.ha_client
+            assert client is not None
+            with trio.fail_after(10):
+                assert await client.wait_diverged()
+            stats = slave.statistics().client
+            assert stats is not None and stats.needs_reseed
+            assert (stats.diverged_master_offset, stats.diverged_slave_offset) == (inside, end)
+        nursery.cancel_scope.cancel()
+    assert (tmp_path / "s" / "commitlog" / f"{0:020d}").read_bytes() == held
+    assert (tmp_path / "s" / DIVERGED_FILE).exists()
+    assert any(r.levelname == "ERROR" and f"consistent point {inside}" in r.getMessage()
+               for r in caplog.records)
+    # The operator's cut refuses too, naming the boundaries around it: re-seed this slave.
+    with pytest.raises(NotAMessageBoundaryError):
+        truncate_to_master(slave_config(tmp_path / "s", tuple(address), **EPOCH))
