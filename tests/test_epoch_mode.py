@@ -14,9 +14,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
@@ -30,12 +32,17 @@ from tests.test_broker import (
     master_config,
     put_many,
     running,
+    serve_hostile_master,
     slave_config,
 )
 from trioha._demo import compare_logs
-from trioha._errors import RemotingError
+from trioha._errors import DamagedLogError, NotAMessageBoundaryError, RemotingError
+from trioha._reseed import truncate_to_master
+from trioha.net._client import DIVERGED_FILE
+from trioha.proto import encode_master_handshake
 from trioha.proto._epochs import entries_of
 from trioha.store import EPOCH_FILE_NAME, EpochFile, StoredMessage, open_store
+from trioha.store._sent import SENT_OFFSET_FILE, SentOffsets
 
 EPOCH: dict[str, Any] = {"enable_controller_mode": True}
 SEG = FAST["mapped_file_size_commit_log"]
@@ -83,31 +90,64 @@ async def test_a_restarted_master_begins_a_new_epoch_that_the_slave_records(tmp_
 # --- the scenario, with real processes --------------------------------------------------------
 
 
-def _start(role: str, store: Path, conf: Path, ha: int, listen: int) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "trioha", role, "--store-dir", str(store), "-c", str(conf),
-           "--listen", f"127.0.0.1:{listen}"]
-    cmd += ["--ha-listen" if role == "master" else "--master-ha", f"127.0.0.1:{ha}"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+class _Process:
+    """A broker run as ``python -m trioha``, its output in a file (a pipe nobody reads while
+    the test waits could fill and stall the broker)."""
+
+    def __init__(self, name: str, role: str, store: Path, *, conf: Path, ha: int,
+                 listen: int, logs: Path) -> None:
+        cmd = [sys.executable, "-m", "trioha", role, "--store-dir", str(store), "-c",
+               str(conf), "--listen", f"127.0.0.1:{listen}"]
+        cmd += ["--ha-listen" if role == "master" else "--master-ha", f"127.0.0.1:{ha}"]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.name = name
+        self.log = logs / f"{name}.out"
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+    @property
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def check_alive(self) -> None:
+        assert self.proc.poll() is None, f"{self.name} exited early:\n{self.output}"
+
+    def stop(self, sig: int = signal.SIGTERM) -> str:
+        """Signal it and wait (bounded); SIGKILL if it does not stop. Returns its output."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        return self.output
 
 
-def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> str:
-    proc.send_signal(sig)
-    return proc.communicate(timeout=30)[0].decode()
+def _until(done: Callable[[], bool], what: str, processes: list[_Process],
+           within: float = 60) -> None:
+    """Poll ``done`` until it holds; fail at once if a broker died, or after ``within`` s."""
+    deadline = time.monotonic() + within
+    while not done():
+        for p in processes:
+            p.check_alive()
+        assert time.monotonic() < deadline, f"{what} within {within} s"
+        time.sleep(0.1)
 
 
-async def _produce(port: int, count: int, tag: bytes) -> None:
+async def _produce(broker_process: _Process, port: int, count: int, tag: bytes) -> None:
     from trioha.remoting._client import open_client_pool
     from trioha.remoting._mqclient import send_message
 
     async with open_client_pool() as pool:
         broker = f"127.0.0.1:{port}"
-        with trio.fail_after(30):
-            while True:  # the broker port may not listen yet
+        with trio.fail_after(60):
+            while True:  # the broker port may not listen yet (a refused connect stores nothing)
                 try:
                     await send_message(pool, broker, topic="Epochs", body=b"probe", queue_id=0)
                     break
                 except (OSError, RemotingError):
+                    broker_process.check_alive()
                     await trio.sleep(0.1)
         for i in range(count):
             result = await send_message(pool, broker, topic="Epochs", body=tag + b"%05d" % i,
@@ -115,49 +155,51 @@ async def _produce(port: int, count: int, tag: bytes) -> None:
             assert result.code == 0, result
 
 
-async def _queues(port: int) -> list[list[tuple[int, bytes]]]:
-    """Every message of topic Epochs through the broker's consume queues, queue by queue."""
+async def _queues(port: int) -> list[list[tuple[int, bytes]]] | None:
+    """Every message of topic Epochs through the broker's consume queues, queue by queue
+    (None when the broker did not answer: it may be busy; the caller asks again)."""
     from trioha.remoting._client import open_client_pool
     from trioha.remoting._mqclient import pull_message
 
     out = []
-    async with open_client_pool() as pool:
-        for queue_id in range(4):
-            got: list[tuple[int, bytes]] = []
-            offset = 0
-            for _ in range(100):
-                result = await pull_message(pool, f"127.0.0.1:{port}", group="g",
-                                            topic="Epochs", queue_id=queue_id, offset=offset)
-                if not result.messages:
-                    break
-                got += [(m.physical_offset, m.body) for m in result.messages]
-                offset = result.next_begin_offset
-            out.append(got)
+    try:
+        async with open_client_pool() as pool:
+            for queue_id in range(4):
+                got: list[tuple[int, bytes]] = []
+                offset = 0
+                for _ in range(100):
+                    result = await pull_message(pool, f"127.0.0.1:{port}", group="g",
+                                                topic="Epochs", queue_id=queue_id,
+                                                offset=offset)
+                    if not result.messages:
+                        break
+                    got += [(m.physical_offset, m.body) for m in result.messages]
+                    offset = result.next_begin_offset
+                out.append(got)
+    except (OSError, RemotingError):
+        return None
     return out
 
 
-def _same_queues(master_port: int, slave_port: int, within: float = 30) -> None:
+def _same_queues(master_port: int, slave_port: int, processes: list[_Process]) -> None:
     """The slave's consume queues list exactly the master's messages (once it has indexed)."""
-    start = time.monotonic()
-    while (theirs := trio.run(_queues, master_port)) != trio.run(_queues, slave_port):
-        assert time.monotonic() - start < within, "the slave's consume queues differ"
-        time.sleep(0.2)
-    assert sum(len(q) for q in theirs) == 3 + 200 - 40 + 100 + 20  # with one probe per run
+    seen: list[list[list[tuple[int, bytes]]] | None] = [None]
+
+    def same() -> bool:
+        seen[0] = trio.run(_queues, master_port)
+        return seen[0] is not None and seen[0] == trio.run(_queues, slave_port)
+
+    _until(same, "the slave's consume queues list the master's messages", processes)
+    assert seen[0] is not None
+    assert sum(len(q) for q in seen[0]) == 3 + 200 - 40 + 100 + 20  # with one probe per run
 
 
-def _boundaries(store_dir: Path, scratch: Path) -> list[int]:
-    """Message offsets of a store, read from a copy (opening recovers and would change it)."""
+def _messages(store_dir: Path, scratch: Path) -> list[StoredMessage]:
+    """The messages of a store, read from a copy (opening recovers and would change it)."""
     shutil.copytree(store_dir, scratch)
     (scratch / "lock").unlink(missing_ok=True)
     with open_store(scratch, segment_size=SEG) as store:
-        return [m.physical_offset for m in store.commitlog.iter_messages()]
-
-
-def _wait_identical(a: Path, b: Path, within: float = 60) -> None:
-    start = time.monotonic()
-    while not _same_files(a, b):
-        assert time.monotonic() - start < within, "the slave did not become identical in time"
-        time.sleep(0.2)
+        return list(store.commitlog.iter_messages())
 
 
 @pytest.mark.slow
@@ -169,47 +211,67 @@ def test_a_slave_holding_the_masters_lost_tail_is_cut_back_never_spliced(tmp_pat
                     "haSendHeartbeatInterval=200\nhaHousekeepingInterval=2000\n"
                     "haReconnectBackoffMax=200\n")
     ha, m_port, s_port = _free_port(), _free_port(), _free_port()
-    outputs: dict[str, Any] = {}
-    master = _start("master", master_dir, conf, ha, m_port)
-    slave = _start("slave", slave_dir, conf, ha, s_port)
+
+    def start(name: str, role: str) -> _Process:
+        store, port = (master_dir, m_port) if role == "master" else (slave_dir, s_port)
+        return _Process(name, role, store, conf=conf, ha=ha, listen=port, logs=tmp_path)
+
+    master, slave = start("master1", "master"), start("slave1", "slave")
     try:
-        trio.run(_produce, m_port, 200, b"old")
-        _wait_identical(master_dir, slave_dir)
+        trio.run(_produce, master, m_port, 200, b"old")
+        _until(lambda: _same_files(master_dir, slave_dir), "the slave copies the master",
+               [master, slave])
         # Kill the master (no clean shutdown) and stop the slave; then the power cut: the
         # master's last 40 messages, which the slave holds, were never on its disk.
-        master.send_signal(signal.SIGKILL)
-        master.wait(timeout=30)
-        outputs["slave1"] = _stop(slave)
-        offsets = _boundaries(master_dir, tmp_path / "copy")
+        master.stop(signal.SIGKILL)
+        slave.stop()
+        offsets = [m.physical_offset for m in _messages(master_dir, tmp_path / "copy")]
         cut = offsets[-40]
+        # The classic-mode marks are there and say bytes past the cut were sent: epoch mode
+        # must not act on them (no END_OF_FILE padding past the lost range, no refusal).
+        marks = (master_dir / SENT_OFFSET_FILE).read_text().split()
+        assert int(marks[marks.index("sent") + 1]) > cut, marks
         segment = master_dir / "commitlog" / f"{0:020d}"
         with open(segment, "r+b") as f:
             f.seek(cut)
             f.write(b"\0" * (SEG - cut))
         # The master restarts, begins epoch 2 at the cut, and producers resume at once,
         # taking the master's log past where the slave's ends.
-        master = _start("master", master_dir, conf, ha, m_port)
-        trio.run(_produce, m_port, 100, b"new")
-        slave = _start("slave", slave_dir, conf, ha, s_port)
-        _wait_identical(master_dir, slave_dir)
-        trio.run(_produce, m_port, 20, b"more")
-        _wait_identical(master_dir, slave_dir)
+        master = start("master2", "master")
+        trio.run(_produce, master, m_port, 100, b"new")
+        # Epoch 2 begins exactly at the cut: the sent mark past it did not pad the log.
+        assert EpochFile.open(master_dir / EPOCH_FILE_NAME).history == entries_of(
+            [(1, 0), (2, cut)]
+        )
+        slave = start("slave2", "slave")
+        _until(lambda: _same_files(master_dir, slave_dir), "the slave is cut back and copies "
+               "the master's new history", [master, slave])
+        trio.run(_produce, master, m_port, 20, b"more")
+        _until(lambda: _same_files(master_dir, slave_dir), "the slave copies the master",
+               [master, slave])
         # The slave's consume queues were cut with its log: they index the new history.
-        _same_queues(m_port, s_port)
+        _same_queues(m_port, s_port, [master, slave])
     finally:
-        outputs["slave"] = _stop(slave)
-        outputs["master"] = _stop(master)
-    assert slave.returncode == 0, outputs["slave"]
-    assert master.returncode == 0, outputs["master"]
+        slave_out, master_out = slave.stop(), master.stop()
+    assert slave.proc.returncode == 0, slave_out
+    assert master.proc.returncode == 0, master_out
     files_identical(master_dir, slave_dir)
-    assert "cut this slave's log back from" in outputs["slave"], outputs["slave"]
-    assert f"to {cut}, the consistent point" in outputs["slave"], outputs["slave"]
+    assert "cut this slave's log back from" in slave_out, slave_out
+    assert f"to {cut}, the consistent point" in slave_out, slave_out
+    assert "diverged" not in slave_out, slave_out
+    assert "may have sent bytes" not in master_out, master_out  # the classic refusal
     assert EpochFile.open(slave_dir / EPOCH_FILE_NAME).history == entries_of(
         [(1, 0), (2, cut)]
     )
     assert EpochFile.open(master_dir / EPOCH_FILE_NAME).history == entries_of(
         [(1, 0), (2, cut)]
     )
+    # The new history starts exactly at the cut: no padding, no skipped offsets, nothing
+    # recorded as lost.
+    messages = _messages(master_dir, tmp_path / "final")
+    new = next(m for m in messages if m.physical_offset >= cut)
+    assert (new.physical_offset, new.body) == (cut, b"probe")
+    assert "lost" not in (master_dir / SENT_OFFSET_FILE).read_text()
     # The cut bytes are kept aside on the slave, and its log reads as messages throughout.
     assert any((slave_dir / "lost+found").iterdir())
     with open_store(slave_dir, segment_size=SEG) as store:
@@ -253,6 +315,22 @@ async def test_a_slave_whose_bytes_no_epoch_vouches_for_is_refused_and_keeps_the
         and "Replication is stopped" in r.getMessage()
         for r in caplog.records
     )
+    # What the operator does, as in classic mode: `trioha slave --truncate-to-master` cuts the
+    # slave back to where the master said the histories part (nothing is shared here: 0),
+    # keeping the bytes; the next start copies the master's history and its epochs.
+    slave_conf = slave_config(tmp_path / "s", address, **EPOCH)
+    assert (tmp_path / "s" / DIVERGED_FILE).exists()
+    summary = truncate_to_master(slave_conf)
+    assert "back from" in summary and " to 0," in summary
+    assert not (tmp_path / "s" / DIVERGED_FILE).exists()
+    assert any((tmp_path / "s" / "lost+found").iterdir())
+    async with running(again) as master, running(slave_conf) as slave:
+        await put_many(master, 10)
+        await caught_up(master, slave)
+        assert compare_logs(master, slave) is None
+        assert slave.epoch_file is not None and master.epoch_file is not None
+        assert slave.epoch_file.history == master.epoch_file.history
+    files_identical(tmp_path / "m", tmp_path / "s")
 
 
 def _flip_body_byte(segment: Path, message: StoredMessage) -> None:
@@ -265,8 +343,9 @@ def _flip_body_byte(segment: Path, message: StoredMessage) -> None:
 
 
 async def test_a_damaged_record_cut_by_recovery_makes_the_slave_truncate(tmp_path: Path) -> None:
-    """Recovery moves a damaged record (and all after it) aside and the master starts over
-    there in a new epoch: a slave holding the old bytes cuts back to the damage."""
+    """Recovery moves a damaged record (and all after it) aside; the master refuses to start
+    until the operator accepts that, then starts over there in a new epoch, and a slave holding
+    the old bytes cuts back to the damage."""
     async with running(master_config(tmp_path / "m", **EPOCH)) as master:
         address = master.ha_address
         assert address is not None
@@ -276,9 +355,20 @@ async def test_a_damaged_record_cut_by_recovery_makes_the_slave_truncate(tmp_pat
             await caught_up(master, slave)
         damaged = list(master.store.commitlog.iter_messages())[250]
         held_end = master.store.commitlog.max_offset
+    # The clean stop flushed everything; the flushers record that at most once a second, so
+    # write the mark a later flush would have written rather than depend on when they ran.
+    SentOffsets.open(tmp_path / "m").note_flushed(held_end, now=0.0)
     # One byte of record 250's body flipped: its CRC fails, and recovery cuts there.
     _flip_body_byte(tmp_path / "m" / "commitlog" / f"{0:020d}", damaged)
     again = master_config(tmp_path / "m", ha_listen_port=address[1], **EPOCH)
+    # Recovery cut flushed bytes: damage, not a lost tail. Epoch mode refuses it as classic
+    # mode does, naming the offsets and where the cut bytes were kept.
+    with pytest.raises(DamagedLogError) as refused:
+        async with running(again):
+            pass
+    assert f"ends at {damaged.physical_offset}, below {held_end}" in str(refused.value)
+    assert "lost+found" in str(refused.value)
+    again = attrs.evolve(again, ha_accept_damaged_log=True)
     async with running(again) as master:
         assert master.store.commitlog.max_offset == damaged.physical_offset
         assert master.epoch_file is not None
@@ -291,3 +381,38 @@ async def test_a_damaged_record_cut_by_recovery_makes_the_slave_truncate(tmp_pat
             assert slave.ha_client is not None
             assert slave.ha_client.truncations == [(held_end, damaged.physical_offset)]
     files_identical(tmp_path / "m", tmp_path / "s")
+
+
+async def test_a_consistent_point_inside_a_record_stops_the_slave_for_a_reseed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A master whose epoch 2 begins inside one of the slave's records: the histories part
+    where no cut at a boundary keeps only the master's bytes ("need manual fix"). The slave
+    changes nothing and stops, sticky, instead of retrying the same cut forever."""
+    async with running(master_config(tmp_path / "m", **EPOCH)) as master:
+        async with running(slave_config(tmp_path / "s", master, **EPOCH)) as slave:
+            await connected(master)
+            await put_many(master, 50)
+            await caught_up(master, slave)
+        end = master.store.commitlog.max_offset
+        inside = list(master.store.commitlog.iter_messages())[30].physical_offset + 7
+    held = (tmp_path / "s" / "commitlog" / f"{0:020d}").read_bytes()
+    handshake = encode_master_handshake(end + 500, entries_of([(1, 0), (2, inside)]))
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(serve_hostile_master, handshake)
+        async with running(slave_config(tmp_path / "s", tuple(address), **EPOCH)) as slave:
+            client = slave.ha_client
+            assert client is not None
+            with trio.fail_after(10):
+                assert await client.wait_diverged()
+            stats = slave.statistics().client
+            assert stats is not None and stats.needs_reseed
+            assert (stats.diverged_master_offset, stats.diverged_slave_offset) == (inside, end)
+        nursery.cancel_scope.cancel()
+    assert (tmp_path / "s" / "commitlog" / f"{0:020d}").read_bytes() == held
+    assert (tmp_path / "s" / DIVERGED_FILE).exists()
+    assert any(r.levelname == "ERROR" and f"consistent point {inside}" in r.getMessage()
+               for r in caplog.records)
+    # The operator's cut refuses too, naming the boundaries around it: re-seed this slave.
+    with pytest.raises(NotAMessageBoundaryError):
+        truncate_to_master(slave_config(tmp_path / "s", tuple(address), **EPOCH))

@@ -45,7 +45,13 @@ import attrs
 import trio
 
 from trioha._config import BrokerConfig
-from trioha._errors import ConfigError, ProtocolError, StorageError, StoreLayoutError
+from trioha._errors import (
+    ConfigError,
+    NotAMessageBoundaryError,
+    ProtocolError,
+    StorageError,
+    StoreLayoutError,
+)
 from trioha.net._service import close_level
 from trioha.net._wakeup import Wakeup
 from trioha.proto import (
@@ -241,6 +247,14 @@ class _Session:
                             else:
                                 what = f"record epoch {action.epoch} from {action.start_offset}"
                             log.error("cannot %s (master %s): %s", what, self.client.master, exc)
+                            if isinstance(action, Truncate) and isinstance(
+                                exc, NotAMessageBoundaryError
+                            ):
+                                # RocketMQ's truncateFiles "need manual fix": the histories
+                                # part inside one of this slave's records, so no cut at a
+                                # boundary keeps only the master's bytes. Retrying cannot
+                                # help: stop, as a refused slave does, until it is re-seeded.
+                                self.diverged_at = action.offset
                             self._end(f"cannot {what}: {exc}", scope)
                             return
                     elif isinstance(action, Append):
