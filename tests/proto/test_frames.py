@@ -73,3 +73,11 @@ def test_partial_word_and_trailing_data_keep_alignment() -> None:
     stream = b"".join(encode_report(i) for i in range(1, 6))
     got = [words.feed(stream[:3]), words.feed(stream[3:21]), words.feed(stream[21:])]
     assert got == [None, encode_report(2), encode_report(5)]
+
+
+def test_header_round_trips_and_knows_its_end() -> None:
+    header = TransferHeader(4096, 300)
+    assert header.to_bytes() == encode_header(4096, 300)
+    assert TransferHeader.from_bytes(header.to_bytes(), max_body=MAX_BODY_SIZE) == header
+    assert header.end == 4396
+    assert not header.is_heartbeat
