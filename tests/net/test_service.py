@@ -13,7 +13,8 @@ import trio.testing
 from trioha import BrokerConfig
 from trioha._status import PutStatus
 from trioha.net import HAClient, HAService, Wakeup
-from trioha.proto import HEADER_SIZE, TransferHeader, encode_report
+from trioha.net._connection import HAConnection
+from trioha.proto import HEADER_SIZE, MasterOptions, Timing, TransferHeader, encode_report
 from trioha.store import MemoryCommitLog
 
 SEG = 4096
@@ -367,3 +368,40 @@ async def test_a_slave_replicates_byte_for_byte_over_memory_streams(
         assert bytes(slave_log.read(offset, SEG)) == chunk
         offset += len(chunk)
     assert math.isfinite(trio.current_time())
+
+
+class _ShortReads(MemoryCommitLog):
+    """A commit log whose reads come back one byte short (a store bug or a torn segment)."""
+
+    def read(self, offset: int, max_bytes: int) -> memoryview | bytes:
+        return bytes(super().read(offset, max_bytes))[:-1]
+
+
+class _Acks:
+    def __init__(self) -> None:
+        self.acks: list[int] = []
+
+    def on_ack(self, connection: HAConnection, offset: int) -> None:
+        self.acks.append(offset)
+
+
+async def test_a_body_shorter_than_its_header_is_never_put_on_the_wire(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    commitlog = _ShortReads(segment_size=SEG)
+    commitlog.append(topic="FooBar", body=b"x" * 100, queue_id=0)
+    master_end, slave_end = trio.testing.memory_stream_pair()
+    conn = HAConnection(
+        master_end, commitlog=commitlog, listener=_Acks(), options=MasterOptions(),
+        timing=Timing(), peer="fake-slave",
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        await slave_end.send_all(encode_report(0))
+        await trio.testing.wait_all_tasks_blocked()
+    size = commitlog.max_offset
+    assert conn.close_reason == f"commit log returned {size - 1} bytes at 0, expected {size}"
+    assert conn.frames_sent == 0 and conn.bytes_sent == 0
+    with trio.move_on_after(1):
+        received = await slave_end.receive_some()
+        pytest.fail(f"the slave received {received!r}")  # nothing, not even the header
