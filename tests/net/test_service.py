@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from trioha import BrokerConfig
+from trioha import BrokerConfig, ConfigError
 from trioha._status import PutStatus
 from trioha.net import HAClient, HAService, Wakeup
 from trioha.net._connection import HAConnection
@@ -405,3 +405,73 @@ async def test_a_body_shorter_than_its_header_is_never_put_on_the_wire(
     with trio.move_on_after(1):
         received = await slave_end.receive_some()
         pytest.fail(f"the slave received {received!r}")  # nothing, not even the header
+
+
+# --- settings refused, gates and deadlines ------------------------------------------------------
+
+
+def test_an_epoch_mode_master_without_an_epoch_file_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"epoch mode \(enable_controller_mode\) needs"):
+        HAService(config(enable_controller_mode=True), make_log())
+
+
+async def test_a_port_in_use_is_a_config_error_naming_the_setting() -> None:
+    (taken,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    try:
+        port = taken.socket.getsockname()[1]
+        service = HAService(config(ha_listen_port=port), make_log())
+        with pytest.raises(ConfigError, match=f"cannot listen for slaves on 127.0.0.1:{port} "):
+            await service.serve()
+    finally:
+        await taken.aclose()
+
+
+async def test_a_connection_the_gate_refuses_is_closed_unserved() -> None:
+    seen: list[str] = []
+
+    async def refuse(stream: trio.abc.Stream, peer: str) -> trio.abc.Stream | None:
+        seen.append(peer)
+        return None
+
+    service = HAService(config(), make_log(5), accept=refuse)
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(service.serve)
+        stream = await trio.open_tcp_stream(*address)
+        await stream.send_all(encode_report(0))
+        with trio.fail_after(5):
+            assert await stream.receive_some() == b""  # closed, nothing sent
+        await stream.aclose()
+        assert service.connections == {} and len(seen) == 1
+        assert seen[0].startswith("127.0.0.1:")
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_stream_with_no_socket_is_named_question_mark(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    service = HAService(config(), make_log(5))
+    master_end, _slave_end = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(service.handle_stream, master_end)
+        await trio.testing.wait_all_tasks_blocked()
+        (conn,) = service.connections.values()
+        assert conn.peer == "?"
+        nursery.cancel_scope.cancel()
+
+
+async def test_with_no_acks_required_a_put_is_ok_at_once(autojump_clock: trio.abc.Clock) -> None:
+    service = HAService(config(in_sync_replicas=1), make_log(5))
+    assert service.required_acks == 0
+    assert await service.wait_replicated(10**9) is PutStatus.PUT_OK
+
+
+async def test_waits_for_connections_give_up_at_their_deadline(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    service = HAService(config(), make_log(5))
+    assert await service.wait_connections(1, deadline=trio.current_time() + 3) is False
+    assert await service.wait_no_connections(deadline=trio.current_time() + 3) is True
+    async with trio.open_nursery() as nursery:
+        await serve_one(service, nursery)
+        assert await service.wait_no_connections(deadline=trio.current_time() + 3) is False
+        nursery.cancel_scope.cancel()
