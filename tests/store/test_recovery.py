@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trioha import StoreLayoutError
+from trioha import StorageError, StoreLayoutError
 from trioha.store import (
     AppendResult,
     FileCommitLog,
@@ -498,3 +498,53 @@ def test_open_does_not_touch_files_on_a_layout_error(tmp_path: Path) -> None:
     assert {p: p.read_bytes() for p in (tmp_path / "commitlog").iterdir()} == before
     assert not (tmp_path / "lost+found").exists()
     assert os.listdir(tmp_path) == ["commitlog"]
+
+
+def test_a_start_marker_outside_the_first_segment_is_ignored_and_removed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = tmp_path / "commitlog"
+    log = FileCommitLog.open(directory, segment_size=1024)
+    log.append(topic="FooBar", body=b"b" * 100)
+    log.close()
+    marker = tmp_path / "commitlog.start"
+    marker.write_text("5000\n")  # not inside segment [0, 1024)
+    with caplog.at_level("INFO"):
+        log = FileCommitLog.open(directory)
+    assert "ignoring" in caplog.text and "5000" in caplog.text
+    assert log.min_offset == 0 and len(list(log.iter_messages())) == 1
+    assert not marker.exists()
+    log.close()
+
+
+def test_a_start_marker_with_no_segments_is_removed(tmp_path: Path) -> None:
+    (tmp_path / "commitlog").mkdir()
+    marker = tmp_path / "commitlog.start"
+    marker.write_text("2048\n")
+    log = FileCommitLog.open(tmp_path / "commitlog", segment_size=1024)
+    assert (log.min_offset, log.max_offset) == (0, 0)
+    assert not marker.exists()
+    log.close()
+
+
+def test_an_unreadable_start_marker_is_a_layout_error(tmp_path: Path) -> None:
+    (tmp_path / "commitlog").mkdir()
+    (tmp_path / "commitlog.start").mkdir()
+    with pytest.raises(StoreLayoutError, match=r"cannot read .*commitlog\.start"):
+        FileCommitLog.open(tmp_path / "commitlog", segment_size=1024)
+
+
+def test_an_aside_directory_that_cannot_be_made_stops_the_cut_before_it_starts(
+    tmp_path: Path,
+) -> None:
+    log = FileCommitLog.open(
+        tmp_path / "commitlog", segment_size=1024, aside_dir=tmp_path / "file" / "lost+found"
+    )
+    first = log.append(topic="FooBar", body=b"b" * 100)
+    log.append(topic="FooBar", body=b"c" * 100)
+    end = log.max_offset
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(StorageError, match=r"cannot create .*lost\+found"):
+        log.truncate_to_boundary(first.physical_offset + first.size)
+    assert log.max_offset == end and len(list(log.iter_messages())) == 2  # nothing lost
+    log.close()
