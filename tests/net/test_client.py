@@ -6,12 +6,15 @@ import logging
 from pathlib import Path
 
 import pytest
+import trio
+import trio.testing
 
-from trioha import BrokerConfig, ConfigError, StoreLayoutError
-from trioha.net import HAClient
+from trioha import BrokerConfig, ConfigError, StorageError, StoreLayoutError
+from trioha.net import HAClient, HAService, Wakeup
 from trioha.net._client import Divergence
 from trioha.store import MemoryCommitLog
 
+SEG = 4096
 RECORD = Divergence(4096, 8192, "10.0.0.1:10912", "the master's log ends at 4096\nfor good")
 
 
@@ -65,3 +68,55 @@ def test_an_epoch_mode_slave_without_an_epoch_file_is_refused() -> None:
     config = BrokerConfig(ha_master_address="127.0.0.1:10912", enable_controller_mode=True)
     with pytest.raises(ConfigError, match=r"epoch mode .* needs the store's epoch file"):
         HAClient(config, MemoryCommitLog())
+
+
+class _FullDisk(MemoryCommitLog):
+    """A slave log whose first appends fail as on a full disk."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__(segment_size=SEG)
+        self.failures = failures
+
+    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> int:
+        if self.failures:
+            self.failures -= 1
+            raise StorageError(f"write at {offset} failed") from OSError(28, "No space left")
+        return super().append_raw(offset, data)
+
+
+async def test_a_full_disk_pauses_replication_and_it_resumes_with_one_log_line_each_way(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    master_log = MemoryCommitLog(segment_size=SEG)
+    for i in range(20):
+        master_log.append(topic="T", body=b"%d" % i)
+    cfg = BrokerConfig(
+        ha_listen_port=0, mapped_file_size_commit_log=SEG, ha_master_address="127.0.0.1:1",
+        ha_sync_from_oldest=True, clean_resource_interval=2000,
+    )
+    service = HAService(cfg, master_log)
+    slave_log = _FullDisk(failures=3)
+    async with trio.open_nursery() as nursery:
+
+        async def connect(host: str, port: int) -> trio.abc.Stream:
+            master_end, slave_end = trio.testing.memory_stream_pair()
+            nursery.start_soon(service.handle_stream, master_end, "slave")
+            return slave_end
+
+        appended = Wakeup()
+        client = HAClient(cfg, slave_log, connect=connect, on_appended=appended.notify)
+        started = trio.current_time()
+        await nursery.start(client.run)
+        with trio.fail_after(60):
+            while slave_log.max_offset < master_log.max_offset:
+                await appended.wait()
+        # Three failed sessions, each followed by the disk retry interval, not the backoff.
+        assert trio.current_time() - started >= 3 * 2.0
+        assert client.append_error is None
+        nursery.cancel_scope.cancel()
+    assert bytes(slave_log.read(0, SEG)) == bytes(master_log.read(0, SEG))
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1
+    assert "slave cannot append replicated data: write at 0 failed" in errors[0]
+    assert "retrying every 2 s until there is space" in errors[0]
+    assert any("slave appends replicated data again" in r.getMessage() for r in caplog.records)
