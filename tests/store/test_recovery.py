@@ -548,3 +548,82 @@ def test_an_aside_directory_that_cannot_be_made_stops_the_cut_before_it_starts(
         log.truncate_to_boundary(first.physical_offset + first.size)
     assert log.max_offset == end and len(list(log.iter_messages())) == 2  # nothing lost
     log.close()
+
+
+# --- disk failures while cutting, flushing and moving the start -------------------------------
+
+
+def _eio(*args: object) -> None:
+    raise OSError(5, "Input/output error")
+
+
+def _two_segments(tmp_path: Path) -> tuple[FileCommitLog, int, bytes]:
+    log = FileCommitLog.open(tmp_path / "commitlog", segment_size=1024)
+    first = log.append(topic="FooBar", body=b"a" * 100)
+    while log.max_offset < 1500:
+        log.append(topic="FooBar", body=b"b" * 100)
+    log.flush()
+    cut = first.physical_offset + first.size
+    return log, cut, bytes(log.read(0, 1024)) + bytes(log.read(1024, 1024))
+
+
+def test_a_cut_whose_copy_cannot_be_made_durable_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log, cut, before = _two_segments(tmp_path)
+    end = log.max_offset
+    monkeypatch.setattr(os, "fsync", _eio)
+    with pytest.raises(StorageError, match=rf"cannot keep bytes \[{cut}, 1024\) aside .*Errno 5"):
+        log.truncate_to_boundary(cut)
+    monkeypatch.undo()
+    assert log.max_offset == end
+    assert bytes(log.read(0, 1024)) + bytes(log.read(1024, 1024)) == before
+    log.close()
+
+
+def test_a_segment_that_cannot_be_moved_aside_is_moved_by_the_next_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log, cut, before = _two_segments(tmp_path)
+    monkeypatch.setattr(os, "rename", _eio)
+    with pytest.raises(StorageError, match=r"cannot move .*00000000000000001024 aside"):
+        log.truncate_to_boundary(cut)
+    monkeypatch.undo()
+    assert log.max_offset == cut  # the log already ends at the cut
+    log.close()
+    again = FileCommitLog.open(tmp_path / "commitlog")
+    assert again.max_offset == cut
+    assert [m.physical_offset for m in again.iter_messages()] == [0]
+    bin_file, segment = sorted((tmp_path / "lost+found").iterdir())
+    assert bin_file.name.endswith("-truncated.bin")
+    assert bin_file.read_bytes() == before[cut:1024]  # kept before the cut began
+    assert segment.name.startswith("00000000000000001024")
+    assert segment.read_bytes()[: len(before) - 1024] == before[1024:]
+    assert again.recovery.kept_aside == (segment,)
+    again.close()
+
+
+def test_a_failed_fsync_is_an_error_and_leaks_no_descriptor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = FileCommitLog.open(tmp_path / "commitlog", segment_size=1024)
+    log.append(topic="FooBar", body=b"a" * 100)
+    open_fds = len(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(os, "fdatasync", _eio)
+    with pytest.raises(StorageError, match=r"fsync of the commit log .*commitlog failed"):
+        log.flush()
+    monkeypatch.undo()
+    assert len(os.listdir("/proc/self/fd")) == open_fds
+    assert log.flush() == log.max_offset  # a later flush covers the same bytes
+    log.close()
+
+
+def test_a_start_marker_that_cannot_be_written_stops_the_first_append(tmp_path: Path) -> None:
+    master = FileCommitLog.open(tmp_path / "m" / "commitlog", segment_size=1024)
+    offsets = [master.append(topic="FooBar", body=b"b" * 100).physical_offset for _ in range(9)]
+    slave = FileCommitLog.open(tmp_path / "s" / "commitlog", segment_size=1024)
+    (tmp_path / "s" / "commitlog.start.tmp").mkdir()
+    with pytest.raises(StorageError, match=r"cannot update .*commitlog\.start"):
+        slave.append_raw(offsets[6], master.read(offsets[6], 4096))
+    slave.close()
+    master.close()
