@@ -566,3 +566,9 @@ def test_a_new_message_takes_hosts_as_pairs_and_properties_as_a_mapping() -> Non
 def test_a_memory_log_refuses_a_segment_below_the_minimum() -> None:
     with pytest.raises(ValueError, match=f"segment_size 100 is below {MIN_SEGMENT_SIZE}"):
         MemoryCommitLog(segment_size=100)
+
+
+def test_an_empty_logs_only_boundary_is_its_end(make_log: LogFactory) -> None:
+    log = make_log(segment_size=1024)
+    assert log.boundaries_around(0) == (0, 0)
+    assert log.truncate_to_boundary(0) == []
