@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,68 @@ async def test_a_full_disk_pauses_replication_and_it_resumes_with_one_log_line_e
     assert "slave cannot append replicated data: write at 0 failed" in errors[0]
     assert "retrying every 2 s until there is space" in errors[0]
     assert any("slave appends replicated data again" in r.getMessage() for r in caplog.records)
+
+
+class _FlushFails(MemoryCommitLog):
+    """A slave log whose first two flushes after its first append fail as on a broken disk."""
+
+    def __init__(self) -> None:
+        super().__init__(segment_size=SEG)
+        self.to_fail = 0
+        self.flushes = 0
+
+    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> int:
+        if not self.max_offset:
+            self.to_fail = 2
+        return super().append_raw(offset, data)
+
+    def flush(self) -> int:
+        self.flushes += 1
+        if self.to_fail:
+            self.to_fail -= 1
+            raise StorageError(f"fsync {self.flushes} failed") from OSError(5, "I/O error")
+        return super().flush()
+
+
+async def test_a_slave_that_must_ack_flushed_bytes_stops_acking_while_fsync_fails(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    master_log = MemoryCommitLog(segment_size=SEG)
+    for i in range(20):
+        master_log.append(topic="T", body=b"%d" % i)
+    cfg = BrokerConfig(
+        ha_listen_port=0, mapped_file_size_commit_log=SEG, ha_master_address="127.0.0.1:1",
+        ha_sync_from_oldest=True, ha_slave_ack_flushed=True, clean_resource_interval=2000,
+    )
+    service = HAService(cfg, master_log)
+    # The ack after the first append cannot flush: that session ends; the next session's
+    # flush at its start fails too; then the disk works again.
+    slave_log = _FlushFails()
+    async with trio.open_nursery() as nursery:
+
+        async def connect(host: str, port: int) -> trio.abc.Stream:
+            master_end, slave_end = trio.testing.memory_stream_pair()
+            nursery.start_soon(service.handle_stream, master_end, "slave")
+            return slave_end
+
+        client = HAClient(cfg, slave_log, connect=connect)
+        await nursery.start(client.run)
+        for more in (0, 5):
+            for i in range(more):
+                master_log.append(topic="T", body=b"later %d" % i)
+            service.notify_log_grew()
+            with trio.fail_after(600):
+                while service.replicated_offset() < master_log.max_offset:  # noqa: ASYNC110
+                    await trio.sleep(0.5)  # the master's acks have no event to wait on
+            if not more:
+                assert re.fullmatch(r"fsync \d+ failed", client.append_error or "")
+        assert client.append_error is None
+        nursery.cancel_scope.cancel()
+    # The ack's flush and the next session's first flush failed: one ERROR for the whole
+    # spell, one WARNING at the first append after it.
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1
+    assert re.search(r"slave cannot append replicated data: fsync \d+ failed", errors[0])
+    assert "retrying every 2 s" in errors[0]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert sum("replicated data again (after: fsync" in m for m in warnings) == 1
