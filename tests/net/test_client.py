@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,31 @@ def test_an_epoch_mode_slave_without_an_epoch_file_is_refused() -> None:
         HAClient(config, MemoryCommitLog())
 
 
+def _master(**changes: object) -> tuple[MemoryCommitLog, BrokerConfig, HAService]:
+    """A master log of 20 messages, its service, and the config a slave of it uses."""
+    master_log = MemoryCommitLog(segment_size=SEG)
+    for i in range(20):
+        master_log.append(topic="T", body=b"%d" % i)
+    cfg = BrokerConfig(
+        ha_listen_port=0, mapped_file_size_commit_log=SEG, ha_master_address="127.0.0.1:1",
+        ha_sync_from_oldest=True, clean_resource_interval=2000,
+    ).evolve(**changes)
+    return master_log, cfg, HAService(cfg, master_log)
+
+
+def _connector(
+    nursery: trio.Nursery, service: HAService
+) -> Callable[[str, int], Awaitable[trio.abc.Stream]]:
+    """Connections to *service* over memory streams (what the slave's ``connect`` does)."""
+
+    async def connect(host: str, port: int) -> trio.abc.Stream:
+        master_end, slave_end = trio.testing.memory_stream_pair()
+        nursery.start_soon(service.handle_stream, master_end, "slave")
+        return slave_end
+
+    return connect
+
+
 class _FullDisk(MemoryCommitLog):
     """A slave log whose first appends fail as on a full disk."""
 
@@ -88,23 +114,11 @@ class _FullDisk(MemoryCommitLog):
 async def test_a_full_disk_pauses_replication_and_it_resumes_with_one_log_line_each_way(
     autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    master_log = MemoryCommitLog(segment_size=SEG)
-    for i in range(20):
-        master_log.append(topic="T", body=b"%d" % i)
-    cfg = BrokerConfig(
-        ha_listen_port=0, mapped_file_size_commit_log=SEG, ha_master_address="127.0.0.1:1",
-        ha_sync_from_oldest=True, clean_resource_interval=2000,
-    )
-    service = HAService(cfg, master_log)
+    master_log, cfg, service = _master()
     slave_log = _FullDisk(failures=3)
     async with trio.open_nursery() as nursery:
-
-        async def connect(host: str, port: int) -> trio.abc.Stream:
-            master_end, slave_end = trio.testing.memory_stream_pair()
-            nursery.start_soon(service.handle_stream, master_end, "slave")
-            return slave_end
-
         appended = Wakeup()
+        connect = _connector(nursery, service)
         client = HAClient(cfg, slave_log, connect=connect, on_appended=appended.notify)
         started = trio.current_time()
         await nursery.start(client.run)
@@ -147,25 +161,12 @@ class _FlushFails(MemoryCommitLog):
 async def test_a_slave_that_must_ack_flushed_bytes_stops_acking_while_fsync_fails(
     autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    master_log = MemoryCommitLog(segment_size=SEG)
-    for i in range(20):
-        master_log.append(topic="T", body=b"%d" % i)
-    cfg = BrokerConfig(
-        ha_listen_port=0, mapped_file_size_commit_log=SEG, ha_master_address="127.0.0.1:1",
-        ha_sync_from_oldest=True, ha_slave_ack_flushed=True, clean_resource_interval=2000,
-    )
-    service = HAService(cfg, master_log)
+    master_log, cfg, service = _master(ha_slave_ack_flushed=True)
     # The ack after the first append cannot flush: that session ends; the next session's
     # flush at its start fails too; then the disk works again.
     slave_log = _FlushFails()
     async with trio.open_nursery() as nursery:
-
-        async def connect(host: str, port: int) -> trio.abc.Stream:
-            master_end, slave_end = trio.testing.memory_stream_pair()
-            nursery.start_soon(service.handle_stream, master_end, "slave")
-            return slave_end
-
-        client = HAClient(cfg, slave_log, connect=connect)
+        client = HAClient(cfg, slave_log, connect=_connector(nursery, service))
         await nursery.start(client.run)
         for more in (0, 5):
             for i in range(more):
