@@ -244,3 +244,14 @@ def test_keys_that_are_not_ascii_are_indexed_by_their_java_string_hash(tmp_path:
     # A time range no file covers finds nothing.
     assert service.query_offsets("T", "plain", 8, 0, base - 10).phy_offsets == []
     service.close()
+
+
+def test_a_chain_walk_stops_at_the_first_entry_older_than_the_range(tmp_path: Path) -> None:
+    index_file = _chain(tmp_path)  # stamps t0, t0 + 1 s, t0 + 2 s for offsets 100, 200, 300
+    found: list[int] = []
+    index_file.select_phy_offsets("T#k", 64, 1_700_000_002_000, 2**62, found)
+    assert found == [300]
+    found.clear()
+    index_file.select_phy_offsets("T#k", 64, 1_700_000_001_000, 1_700_000_001_000, found)
+    assert found == [200]
+    index_file.close()
