@@ -475,3 +475,30 @@ async def test_waits_for_connections_give_up_at_their_deadline(
         await serve_one(service, nursery)
         assert await service.wait_no_connections(deadline=trio.current_time() + 3) is False
         nursery.cancel_scope.cancel()
+
+
+class _BrokenReads(MemoryCommitLog):
+    """A commit log whose reads fail with an error no layer expects (a bug elsewhere)."""
+
+    def read(self, offset: int, max_bytes: int) -> memoryview | bytes:
+        raise ValueError("read of a closed segment")
+
+
+async def test_an_unexpected_error_ends_that_connection_only_and_is_logged(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    commitlog = _BrokenReads(segment_size=SEG)
+    commitlog.append(topic="FooBar", body=b"x" * 100, queue_id=0)
+    service = HAService(config(), commitlog)
+    async with trio.open_nursery() as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(0)
+        await trio.testing.wait_all_tasks_blocked()
+        assert service.connections == {}  # gone from the registry; the service still serves
+        assert service.statistics().connections_closed == 1
+        await serve_one(service, nursery)
+        assert len(service.connections) == 1
+        nursery.cancel_scope.cancel()
+    assert "HA connection with fake-slave failed" in caplog.text
+    assert "read of a closed segment" in caplog.text
+    assert "slave fake-slave disconnected: internal error" in caplog.text
