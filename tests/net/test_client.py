@@ -14,7 +14,7 @@ import trio.testing
 from trioha import BrokerConfig, ConfigError, StorageError, StoreLayoutError
 from trioha.net import HAClient, HAService, Wakeup
 from trioha.net._client import Divergence
-from trioha.store import MemoryCommitLog
+from trioha.store import EpochFile, MemoryCommitLog
 
 SEG = 4096
 RECORD = Divergence(4096, 8192, "10.0.0.1:10912", "the master's log ends at 4096\nfor good")
@@ -187,3 +187,35 @@ async def test_a_slave_that_must_ack_flushed_bytes_stops_acking_while_fsync_fail
     assert "retrying every 2 s" in errors[0]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert sum("replicated data again (after: fsync" in m for m in warnings) == 1
+
+
+class _RefusingEpochFile(EpochFile):
+    """An epoch file that cannot be written (a full or read-only disk)."""
+
+    def append(self, epoch: int, start_offset: int) -> None:
+        raise StorageError(f"cannot write epoch file {self.path}: [Errno 28] No space left")
+
+
+async def test_an_epoch_the_slave_cannot_record_ends_the_session_before_any_byte(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The real clock: the epoch file is read in a worker thread, and a jumping clock would
+    # reach the master's housekeeping timeout while that thread runs.
+    master_log, classic, _ = _master()
+    cfg = classic.evolve(enable_controller_mode=True)
+    master_epochs = EpochFile.open(tmp_path / "master-epochs")
+    master_epochs.begin_epoch(master_log.max_offset, master_log.min_offset)  # as a broker does
+    service = HAService(cfg, master_log, epoch_file=master_epochs)
+    slave_log = MemoryCommitLog(segment_size=SEG)
+    epochs = _RefusingEpochFile.open(tmp_path / "slave-epochs")
+    client = HAClient(cfg, slave_log, epoch_file=epochs)
+    async with trio.open_nursery() as nursery:
+        master_end, slave_end = trio.testing.memory_stream_pair()
+        nursery.start_soon(service.handle_stream, master_end, "slave")
+        with trio.fail_after(10):
+            assert await client.session(slave_end) is False
+        nursery.cancel_scope.cancel()
+    reason = client.last_close_reason or ""
+    assert reason.startswith("cannot record epoch 1 from 0: cannot write epoch file")
+    assert slave_log.max_offset == 0 and not epochs.history  # no byte without its epoch
+    assert "cannot record epoch 1 from 0 (master 127.0.0.1:1)" in caplog.text
