@@ -10,10 +10,11 @@ import pytest
 import trio
 import trio.testing
 
-from trioha import BrokerConfig
+from trioha import BrokerConfig, ConfigError
 from trioha._status import PutStatus
 from trioha.net import HAClient, HAService, Wakeup
-from trioha.proto import HEADER_SIZE, TransferHeader, encode_report
+from trioha.net._connection import HAConnection
+from trioha.proto import HEADER_SIZE, MasterOptions, Timing, TransferHeader, encode_report
 from trioha.store import MemoryCommitLog
 
 SEG = 4096
@@ -367,3 +368,137 @@ async def test_a_slave_replicates_byte_for_byte_over_memory_streams(
         assert bytes(slave_log.read(offset, SEG)) == chunk
         offset += len(chunk)
     assert math.isfinite(trio.current_time())
+
+
+class _ShortReads(MemoryCommitLog):
+    """A commit log whose reads come back one byte short (a store bug or a torn segment)."""
+
+    def read(self, offset: int, max_bytes: int) -> memoryview | bytes:
+        return bytes(super().read(offset, max_bytes))[:-1]
+
+
+class _Acks:
+    def __init__(self) -> None:
+        self.acks: list[int] = []
+
+    def on_ack(self, connection: HAConnection, offset: int) -> None:
+        self.acks.append(offset)
+
+
+async def test_a_body_shorter_than_its_header_is_never_put_on_the_wire(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    commitlog = _ShortReads(segment_size=SEG)
+    commitlog.append(topic="FooBar", body=b"x" * 100, queue_id=0)
+    master_end, slave_end = trio.testing.memory_stream_pair()
+    conn = HAConnection(
+        master_end, commitlog=commitlog, listener=_Acks(), options=MasterOptions(),
+        timing=Timing(), peer="fake-slave",
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        await slave_end.send_all(encode_report(0))
+        await trio.testing.wait_all_tasks_blocked()
+    size = commitlog.max_offset
+    assert conn.close_reason == f"commit log returned {size - 1} bytes at 0, expected {size}"
+    assert conn.frames_sent == 0 and conn.bytes_sent == 0
+    with trio.move_on_after(1):
+        received = await slave_end.receive_some()
+        pytest.fail(f"the slave received {received!r}")  # nothing, not even the header
+
+
+# --- settings refused, gates and deadlines ------------------------------------------------------
+
+
+def test_an_epoch_mode_master_without_an_epoch_file_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"epoch mode \(enable_controller_mode\) needs"):
+        HAService(config(enable_controller_mode=True), make_log())
+
+
+async def test_a_port_in_use_is_a_config_error_naming_the_setting() -> None:
+    (taken,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    try:
+        port = taken.socket.getsockname()[1]
+        service = HAService(config(ha_listen_port=port), make_log())
+        with pytest.raises(ConfigError, match=f"cannot listen for slaves on 127.0.0.1:{port} "):
+            await service.serve()
+    finally:
+        await taken.aclose()
+
+
+async def test_a_connection_the_gate_refuses_is_closed_unserved() -> None:
+    seen: list[str] = []
+
+    async def refuse(stream: trio.abc.Stream, peer: str) -> trio.abc.Stream | None:
+        seen.append(peer)
+        return None
+
+    service = HAService(config(), make_log(5), accept=refuse)
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(service.serve)
+        stream = await trio.open_tcp_stream(*address)
+        await stream.send_all(encode_report(0))
+        with trio.fail_after(5):
+            assert await stream.receive_some() == b""  # closed, nothing sent
+        await stream.aclose()
+        assert service.connections == {} and len(seen) == 1
+        assert seen[0].startswith("127.0.0.1:")
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_stream_with_no_socket_is_named_question_mark(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    service = HAService(config(), make_log(5))
+    master_end, _slave_end = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(service.handle_stream, master_end)
+        await trio.testing.wait_all_tasks_blocked()
+        (conn,) = service.connections.values()
+        assert conn.peer == "?"
+        nursery.cancel_scope.cancel()
+
+
+async def test_with_no_acks_required_a_put_is_ok_at_once(autojump_clock: trio.abc.Clock) -> None:
+    service = HAService(config(in_sync_replicas=1), make_log(5))
+    assert service.required_acks == 0
+    assert await service.wait_replicated(10**9) is PutStatus.PUT_OK
+
+
+async def test_waits_for_connections_give_up_at_their_deadline(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    service = HAService(config(), make_log(5))
+    assert await service.wait_connections(1, deadline=trio.current_time() + 3) is False
+    assert await service.wait_no_connections(deadline=trio.current_time() + 3) is True
+    async with trio.open_nursery() as nursery:
+        await serve_one(service, nursery)
+        assert await service.wait_no_connections(deadline=trio.current_time() + 3) is False
+        nursery.cancel_scope.cancel()
+
+
+class _BrokenReads(MemoryCommitLog):
+    """A commit log whose reads fail with an error no layer expects (a bug elsewhere)."""
+
+    def read(self, offset: int, max_bytes: int) -> memoryview | bytes:
+        raise ValueError("read of a closed segment")
+
+
+async def test_an_unexpected_error_ends_that_connection_only_and_is_logged(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    commitlog = _BrokenReads(segment_size=SEG)
+    commitlog.append(topic="FooBar", body=b"x" * 100, queue_id=0)
+    service = HAService(config(), commitlog)
+    async with trio.open_nursery() as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(0)
+        await trio.testing.wait_all_tasks_blocked()
+        assert service.connections == {}  # gone from the registry; the service still serves
+        assert service.statistics().connections_closed == 1
+        await serve_one(service, nursery)
+        assert len(service.connections) == 1
+        nursery.cancel_scope.cancel()
+    assert "HA connection with fake-slave failed" in caplog.text
+    assert "read of a closed segment" in caplog.text
+    assert "slave fake-slave disconnected: internal error" in caplog.text

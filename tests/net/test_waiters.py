@@ -348,3 +348,59 @@ async def test_waits_go_on_while_one_of_two_expiring_tasks_remains(
         assert await w.wait(20) == LATE
         assert trio.current_time() - t0 == pytest.approx(3.0)
         nursery.cancel_scope.cancel()
+async def test_released_waiters_left_in_the_deadline_queue_are_skipped(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Released waiters stay queued by deadline until reached: never answered twice."""
+    w = waiters(timeout=3.0)
+    answers: dict[int, tuple[str, float]] = {}
+
+    async def put(end: int) -> None:
+        outcome = await w.wait(end)
+        answers[end] = (outcome, trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(w.expire)
+        t0 = trio.current_time()
+        nursery.start_soon(put, 30)  # A: expires at t0 + 3
+        nursery.start_soon(put, 10)  # B: released; its deadline (t0 + 3) is reached with A's
+        await trio.sleep(0.5)
+        nursery.start_soon(put, 11)  # D: released; at the head of the queue after A and B
+        await trio.sleep(0.1)
+        nursery.start_soon(put, 40)  # C: expires at t0 + 3.6
+        await trio.sleep(0.4)
+        assert w.release(12) == 2
+        await trio.testing.wait_all_tasks_blocked()
+        await trio.sleep(5)
+        assert {end: outcome for end, (outcome, _) in answers.items()} == {
+            10: OK, 11: OK, 30: LATE, 40: LATE
+        }
+        assert answers[30][1] - t0 == pytest.approx(3.0)
+        assert answers[40][1] - t0 == pytest.approx(3.6)
+        assert len(w) == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_stopping_expire_skips_waiters_already_released(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    w = waiters(timeout=3.0)
+    outcomes: dict[int, str] = {}
+
+    async def put(end: int) -> None:
+        try:
+            outcomes[end] = await w.wait(end)
+        except RuntimeError as exc:
+            outcomes[end] = f"raised: {exc}"
+
+    async with trio.open_nursery() as outer, trio.open_nursery() as expiring:
+        await expiring.start(w.expire)
+        outer.start_soon(put, 5)
+        outer.start_soon(put, 50)
+        await trio.testing.wait_all_tasks_blocked()
+        assert w.release(6) == 1
+        await trio.testing.wait_all_tasks_blocked()
+        expiring.cancel_scope.cancel()
+    assert outcomes == {
+        5: OK, 50: "raised: OffsetWaiters.expire() stopped while this wait was parked"
+    }

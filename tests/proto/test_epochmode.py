@@ -16,12 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trioha import LocalProtocolError, RemoteProtocolError
 from trioha.proto import (
     AckAdvanced,
     Append,
     Close,
     EpochHistory,
     EpochTransferHeader,
+    HeaderReceived,
     LogView,
     MasterConnection,
     MasterOptions,
@@ -34,9 +36,11 @@ from trioha.proto import (
     SlaveConnection,
     SlaveHandshake,
     SlavePhase,
+    SlaveState,
     Truncate,
     encode_epoch_report,
     encode_master_handshake,
+    slave_step,
 )
 from trioha.proto._epochs import entries_of
 
@@ -458,3 +462,78 @@ def test_a_repeated_handshake_before_the_first_report_is_answered_again() -> Non
     conn, actions = master_after(SlaveHandshake().to_bytes() * 2)
     assert [type(a) for a in actions] == [SendMasterHandshake, SendMasterHandshake]
     assert not conn.closed and conn.state.phase is MasterPhase.AWAIT_REPORT
+
+
+# --- epoch checks no round trip above happens to reach ------------------------------------------
+
+
+def test_transfer_header_end_and_an_epoch_starting_after_the_frame_is_refused() -> None:
+    header = EpochTransferHeader(offset=100, size=20, epoch=2, epoch_start=50, confirm_offset=0)
+    assert header.end == 120
+    for start in (101, -1):
+        bad = attrs.evolve(header, epoch_start=start).to_bytes()
+        with pytest.raises(RemoteProtocolError, match=f"in epoch 2 starting at {start}"):
+            EpochTransferHeader.from_bytes(bad, max_body=64)
+
+
+def test_an_epoch_mode_master_without_a_history_is_our_bug() -> None:
+    conn = MasterConnection(now=0.0, options=MasterOptions(epoch_mode=True))
+    with pytest.raises(LocalProtocolError, match="needs the master's epoch history"):
+        conn.receive_data(SlaveHandshake().to_bytes(), now=0.0, log=LogView(0, 100, SEG))
+
+
+def epoch_master(report: int, view: LogView) -> tuple[MasterConnection, list[object]]:
+    conn = MasterConnection(now=0.0, options=MasterOptions(epoch_mode=True))
+    actions: list[object] = list(conn.receive_data(SlaveHandshake().to_bytes(), now=0.0, log=view))
+    actions += conn.receive_data(encode_epoch_report(report), now=0.0, log=view)
+    return conn, actions
+
+
+def test_a_request_before_the_masters_first_epoch_closes() -> None:
+    conn, actions = epoch_master(10, LogView(0, 100, SEG, epochs=entries_of([(3, 50)])))
+    assert isinstance(actions[-1], Close) and conn.closed
+    assert "offset 10, which no epoch of the master holds (its first epoch: 3-50)" in (
+        actions[-1].reason
+    )
+
+
+def test_bytes_the_master_wrote_outside_every_epoch_are_never_sent() -> None:
+    # The request is the master's end (allowed before any epoch covers it); the log then grows
+    # with no epoch recorded for the new bytes: a local inconsistency, so no frame goes out.
+    conn, _ = epoch_master(10, LogView(0, 10, SEG, epochs=entries_of([(3, 50)])))
+    assert not conn.closed
+    grown = LogView(0, 40, SEG, epochs=entries_of([(3, 50)]))
+    close = conn.next_send(now=0.0, log=grown)
+    assert close == Close("no epoch of the master holds offset 10", False)
+
+
+def transferring(expected: int, history: Sequence[tuple[int, int]]) -> SlaveState:
+    return SlaveState(phase=SlavePhase.TRANSFER, expected=expected, epochs=entries_of(history))
+
+
+@pytest.mark.parametrize(
+    ("state", "header", "diverged_at", "reason"),
+    [
+        # Same epoch number, another start: two masters both called their epoch 2.
+        (transferring(120, [(1, 0), (2, 100)]), (120, 2, 110), 100, "starts elsewhere"),
+        # An epoch older than the slave's newest: this master is behind the slave's history.
+        (transferring(120, [(1, 0), (2, 100)]), (120, 1, 0), 0, "older than the slave's last"),
+        # A new epoch that does not begin after the slave's newest one.
+        (transferring(100, [(1, 0), (2, 100)]), (100, 3, 100), 100, "not after the slave's last"),
+    ],
+)
+def test_frames_contradicting_the_slaves_history_close_as_diverged(
+    state: SlaveState, header: tuple[int, int, int], diverged_at: int, reason: str
+) -> None:
+    offset, epoch, start = header
+    new, actions = slave_step(state, HeaderReceived(offset, 4, epoch, start))
+    assert new.phase is SlavePhase.DISCONNECTED and new.expected == state.expected
+    (close,) = actions
+    assert isinstance(close, Close) and close.diverged_at == diverged_at
+    assert reason in close.reason
+
+
+def test_a_header_fed_while_a_body_is_expected_is_our_bug() -> None:
+    state = SlaveState(phase=SlavePhase.TRANSFER, expected=10, receiving=(10, 4))
+    with pytest.raises(LocalProtocolError, match="while a body was still expected"):
+        slave_step(state, HeaderReceived(14, 4))

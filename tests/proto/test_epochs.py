@@ -135,3 +135,20 @@ def test_point_never_beyond_either_end(
     point = find_consistent_point(a, a_end, b, b_end)
     assert point <= min(a_end, b_end)
     assert point == find_consistent_point(b, b_end, a, a_end)
+
+
+def test_negative_entries_are_refused_by_name() -> None:
+    with pytest.raises(EpochError, match="negative epoch entry"):
+        EpochHistory([EpochEntry(-1, 0)])
+    with pytest.raises(EpochError, match="negative epoch entry"):
+        EpochHistory([EpochEntry(1, -5)])
+
+
+def test_entry_finds_an_epoch_by_number() -> None:
+    assert BASE.entry(2) == (1, EpochEntry(2, 300))
+    assert BASE.entry(4) is None
+    assert EpochHistory().entry(1) is None
+
+
+def test_entries_of_a_history_is_that_history() -> None:
+    assert entries_of(BASE) is BASE

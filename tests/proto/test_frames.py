@@ -135,3 +135,9 @@ def test_a_frame_of_any_size_arrives_whole_fed_three_ways(size: int) -> None:
             assert appends == []
         assert not slave.closed
         assert slave.buffered == 0
+def test_header_round_trips_and_knows_its_end() -> None:
+    header = TransferHeader(4096, 300)
+    assert header.to_bytes() == encode_header(4096, 300)
+    assert TransferHeader.from_bytes(header.to_bytes(), max_body=MAX_BODY_SIZE) == header
+    assert header.end == 4396
+    assert not header.is_heartbeat

@@ -117,3 +117,9 @@ def test_every_declared_target_is_a_phase_of_its_side() -> None:
     for (slave_phase, _event), slave_rule in SLAVE_TABLE.items():
         assert isinstance(slave_phase, SlavePhase)
         assert slave_rule.targets and all(isinstance(t, SlavePhase) for t in slave_rule.targets)
+
+
+@pytest.mark.parametrize("needed", [0, -1])
+def test_a_quorum_of_no_slaves_is_refused(needed: int) -> None:
+    with pytest.raises(ValueError, match="needed must be positive"):
+        replicated_offset([], needed)

@@ -6,13 +6,18 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import attrs
 import pytest
 
 import trioha.proto
 from trioha import LocalProtocolError
 from trioha.proto import (
+    MASTER_TABLE,
+    SLAVE_TABLE,
     AckAdvanced,
     Append,
+    AppendConfirmed,
+    BodyReceived,
     Close,
     FrameWritten,
     LogView,
@@ -20,15 +25,20 @@ from trioha.proto import (
     MasterOptions,
     MasterPhase,
     MasterState,
+    ReportReceived,
     SendHeartbeat,
+    SendReady,
     SendReport,
     SendTransfer,
     SlaveConnection,
+    SlavePhase,
+    SlaveState,
     Timing,
     encode_header,
     encode_report,
     master_step,
     replicated_offset,
+    slave_step,
     slaves_available,
     vouch,
 )
@@ -365,3 +375,60 @@ def test_a_slave_told_a_frame_off_its_end_reports_a_divergence() -> None:
     assert isinstance(close, Close)
     assert close.diverged_at == 1500
     assert slave.closed
+
+
+# --- guards that only a bug in the IO layer or in this package can reach ----------------------
+
+
+def test_asking_what_to_send_mid_write_is_our_bug() -> None:
+    conn = master()
+    first_transfer(conn, 0, view(10))
+    with pytest.raises(LocalProtocolError, match="still being written"):
+        master_step(conn.state, SendReady(view(10)), conn.options)
+
+
+def test_a_closed_master_connection_ignores_a_late_frame_written() -> None:
+    conn = master()
+    first_transfer(conn, 0, view(10))
+    conn.tick(now=30.0)
+    assert conn.closed
+    conn.frame_written(now=31.0)
+    assert conn.closed and conn.last_write == 31.0
+
+
+def test_a_closed_slave_connection_does_nothing_on_tick() -> None:
+    conn = slave(0)
+    conn.initial_actions()
+    conn.tick(now=30.0)
+    assert conn.closed
+    assert conn.tick(now=60.0) == ()
+
+
+def test_slave_events_the_table_does_not_allow_are_our_bug() -> None:
+    with pytest.raises(LocalProtocolError, match="cannot handle BodyReceived in phase"):
+        slave_step(SlaveState(), BodyReceived())
+
+
+def test_a_body_with_no_header_is_our_bug() -> None:
+    state = SlaveState(phase=SlavePhase.TRANSFER)
+    with pytest.raises(LocalProtocolError, match="no header before it"):
+        slave_step(state, BodyReceived())
+
+
+def test_an_append_confirmed_beyond_what_was_handed_out_is_our_bug() -> None:
+    state = SlaveState(phase=SlavePhase.TRANSFER, expected=100)
+    with pytest.raises(LocalProtocolError, match="beyond what was handed out"):
+        slave_step(state, AppendConfirmed(101))
+
+
+def test_a_rule_reaching_an_undeclared_phase_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    key = (MasterPhase.AWAIT_REPORT, ReportReceived)
+    rule = MASTER_TABLE[key]
+    monkeypatch.setitem(MASTER_TABLE, key, attrs.evolve(rule, targets=(MasterPhase.CLOSED,)))
+    with pytest.raises(AssertionError, match=r"ReportReceived in AWAIT_REPORT led to TRANSFER"):
+        master_step(MasterState(), ReportReceived(0, view(10)), MasterOptions())
+    key2 = (SlavePhase.TRANSFER, AppendConfirmed)
+    rule2 = SLAVE_TABLE[key2]
+    monkeypatch.setitem(SLAVE_TABLE, key2, attrs.evolve(rule2, targets=(SlavePhase.HANDSHAKE,)))
+    with pytest.raises(AssertionError, match="declares only HANDSHAKE"):
+        slave_step(SlaveState(phase=SlavePhase.TRANSFER, expected=5), AppendConfirmed(5))

@@ -22,8 +22,10 @@ from trioha import (
 )
 from trioha.store import (
     BLANK_MAGIC,
+    MIN_SEGMENT_SIZE,
     DecodedBlank,
     HostAddress,
+    MemoryCommitLog,
     NewMessage,
     StoredMessage,
     decode_record,
@@ -543,3 +545,30 @@ def test_iteration_gives_stored_messages(make_log: LogFactory) -> None:
     assert isinstance(m, StoredMessage)
     assert (m.keys, m.tags, m.end_offset, m.queue_offset) == ("a b", "t", r.end_offset, 0)
     assert list(log.iter_messages(r.end_offset)) == []
+
+
+def test_a_new_message_takes_hosts_as_pairs_and_properties_as_a_mapping() -> None:
+    message = NewMessage(
+        "T",
+        bytearray(b"abc"),
+        born_host=("10.0.0.2", 5000),
+        store_host=HostAddress("10.0.0.1", 10911),
+        properties={"KEYS": "7"},
+    )
+    assert message.born_host == HostAddress("10.0.0.2", 5000)
+    assert message.store_host == HostAddress("10.0.0.1", 10911)
+    assert message.body == b"abc" and type(message.body) is bytes
+    assert message.properties == (("KEYS", "7"),)
+    with pytest.raises(ValueError, match="not an IPv4 or IPv6 address"):
+        NewMessage("T", b"", born_host=("localhost", 1))
+
+
+def test_a_memory_log_refuses_a_segment_below_the_minimum() -> None:
+    with pytest.raises(ValueError, match=f"segment_size 100 is below {MIN_SEGMENT_SIZE}"):
+        MemoryCommitLog(segment_size=100)
+
+
+def test_an_empty_logs_only_boundary_is_its_end(make_log: LogFactory) -> None:
+    log = make_log(segment_size=1024)
+    assert log.boundaries_around(0) == (0, 0)
+    assert log.truncate_to_boundary(0) == []

@@ -142,3 +142,103 @@ def test_gap_in_the_middle_is_filled_and_logged(
     assert queue.get(1) is not None
     assert queue.get(1).is_blank  # type: ignore[union-attr]
     assert queue.max_offset == 4
+
+
+def test_a_file_size_that_is_not_whole_units_is_refused(tmp_path: Path) -> None:
+    for size in (0, -20, 30):
+        with pytest.raises(ValueError, match=f"file size {size} is not a multiple of 20"):
+            ConsumeQueue(tmp_path, "T", 0, size)
+
+
+def test_a_queue_without_a_directory_loads_empty(tmp_path: Path) -> None:
+    queue = ConsumeQueue(tmp_path / "absent", "T", 0, FILE)
+    queue.load()
+    assert (queue.min_offset, queue.max_offset, queue.max_physical_offset) == (0, 0, -1)
+    assert queue.get(0) is None and queue.read(0, 5) == []
+
+
+def test_a_file_that_does_not_follow_the_one_before_is_refused(tmp_path: Path) -> None:
+    directory = tmp_path / "consumequeue" / "T" / "0"
+    directory.mkdir(parents=True)
+    (directory / f"{0:020d}").write_bytes(bytes(FILE))
+    (directory / f"{2 * FILE:020d}").write_bytes(bytes(FILE))
+    with pytest.raises(StoreLayoutError, match=f"{2 * FILE:020d} does not follow {0:020d}"):
+        ConsumeQueueStore(tmp_path, file_size=FILE).load()
+
+
+def test_an_empty_file_left_past_the_end_by_a_crash_is_removed(tmp_path: Path) -> None:
+    store = ConsumeQueueStore(tmp_path, file_size=FILE)
+    queue = store.find_or_create("T", 0)
+    for i in range(5):  # exactly one full file
+        queue.put(i, 100 * i, 100, 0)
+    store.close()
+    directory = tmp_path / "consumequeue" / "T" / "0"
+    (directory / f"{FILE:020d}").write_bytes(bytes(FILE))  # created, nothing written
+    (directory / f"{2 * FILE:020d}").write_bytes(bytes(FILE))
+    again = ConsumeQueueStore(tmp_path, file_size=FILE)
+    again.load()
+    reloaded = again.get("T", 0)
+    assert reloaded is not None and reloaded.max_offset == 5
+    assert sorted(p.name for p in directory.iterdir()) == [f"{0:020d}"]
+    assert reloaded.put(5, 500, 100, 0)  # the next file is made again when needed
+    reloaded.write_pending()
+    assert reloaded.read(5, 1) == [CQUnit(500, 100, 0)]
+    again.close()
+
+
+def test_the_store_skips_what_is_not_a_queue_directory(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "consumequeue"
+    (root / "T" / "notanumber").mkdir(parents=True)
+    (root / "T" / "7").write_text("a file")
+    (root / "stray").write_text("a file")
+    store = ConsumeQueueStore(tmp_path, file_size=FILE)
+    store.load()
+    assert list(store) == []
+    assert "notanumber: not a consume queue directory" in caplog.text
+    assert "7: not a consume queue directory" in caplog.text
+
+
+def test_removing_a_topic_closes_and_deletes_its_queues(tmp_path: Path) -> None:
+    store = ConsumeQueueStore(tmp_path, file_size=FILE)
+    for queue_id in (2, 0):
+        store.find_or_create("T", queue_id).put(0, 0, 10, 0)
+    store.find_or_create("U", 1).put(0, 10, 10, 0)
+    store.flush()
+    assert store.queue_ids("T") == [0, 2]
+    assert {(q.topic, q.queue_id) for q in store} == {("T", 0), ("T", 2), ("U", 1)}
+    assert store.remove_topic("T") == 2
+    assert store.queue_ids("T") == [] and store.get("T", 0) is None
+    assert not (tmp_path / "consumequeue" / "T").exists()
+    assert store.remove_topic("T") == 0
+    assert store.queue_ids("U") == [1]
+    store.close()
+
+
+def test_units_the_disk_refuses_stay_pending_unread_and_are_never_half_seen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = ConsumeQueueStore(tmp_path, file_size=FILE)
+    queue = store.find_or_create("T", 0)
+    queue.put(0, 0, 100, 0)
+    queue.write_pending()
+    queue.put(1, 100, 100, 0)
+
+    def full(fd: int, data: object, pos: int) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", full)
+    assert queue.max_offset == 2
+    assert queue.get(1) is None  # not on disk: readers see only what is there
+    assert [u.commitlog_offset for u in queue.read(0, 10)] == [0]
+    assert queue.read(1, 10) == []
+    with caplog.at_level("ERROR"):
+        queue.close()
+    assert "consume queue T/0 closed with 1 units unwritten" in caplog.text
+    monkeypatch.undo()
+    again = ConsumeQueueStore(tmp_path, file_size=FILE)
+    again.load()
+    reloaded = again.get("T", 0)
+    assert reloaded is not None and reloaded.max_offset == 1  # dispatched again on restart
+    again.close()

@@ -101,3 +101,49 @@ def test_ratios_come_from_the_config_with_max_used_clamped() -> None:
     config = BrokerConfig(disk_max_used_space_ratio=99, disk_space_warning_level_ratio=80)
     assert config.disk_ratios == (0.80, 0.85, 0.95)
     assert BrokerConfig(disk_max_used_space_ratio=1).disk_ratios[2] == 0.10
+
+
+def test_a_full_disk_and_failing_writers_are_all_described() -> None:
+    g = guard()
+    g.check({"CL": 0.95})
+    g.failed(COMMIT_LOG, enospc())
+    assert g.describe() == (
+        "the disk is 0.95 used, above diskSpaceWarningLevelRatio 0.90; "
+        f"{COMMIT_LOG} cannot be written ([Errno 28] No space left on device)"
+    )
+
+
+def test_a_failing_writer_retries_once_per_check() -> None:
+    g = guard()
+    assert g.retry_due(COMMIT_LOG)  # a healthy writer always may
+    g.failed(COMMIT_LOG, enospc())
+    assert not g.retry_due(COMMIT_LOG)
+    g.check({"CL": 0.5})
+    assert g.retry_due(COMMIT_LOG)
+    g.failed(COMMIT_LOG, enospc())
+    assert not g.retry_due(COMMIT_LOG)
+
+
+def test_a_failure_names_the_os_error_behind_it() -> None:
+    g = guard()
+    try:
+        try:
+            raise enospc()
+        except OSError as exc:
+            raise RuntimeError("append of 120 bytes failed") from exc
+    except RuntimeError as wrapped:
+        g.failed(COMMIT_LOG, wrapped)
+    assert g.statistics().failures == (
+        f"{COMMIT_LOG}: append of 120 bytes failed (No space left on device)"
+    )
+    g.failed(METADATA, RuntimeError(), blocks_puts=False)
+    assert f"{METADATA}: RuntimeError" in g.statistics().failures
+
+
+def test_a_filesystem_reporting_no_blocks_has_an_unknown_ratio(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = os.statvfs(tmp_path)
+    empty = os.statvfs_result((real.f_bsize, real.f_frsize, 0, 0, 0, *real[5:]))
+    monkeypatch.setattr(os, "statvfs", lambda path: empty)
+    assert used_ratio(tmp_path) == -1.0

@@ -53,3 +53,34 @@ def test_truncate_suffix_persists(tmp_path: Path) -> None:
         f.begin_epoch(start)
     f.truncate_suffix(150)
     assert EpochFile.open(path).history == entries_of([(1, 0), (2, 100)])
+
+
+def test_a_failed_write_keeps_the_file_and_the_history_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / EPOCH_FILE_NAME
+    f = EpochFile.open(path)
+    f.begin_epoch(0)
+    before = path.read_text()
+    path.with_name(EPOCH_FILE_NAME + ".tmp").mkdir()  # the temporary file cannot be created
+    with pytest.raises(StorageError, match=r"cannot write epoch file .*epochFileCheckpoint"):
+        f.append(2, 100)
+    assert f.history == entries_of([(1, 0)])
+    assert path.read_text() == before
+
+
+def test_an_unreadable_epoch_file_and_backup_is_a_named_error(tmp_path: Path) -> None:
+    path = tmp_path / EPOCH_FILE_NAME
+    path.write_text("garbage\n")
+    backup = path.with_name(EPOCH_FILE_NAME + ".bak")
+    backup.mkdir()
+    with pytest.raises(StorageError, match=r"cannot read epoch file .*epochFileCheckpoint.bak"):
+        EpochFile.open(path)
+    backup.rmdir()
+    backup.write_bytes(b"\xff\xfe1\n")
+    with pytest.raises(StorageError, match=r"cannot read epoch file .*\.bak.*utf-8"):
+        EpochFile.open(path)
+
+
+def test_a_blank_epoch_file_is_an_empty_history(tmp_path: Path) -> None:
+    path = tmp_path / EPOCH_FILE_NAME
+    path.write_text(" \n\n")
+    assert not EpochFile.open(path).history

@@ -6,8 +6,14 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from trioha.store._consumequeue import java_string_hash
 from trioha.store._index import (
+    _ENTRY,
+    ENTRY_SIZE,
+    HEADER_SIZE,
+    SLOT_SIZE,
     IndexedMessage,
     IndexFile,
     IndexService,
@@ -146,3 +152,106 @@ def test_key_hash_from_raw_bytes_matches_the_string_hash(tmp_path: Path) -> None
         key = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
         assert service._key_hash(topic, key.encode()) == index_key_hash(f"{topic}#{key}")
     assert service._key_hash("TopicA", b"OrderID-1001") == 1555851595
+
+
+def test_index_sizes_must_be_positive(tmp_path: Path) -> None:
+    for slots, entries in ((0, 10), (7, 1), (-1, 10)):
+        with pytest.raises(ValueError, match=f"{slots} slots, {entries} entries"):
+            IndexFile(tmp_path / "f", slots=slots, max_index=entries)
+
+
+def test_a_full_index_file_refuses_a_key_and_changes_nothing(tmp_path: Path) -> None:
+    index_file = IndexFile(tmp_path / "f", slots=7, max_index=3)  # entry 0 is never used
+    assert index_file.put_key("T#a", 100, 1_700_000_000_000)
+    assert index_file.put_key("T#b", 200, 1_700_000_001_000)
+    assert index_file.is_full
+    before = (tmp_path / "f").read_bytes()
+    assert not index_file.put_key("T#c", 300, 1_700_000_002_000)
+    index_file.flush()
+    assert (tmp_path / "f").read_bytes() == before
+    index_file.close()
+    index_file.close()  # a second close is harmless
+
+
+def _corrupt_entry(index_file: IndexFile, entry: int, **fields: int) -> None:
+    at = HEADER_SIZE + SLOT_SIZE * index_file.slots + ENTRY_SIZE * entry
+    key_hash, offset, time_diff, previous = _ENTRY.unpack_from(index_file._map, at)
+    values = {"key_hash": key_hash, "offset": offset, "time_diff": time_diff, "previous": previous}
+    values.update(fields)
+    _ENTRY.pack_into(index_file._map, at, *values.values())
+
+
+def _chain(tmp_path: Path) -> IndexFile:
+    """Three entries for one key: the chain is 3 -> 2 -> 1."""
+    index_file = IndexFile(tmp_path / "f", slots=7, max_index=10)
+    for n in range(3):
+        assert index_file.put_key("T#k", 100 * (n + 1), 1_700_000_000_000 + 1000 * n)
+    return index_file
+
+
+def test_a_chain_is_walked_newest_first_up_to_max_num(tmp_path: Path) -> None:
+    index_file = _chain(tmp_path)
+    found: list[int] = []
+    index_file.select_phy_offsets("T#k", 2, 0, 2**62, found)
+    assert found == [300, 200]
+    index_file.close()
+
+
+@pytest.mark.parametrize(
+    ("entry", "damage", "expected"),
+    [
+        (2, {"time_diff": -1}, [300]),  # a negative time difference ends the walk
+        (2, {"previous": 2}, [300, 200]),  # a link to itself ends it
+        (2, {"previous": 99}, [300, 200]),  # a link past the entries ends it
+        (2, {"previous": 3}, [300, 200, 300, 200]),  # a cycle: at most index_count (4) links
+    ],
+)
+def test_a_damaged_chain_never_loops_or_reads_outside_the_file(
+    tmp_path: Path, entry: int, damage: dict[str, int], expected: list[int]
+) -> None:
+    index_file = _chain(tmp_path)
+    _corrupt_entry(index_file, entry, **damage)
+    found: list[int] = []
+    index_file.select_phy_offsets("T#k", 64, 0, 2**62, found)
+    assert found == expected
+    index_file.close()
+
+
+def test_the_service_ignores_files_that_are_not_index_files(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "index").mkdir()
+    (tmp_path / "index" / "notes.txt").write_text("hello")
+    service = IndexService(tmp_path, slots=11, max_index=4)
+    service.load(flushed_up_to=None)
+    assert service.files == []
+    assert "notes.txt: not an index file name" in caplog.text
+    service.close()
+
+
+def test_keys_that_are_not_ascii_are_indexed_by_their_java_string_hash(tmp_path: Path) -> None:
+    service = IndexService(tmp_path, slots=11, max_index=10)
+    base = 1_700_000_000_000
+    service.build_all(
+        [_message(0, base, keys="订单-1"), _message(100, base + 1, keys="plain")], base
+    )
+    (only,) = service.files
+    found: list[int] = []
+    only.select_phy_offsets("T#订单-1", 8, 0, 2**62, found)
+    assert found == [0]
+    assert service.query_offsets("T", "订单-1", 8, 0, 2**62).phy_offsets == [0]
+    assert service.query_offsets("T", "plain", 8, 0, 2**62).phy_offsets == [100]
+    # A time range no file covers finds nothing.
+    assert service.query_offsets("T", "plain", 8, 0, base - 10).phy_offsets == []
+    service.close()
+
+
+def test_a_chain_walk_stops_at_the_first_entry_older_than_the_range(tmp_path: Path) -> None:
+    index_file = _chain(tmp_path)  # stamps t0, t0 + 1 s, t0 + 2 s for offsets 100, 200, 300
+    found: list[int] = []
+    index_file.select_phy_offsets("T#k", 64, 1_700_000_002_000, 2**62, found)
+    assert found == [300]
+    found.clear()
+    index_file.select_phy_offsets("T#k", 64, 1_700_000_001_000, 1_700_000_001_000, found)
+    assert found == [200]
+    index_file.close()

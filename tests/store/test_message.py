@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -35,6 +36,7 @@ from trioha.store import (
     properties_to_string,
     string_to_properties,
 )
+from trioha.store._message import PreparedMessage
 from trioha.testing.strategies import properties, stored_messages
 
 # DefaultMessageStoreTest / HATest: "Once, there was a chance for me!", topic FooBar,
@@ -356,3 +358,83 @@ def test_round_trip_fed_byte_by_byte_and_with_trailing_data(
         assert isinstance(decode_record(record[:n]), DecodedIncomplete)
     result = decode_record(record + trailing)
     assert result == DecodedMessage(msg)
+
+
+# --- fields and records only hostile input produces -----------------------------------------
+
+
+@pytest.mark.parametrize("port", [2**31, -(2**31) - 1])
+def test_a_port_outside_int32_is_refused(port: int) -> None:
+    with pytest.raises(ValueError, match=f"port {port} does not fit the int32"):
+        HostAddress("127.0.0.1", port)
+
+
+def test_a_host_from_its_packed_bytes() -> None:
+    assert HostAddress.from_packed(bytes([10, 1, 2, 3]), 8123) == HostAddress("10.1.2.3", 8123)
+    assert HostAddress.from_packed(bytes(15) + b"\1", 9) == HostAddress("::1", 9)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("flag", 2**31),
+        ("sysflag", -(2**31) - 1),
+        ("born_timestamp", 2**63),
+        ("reconsume_times", 2**31),
+        ("prepared_transaction_offset", -(2**63) - 1),
+    ],
+)
+def test_each_out_of_range_field_is_named(field: str, value: int) -> None:
+    fields: dict[str, Any] = {field: value}
+    with pytest.raises(ValueError, match=f"{field}={value}"):
+        encode_message(topic="t", body=b"", born_host=BORN, store_host=STORE, **fields)
+
+
+def test_a_body_of_a_bytes_subclass_is_stored_as_plain_bytes() -> None:
+    class Body(bytes):
+        pass
+
+    record = encode_message(topic="t", body=Body(b"abc"), born_host=BORN, store_host=STORE)
+    assert type(decode_message(record).body) is bytes and decode_message(record).body == b"abc"
+
+
+def test_a_body_over_the_limit_and_an_unknown_magic_are_refused() -> None:
+    with pytest.raises(MessageTooLargeError, match="body is 11 bytes, more than maxMessageSize 10"):
+        PreparedMessage(
+            topic="t", body=b"x" * 11, born_host=BORN, store_host=STORE, max_body_size=10
+        )
+    with pytest.raises(ValueError, match="magic 0x1234 is neither"):
+        encode_message(topic="t", body=b"", born_host=BORN, store_host=STORE, magic=0x1234)
+
+
+def test_a_topic_longer_than_v2_allows_is_refused() -> None:
+    with pytest.raises(MessageTooLargeError, match="32768 bytes; the V2 record allows 32767"):
+        encode_message(
+            topic="t" * 32768, body=b"", born_host=BORN, store_host=STORE, magic=MESSAGE_MAGIC_V2
+        )
+
+
+def test_host_bits_widening_the_header_past_the_total_is_a_size_mismatch() -> None:
+    record = bytearray(encode_message(topic="T", body=b"", born_host=BORN, store_host=STORE))
+    record[39] |= 0x30  # both hosts now "IPv6": 24 more header bytes than the record has
+    assert _invalid(bytes(record)) is InvalidReason.SIZE_MISMATCH
+
+
+def test_a_v2_body_length_running_into_the_topic_is_a_size_mismatch() -> None:
+    record = bytearray(
+        encode_message(topic="t" * 128, body=b"x", born_host=BORN, store_host=STORE)
+    )
+    struct.pack_into(">i", record, 84, len(record) - 88)  # no room left for the topic length
+    assert _invalid(bytes(record), check_crc=False) is InvalidReason.SIZE_MISMATCH
+
+
+def test_a_topic_length_running_past_the_record_is_a_size_mismatch() -> None:
+    record = bytearray(foobar())
+    record[88 + len(BODY)] = 127
+    assert _invalid(bytes(record)) is InvalidReason.SIZE_MISMATCH
+
+
+def test_a_negative_properties_length_is_a_bad_length() -> None:
+    record = bytearray(foobar())
+    struct.pack_into(">h", record, 88 + len(BODY) + 1 + len("FooBar"), -1)
+    assert _invalid(bytes(record)) is InvalidReason.BAD_LENGTH

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trioha import StoreLayoutError
+from trioha import StorageError, StoreLayoutError
 from trioha.store import (
     AppendResult,
     FileCommitLog,
@@ -498,3 +498,132 @@ def test_open_does_not_touch_files_on_a_layout_error(tmp_path: Path) -> None:
     assert {p: p.read_bytes() for p in (tmp_path / "commitlog").iterdir()} == before
     assert not (tmp_path / "lost+found").exists()
     assert os.listdir(tmp_path) == ["commitlog"]
+
+
+def test_a_start_marker_outside_the_first_segment_is_ignored_and_removed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = tmp_path / "commitlog"
+    log = FileCommitLog.open(directory, segment_size=1024)
+    log.append(topic="FooBar", body=b"b" * 100)
+    log.close()
+    marker = tmp_path / "commitlog.start"
+    marker.write_text("5000\n")  # not inside segment [0, 1024)
+    with caplog.at_level("INFO"):
+        log = FileCommitLog.open(directory)
+    assert "ignoring" in caplog.text and "5000" in caplog.text
+    assert log.min_offset == 0 and len(list(log.iter_messages())) == 1
+    assert not marker.exists()
+    log.close()
+
+
+def test_a_start_marker_with_no_segments_is_removed(tmp_path: Path) -> None:
+    (tmp_path / "commitlog").mkdir()
+    marker = tmp_path / "commitlog.start"
+    marker.write_text("2048\n")
+    log = FileCommitLog.open(tmp_path / "commitlog", segment_size=1024)
+    assert (log.min_offset, log.max_offset) == (0, 0)
+    assert not marker.exists()
+    log.close()
+
+
+def test_an_unreadable_start_marker_is_a_layout_error(tmp_path: Path) -> None:
+    (tmp_path / "commitlog").mkdir()
+    (tmp_path / "commitlog.start").mkdir()
+    with pytest.raises(StoreLayoutError, match=r"cannot read .*commitlog\.start"):
+        FileCommitLog.open(tmp_path / "commitlog", segment_size=1024)
+
+
+def test_an_aside_directory_that_cannot_be_made_stops_the_cut_before_it_starts(
+    tmp_path: Path,
+) -> None:
+    log = FileCommitLog.open(
+        tmp_path / "commitlog", segment_size=1024, aside_dir=tmp_path / "file" / "lost+found"
+    )
+    first = log.append(topic="FooBar", body=b"b" * 100)
+    log.append(topic="FooBar", body=b"c" * 100)
+    end = log.max_offset
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(StorageError, match=r"cannot create .*lost\+found"):
+        log.truncate_to_boundary(first.physical_offset + first.size)
+    assert log.max_offset == end and len(list(log.iter_messages())) == 2  # nothing lost
+    log.close()
+
+
+# --- disk failures while cutting, flushing and moving the start -------------------------------
+
+
+def _eio(*args: object) -> None:
+    raise OSError(5, "Input/output error")
+
+
+def _two_segments(tmp_path: Path) -> tuple[FileCommitLog, int, bytes]:
+    log = FileCommitLog.open(tmp_path / "commitlog", segment_size=1024)
+    first = log.append(topic="FooBar", body=b"a" * 100)
+    while log.max_offset < 1500:
+        log.append(topic="FooBar", body=b"b" * 100)
+    log.flush()
+    cut = first.physical_offset + first.size
+    return log, cut, bytes(log.read(0, 1024)) + bytes(log.read(1024, 1024))
+
+
+def test_a_cut_whose_copy_cannot_be_made_durable_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log, cut, before = _two_segments(tmp_path)
+    end = log.max_offset
+    monkeypatch.setattr(os, "fsync", _eio)
+    with pytest.raises(StorageError, match=rf"cannot keep bytes \[{cut}, 1024\) aside .*Errno 5"):
+        log.truncate_to_boundary(cut)
+    monkeypatch.undo()
+    assert log.max_offset == end
+    assert bytes(log.read(0, 1024)) + bytes(log.read(1024, 1024)) == before
+    log.close()
+
+
+def test_a_segment_that_cannot_be_moved_aside_is_moved_by_the_next_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log, cut, before = _two_segments(tmp_path)
+    monkeypatch.setattr(os, "rename", _eio)
+    with pytest.raises(StorageError, match=r"cannot move .*00000000000000001024 aside"):
+        log.truncate_to_boundary(cut)
+    monkeypatch.undo()
+    assert log.max_offset == cut  # the log already ends at the cut
+    log.close()
+    again = FileCommitLog.open(tmp_path / "commitlog")
+    assert again.max_offset == cut
+    assert [m.physical_offset for m in again.iter_messages()] == [0]
+    bin_file, segment = sorted((tmp_path / "lost+found").iterdir())
+    assert bin_file.name.endswith("-truncated.bin")
+    assert bin_file.read_bytes() == before[cut:1024]  # kept before the cut began
+    assert segment.name.startswith("00000000000000001024")
+    assert segment.read_bytes()[: len(before) - 1024] == before[1024:]
+    assert again.recovery.kept_aside == (segment,)
+    again.close()
+
+
+def test_a_failed_fsync_is_an_error_and_leaks_no_descriptor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = FileCommitLog.open(tmp_path / "commitlog", segment_size=1024)
+    log.append(topic="FooBar", body=b"a" * 100)
+    open_fds = len(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(os, "fdatasync", _eio)
+    with pytest.raises(StorageError, match=r"fsync of the commit log .*commitlog failed"):
+        log.flush()
+    monkeypatch.undo()
+    assert len(os.listdir("/proc/self/fd")) == open_fds
+    assert log.flush() == log.max_offset  # a later flush covers the same bytes
+    log.close()
+
+
+def test_a_start_marker_that_cannot_be_written_stops_the_first_append(tmp_path: Path) -> None:
+    master = FileCommitLog.open(tmp_path / "m" / "commitlog", segment_size=1024)
+    offsets = [master.append(topic="FooBar", body=b"b" * 100).physical_offset for _ in range(9)]
+    slave = FileCommitLog.open(tmp_path / "s" / "commitlog", segment_size=1024)
+    (tmp_path / "s" / "commitlog.start.tmp").mkdir()
+    with pytest.raises(StorageError, match=r"cannot update .*commitlog\.start"):
+        slave.append_raw(offsets[6], master.read(offsets[6], 4096))
+    slave.close()
+    master.close()

@@ -13,6 +13,7 @@ from trioha.store._scan import DROP_PAGES_EVERY
 from trioha.store._segment import (
     DEFAULT_SEGMENT_SIZE,
     SegmentFile,
+    ensure_directory,
     last_nonzero_end,
     list_segments,
     parse_segment_name,
@@ -150,3 +151,46 @@ def test_streaming_a_log_through_read_keeps_rss_flat(tmp_path: Path) -> None:
     # 96 MiB read twice; what stays mapped is bounded by DROP_PAGES_EVERY, not the log.
     assert DROP_PAGES_EVERY <= 16 << 20
     assert (peak - before) * 1024 < 48 << 20
+
+
+def test_a_write_failing_part_way_zeroes_what_it_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seg = SegmentFile.create(tmp_path, 0, 4096)
+    try:
+        seg.write(0, b"kept")
+        real = os.pwrite
+        calls: list[int] = []
+
+        def short_then_full(fd: int, data: memoryview, pos: int) -> int:
+            calls.append(pos)
+            if len(calls) == 1:
+                return real(fd, data[:3], pos)  # a short write, as pwrite may do
+            if len(calls) == 2:
+                raise OSError(28, "No space left on device")
+            return real(fd, data, pos)
+
+        monkeypatch.setattr(os, "pwrite", short_then_full)
+        with pytest.raises(StorageError, match=r"write of 6 bytes at 4 .* failed after 3: .*space"):
+            seg.write(4, b"abcdef")
+        monkeypatch.undo()
+        # The three bytes that did land past the log's end are zero again: no torn record.
+        assert bytes(seg.view(0, 10)) == b"kept" + bytes(6)
+        assert calls == [4, 7, 4]
+    finally:
+        seg.close()
+
+
+def test_a_segment_that_cannot_be_created_or_opened_is_named(tmp_path: Path) -> None:
+    with pytest.raises(StorageError, match=r"cannot create commit log file .*creating"):
+        SegmentFile.create(tmp_path / "missing", 0, 4096)
+    with pytest.raises(StoreLayoutError, match=r"cannot open commit log file .*0{20}"):
+        SegmentFile.open(tmp_path / segment_name(0), 0, 4096)
+
+
+def test_a_directory_that_cannot_be_created_is_a_layout_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(StoreLayoutError, match=r"cannot create commit log .*file/commitlog"):
+        ensure_directory(tmp_path / "file" / "commitlog", create=True, what="commit log")
+    with pytest.raises(StoreLayoutError, match=r"commit log .* does not exist"):
+        ensure_directory(tmp_path / "absent", create=False, what="commit log")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trioha import DamagedLogError, StoreLayoutError
+from trioha import DamagedLogError, StorageError, StoreLayoutError
 from trioha.net._divergence import open_master_history
 from trioha.store import open_store
 from trioha.store._sent import SENT_OFFSET_FILE, SentOffsets
@@ -98,3 +98,80 @@ def test_a_master_refuses_to_start_on_a_log_cut_below_what_was_flushed(tmp_path:
         history = open_master_history(store, accept_damaged=True)
         assert history.flushed == offsets[10]
         assert store.commitlog.max_offset == offsets[10]
+
+
+def test_the_reserve_step_must_be_positive(tmp_path: Path) -> None:
+    for step in (0, -1):
+        with pytest.raises(ValueError, match="reserve step must be positive"):
+            SentOffsets.open(tmp_path, step=step)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("sent 12\nlost 9 9\n", r"line 2 \('lost 9 9'\).*empty range 9..9"),
+        ("sent 12\nlost -1 5\n", "empty range -1..5"),
+        ("sent 12\nsnet 13\n", "unknown entry 'snet'"),
+        ("sent 12 13\n", "unknown entry 'sent'"),
+    ],
+)
+def test_mark_file_lines_not_understood_are_refused_by_line(
+    tmp_path: Path, text: str, match: str
+) -> None:
+    (tmp_path / SENT_OFFSET_FILE).write_text(text)
+    with pytest.raises(StoreLayoutError, match=match):
+        SentOffsets.open(tmp_path)
+
+
+def test_an_unreadable_mark_file_is_a_named_error(tmp_path: Path) -> None:
+    (tmp_path / SENT_OFFSET_FILE).mkdir()
+    with pytest.raises(StoreLayoutError, match=f"cannot read .*{SENT_OFFSET_FILE}"):
+        SentOffsets.open(tmp_path)
+    (tmp_path / SENT_OFFSET_FILE).rmdir()
+    (tmp_path / SENT_OFFSET_FILE).write_bytes(b"sent \xff\n")
+    with pytest.raises(StoreLayoutError, match="cannot read"):
+        SentOffsets.open(tmp_path)
+
+
+def _unwritable(tmp_path: Path) -> Path:
+    """Make the mark's temporary file impossible to create (as on a full or broken disk)."""
+    temp = tmp_path / (SENT_OFFSET_FILE + ".tmp")
+    temp.mkdir()
+    return temp
+
+
+def test_a_reserve_that_cannot_be_written_raises_and_sends_nothing(tmp_path: Path) -> None:
+    sent = SentOffsets.open(tmp_path, step=1000)
+    _unwritable(tmp_path)
+    with pytest.raises(StorageError, match=f"cannot write .*{SENT_OFFSET_FILE}"):
+        sent.reserve(10)
+    assert sent.reserved == 0 and sent.needs_reserve(10)
+
+
+def test_a_flushed_mark_that_cannot_be_written_stays_low_and_is_retried(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sent = SentOffsets.open(tmp_path)
+    sent.note_flushed(100, now=10.0)
+    temp = _unwritable(tmp_path)
+    with caplog.at_level(logging.WARNING):
+        sent.note_flushed(200, now=20.0)
+    assert sent.flushed == 100
+    assert "the flushed mark stays at 100 for now" in caplog.text
+    temp.rmdir()
+    sent.note_flushed(300, now=30.0)
+    assert SentOffsets.open(tmp_path).flushed == 300
+
+
+def test_a_close_that_cannot_write_keeps_the_higher_reserved_mark(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sent = SentOffsets.open(tmp_path, step=1000)
+    sent.reserve(10)
+    sent.note_sent(10)
+    _unwritable(tmp_path)
+    with caplog.at_level(logging.WARNING):
+        sent.close()
+    assert "keeping the reserved mark 1010" in caplog.text
+    assert sent.reserved == 1010
+    assert SentOffsets.open(tmp_path).reserved == 1010  # more careful, never less

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from trioha import StoreLayoutError, StoreLockedError
+from trioha import StorageError, StoreLayoutError, StoreLockedError
 from trioha.store import (
     CHECKPOINT_SIZE,
     Checkpoint,
@@ -24,6 +24,7 @@ from trioha.store import (
     open_store,
     read_checkpoint,
     segment_name,
+    write_checkpoint,
 )
 
 from .conftest import FakeClock
@@ -255,3 +256,48 @@ def test_flush_policy() -> None:
     assert policy.due(now_ms=10_000, last_flush_ms=0, unflushed_bytes=1)
     sync = FlushPolicy(FlushDiskType.SYNC_FLUSH)
     assert sync.due(now_ms=0, last_flush_ms=0, unflushed_bytes=1)
+
+
+def test_a_checkpoint_that_cannot_be_read_or_written_is_a_named_error(tmp_path: Path) -> None:
+    (tmp_path / "checkpoint").mkdir()
+    with pytest.raises(StorageError, match=r"cannot read checkpoint .*checkpoint"):
+        read_checkpoint(tmp_path / "checkpoint")
+    with pytest.raises(StorageError, match=r"cannot write checkpoint .*checkpoint"):
+        write_checkpoint(tmp_path / "checkpoint", Checkpoint())
+    with pytest.raises(StorageError, match="cannot write checkpoint"):
+        write_checkpoint(tmp_path / "missing" / "checkpoint", Checkpoint())
+
+
+def test_a_store_whose_checkpoint_cannot_be_read_does_not_open_and_unlocks(
+    tmp_path: Path,
+) -> None:
+    open_store(tmp_path, segment_size=4096).close()
+    (tmp_path / "checkpoint").unlink()
+    (tmp_path / "checkpoint").mkdir()
+    with pytest.raises(StorageError, match="cannot read checkpoint"):
+        open_store(tmp_path, segment_size=4096)
+    (tmp_path / "checkpoint").rmdir()
+    with open_store(tmp_path, segment_size=4096) as store:  # the failed attempt left no lock
+        assert store.config_dir == tmp_path / "config" and store.config_dir.is_dir()
+        assert repr(store).startswith(f"<Store {tmp_path} ")
+
+
+def test_a_store_that_cannot_be_prepared_names_the_reason(tmp_path: Path) -> None:
+    (tmp_path / "config").write_text("a file where a directory belongs")
+    with pytest.raises(StorageError, match=rf"cannot prepare store {tmp_path}: .*config"):
+        open_store(tmp_path, segment_size=4096)
+    assert not (tmp_path / "abort").exists()
+
+
+def test_a_lock_file_that_cannot_be_opened_is_a_layout_error(tmp_path: Path) -> None:
+    (tmp_path / "lock").mkdir()
+    with pytest.raises(StoreLayoutError, match=r"cannot open lock file .*lock"):
+        open_store(tmp_path, segment_size=4096)
+
+
+def test_closing_twice_is_harmless(tmp_path: Path) -> None:
+    store = open_store(tmp_path, segment_size=4096)
+    store.close()
+    store.close()
+    store._lock.release()  # already released: nothing to do
+    assert store.commitlog.flush() == 0  # a closed log answers with what it flushed

@@ -335,11 +335,8 @@ class IndexService:
         return created
 
     def _put(self, key_hash: int, phy_offset: int, store_timestamp: int, now_ms: int) -> None:
-        index_file = self._writable(now_ms)
-        if not index_file.put_hash(key_hash, phy_offset, store_timestamp):
-            index_file = self._writable(now_ms)
-            if not index_file.put_hash(key_hash, phy_offset, store_timestamp):
-                raise AssertionError("a new index file refused its first key")
+        # ``_writable`` never returns a full file, and only a full file refuses a key.
+        self._writable(now_ms).put_hash(key_hash, phy_offset, store_timestamp)
 
     def _key_hash(self, topic: str, key: bytes) -> int:
         """:func:`index_key_hash` of ``topic#key``, the topic's part computed once."""

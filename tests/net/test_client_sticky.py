@@ -1,0 +1,221 @@
+"""The slave's HA client: its sticky divergence record and the settings it refuses."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from trioha import BrokerConfig, ConfigError, StorageError, StoreLayoutError
+from trioha.net import HAClient, HAService, Wakeup
+from trioha.net._client import Divergence
+from trioha.store import EpochFile, MemoryCommitLog
+
+SEG = 4096
+RECORD = Divergence(4096, 8192, "10.0.0.1:10912", "the master's log ends at 4096\nfor good")
+
+
+def test_a_divergence_round_trips_through_its_file(tmp_path: Path) -> None:
+    path = tmp_path / "diverged"
+    assert Divergence.read(path) is None
+    RECORD.write(path)
+    reason = "the master's log ends at 4096 for good"  # one line in the file
+    assert Divergence.read(path) == Divergence(4096, 8192, "10.0.0.1:10912", reason)
+    assert not path.with_name("diverged.tmp").exists()
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "master_offset 10\n", "master_offset ten\nslave_offset 3\n", "garbage"],
+)
+def test_a_divergence_file_not_written_by_trioha_is_refused(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "diverged"
+    path.write_text(text)
+    with pytest.raises(StoreLayoutError, match="does not record a divergence as trioha writes it"):
+        Divergence.read(path)
+
+
+def test_an_unreadable_divergence_file_is_a_named_error(tmp_path: Path) -> None:
+    path = tmp_path / "diverged"
+    path.mkdir()
+    with pytest.raises(StoreLayoutError, match=r"cannot read .*diverged"):
+        Divergence.read(path)
+    path.rmdir()
+    path.write_bytes(b"master_offset \xff\n")
+    with pytest.raises(StoreLayoutError, match=r"cannot read .*utf-8"):
+        Divergence.read(path)
+
+
+def test_a_divergence_that_cannot_be_recorded_is_logged_and_kept_in_memory(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "missing-dir" / "diverged"
+    with caplog.at_level(logging.ERROR):
+        RECORD.write(path)
+    assert f"cannot record the divergence in {path}" in caplog.text
+    assert not path.exists()
+
+
+def test_a_slave_without_a_master_address_is_refused() -> None:
+    with pytest.raises(ConfigError, match="a slave needs ha_master_address"):
+        HAClient(BrokerConfig(), MemoryCommitLog())
+
+
+def test_an_epoch_mode_slave_without_an_epoch_file_is_refused() -> None:
+    config = BrokerConfig(ha_master_address="127.0.0.1:10912", enable_controller_mode=True)
+    with pytest.raises(ConfigError, match=r"epoch mode .* needs the store's epoch file"):
+        HAClient(config, MemoryCommitLog())
+
+
+def _master(**changes: object) -> tuple[MemoryCommitLog, BrokerConfig, HAService]:
+    """A master log of 20 messages, its service, and the config a slave of it uses."""
+    master_log = MemoryCommitLog(segment_size=SEG)
+    for i in range(20):
+        master_log.append(topic="T", body=b"%d" % i)
+    cfg = BrokerConfig(
+        ha_listen_port=0, mapped_file_size_commit_log=SEG, ha_master_address="127.0.0.1:1",
+        ha_sync_from_oldest=True, clean_resource_interval=2000,
+    ).evolve(**changes)
+    return master_log, cfg, HAService(cfg, master_log)
+
+
+def _connector(
+    nursery: trio.Nursery, service: HAService
+) -> Callable[[str, int], Awaitable[trio.abc.Stream]]:
+    """Connections to *service* over memory streams (what the slave's ``connect`` does)."""
+
+    async def connect(host: str, port: int) -> trio.abc.Stream:
+        master_end, slave_end = trio.testing.memory_stream_pair()
+        nursery.start_soon(service.handle_stream, master_end, "slave")
+        return slave_end
+
+    return connect
+
+
+class _FullDisk(MemoryCommitLog):
+    """A slave log whose first appends fail as on a full disk."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__(segment_size=SEG)
+        self.failures = failures
+
+    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> int:
+        if self.failures:
+            self.failures -= 1
+            raise StorageError(f"write at {offset} failed") from OSError(28, "No space left")
+        return super().append_raw(offset, data)
+
+
+async def test_a_full_disk_pauses_replication_and_it_resumes_with_one_log_line_each_way(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    master_log, cfg, service = _master()
+    slave_log = _FullDisk(failures=3)
+    async with trio.open_nursery() as nursery:
+        appended = Wakeup()
+        connect = _connector(nursery, service)
+        client = HAClient(cfg, slave_log, connect=connect, on_appended=appended.notify)
+        started = trio.current_time()
+        await nursery.start(client.run)
+        with trio.fail_after(60):
+            while slave_log.max_offset < master_log.max_offset:
+                await appended.wait()
+        # Three failed sessions, each followed by the disk retry interval, not the backoff.
+        assert trio.current_time() - started >= 3 * 2.0
+        assert client.append_error is None
+        nursery.cancel_scope.cancel()
+    assert bytes(slave_log.read(0, SEG)) == bytes(master_log.read(0, SEG))
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1
+    assert "slave cannot append replicated data: write at 0 failed" in errors[0]
+    assert "retrying every 2 s until there is space" in errors[0]
+    assert any("slave appends replicated data again" in r.getMessage() for r in caplog.records)
+
+
+class _FlushFails(MemoryCommitLog):
+    """A slave log whose first two flushes after its first append fail as on a broken disk."""
+
+    def __init__(self) -> None:
+        super().__init__(segment_size=SEG)
+        self.to_fail = 0
+        self.flushes = 0
+
+    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> int:
+        if not self.max_offset:
+            self.to_fail = 2
+        return super().append_raw(offset, data)
+
+    def flush(self) -> int:
+        self.flushes += 1
+        if self.to_fail:
+            self.to_fail -= 1
+            raise StorageError(f"fsync {self.flushes} failed") from OSError(5, "I/O error")
+        return super().flush()
+
+
+async def test_a_slave_that_must_ack_flushed_bytes_stops_acking_while_fsync_fails(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    master_log, cfg, service = _master(ha_slave_ack_flushed=True)
+    # The ack after the first append cannot flush: that session ends; the next session's
+    # flush at its start fails too; then the disk works again.
+    slave_log = _FlushFails()
+    async with trio.open_nursery() as nursery:
+        client = HAClient(cfg, slave_log, connect=_connector(nursery, service))
+        await nursery.start(client.run)
+        for more in (0, 5):
+            for i in range(more):
+                master_log.append(topic="T", body=b"later %d" % i)
+            service.notify_log_grew()
+            with trio.fail_after(600):
+                while service.replicated_offset() < master_log.max_offset:  # noqa: ASYNC110
+                    await trio.sleep(0.5)  # the master's acks have no event to wait on
+            if not more:
+                assert re.fullmatch(r"fsync \d+ failed", client.append_error or "")
+        assert client.append_error is None
+        nursery.cancel_scope.cancel()
+    # The ack's flush and the next session's first flush failed: one ERROR for the whole
+    # spell, one WARNING at the first append after it.
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1
+    assert re.search(r"slave cannot append replicated data: fsync \d+ failed", errors[0])
+    assert "retrying every 2 s" in errors[0]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert sum("replicated data again (after: fsync" in m for m in warnings) == 1
+
+
+class _RefusingEpochFile(EpochFile):
+    """An epoch file that cannot be written (a full or read-only disk)."""
+
+    def append(self, epoch: int, start_offset: int) -> None:
+        raise StorageError(f"cannot write epoch file {self.path}: [Errno 28] No space left")
+
+
+async def test_an_epoch_the_slave_cannot_record_ends_the_session_before_any_byte(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The real clock: the epoch file is read in a worker thread, and a jumping clock would
+    # reach the master's housekeeping timeout while that thread runs.
+    master_log, classic, _ = _master()
+    cfg = classic.evolve(enable_controller_mode=True)
+    master_epochs = EpochFile.open(tmp_path / "master-epochs")
+    master_epochs.begin_epoch(master_log.max_offset, master_log.min_offset)  # as a broker does
+    service = HAService(cfg, master_log, epoch_file=master_epochs)
+    slave_log = MemoryCommitLog(segment_size=SEG)
+    epochs = _RefusingEpochFile.open(tmp_path / "slave-epochs")
+    client = HAClient(cfg, slave_log, epoch_file=epochs)
+    async with trio.open_nursery() as nursery:
+        master_end, slave_end = trio.testing.memory_stream_pair()
+        nursery.start_soon(service.handle_stream, master_end, "slave")
+        with trio.fail_after(10):
+            assert await client.session(slave_end) is False
+        nursery.cancel_scope.cancel()
+    reason = client.last_close_reason or ""
+    assert reason.startswith("cannot record epoch 1 from 0: cannot write epoch file")
+    assert slave_log.max_offset == 0 and not epochs.history  # no byte without its epoch
+    assert "cannot record epoch 1 from 0 (master 127.0.0.1:1)" in caplog.text
