@@ -121,6 +121,8 @@ class _Replica:
     layout: LogLayout
     end: int
     torn: Problem | None = None
+    #: Offsets already found to hold the master's bytes (by :func:`_inspect`).
+    same: Ranges = attrs.field(factory=list)
 
     @property
     def present(self) -> Ranges:
@@ -139,13 +141,15 @@ def _inspect(path: str, segment_size: int | None, master: _Replica | None = None
     For a slave whose last segment lies where the master's does and holds the master's bytes
     up to the master's end, the walk up to there would retrace the master's step by step:
     it continues from the master's end instead, after one byte comparison (what makes an
-    identical pair cost about a ``cmp``).
+    identical pair cost about a ``cmp``). That range is then known to be the master's and
+    is not compared again.
     """
     layout = read_layout(path, segment_size=segment_size)
     if not layout.segments:
         return _Replica(layout, 0)
     last = layout.segments[-1]
     begin = max(layout.min_offset, last.start)
+    same: Ranges = []
     if master is not None and master.layout.segments:
         mlast = master.layout.segments[-1]
         mbegin = max(master.layout.min_offset, mlast.start)
@@ -156,10 +160,11 @@ def _inspect(path: str, segment_size: int | None, master: _Replica | None = None
                 _differing(mlast.path, mlast.start, last.path, last.start, [(begin, master.end)])
             )
         ):
+            same = [(begin, master.end)] if begin < master.end else []
             begin = master.end
     with open_segment(last) as sd:
         end, torn = written_end(sd, begin)
-    return _Replica(layout, end, torn)
+    return _Replica(layout, end, torn, same)
 
 
 def _chunks(ranges: Ranges, boundaries: Sequence[int], chunk: int) -> list[tuple[int, int]]:
@@ -461,7 +466,10 @@ def audit_replicas(
     boundaries = [b for r in replicas for s in r.layout.segments for b in (s.start, s.end)]
 
     overlaps: list[Ranges] = [_intersect(m.present, r.present) for r in replicas[1:]]
-    slave_chunks = [_chunks(o, boundaries, chunk_bytes) for o in overlaps]
+    slave_chunks = [
+        _chunks(_subtract(o, r.same), boundaries, chunk_bytes)
+        for o, r in zip(overlaps, replicas[1:], strict=True)
+    ]
     tasks: list[CompareTask] = []
     for i, chunks in enumerate(slave_chunks, start=1):
         tasks += _tasks(i, m.layout, replicas[i].layout, chunks)
