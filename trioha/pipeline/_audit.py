@@ -121,6 +121,8 @@ class _Replica:
     layout: LogLayout
     end: int
     torn: Problem | None = None
+    #: Offsets already found to hold the master's bytes (by :func:`_inspect`).
+    same: Ranges = attrs.field(factory=list)
 
     @property
     def present(self) -> Ranges:
@@ -139,26 +141,30 @@ def _inspect(path: str, segment_size: int | None, master: _Replica | None = None
     For a slave whose last segment lies where the master's does and holds the master's bytes
     up to the master's end, the walk up to there would retrace the master's step by step:
     it continues from the master's end instead, after one byte comparison (what makes an
-    identical pair cost about a ``cmp``).
+    identical pair cost about a ``cmp``). That range is then known to be the master's and
+    is not compared again.
     """
     layout = read_layout(path, segment_size=segment_size)
     if not layout.segments:
         return _Replica(layout, 0)
     last = layout.segments[-1]
     begin = max(layout.min_offset, last.start)
+    same: Ranges = []
+    if master is not None and master.layout.segments:
+        mlast = master.layout.segments[-1]
+        mbegin = max(master.layout.min_offset, mlast.start)
+        if (
+            mlast.start == last.start
+            and mbegin == begin <= master.end <= min(last.end, mlast.end)
+            and not any(
+                _differing(mlast.path, mlast.start, last.path, last.start, [(begin, master.end)])
+            )
+        ):
+            same = [(begin, master.end)] if begin < master.end else []
+            begin = master.end
     with open_segment(last) as sd:
-        if master is not None and master.layout.segments:
-            mlast = master.layout.segments[-1]
-            mbegin = max(master.layout.min_offset, mlast.start)
-            if mlast.start == last.start and mbegin == begin and begin <= master.end:
-                with open_segment(mlast) as msd:
-                    lo, hi = begin - last.start, master.end - last.start
-                    if hi <= sd.size and hi <= msd.size and np.array_equal(
-                        sd.array[lo:hi], msd.array[lo:hi]
-                    ):
-                        begin = master.end
         end, torn = written_end(sd, begin)
-    return _Replica(layout, end, torn)
+    return _Replica(layout, end, torn, same)
 
 
 def _chunks(ranges: Ranges, boundaries: Sequence[int], chunk: int) -> list[tuple[int, int]]:
@@ -188,24 +194,58 @@ class CompareTask:
 
 def compare_task(task: CompareTask) -> Iterator[tuple[int, int, int]]:
     """``(replica, start, end)`` for each chunk of *task* whose bytes differ (in an executor)."""
-    size = max(e - s for s, e in task.chunks)
+    for s, e in _differing(
+        task.master_path, task.master_start, task.path, task.file_start, task.chunks
+    ):
+        yield task.replica, s, e
+
+
+#: What :func:`_differing` reads of each file at a time.
+_READ_BYTES = 8 * MIB
+
+
+def _differing(
+    master_path: str,
+    master_start: int,
+    path: str,
+    file_start: int,
+    chunks: Sequence[tuple[int, int]],
+) -> Iterator[tuple[int, int]]:
+    """The chunks (absolute offsets) whose bytes in *path* differ from *master_path*'s.
+
+    Both files are read with ``preadv`` into two reused buffers and compared as 64-bit
+    words: a fresh mapping of each file would cost a page fault per page, and comparing
+    whole mapped files at once a temporary array as large as they are, which together made
+    this several times slower than ``cmp``.
+    """
+    if not chunks:
+        return
+    size = min(max(e - s for s, e in chunks), _READ_BYTES)
     bufs = bytearray(size), bytearray(size)
     views = memoryview(bufs[0]), memoryview(bufs[1])
     ours, theirs = np.frombuffer(bufs[0], dtype=np.uint8), np.frombuffer(bufs[1], dtype=np.uint8)
-    with open(task.master_path, "rb") as fm, open(task.path, "rb") as fs:
-        for s, e in task.chunks:
-            n = e - s
-            got = (
-                os.preadv(fm.fileno(), [views[0][:n]], s - task.master_start),
-                os.preadv(fs.fileno(), [views[1][:n]], s - task.file_start),
-            )
-            if got != (n, n):
-                raise PipelineError(
-                    f"{task.path}: read {got} of {n} bytes at offset {s}; "
-                    "the file changed during the audit"
+    with open(master_path, "rb") as fm, open(path, "rb") as fs:
+        for s, e in chunks:
+            pos = s
+            while pos < e:
+                n = min(size, e - pos)
+                got = (
+                    os.preadv(fm.fileno(), [views[0][:n]], pos - master_start),
+                    os.preadv(fs.fileno(), [views[1][:n]], pos - file_start),
                 )
-            if not np.array_equal(ours[:n], theirs[:n]):
-                yield task.replica, s, e
+                if got != (n, n):
+                    raise PipelineError(
+                        f"{path}: read {got} of {n} bytes at offset {pos}; "
+                        "the file changed during the audit"
+                    )
+                words = n - n % 8
+                if not (
+                    np.array_equal(ours[:words].view(np.uint64), theirs[:words].view(np.uint64))
+                    and np.array_equal(ours[words:n], theirs[words:n])
+                ):
+                    yield s, e
+                    break
+                pos += n
 
 
 def _tasks(
@@ -426,7 +466,10 @@ def audit_replicas(
     boundaries = [b for r in replicas for s in r.layout.segments for b in (s.start, s.end)]
 
     overlaps: list[Ranges] = [_intersect(m.present, r.present) for r in replicas[1:]]
-    slave_chunks = [_chunks(o, boundaries, chunk_bytes) for o in overlaps]
+    slave_chunks = [
+        _chunks(_subtract(o, r.same), boundaries, chunk_bytes)
+        for o, r in zip(overlaps, replicas[1:], strict=True)
+    ]
     tasks: list[CompareTask] = []
     for i, chunks in enumerate(slave_chunks, start=1):
         tasks += _tasks(i, m.layout, replicas[i].layout, chunks)
