@@ -52,7 +52,9 @@ if not __package__:  # run as ``python bench/client_bench.py``: import ``bench``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _clusters, _limits, _puts
+from bench._backlog import make_backlog
 from bench._common import BENCH_DIR, MIB, open_child, proc_sample
+from bench._fullcatchup import full_catch_up
 from bench._report import _table
 from bench.ha_bench import _size, cpu_share
 from trioha._config import BrokerRole
@@ -81,7 +83,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=1, help="times every cell is run (alternating)")
     p.add_argument("--segment-size", type=_size, default=64 * MIB, help="commit log segments")
     p.add_argument("--only", default="limits,store,client",
-                   help="sections: limits (ping-pong), store (store-level puts), client")
+                   help="sections: limits (ping-pong), store (store-level puts), client, "
+                        "catchup (1 GiB backlog through whole brokers; not run by default)")
+    p.add_argument("--backlog-gib", type=float, default=1.0, help="catch-up backlog (default 1)")
     p.add_argument("--dir", type=Path, help="work directory (default: a temporary one)")
     p.add_argument("--out", type=Path, default=RESULTS, help="where the results go")
     p.add_argument("--in-netns", action="store_true", help=argparse.SUPPRESS)
@@ -143,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                 seconds=args.seconds, warmup=min(args.warmup, 1.0)))
         if "client" in sections:
             results["cells"] = trio.run(functools.partial(client_cells, args, work, starts))
+        if "catchup" in sections:
+            results["catch_up"] = catch_ups(args, work, starts)
     finally:
         if args.dir is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -178,6 +184,28 @@ async def store_puts(work: Path, *, segment_size: int, body: int, seconds: float
     shutil.rmtree(work / "store-master", ignore_errors=True)
     shutil.rmtree(work / "put-slave", ignore_errors=True)
     return cells
+
+
+# --- catch-up through whole brokers ----------------------------------------------------------
+
+
+def catch_ups(args: argparse.Namespace, work: Path, starts: list[str]) -> list[dict[str, Any]]:
+    total = int(args.backlog_gib * (1 << 30))
+    say(f"catch-up: building a backlog of {total // MIB} MiB (1 KiB messages) ...")
+    backlog = work / "catchup-backlog"
+    end = make_backlog(backlog, total=total, segment_size=args.segment_size, body_size=1024)
+    runs = []
+    for round_ in range(args.rounds):
+        for kind in starts:  # alternate brokers run by run
+            run = trio.run(functools.partial(full_catch_up, work, kind=kind, backlog=backlog,
+                                             end=end, segment_size=args.segment_size))
+            run.update(round=round_, load=os.getloadavg()[0])
+            say(f"  {kind:6} {run['mib_s']:,.0f} MiB/s (log alone {_f(run['log_mib_s'])}), "
+                f"slave {run['slave_cpu_s']:.1f} CPU-s, peak anon "
+                f"{run['slave_peak_anon'] / MIB:,.0f} MiB, load {run['load']:.2f}")
+            runs.append(run)
+    shutil.rmtree(backlog, ignore_errors=True)
+    return runs
 
 
 # --- client cells ----------------------------------------------------------------------------
@@ -341,6 +369,17 @@ def render(results: dict[str, Any]) -> str:
         if ratios:
             out += ["", _table(["client", "threads", "trioha msgs/s", "Java msgs/s",
                                 "trioha / Java", "p50 trioha / Java µs"], ratios)]
+    runs = results.get("catch_up")
+    if runs:
+        rows = [[str(r["round"] + 1), r["broker"], _f(r["backlog"] / MIB), _f(r["mib_s"]),
+                 _f(r["log_mib_s"]), f"{r['slave_cpu_s']:.1f} / {r['master_cpu_s']:.1f}",
+                 f"{r['slave_peak_rss'] / MIB:,.0f} ({r['slave_peak_anon'] / MIB:,.0f})",
+                 f"{r['load']:.2f}"] for r in runs]
+        out += ["", "Catch-up through whole brokers (the slave starts with the log's first message;"
+                " done when its log and its consume queues reach the master's end):", "",
+                _table(["round", "broker", "MiB", "MiB/s (log + consume queues)",
+                        "MiB/s (log alone)", "CPU-s slave / master",
+                        "slave peak RSS (anonymous) MiB", "load"], rows)]
     return "\n".join(out)
 
 
