@@ -23,7 +23,11 @@ brokers the cells alternate between them, so a change in the machine's load hits
 
 Beside the cells, in the same run: an 8-byte loopback ping-pong between two processes (blocking
 and Trio) and store-level puts (``Broker.put`` from Trio tasks in this process, its slave in
-another; SYNC at 1 and 64 producers, ASYNC at 64). The load average and the share of a CPU one
+another; SYNC at 1 and 64 producers, ASYNC at 64), and with ``--start java`` the same cells on
+Java's ``DefaultMessageStore`` (``bench/java/StoreBench.java``: a thread per producer calling
+``putMessage``, its slave store in another JVM). ``--only catchup`` (not run by default) copies a
+``--backlog-gib`` backlog through whole brokers, each started broker in turn
+(``_fullcatchup.py``). The load average and the share of a CPU one
 busy thread gets are printed at the start and the end. Results go to ``bench/results/client-*``
 (Markdown, JSON, and a plot with matplotlib).
 """
@@ -52,7 +56,9 @@ if not __package__:  # run as ``python bench/client_bench.py``: import ``bench``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _clusters, _limits, _puts
+from bench._backlog import make_backlog
 from bench._common import BENCH_DIR, MIB, open_child, proc_sample
+from bench._fullcatchup import full_catch_up
 from bench._report import _table
 from bench.ha_bench import _size, cpu_share
 from trioha._config import BrokerRole
@@ -81,7 +87,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=1, help="times every cell is run (alternating)")
     p.add_argument("--segment-size", type=_size, default=64 * MIB, help="commit log segments")
     p.add_argument("--only", default="limits,store,client",
-                   help="sections: limits (ping-pong), store (store-level puts), client")
+                   help="sections: limits (ping-pong), store (store-level puts), client, "
+                        "catchup (1 GiB backlog through whole brokers; not run by default)")
+    p.add_argument("--backlog-gib", type=float, default=1.0, help="catch-up backlog (default 1)")
     p.add_argument("--dir", type=Path, help="work directory (default: a temporary one)")
     p.add_argument("--out", type=Path, default=RESULTS, help="where the results go")
     p.add_argument("--in-netns", action="store_true", help=argparse.SUPPRESS)
@@ -137,12 +145,24 @@ def main(argv: list[str] | None = None) -> int:
             results["limits"] = {"ping_pong": _limits.ping_pong(20000),
                                  "ping_pong_trio": _limits.ping_pong_trio(20000)}
         if "store" in sections:
-            say("store-level puts ...")
-            results["store"] = trio.run(functools.partial(
-                store_puts, work, segment_size=args.segment_size, body=args.body,
-                seconds=args.seconds, warmup=min(args.warmup, 1.0)))
+            results["store"] = []
+            for round_ in range(args.rounds):  # trioha's store, then Java's, in every round
+                say("store-level puts ...")
+                cells = trio.run(functools.partial(
+                    store_puts, work, segment_size=args.segment_size, body=args.body,
+                    seconds=args.seconds, warmup=min(args.warmup, 1.0)))
+                if "java" in starts:
+                    say("store-level puts, Java 4.9.7's DefaultMessageStore ...")
+                    cells += java_store_puts(work, body=args.body, seconds=args.seconds,
+                                             warmup=min(args.warmup, 1.0))
+                for cell in cells:
+                    cell.setdefault("broker", "trioha")
+                    cell.update(round=round_, load=os.getloadavg()[0])
+                results["store"] += cells
         if "client" in sections:
             results["cells"] = trio.run(functools.partial(client_cells, args, work, starts))
+        if "catchup" in sections:
+            results["catch_up"] = catch_ups(args, work, starts)
     finally:
         if args.dir is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -178,6 +198,85 @@ async def store_puts(work: Path, *, segment_size: int, body: int, seconds: float
     shutil.rmtree(work / "store-master", ignore_errors=True)
     shutil.rmtree(work / "put-slave", ignore_errors=True)
     return cells
+
+
+JAVA_STORE_CELLS = "SYNC_MASTER:1,SYNC_MASTER:64,ASYNC_MASTER:64"
+JAVA_FLAGS = ["-Xms256m", "-Xmx1g", "-XX:+UseG1GC", "-XX:MaxDirectMemorySize=512m",
+              "--add-exports", "java.base/sun.nio.ch=ALL-UNNAMED",
+              "--add-opens", "java.base/java.nio=ALL-UNNAMED",
+              "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
+              "--add-opens", "java.base/java.lang=ALL-UNNAMED",
+              "--add-exports", "java.base/jdk.internal.ref=ALL-UNNAMED",
+              "--add-opens", "java.base/jdk.internal.ref=ALL-UNNAMED"]
+
+
+def java_store_puts(work: Path, *, body: int, seconds: float, warmup: float
+                    ) -> list[dict[str, Any]]:
+    """The same cells on Java's ``DefaultMessageStore``, a thread per producer, its slave a
+    ``DefaultMessageStore`` in another JVM (``bench/java/StoreBench.java``)."""
+    script = str(_clusters.JAVA_HOME_DIR / "rocketmq.sh")
+    classpath = subprocess.run([script, "classpath"], capture_output=True, text=True,
+                               check=True).stdout.strip()
+    classes = work / "java-classes"
+    classes.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["javac", "-d", str(classes), "-cp", classpath,
+                    str(BENCH_DIR / "java" / "StoreBench.java")], check=True)
+    quiet = classes / "logback.xml"  # the store logs at DEBUG to the console otherwise
+    quiet.write_text('<configuration><root level="WARN"/></configuration>\n')
+    java = ["java", *JAVA_FLAGS, f"-Dlogback.configurationFile={quiet}", "-cp",
+            f"{classpath}:{classes}", "StoreBench"]
+    root = work / "java-store"
+    shutil.rmtree(root, ignore_errors=True)
+    ha = _clusters.free_port()
+    with (work / "java-store-slave.log").open("wb") as log:
+        slave = subprocess.Popen([*java, "slave", str(root / "slave"), str(ha)], stdout=log,
+                                 stderr=subprocess.STDOUT)
+    try:
+        done = subprocess.run(
+            # at least 2 s of warm-up per cell: the JIT compiles the put path meanwhile
+            [*java, "master", str(root / "master"), str(ha), str(body), str(seconds),
+             str(max(warmup, 2.0)), JAVA_STORE_CELLS], capture_output=True, text=True, check=False,
+            timeout=300)
+        cells = []
+        for line in done.stdout.splitlines():
+            if line.startswith("{") and "mode" in line:
+                cell = json.loads(line)
+                cells.append({"broker": "java", "mode": cell["mode"],
+                              "producers": cell["producers"], "puts_s": cell["puts_s"],
+                              "p50_ms": cell["p50_us"] / 1e3, "p99_ms": cell["p99_us"] / 1e3,
+                              "p999_ms": cell["p999_us"] / 1e3, "not_ok": cell["not_ok"],
+                              "master_cpu_us": None, "msgs_per_ack": None})
+                say(f"  java {cell['mode']} x{cell['producers']}: {cell['puts_s']:,.0f} puts/s,"
+                    f" p99 {cell['p99_us'] / 1e3:.2f} ms")
+        if not cells:
+            say(f"  Java store puts failed: {done.stderr[-400:]}")
+        return cells
+    finally:
+        slave.terminate()
+        slave.wait(timeout=30)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# --- catch-up through whole brokers ----------------------------------------------------------
+
+
+def catch_ups(args: argparse.Namespace, work: Path, starts: list[str]) -> list[dict[str, Any]]:
+    total = int(args.backlog_gib * (1 << 30))
+    say(f"catch-up: building a backlog of {total // MIB} MiB (1 KiB messages) ...")
+    backlog = work / "catchup-backlog"
+    end = make_backlog(backlog, total=total, segment_size=args.segment_size, body_size=1024)
+    runs = []
+    for round_ in range(args.rounds):
+        for kind in starts:  # alternate brokers run by run
+            run = trio.run(functools.partial(full_catch_up, work, kind=kind, backlog=backlog,
+                                             end=end, segment_size=args.segment_size))
+            run.update(round=round_, load=os.getloadavg()[0])
+            say(f"  {kind:6} {run['mib_s']:,.0f} MiB/s (log alone {_f(run['log_mib_s'])}), "
+                f"slave {run['slave_cpu_s']:.1f} CPU-s, peak anon "
+                f"{run['slave_peak_anon'] / MIB:,.0f} MiB, load {run['load']:.2f}")
+            runs.append(run)
+    shutil.rmtree(backlog, ignore_errors=True)
+    return runs
 
 
 # --- client cells ----------------------------------------------------------------------------
@@ -318,12 +417,16 @@ def render(results: dict[str, Any]) -> str:
         out += ["", _table(["limit (this run)", "p50 µs", "p99 µs", "p99.9 µs"], rows)]
     store = results.get("store")
     if store:
-        rows = [[c["mode"], str(c["producers"]), _f(c["puts_s"]),
+        rows = [[str(c.get("round", 0) + 1), c.get("broker", "trioha"), c["mode"],
+                 str(c["producers"]), _f(c["puts_s"]),
                  f"{c['p50_ms'] * 1e3:,.0f} / {c['p99_ms'] * 1e3:,.0f}",
-                 _f(c["master_cpu_us"]), _f(c["msgs_per_ack"], ".1f")] for c in store]
-        out += ["", "Store level (`Broker.put` in-process, slave in another process):", "",
-                _table(["mode", "producers", "puts/s", "p50 / p99 µs", "master CPU µs/put",
-                        "msgs per ack"], rows)]
+                 _f(c["master_cpu_us"]), _f(c["msgs_per_ack"], ".1f"),
+                 f"{c.get('load', 0):.2f}"] for c in store]
+        out += ["", "Store level (trioha: `Broker.put` from Trio tasks in-process; Java: "
+                "`DefaultMessageStore.putMessage`, a thread per producer; each slave in another "
+                "process):", "",
+                _table(["round", "store", "mode", "producers", "puts/s", "p50 / p99 µs",
+                        "master CPU µs/put", "msgs per ack", "load"], rows)]
     cells = results.get("cells")
     if cells:
         rows = [[c["broker"], c["client"], str(c["threads"]), _f(c["msgs_s"]),
@@ -341,6 +444,17 @@ def render(results: dict[str, Any]) -> str:
         if ratios:
             out += ["", _table(["client", "threads", "trioha msgs/s", "Java msgs/s",
                                 "trioha / Java", "p50 trioha / Java µs"], ratios)]
+    runs = results.get("catch_up")
+    if runs:
+        rows = [[str(r["round"] + 1), r["broker"], _f(r["backlog"] / MIB), _f(r["mib_s"]),
+                 _f(r["log_mib_s"]), f"{r['slave_cpu_s']:.1f} / {r['master_cpu_s']:.1f}",
+                 f"{r['slave_peak_rss'] / MIB:,.0f} ({r['slave_peak_anon'] / MIB:,.0f})",
+                 f"{r['load']:.2f}"] for r in runs]
+        out += ["", "Catch-up through whole brokers (the slave starts with the log's first message;"
+                " done when its log and its consume queues reach the master's end):", "",
+                _table(["round", "broker", "MiB", "MiB/s (log + consume queues)",
+                        "MiB/s (log alone)", "CPU-s slave / master",
+                        "slave peak RSS (anonymous) MiB", "load"], rows)]
     return "\n".join(out)
 
 
