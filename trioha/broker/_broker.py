@@ -439,7 +439,18 @@ class Broker:
 
 @asynccontextmanager
 async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
-    """Open the store under ``config.store_path_root_dir`` and run the broker by role."""
+    """Open the store under ``config.store_path_root_dir`` and run the broker by role.
+
+    Raises:
+        StoreLockedError: another process has the store open.
+        StoreLayoutError: the directory is not laid out as RocketMQ lays out a store.
+        DamagedLogError: as master, recovery cut bytes that had been flushed (damage, not a
+            lost tail) and ``ha_accept_damaged_log`` is off.
+        ConfigError: a port cannot be bound, or a setting cannot be honoured (an ACL or TLS
+            file that cannot be read, epoch mode without its epoch file, ...); the message
+            names the address or key and the setting that chose it.
+        StorageError: any other reason the store cannot be opened or closed.
+    """
     store = await trio.to_thread.run_sync(
         lambda: open_store(
             config.store_root,

@@ -201,6 +201,11 @@ def open_store(
     :class:`StoreLockedError`; a directory not laid out as RocketMQ's gets
     :class:`StoreLayoutError` and is not changed. ``commitlog_dir`` puts the commit log
     elsewhere than ``<root>/commitlog`` (``storePathCommitLog``, e.g. a disk of its own).
+
+    Raises:
+        StoreLockedError: another opener holds ``<root>/lock``.
+        StoreLayoutError: a segment of the wrong size, a gap between segments, a stray name.
+        StorageError: the directory cannot be created, read or written (the OS error chained).
     """
     path = Path(root)
     ensure_directory(path, create=create, what="store root")
