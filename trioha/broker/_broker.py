@@ -11,6 +11,7 @@ request by role, the two waited on together; the replica status wins when both f
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import time
@@ -22,6 +23,7 @@ import trio
 
 from trioha._config import BrokerConfig, BrokerRole, FlushDiskType
 from trioha._errors import StorageError
+from trioha._histogram import HistogramSnapshot, LatencyHistogram
 from trioha._status import PutResult, PutStatus, refusal_status
 from trioha.acl import HASecurity
 from trioha.broker._clientside import ClientSide, serve_client_side
@@ -60,6 +62,16 @@ class BrokerStatistics:
     client: HAClientStatistics | None
     #: Whether puts are taken and why not (disk usage, failing writers).
     disk: DiskStatistics
+    #: Messages answered so far, by ``PutStatus`` name.
+    put_results: dict[str, int] = attrs.field(factory=dict)
+    #: Time from a put's arrival to its answer: ``sync`` (a SYNC_MASTER waiting for slaves)
+    #: or ``async``.
+    put_latency: dict[str, HistogramSnapshot] = attrs.field(factory=dict)
+
+    @property
+    def disk_used_ratio(self) -> float:
+        """The commit log file system's used share (0-1), as the disk guard last measured."""
+        return self.disk.commitlog_ratio
 
 
 class _GroupFlusher:
@@ -138,6 +150,10 @@ class Broker:
         self._flusher = _GroupFlusher(self)
         self._log_grew = Wakeup()
         self._puts = 0
+        self._put_results: collections.Counter[str] = collections.Counter()
+        #: Put latency by replication mode; a master's mode is fixed by its role.
+        self._put_mode = "sync" if config.broker_role is BrokerRole.SYNC_MASTER else "async"
+        self._put_latency = LatencyHistogram()
         self._max_delay_level = len(parse_delay_levels(config.message_delay_level))
         self._closed = False
 
@@ -177,10 +193,26 @@ class Broker:
             )
         except ValueError as exc:  # a born host that is no address
             log.warning("put refused: %s", exc)
+            self.count_puts(PutStatus.MESSAGE_ILLEGAL, 1, 0.0)
             return PutResult(PutStatus.MESSAGE_ILLEGAL)
         return await self.put_batch([message])
 
+    def count_puts(self, status: PutStatus, messages: int, seconds: float) -> None:
+        """*messages* puts were answered *status* after *seconds* (for ``statistics()``)."""
+        self._put_results[status.name] += messages
+        self._put_latency.observe(seconds, messages)
+
     async def put_batch(
+        self, messages: Sequence[NewMessage], *, delivery: bool = False
+    ) -> PutResult:
+        """Store several messages as consecutive records (RocketMQ's batch put); see
+        :meth:`_put_batch`. Counted by status and latency."""
+        started = time.perf_counter()
+        result = await self._put_batch(messages, delivery=delivery)
+        self.count_puts(result.status, max(1, len(messages)), time.perf_counter() - started)
+        return result
+
+    async def _put_batch(
         self, messages: Sequence[NewMessage], *, delivery: bool = False
     ) -> PutResult:
         """Store several messages as consecutive records (RocketMQ's batch put).
@@ -434,6 +466,9 @@ class Broker:
             ha=self.ha_service.statistics() if self.ha_service else None,
             client=self.ha_client.statistics() if self.ha_client else None,
             disk=self.disk.statistics(),
+            put_results=dict(self._put_results),
+            put_latency={self._put_mode: self._put_latency.snapshot()}
+            if self.role.is_master else {},
         )
 
 

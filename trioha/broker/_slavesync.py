@@ -46,6 +46,7 @@ class SlaveSynchronize:
         master_addr: str | None = None,
         on_topics_changed: Callable[[], None] = lambda: None,
         persist: Callable[[], Awaitable[None]] | None = None,
+        on_master_end: Callable[[int], None] | None = None,
     ) -> None:
         self.meta = meta
         self.pool = pool
@@ -53,6 +54,9 @@ class SlaveSynchronize:
         self.master_addr = master_addr
         self.on_topics_changed = on_topics_changed
         self.persist = persist
+        #: Told the master's commit log end (its runtime info) at each sync: the slave's
+        #: bytes behind and catch-up ETA are measured against it.
+        self.on_master_end = on_master_end
         self.syncs = 0
         self.last_error: str | None = None
 
@@ -78,12 +82,14 @@ class SlaveSynchronize:
         """``syncAll``: the four steps in RocketMQ's order; True if all succeeded."""
         if not self.master_addr or self.master_addr == self.own_addr:
             return False
-        steps = (
+        steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
             ("topic config", self._sync_topics),
             ("consumer offsets", self._sync_offsets),
             ("delay offsets", self._sync_delay),
             ("subscription groups", self._sync_groups),
-        )
+        ]
+        if self.on_master_end is not None:
+            steps.append(("the master's log end", self._sync_master_end))
         ok = True
         for name, step in steps:
             try:
@@ -120,6 +126,16 @@ class SlaveSynchronize:
             await self._json(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
         ):
             log.info("subscription groups updated from master %s", self.master_addr)
+
+    async def _sync_master_end(self) -> None:
+        """GET_BROKER_RUNTIME_INFO's ``commitLogMaxOffset`` (trioha's own step)."""
+        assert self.on_master_end is not None
+        table = (await self._json(RequestCode.GET_BROKER_RUNTIME_INFO)).get("table", {})
+        try:
+            end = int(table["commitLogMaxOffset"])
+        except (KeyError, TypeError, ValueError):
+            raise ValueError("the master's runtime info has no commitLogMaxOffset") from None
+        self.on_master_end(end)
 
     async def run(self) -> NoReturn:
         await trio.sleep(INITIAL_DELAY)

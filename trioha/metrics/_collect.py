@@ -184,9 +184,12 @@ def _client_port(side: Any) -> Iterator[Metric]:
         yield _histogram("trioha_remoting_request_latency_seconds",
                          "Time to answer a client-port request, by request code.",
                          {(code,): h.snapshot() for code, h in latency.items()}, ["code"])
-    connections = getattr(processor, "connections", None)
-    if connections is not None:
-        yield _gauge("trioha_remoting_connections", "Open client-port connections.", connections)
+    yield _gauge("trioha_remoting_connections", "Open client-port connections.",
+                 side.connections.open)
+    refused = CounterMetricFamily("trioha_remoting_connections_refused",
+                                  "Client-port connections refused by the connection cap.")
+    refused.add_metric([], side.connections.refused)
+    yield refused
     yield _gauge("trioha_consumequeue_dispatch_behind_bytes",
                  "Commit log bytes not yet indexed into consume queues (reput lag).",
                  side.reput.behind)
