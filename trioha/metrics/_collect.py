@@ -147,6 +147,12 @@ class BrokerCollector:
                                        "Bytes received from the master.")
         received.add_metric([], client.bytes_received)
         yield received
+        appended = getattr(client, "bytes_appended", None)
+        if appended is not None:
+            family = CounterMetricFamily("trioha_ha_client_appended_bytes",
+                                         "Replicated bytes written to this slave's commit log.")
+            family.add_metric([], appended)
+            yield family
         for attr, name, doc in (
             ("behind_bytes", "trioha_ha_client_behind_bytes",
              "Bytes the master has that this slave has not (as last learned)."),

@@ -104,6 +104,10 @@ _CLOSE_CATEGORIES = (
 )
 
 
+#: Samples of the log's growth kept before those every slave acked are dropped.
+_TIMELINE_KEEP = 32
+
+
 def close_category(reason: str | None) -> str:
     """A connection's close reason as one of a few kinds (``protocol_error`` for the rest)."""
     text = (reason or "cancelled").lower()
@@ -283,6 +287,10 @@ class HAService:
         """
         self._vouches[connection] = (connection.proto.state.served_from, offset)
         self._quorum = None
+        if len(self.timeline) > _TIMELINE_KEEP:
+            acks = self.live_acks()
+            if acks:
+                self.timeline.acked(min(acks))
         if self._connection_change:
             self._connection_change.unpark_all()  # a first report makes it "streaming"
         if self._waiters.lowest_end <= offset:

@@ -6,9 +6,11 @@ an operator would lose in time if the master died now (RocketMQ reports only byt
 ``(log end, when)`` samples as its log grows; the time at which the log first went past a
 slave's acked offset is that of the first sample beyond it.
 
-Bounded and cheap: one sample per ``resolution`` at most, and when the ring is full every
-other sample is dropped, so it always spans the whole run with a resolution that coarsens only
-for offsets acked long ago (a slave hours behind is "hours" behind, give or take minutes).
+Bounded and cheap: one sample per ``resolution`` at most (growth within it moves the last
+sample's offset), samples every slave has acked past are dropped (:meth:`acked`), so a healthy
+slave keeps the ring short; should it fill anyway (a slave far behind), neighbouring samples
+are merged pairwise keeping the earlier time, so the answer may grow coarse for offsets acked
+long ago, off by at most the spacing of the samples around it.
 """
 
 from __future__ import annotations
@@ -43,11 +45,28 @@ class LogTimeline:
             self._offsets[-1] = end  # same instant, as far as we measure
             return
         if len(self._offsets) >= self.capacity:
-            # Keep the first (start-up) sample and every other one after it.
-            self._offsets = self._offsets[:1] + self._offsets[2::2]
-            self._times = self._times[:1] + self._times[2::2]
+            self._merge_pairs()
         self._offsets.append(end)
         self._times.append(now)
+
+    def _merge_pairs(self) -> None:
+        """Halve the ring: each pair after the start-up sample becomes its later offset with
+        its earlier time (the bytes of both may be as old as the earlier)."""
+        offsets, times = self._offsets, self._times
+        self._offsets = [offsets[0]] + offsets[2::2] + ([offsets[-1]] if len(offsets) % 2 == 0
+                                                         else [])
+        self._times = [times[0]] + times[1:-1:2] + ([times[-1]] if len(times) % 2 == 0 else [])
+
+    def acked(self, offset: int) -> None:
+        """Every slave holds the log up to *offset*: forget what lies before it (one sample at
+        or below it stays, the anchor of the next one's range)."""
+        i = bisect.bisect_right(self._offsets, offset)
+        if i > 1:
+            del self._offsets[: i - 1]
+            del self._times[: i - 1]
+
+    def __len__(self) -> int:
+        return len(self._offsets)
 
     def seconds_behind(self, acked: int, end: int) -> float:
         """How long ago the log first went past *acked* (0 when *acked* reaches *end*)."""
