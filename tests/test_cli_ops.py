@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -136,3 +137,49 @@ def test_json_logs_and_metrics_of_a_running_master(tmp_path: Path) -> None:
     records = [json.loads(line) for line in lines]  # every line is one JSON object
     assert all({"time", "level", "logger", "message"} <= r.keys() for r in records)
     assert any("SIGTERM received" in r["message"] for r in records)
+
+
+def test_a_slave_catching_up_logs_progress_with_rate_and_eta(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from types import SimpleNamespace
+
+    from trioha._cli import BrokerReport
+
+    caplog.set_level(logging.INFO)
+    now = [0.0]
+    report = BrokerReport(interval=10, clock=lambda: now[0], terminal=False)
+
+    def snapshot(end: int, master_end: int | None, connected: bool = True) -> object:
+        client = SimpleNamespace(
+            master="10.0.0.1:10912", connected=connected, needs_reseed=False,
+            master_end=master_end, state="connected" if connected else "connecting",
+            behind_bytes=None if master_end is None else max(0, master_end - end),
+        )
+        return SimpleNamespace(max_offset=end, ha=None, client=client)
+
+    mib = 1 << 20
+    def catching_up() -> bool:
+        return report.catch_up is not None
+
+    report.tick(snapshot(0, None))  # the master's end not learned yet: no progress
+    assert not catching_up()
+    report.tick(snapshot(0, 400 * mib))  # learned: 400 MiB to fetch
+    assert catching_up()
+    for second in range(1, 31):  # 10 MiB/s towards a master 400 MiB ahead
+        now[0] = float(second)
+        report.tick(snapshot(second * 10 * mib, 400 * mib))
+    lines = [r.getMessage() for r in caplog.records if r.name == "trioha.progress"]
+    assert lines == [
+        "slave catch-up: 100.0 MiB of 400.0 MiB (25%), 10.0 MiB/s, ETA 30.0 s",
+        "slave catch-up: 200.0 MiB of 400.0 MiB (50%), 10.0 MiB/s, ETA 20.0 s",
+        "slave catch-up: 300.0 MiB of 400.0 MiB (75%), 10.0 MiB/s, ETA 10.0 s",
+    ]
+    for second in range(31, 41):
+        now[0] = float(second)
+        report.tick(snapshot(min(second * 10 * mib, 400 * mib), 400 * mib))
+    assert not catching_up()
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("slave catch-up: 400.0 MiB of 400.0 MiB (100%)") and
+               "done in" in m for m in messages)
+    assert messages[-1] == f"slave caught up with master 10.0.0.1:10912 at {400 * mib}"
