@@ -30,6 +30,8 @@ log = logging.getLogger("trioha.remoting.slavesync")
 
 INITIAL_DELAY = 3.0
 PERIOD = 10.0
+#: Seconds between asks for the master's log end (one small request).
+MASTER_END_PERIOD = 1.0
 #: Each step's request timeout (RocketMQ: 3000 ms).
 TIMEOUT = 3.0
 
@@ -88,8 +90,6 @@ class SlaveSynchronize:
             ("delay offsets", self._sync_delay),
             ("subscription groups", self._sync_groups),
         ]
-        if self.on_master_end is not None:
-            steps.append(("the master's log end", self._sync_master_end))
         ok = True
         for name, step in steps:
             try:
@@ -127,8 +127,20 @@ class SlaveSynchronize:
         ):
             log.info("subscription groups updated from master %s", self.master_addr)
 
-    async def _sync_master_end(self) -> None:
-        """GET_BROKER_RUNTIME_INFO's ``commitLogMaxOffset`` (trioha's own step)."""
+    async def sync_master_end(self) -> bool:
+        """Learn the master's log end from GET_BROKER_RUNTIME_INFO's ``commitLogMaxOffset``
+        (trioha's own; RocketMQ's slave does not ask). True if learned."""
+        if self.on_master_end is None or not self.master_addr:
+            return False
+        try:
+            await self._master_end()
+        except (RemotingError, trio.TooSlowError, ValueError, OSError) as exc:
+            log.debug("cannot learn the log end of master %s: %s", self.master_addr,
+                      exc or "timeout")
+            return False
+        return True
+
+    async def _master_end(self) -> None:
         assert self.on_master_end is not None
         table = (await self._json(RequestCode.GET_BROKER_RUNTIME_INFO)).get("table", {})
         try:
@@ -138,7 +150,17 @@ class SlaveSynchronize:
         self.on_master_end(end)
 
     async def run(self) -> NoReturn:
-        await trio.sleep(INITIAL_DELAY)
+        async with trio.open_nursery() as nursery:
+            if self.on_master_end is not None:
+                nursery.start_soon(self._watch_master_end)
+            await trio.sleep(INITIAL_DELAY)
+            while True:
+                await self.sync_all()
+                await trio.sleep(PERIOD)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _watch_master_end(self) -> NoReturn:
+        """The master's log end, every ``MASTER_END_PERIOD``: what a catch-up's ETA needs."""
         while True:
-            await self.sync_all()
-            await trio.sleep(PERIOD)
+            await self.sync_master_end()
+            await trio.sleep(MASTER_END_PERIOD)
