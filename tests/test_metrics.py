@@ -193,3 +193,15 @@ async def test_a_port_in_use_is_one_clear_error() -> None:
             trio.open_nursery() as nursery:
         with pytest.raises(ConfigError, match=rf"{port} \(--metrics-listen\)"):
             await nursery.start(serve_metrics, NamesrvCollector(NamesrvProcessor()), host, port)
+
+
+def test_every_metric_is_listed_in_the_operations_page() -> None:
+    import re
+
+    root = Path(__file__).resolve().parent.parent
+    code = (root / "trioha" / "metrics" / "_collect.py").read_text()
+    page = (root / "docs" / "operations.md").read_text()
+    names = set(re.findall(r'"(trioha_[a-z_]+)"', code))
+    assert len(names) > 30
+    missing = [n for n in sorted(names) if f"`{n}`" not in page and f"`{n}_total`" not in page]
+    assert missing == []

@@ -106,6 +106,14 @@ EXIT_CODES = (
     (130, "interrupted by Ctrl-C outside a server's clean stop"),
 )
 
+#: The pipeline's commands (``audit``, ``export``, ``stats``) report every error with 2.
+PIPELINE_EXIT_CODES = (
+    (0, "success (audit: the replicas agree)"),
+    (1, "audit: the replicas differ or a record is damaged"),
+    (2, "a usage error, or any error the command reports (a store it cannot read, Spark)"),
+    (130, "interrupted by Ctrl-C"),
+)
+
 #: Per command: what it does (the help's description) and an example (its epilog).
 COMMAND_HELP: dict[str, tuple[str, str]] = {
     "master": (
@@ -152,8 +160,8 @@ COMMAND_HELP: dict[str, tuple[str, str]] = {
 }
 
 
-def _epilog(example: str) -> str:
-    codes = "\n".join(f"  {code:<4} {meaning}" for code, meaning in EXIT_CODES)
+def _epilog(example: str, exit_codes: tuple[tuple[int, str], ...] = EXIT_CODES) -> str:
+    codes = "\n".join(f"  {code:<4} {meaning}" for code, meaning in exit_codes)
     return f"example:\n  {example}\n\nexit codes:\n{codes}"
 
 
@@ -164,7 +172,8 @@ def _finish_commands(sub: Any) -> None:
         if description and not p.description:
             p.description = description
         if not p.epilog:
-            p.epilog = _epilog(example)
+            pipeline = name in {"audit", "export", "stats"}
+            p.epilog = _epilog(example, PIPELINE_EXIT_CODES if pipeline else EXIT_CODES)
         p.formatter_class = argparse.RawDescriptionHelpFormatter
         p.add_argument("--log-format", choices=FORMATS, default="text",
                        help="log lines as plain text (default) or one JSON object per line")

@@ -153,15 +153,11 @@ class BrokerCollector:
                                          "Replicated bytes written to this slave's commit log.")
             family.add_metric([], appended)
             yield family
-        for attr, name, doc in (
-            ("behind_bytes", "trioha_ha_client_behind_bytes",
-             "Bytes the master has that this slave has not (as last learned)."),
-            ("behind_seconds", "trioha_ha_client_behind_seconds",
-             "Seconds this slave's log is behind the master's (as last learned)."),
-        ):
-            value = getattr(client, attr, None)
-            if value is not None:
-                yield _gauge(name, doc, value)
+        behind = getattr(client, "behind_bytes", None)
+        if behind is not None:  # once the master's end is learned (metadata sync)
+            yield _gauge("trioha_ha_client_behind_bytes",
+                         "Bytes the master has that this slave has not (as last learned).",
+                         behind)
         connects = CounterMetricFamily("trioha_ha_client_connects",
                                        "Connections made to the master.")
         connects.add_metric([], client.connects)
