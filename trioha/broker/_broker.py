@@ -24,6 +24,7 @@ import trio
 from trioha._config import BrokerConfig, BrokerRole, FlushDiskType
 from trioha._errors import StorageError
 from trioha._histogram import HistogramSnapshot, LatencyHistogram
+from trioha._progress import Progress
 from trioha._status import PutResult, PutStatus, refusal_status
 from trioha.acl import HASecurity
 from trioha.broker._clientside import ClientSide, serve_client_side
@@ -472,9 +473,32 @@ class Broker:
         )
 
 
+class _RecoveryProgress:
+    """Recovery's ``(scanned, total)`` segments as a :class:`Progress`, made at the first call
+    (a store of one segment or none reports nothing)."""
+
+    def __init__(self) -> None:
+        self.progress: Progress | None = None
+
+    def __call__(self, scanned: int, total: int) -> None:
+        if total <= 1:
+            return
+        if self.progress is None:
+            self.progress = Progress("store recovery", total=total, unit="segments")
+        self.progress.set(scanned, total=total)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.close()
+
+
 @asynccontextmanager
 async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
-    """Open the store under ``config.store_path_root_dir`` and run the broker by role."""
+    """Open the store under ``config.store_path_root_dir`` and run the broker by role.
+
+    Recovery reports its progress (segments scanned) through :class:`trioha._progress.Progress`:
+    a bar on a terminal, a line every 10 s otherwise (a long scan after a crash)."""
+    recovery = _RecoveryProgress()
     store = await trio.to_thread.run_sync(
         lambda: open_store(
             config.store_root,
@@ -485,8 +509,10 @@ async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
             store_host=HostAddress(config.broker_ip1, config.listen_port),
             max_message_size=config.max_message_size,
             commitlog_dir=config.commitlog_dir,
+            recovery_progress=recovery,
         )
     )
+    recovery.close()
     clean = False
     try:
         sent = None
