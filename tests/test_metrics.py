@@ -100,6 +100,10 @@ async def test_master_and_slave_metrics_move_with_sync_puts(tmp_path: Path) -> N
                 assert value(slave_side, "trioha_ha_client_connects_total") == 1
                 assert value(slave_side, "trioha_broker_info", role="SLAVE") == 1
                 assert value(slave_side, "trioha_ha_client_state_info", state="connected") == 1
+                # Counted while the connection lasts, not only when it ends.
+                assert value(slave_side, "trioha_ha_client_received_bytes_total") >= end - value(
+                    before, "trioha_commitlog_max_offset_bytes"
+                )
                 assert value(slave_side, "trioha_ha_client_appended_bytes_total") == end - value(
                     before, "trioha_commitlog_max_offset_bytes"
                 )

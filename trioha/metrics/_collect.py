@@ -127,7 +127,7 @@ class BrokerCollector:
         closed = CounterMetricFamily("trioha_ha_connections_closed",
                                      "HA connections closed, by reason.", labels=["reason"])
         reasons = getattr(ha, "closed_by_reason", None)
-        if reasons:
+        if reasons is not None:
             for reason, n in sorted(reasons.items()):
                 closed.add_metric([reason], n)
         else:

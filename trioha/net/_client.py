@@ -333,6 +333,8 @@ class HAClient:
         self.reported_offset = -1
         self.bytes_received = 0
         self.bytes_appended = 0
+        #: The current connection's protocol state (its bytes count until it ends).
+        self._live: SlaveConnection | None = None
         self._closed_by_reason: dict[str, int] = {}
         #: The master's log end as last learned (:meth:`learn_master_end`); -1: not yet.
         self.master_end = -1
@@ -449,6 +451,7 @@ class HAClient:
                 ),
             )
             session = _Session(self, stream, proto)
+            self._live = proto
             self.connects += 1
             self._set_connected(True)
             log.info("connected to master %s; requesting from offset %d", self.master, log_max)
@@ -456,6 +459,7 @@ class HAClient:
                 await session.run()
             finally:
                 self.bytes_received += proto.bytes_received
+                self._live = None
                 proto.connection_lost()
                 self._set_connected(False)
                 self.last_close_reason = session.close_reason
@@ -579,7 +583,8 @@ class HAClient:
             master=self.master,
             connected=self.connected,
             reported_offset=self.reported_offset,
-            bytes_received=self.bytes_received,
+            bytes_received=self.bytes_received
+            + (self._live.bytes_received if self._live is not None else 0),
             connects=self.connects,
             last_close_reason=self.last_close_reason,
             append_error=self.append_error,
