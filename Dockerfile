@@ -10,17 +10,17 @@ FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY trioha ./trioha
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[metrics]"
 
 FROM python:3.11-slim
 RUN useradd --system --uid 10001 --home-dir /var/lib/trioha --create-home trioha
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+RUN pip install --no-cache-dir --no-index --find-links /wheels "trioha[metrics]" && rm -rf /wheels
 USER trioha
 WORKDIR /var/lib/trioha
 VOLUME ["/var/lib/trioha"]
-# 9876 name server, 10911 broker (clients), 10912 HA, 10909 VIP channel
-EXPOSE 9876 10909 10911 10912
+# 9876 name server, 10911 broker (clients), 10912 HA, 10909 VIP channel, 9100 metrics
+EXPOSE 9100 9876 10909 10911 10912
 # SIGTERM stops a broker cleanly: store closed, abort marker removed.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["python", "-m", "trioha"]

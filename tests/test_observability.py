@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +107,21 @@ def test_human_bytes() -> None:
     assert [human_bytes(n) for n in (12, 2048, 5 << 20, 3 << 40)] == [
         "12 B", "2.0 KiB", "5.0 MiB", "3.0 TiB",
     ]
+
+
+def test_store_recovery_reports_segments_scanned(tmp_path: Path) -> None:
+    from trioha.store import open_store
+
+    with open_store(tmp_path, segment_size=64 << 10) as store:
+        while store.commitlog.max_offset < 3 * (64 << 10) + 100:
+            store.commitlog.append_batch([{"topic": "T", "body": b"x" * 1000}] * 16)
+    calls: list[tuple[int, int]] = []
+    with open_store(tmp_path, recovery_progress=lambda *a: calls.append(a)):
+        pass
+    assert calls  # a clean start scans the last segments only
+    assert calls[-1][0] == calls[-1][1] and calls == sorted(calls)
+    (tmp_path / "abort").touch()  # after a crash: every segment
+    calls.clear()
+    with open_store(tmp_path, recovery_progress=lambda *a: calls.append(a)):
+        pass
+    assert calls == [(1, 4), (2, 4), (3, 4), (4, 4)]

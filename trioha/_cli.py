@@ -1,12 +1,14 @@
 """Command line: ``python -m trioha COMMAND``.
 
 Every bad flag or file becomes one line on stderr and a non-zero exit; Ctrl-C and SIGTERM stop a
-running broker cleanly (its store closed, the ``abort`` marker removed).
+running broker cleanly (its store closed, the ``abort`` marker removed). Exit codes are listed in
+:data:`EXIT_CODES` (shown under every command's ``--help`` and in docs/operations.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
 import signal
 import sys
@@ -18,6 +20,7 @@ import trio
 
 from trioha._config import BrokerConfig, BrokerRole, FlushDiskType, parse_address
 from trioha._errors import ConfigError, TriohaError
+from trioha._logging import FORMATS, configure_logging
 
 log = logging.getLogger("trioha")
 
@@ -49,6 +52,133 @@ def _addr(text: str) -> str:
     return text
 
 
+def _version() -> str:
+    """The installed distribution's version (the one pyproject.toml names)."""
+    try:
+        return importlib.metadata.version("trioha")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+        return "unknown (not installed)"
+
+
+def _setting(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(
+            f"not key=value: {text!r} (a broker.conf key, e.g. --set flushDiskType=SYNC_FLUSH)"
+        )
+    return key.strip(), value.strip()
+
+
+def metrics_address(text: str) -> tuple[str, int]:
+    """``[HOST:]PORT`` for ``--metrics-listen``; a bare port listens on 127.0.0.1 only."""
+    if ":" not in text:
+        text = f"127.0.0.1:{text}"
+    try:
+        return parse_address(text, what="--metrics-listen")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_metrics_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metrics-listen", type=metrics_address, metavar="[HOST:]PORT",
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics (off by default; "
+                   "127.0.0.1 when no host; needs the metrics extra)")
+
+
+def require_prometheus_client(args: argparse.Namespace) -> None:
+    """Fail before starting anything when ``--metrics-listen`` cannot be honoured."""
+    if getattr(args, "metrics_listen", None) is None:
+        return
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "--metrics-listen needs prometheus-client: pip install 'trioha[metrics]'"
+        ) from None
+
+
+#: What ``python -m trioha`` returns.
+EXIT_CODES = (
+    (0, "success; a server stopped cleanly by Ctrl-C or SIGTERM"),
+    (1, "a runtime or configuration error (one line on stderr), or a `put` that was not "
+        "stored"),
+    (2, "a usage error: an unknown flag, a bad value, no command"),
+    (130, "interrupted by Ctrl-C outside a server's clean stop"),
+)
+
+#: The pipeline's commands (``audit``, ``export``, ``stats``) report every error with 2.
+PIPELINE_EXIT_CODES = (
+    (0, "success (audit: the replicas agree)"),
+    (1, "audit: the replicas differ or a record is damaged"),
+    (2, "a usage error, or any error the command reports (a store it cannot read, Spark)"),
+    (130, "interrupted by Ctrl-C"),
+)
+
+#: Per command: what it does (the help's description) and an example (its epilog).
+COMMAND_HELP: dict[str, tuple[str, str]] = {
+    "master": (
+        "Run a master broker: RocketMQ clients on its broker port, slaves on its HA port. "
+        "A SYNC_MASTER answers a put once a slave holds it; an ASYNC_MASTER at once.",
+        "trioha master --store-dir /var/lib/trioha/m --role SYNC_MASTER "
+        "--listen 0.0.0.0:10911 --ha-listen 0.0.0.0:10912 --namesrv ns:9876 "
+        "--metrics-listen 9100",
+    ),
+    "slave": (
+        "Run a slave broker replicating a master's commit log over the HA port (catching up "
+        "from wherever its store ends) and serving reads.",
+        "trioha slave --store-dir /var/lib/trioha/s --master-ha master:10912 "
+        "--listen 0.0.0.0:10921 --namesrv ns:9876 --metrics-listen 9101",
+    ),
+    "namesrv": (
+        "Run a RocketMQ name server: brokers register their topics, clients ask it for routes.",
+        "trioha namesrv --listen 0.0.0.0:9876 --metrics-listen 9102",
+    ),
+    "put": (
+        "Send messages to a topic's masters through a name server's routes, one status line "
+        "per message (SEND_OK, FLUSH_SLAVE_TIMEOUT, ...).",
+        "trioha put --namesrv 127.0.0.1:9876 --topic Orders --count 10 --size 256",
+    ),
+    "tail": (
+        "Consume every queue of a topic as a consumer group from its committed offsets and "
+        "print each message; offsets are committed every 5 s.",
+        "trioha tail --namesrv 127.0.0.1:9876 --topic Orders --group audit --count 100",
+    ),
+    "status": (
+        "Print a broker's runtime figures (GET_BROKER_RUNTIME_INFO): role, offsets, slaves "
+        "and their lag, metadata versions.",
+        "trioha status 127.0.0.1:10911",
+    ),
+    "demo": (
+        "Run a SYNC_MASTER and a slave on loopback, put a workload through them and report "
+        "throughput and latency.",
+        "trioha demo --messages 20000 --size 1K --producers 16",
+    ),
+    # The pipeline's commands carry their own descriptions; these add the examples.
+    "audit": ("", "trioha audit /var/lib/trioha/m /var/lib/trioha/s1 /var/lib/trioha/s2"),
+    "export": ("", "trioha export /var/lib/trioha/m /data/orders-parquet --mode overwrite"),
+    "stats": ("", "trioha stats /var/lib/trioha/m"),
+}
+
+
+def _epilog(example: str, exit_codes: tuple[tuple[int, str], ...] = EXIT_CODES) -> str:
+    codes = "\n".join(f"  {code:<4} {meaning}" for code, meaning in exit_codes)
+    return f"example:\n  {example}\n\nexit codes:\n{codes}"
+
+
+def _finish_commands(sub: Any) -> None:
+    """Give every command a description, an example, the exit codes and ``--log-format``."""
+    for name, p in sub.choices.items():
+        description, example = COMMAND_HELP.get(name, (None, f"trioha {name} --help"))
+        if description and not p.description:
+            p.description = description
+        if not p.epilog:
+            pipeline = name in {"audit", "export", "stats"}
+            p.epilog = _epilog(example, PIPELINE_EXIT_CODES if pipeline else EXIT_CODES)
+        p.formatter_class = argparse.RawDescriptionHelpFormatter
+        p.add_argument("--log-format", choices=FORMATS, default="text",
+                       help="log lines as plain text (default) or one JSON object per line")
+
+
 def _add_broker_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store-dir", type=Path,
                    help="store root (commitlog/ inside); default: storePathRootDir from -c")
@@ -61,6 +191,11 @@ def _add_broker_options(p: argparse.ArgumentParser) -> None:
                    help="broker port for RocketMQ clients (default 127.0.0.1:10911)")
     p.add_argument("--namesrv", type=_addr, metavar="HOST:PORT",
                    help="name server to register with (namesrvAddr)")
+    p.add_argument("--set", dest="settings", type=_setting, action="append", default=[],
+                   metavar="KEY=VALUE",
+                   help="set any broker.conf key (camelCase, e.g. --set haSendHeartbeatInterval="
+                   "5000); repeatable; applied after -c, the flags above win")
+    add_metrics_option(p)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 
@@ -68,7 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="trioha",
         description="RocketMQ master-slave HA replication on Trio, wire- and disk-compatible.",
+        epilog=_epilog("trioha master --help"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"trioha {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     master = sub.add_parser("master", help="run a master broker (serves slaves on its HA port)")
@@ -112,20 +250,16 @@ def build_parser() -> argparse.ArgumentParser:
         except (ImportError, AttributeError):
             continue
         register(sub)
+    _finish_commands(sub)
     return parser
-
-
-def _configure_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
 
 
 def _broker_config(args: argparse.Namespace, role: BrokerRole | None, **extra: Any
                    ) -> BrokerConfig:
-    if args.store_dir is None and args.config is None:
+    settings: list[tuple[str, str]] = args.settings
+    if args.store_dir is None and args.config is None and not any(
+        key == "storePathRootDir" for key, _ in settings
+    ):
         raise ConfigError("a broker needs --store-dir DIR or -c broker.conf (storePathRootDir)")
     overrides: dict[str, Any] = {}
     if args.store_dir is not None:
@@ -142,9 +276,7 @@ def _broker_config(args: argparse.Namespace, role: BrokerRole | None, **extra: A
     if args.namesrv is not None:
         overrides["namesrv_addr"] = args.namesrv
     overrides.update({k: v for k, v in extra.items() if v is not None})
-    if args.config is not None:
-        return BrokerConfig.from_properties(args.config, **overrides)
-    return BrokerConfig(**overrides)
+    return BrokerConfig.from_properties(args.config, settings=settings, **overrides)
 
 
 def _run_master(args: argparse.Namespace) -> int:
@@ -162,7 +294,8 @@ def _run_master(args: argparse.Namespace) -> int:
     config = _broker_config(args, role, **extra)
     if not config.broker_role.is_master:
         raise ConfigError(f"{args.config}: brokerRole is SLAVE; use `trioha slave` for a slave")
-    trio.run(_serve, config)
+    require_prometheus_client(args)
+    trio.run(_serve, config, args.metrics_listen)
     return 0
 
 
@@ -180,11 +313,12 @@ def _run_slave(args: argparse.Namespace) -> int:
         return 0
     if config.ha_master is None:
         raise ConfigError("a slave needs --master-ha HOST:PORT (or haMasterAddress in -c)")
-    trio.run(_serve, config)
+    require_prometheus_client(args)
+    trio.run(_serve, config, args.metrics_listen)
     return 0
 
 
-async def _serve(config: BrokerConfig) -> None:
+async def _serve(config: BrokerConfig, metrics: tuple[str, int] | None = None) -> None:
     from trioha._tuning import tune_gc_for_serving
     from trioha.broker import open_broker
 
@@ -192,6 +326,10 @@ async def _serve(config: BrokerConfig) -> None:
 
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with open_broker(config) as broker, trio.open_nursery() as nursery:
+            if metrics is not None:
+                from trioha.metrics import BrokerCollector, serve_metrics
+
+                await nursery.start(serve_metrics, BrokerCollector(broker), *metrics)
             nursery.start_soon(_report_progress, broker)
             async for signum in signals:
                 log.info("%s received; stopping", signal.Signals(signum).name)
@@ -199,25 +337,90 @@ async def _serve(config: BrokerConfig) -> None:
                 break
 
 
-async def _report_progress(broker: Any) -> None:
-    """Log lag figures every 10 s (RocketMQ logs 'Slave fall behind master' every 60 s)."""
-    while True:
-        await trio.sleep(10)
-        stats = broker.statistics()
+#: Bytes behind the master's end from which a slave reports catch-up progress.
+CATCH_UP_BYTES = 1 << 20
+#: Seconds between plain status lines (RocketMQ logs 'Slave fall behind master' every 60 s).
+REPORT_INTERVAL = 10.0
+
+
+class BrokerReport:
+    """What a running broker logs: a slave's catch-up as progress (bytes, rate, ETA from the
+    master's end), otherwise lag or state lines every ``interval`` seconds."""
+
+    def __init__(self, *, interval: float = REPORT_INTERVAL,
+                 clock: Callable[[], float] | None = None, terminal: bool | None = None) -> None:
+        import time
+
+        self.interval = interval
+        self.clock = clock or time.monotonic
+        self.terminal = terminal
+        self.catch_up: Any = None  # a trioha._progress.Progress while catching up
+        self._from = 0
+        self._last_line = self.clock()
+
+    def tick(self, stats: Any) -> None:
+        """Look at one ``statistics()`` snapshot (called about once a second)."""
+        client = stats.client
+        behind = getattr(client, "behind_bytes", None) if client is not None else None
+        if self.catch_up is None and behind is not None and behind >= CATCH_UP_BYTES \
+                and client.connected:
+            from trioha._progress import Progress
+
+            self._from = stats.max_offset
+            self.catch_up = Progress("slave catch-up", total=behind, unit="B",
+                                     interval=self.interval, clock=self.clock,
+                                     terminal=self.terminal)
+        if self.catch_up is not None:
+            assert client is not None
+            master_end = max(client.master_end or 0, stats.max_offset)
+            self.catch_up.set(stats.max_offset - self._from, total=master_end - self._from)
+            if behind is None or behind < CATCH_UP_BYTES or not client.connected:
+                self.catch_up.close()
+                self.catch_up = None
+                log.info("slave caught up with master %s at %d" if client.connected
+                         else "slave catch-up interrupted (master %s) at %d",
+                         client.master, stats.max_offset,
+                         extra={"peer": client.master, "offset": stats.max_offset})
+            self._last_line = self.clock()
+            return
+        now = self.clock()
+        if now - self._last_line < self.interval:
+            return
+        self._last_line = now
+        self.state_lines(stats)
+
+    def state_lines(self, stats: Any) -> None:
         if stats.ha is not None:
             for slave in stats.ha.slaves:
-                log.info("slave %s acked %d, behind by %d bytes", slave.peer, slave.ack_offset,
-                         slave.lag)
+                log.info("slave %s acked %d, behind by %d bytes, %.3f s", slave.peer,
+                         slave.ack_offset, slave.lag, slave.behind_seconds or 0.0,
+                         extra={"peer": slave.peer, "offset": slave.ack_offset,
+                                "behind_bytes": slave.lag,
+                                "behind_seconds": slave.behind_seconds})
             if not stats.ha.slaves:
-                log.info("no slave connected; log ends at %d", stats.max_offset)
+                log.info("no slave connected; log ends at %d", stats.max_offset,
+                         extra={"offset": stats.max_offset})
         elif stats.client is not None and stats.client.needs_reseed:
             log.error("not replicating: diverged from master %s at %d (this slave holds up to "
                       "%d); run `trioha slave --truncate-to-master` or re-seed",
                       stats.client.master, stats.client.diverged_master_offset,
-                      stats.client.diverged_slave_offset)
+                      stats.client.diverged_slave_offset,
+                      extra={"peer": stats.client.master, "reason": "diverged"})
         elif stats.client is not None:
             state = "connected to" if stats.client.connected else "waiting for"
-            log.info("%s master %s; log ends at %d", state, stats.client.master, stats.max_offset)
+            behind = stats.client.behind_bytes
+            tail = "" if behind is None else f", {behind} bytes behind"
+            log.info("%s master %s; log ends at %d%s", state, stats.client.master,
+                     stats.max_offset, tail,
+                     extra={"peer": stats.client.master, "offset": stats.max_offset,
+                            "state": stats.client.state})
+
+
+async def _report_progress(broker: Any) -> None:
+    report = BrokerReport()
+    while True:
+        await trio.sleep(1)
+        report.tick(broker.statistics())
 
 
 def _run_demo(args: argparse.Namespace) -> int:
@@ -232,7 +435,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command is None:
         parser.print_help()
         sys.exit(2)
-    _configure_logging(getattr(args, "verbose", False))
+    configure_logging(verbose=getattr(args, "verbose", False), fmt=args.log_format)
     handler: Handler = args.handler
     try:
         code = handler(args)

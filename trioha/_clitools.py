@@ -120,6 +120,9 @@ def register_commands(subparsers: Any) -> None:
         help="RocketMQ TLS settings (tls.server.mode, tls.server.certPath, tls.server.keyPath, "
         "...) for the name server port",
     )
+    from trioha._cli import add_metrics_option
+
+    add_metrics_option(namesrv)
     namesrv.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     namesrv.set_defaults(handler=_run_namesrv)
 
@@ -150,8 +153,11 @@ def register_commands(subparsers: Any) -> None:
 
 
 def _run_namesrv(args: argparse.Namespace) -> int:
+    from trioha._cli import require_prometheus_client
     from trioha.acl import PlainAcl, TlsAcceptor
+    from trioha.namesrv import NamesrvProcessor
 
+    require_prometheus_client(args)
     host, port = parse_address(args.listen, what="--listen")
     acl = PlainAcl.load(args.acl_file) if args.acl_file else None
     tls = None
@@ -163,7 +169,16 @@ def _run_namesrv(args: argparse.Namespace) -> int:
     async def main() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
-                await nursery.start(partial(serve_namesrv, host, port, acl=acl, tls=tls))
+                processor = NamesrvProcessor()
+                await nursery.start(
+                    partial(serve_namesrv, host, port, processor=processor, acl=acl, tls=tls)
+                )
+                if args.metrics_listen is not None:
+                    from trioha.metrics import NamesrvCollector, serve_metrics
+
+                    await nursery.start(
+                        serve_metrics, NamesrvCollector(processor), *args.metrics_listen
+                    )
                 if acl is not None:
                     nursery.start_soon(acl.watch)
                 async for signum in signals:

@@ -23,6 +23,7 @@ import enum
 import logging
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -330,27 +331,39 @@ class BrokerConfig:
 
     # --- broker.conf ------------------------------------------------------------------------
     @classmethod
-    def from_properties(cls, path: str | Path, **overrides: Any) -> BrokerConfig:
+    def from_properties(
+        cls,
+        path: str | Path | None,
+        *,
+        settings: Sequence[tuple[str, str]] = (),
+        **overrides: Any,
+    ) -> BrokerConfig:
         """Read a RocketMQ ``broker.conf`` (Java properties, camelCase keys).
+
+        *settings* are ``(key, value)`` pairs applied after the file (``--set key=value``; no
+        file when *path* is None), read with the same keys, conversions and errors; keyword
+        *overrides* (already typed, snake_case) win over both.
 
         Raises :class:`ConfigError` naming the file, the line and the nearest valid key for a
         key trioha does not know, and naming the value for one it cannot parse.
         """
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+        entries: list[tuple[str, str, str]] = []
+        if path is not None:
+            path = Path(path)
+            try:
+                text = path.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+            try:
+                entries = [(f"{path}:{n}", k, v) for n, k, v in _parse_properties(text)]
+            except ConfigError as exc:
+                raise ConfigError(f"{path}: {exc}") from None
+        entries += [(f"--set {key}={raw}", key.strip(), raw.strip()) for key, raw in settings]
         values: dict[str, Any] = {}
         fixed_paths: dict[str, tuple[str, str]] = {}
         fields = {f.name: f for f in attrs.fields(cls)}
-        try:
-            entries = _parse_properties(text)
-        except ConfigError as exc:
-            raise ConfigError(f"{path}: {exc}") from None
-        for lineno, key, raw in entries:
+        for where, key, raw in entries:
             name = _snake(LEGACY_KEYS.get(key, key).replace(".", "_"))  # tls.server.mode
-            where = f"{path}:{lineno}"
             if key in FIXED_STORE_PATHS:
                 fixed_paths[key] = (where, raw)
                 continue
@@ -366,7 +379,7 @@ class BrokerConfig:
         try:
             config = cls(**values)
         except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{path}: {exc}") from None
+            raise ConfigError(f"{path or '--set'}: {exc}") from None
         for key, (where, raw) in fixed_paths.items():
             expected = config.store_root / FIXED_STORE_PATHS[key]
             if Path(raw).expanduser() != expected:

@@ -42,10 +42,11 @@ class LatencyHistogram:
         self.count = 0
         self.sum = 0.0
 
-    def observe(self, seconds: float) -> None:
-        self._counts[bisect.bisect_left(self._bounds, seconds)] += 1
-        self.count += 1
-        self.sum += seconds
+    def observe(self, seconds: float, times: int = 1) -> None:
+        """Count *times* observations of *seconds* (a burst answered by one wait)."""
+        self._counts[bisect.bisect_left(self._bounds, seconds)] += times
+        self.count += times
+        self.sum += seconds * times
 
     def snapshot(self) -> HistogramSnapshot:
         cumulative = []

@@ -36,6 +36,7 @@ class FakeBroker:
         self.store = store
         self.ha_address: tuple[str, int] | None = None
         self.puts = 0
+        self.answered: dict[str, int] = {}
         self._grew = trio.Event()
 
     async def put(
@@ -112,6 +113,9 @@ class FakeBroker:
     async def wait_stored(self, start: int, end: int) -> PutStatus:
         await trio.lowlevel.checkpoint()
         return PutStatus.PUT_OK
+
+    def count_puts(self, status: PutStatus, messages: int, seconds: float) -> None:
+        self.answered[status.name] = self.answered.get(status.name, 0) + messages
 
     def _notify(self) -> None:
         self._grew.set()

@@ -11,6 +11,7 @@ request by role, the two waited on together; the replica status wins when both f
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import time
@@ -22,6 +23,8 @@ import trio
 
 from trioha._config import BrokerConfig, BrokerRole, FlushDiskType
 from trioha._errors import StorageError
+from trioha._histogram import HistogramSnapshot, LatencyHistogram
+from trioha._progress import Progress
 from trioha._status import PutResult, PutStatus, refusal_status
 from trioha.acl import HASecurity
 from trioha.broker._clientside import ClientSide, serve_client_side
@@ -60,6 +63,16 @@ class BrokerStatistics:
     client: HAClientStatistics | None
     #: Whether puts are taken and why not (disk usage, failing writers).
     disk: DiskStatistics
+    #: Messages answered so far, by ``PutStatus`` name.
+    put_results: dict[str, int] = attrs.field(factory=dict)
+    #: Time from a put's arrival to its answer: ``sync`` (a SYNC_MASTER waiting for slaves)
+    #: or ``async``.
+    put_latency: dict[str, HistogramSnapshot] = attrs.field(factory=dict)
+
+    @property
+    def disk_used_ratio(self) -> float:
+        """The commit log file system's used share (0-1), as the disk guard last measured."""
+        return self.disk.commitlog_ratio
 
 
 class _GroupFlusher:
@@ -138,6 +151,10 @@ class Broker:
         self._flusher = _GroupFlusher(self)
         self._log_grew = Wakeup()
         self._puts = 0
+        self._put_results: collections.Counter[str] = collections.Counter()
+        #: Put latency by replication mode; a master's mode is fixed by its role.
+        self._put_mode = "sync" if config.broker_role is BrokerRole.SYNC_MASTER else "async"
+        self._put_latency = LatencyHistogram()
         self._max_delay_level = len(parse_delay_levels(config.message_delay_level))
         self._closed = False
 
@@ -177,10 +194,26 @@ class Broker:
             )
         except ValueError as exc:  # a born host that is no address
             log.warning("put refused: %s", exc)
+            self.count_puts(PutStatus.MESSAGE_ILLEGAL, 1, 0.0)
             return PutResult(PutStatus.MESSAGE_ILLEGAL)
         return await self.put_batch([message])
 
+    def count_puts(self, status: PutStatus, messages: int, seconds: float) -> None:
+        """*messages* puts were answered *status* after *seconds* (for ``statistics()``)."""
+        self._put_results[status.name] += messages
+        self._put_latency.observe(seconds, messages)
+
     async def put_batch(
+        self, messages: Sequence[NewMessage], *, delivery: bool = False
+    ) -> PutResult:
+        """Store several messages as consecutive records (RocketMQ's batch put); see
+        :meth:`_put_batch`. Counted by status and latency."""
+        started = time.perf_counter()
+        result = await self._put_batch(messages, delivery=delivery)
+        self.count_puts(result.status, max(1, len(messages)), time.perf_counter() - started)
+        return result
+
+    async def _put_batch(
         self, messages: Sequence[NewMessage], *, delivery: bool = False
     ) -> PutResult:
         """Store several messages as consecutive records (RocketMQ's batch put).
@@ -434,12 +467,37 @@ class Broker:
             ha=self.ha_service.statistics() if self.ha_service else None,
             client=self.ha_client.statistics() if self.ha_client else None,
             disk=self.disk.statistics(),
+            put_results=dict(self._put_results),
+            put_latency={self._put_mode: self._put_latency.snapshot()}
+            if self.role.is_master else {},
         )
+
+
+class _RecoveryProgress:
+    """Recovery's ``(scanned, total)`` segments as a :class:`Progress`, made at the first call
+    (a store of one segment or none reports nothing)."""
+
+    def __init__(self) -> None:
+        self.progress: Progress | None = None
+
+    def __call__(self, scanned: int, total: int) -> None:
+        if total <= 1:
+            return
+        if self.progress is None:
+            self.progress = Progress("store recovery", total=total, unit="segments")
+        self.progress.set(scanned, total=total)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.close()
 
 
 @asynccontextmanager
 async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
     """Open the store under ``config.store_path_root_dir`` and run the broker by role.
+
+    Recovery reports its progress (segments scanned) through :class:`trioha._progress.Progress`:
+    a bar on a terminal, a line every 10 s otherwise (a long scan after a crash).
 
     Raises:
         StoreLockedError: another process has the store open.
@@ -451,6 +509,7 @@ async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
             names the address or key and the setting that chose it.
         StorageError: any other reason the store cannot be opened or closed.
     """
+    recovery = _RecoveryProgress()
     store = await trio.to_thread.run_sync(
         lambda: open_store(
             config.store_root,
@@ -461,8 +520,10 @@ async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
             store_host=HostAddress(config.broker_ip1, config.listen_port),
             max_message_size=config.max_message_size,
             commitlog_dir=config.commitlog_dir,
+            recovery_progress=recovery,
         )
     )
+    recovery.close()
     clean = False
     try:
         sent = None

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Callable
 from functools import partial
 from typing import NoReturn
 
@@ -104,6 +105,17 @@ def free_port_pair(host: str) -> int:
                     continue
             return port
     raise OSError(f"no free port pair (p, p-2) found on {host}")
+
+
+def _master_end_sink(broker: BrokerLike) -> Callable[[int], None]:
+    """Where the metadata sync reports the master's log end: the broker's HA client."""
+
+    def learn(end: int) -> None:
+        client = getattr(broker, "ha_client", None)
+        if client is not None:
+            client.learn_master_end(end)
+
+    return learn
 
 
 async def serve_client_side(
@@ -281,6 +293,7 @@ async def _start(
             master_addr=config.master_broker_addr,
             on_topics_changed=topics_changed,
             persist=persister.persist,
+            on_master_end=_master_end_sink(broker),
         )
         nursery.start_soon(slave_sync.run)
 
@@ -324,6 +337,23 @@ async def _start(
             info["aclDenied"] = str(guard.denied)
             info["aclReloads"] = str(acl.reloads)
             info["aclReloadError"] = acl.last_error or ""
+        # trioha's own, the figures /metrics shows too.
+        stats = broker.statistics()
+        results = getattr(stats, "put_results", None) or {}
+        info["putResults"] = ",".join(f"{k}:{v}" for k, v in sorted(results.items()))
+        client = getattr(stats, "client", None)
+        if client is not None:
+            info["haClientState"] = client.state
+            info["haClientBytesAppended"] = str(client.bytes_appended)
+            info["haClientBehindBytes"] = "" if client.behind_bytes is None else str(
+                client.behind_bytes
+            )
+        ha = getattr(stats, "ha", None)
+        if ha is not None:
+            info["haSlaveBehindSeconds"] = ",".join(
+                f"{s.peer}:{s.behind_seconds:.3f}" for s in ha.slaves
+                if s.behind_seconds is not None
+            )
         if slave_sync is not None:
             info["masterAddr"] = slave_sync.master_addr or ""
             info["metadataSyncs"] = str(slave_sync.syncs)

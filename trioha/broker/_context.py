@@ -17,6 +17,7 @@ import trio
 
 from trioha._config import BrokerRole
 from trioha._errors import StorageError
+from trioha._histogram import LatencyHistogram
 from trioha.broker._clients import ClientManager
 from trioha.broker._metadata import Metadata
 from trioha.broker._reput import ReputService
@@ -75,6 +76,10 @@ class BrokerContext:
         self.now = clock
         #: Requests answered, by ``"<code name>.<response code>"`` (reported by ``status``).
         self.served: collections.Counter[str] = collections.Counter()
+        #: Time to answer, by request code name (``/metrics``).
+        self.latency: collections.defaultdict[str, LatencyHistogram] = (
+            collections.defaultdict(LatencyHistogram)
+        )
         #: ``StoreStatsService``'s figures; puts are the broker's own count of stored messages.
         self.stats = BrokerStats(puts_total=lambda: int(getattr(broker.statistics(), "puts", 0)))
         #: ``Configuration``'s data version (GET_BROKER_CONFIG's ``version`` header).

@@ -28,6 +28,7 @@ from collections.abc import Callable, Hashable, Sequence
 
 import trio
 
+from trioha._histogram import LatencyHistogram
 from trioha.broker._admin import AdminBrokerProcessor
 from trioha.broker._clientmanage import ClientManageProcessor
 from trioha.broker._clients import ClientManager
@@ -126,6 +127,10 @@ class BrokerProcessor:
         return self.ctx.served
 
     @property
+    def latency(self) -> dict[str, LatencyHistogram]:
+        return self.ctx.latency
+
+    @property
     def broker_addr(self) -> str:
         return self.ctx.broker_addr
 
@@ -148,6 +153,7 @@ class BrokerProcessor:
     async def handle_request(
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand | None:
+        begun = time.perf_counter()
         handler = self._handlers.get(request.code)
         if handler is None:
             log.debug("%s: request code %d not supported", connection.peer, request.code)
@@ -172,7 +178,9 @@ class BrokerProcessor:
                     ok=result is not None and result.code in _STORED,
                 )
         if result is not None:
-            self.ctx.served[f"{RequestCode(request.code).name}.{result.code}"] += 1
+            name = RequestCode(request.code).name
+            self.ctx.served[f"{name}.{result.code}"] += 1
+            self.ctx.latency[name].observe(time.perf_counter() - begun)
         return result
 
     def take_burst(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -236,13 +237,19 @@ class SendMessageProcessor:
             taken.append(request)
         if not taken:
             return None
-        results = self.ctx.broker.append_each(records) if records else []
+        started = time.perf_counter()
+        broker = self.ctx.broker
+        results = broker.append_each(records) if records else []
         stored = [r for r in results if r.offset >= 0]
+        for refused in results:
+            if refused.offset < 0:
+                broker.count_puts(refused.status, 1, 0.0)
 
         async def finish() -> list[RemotingCommand | None]:
             status = PutStatus.PUT_OK
             if stored:
-                status = await self.ctx.broker.wait_stored(stored[0].offset, stored[-1].end_offset)
+                status = await broker.wait_stored(stored[0].offset, stored[-1].end_offset)
+                broker.count_puts(status, len(stored), time.perf_counter() - started)
             responses: list[RemotingCommand | None] = []
             for request, answer in zip(taken, answers, strict=True):
                 if isinstance(answer, RemotingCommand):
@@ -253,6 +260,7 @@ class SendMessageProcessor:
                         result = attrs.evolve(result, status=status)
                     response = self._send_response(request, result, queues[answer])
                 self.ctx.served[f"{_SEND_NAMES[request.code]}.{response.code}"] += 1
+                self.ctx.latency[_SEND_NAMES[request.code]].observe(time.perf_counter() - started)
                 responses.append(response)
             return responses
 

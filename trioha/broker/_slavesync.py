@@ -30,6 +30,8 @@ log = logging.getLogger("trioha.remoting.slavesync")
 
 INITIAL_DELAY = 3.0
 PERIOD = 10.0
+#: Seconds between asks for the master's log end (one small request).
+MASTER_END_PERIOD = 1.0
 #: Each step's request timeout (RocketMQ: 3000 ms).
 TIMEOUT = 3.0
 
@@ -46,6 +48,7 @@ class SlaveSynchronize:
         master_addr: str | None = None,
         on_topics_changed: Callable[[], None] = lambda: None,
         persist: Callable[[], Awaitable[None]] | None = None,
+        on_master_end: Callable[[int], None] | None = None,
     ) -> None:
         self.meta = meta
         self.pool = pool
@@ -53,6 +56,9 @@ class SlaveSynchronize:
         self.master_addr = master_addr
         self.on_topics_changed = on_topics_changed
         self.persist = persist
+        #: Told the master's commit log end (its runtime info) at each sync: the slave's
+        #: bytes behind and catch-up ETA are measured against it.
+        self.on_master_end = on_master_end
         self.syncs = 0
         self.last_error: str | None = None
 
@@ -78,12 +84,12 @@ class SlaveSynchronize:
         """``syncAll``: the four steps in RocketMQ's order; True if all succeeded."""
         if not self.master_addr or self.master_addr == self.own_addr:
             return False
-        steps = (
+        steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
             ("topic config", self._sync_topics),
             ("consumer offsets", self._sync_offsets),
             ("delay offsets", self._sync_delay),
             ("subscription groups", self._sync_groups),
-        )
+        ]
         ok = True
         for name, step in steps:
             try:
@@ -121,8 +127,40 @@ class SlaveSynchronize:
         ):
             log.info("subscription groups updated from master %s", self.master_addr)
 
+    async def sync_master_end(self) -> bool:
+        """Learn the master's log end from GET_BROKER_RUNTIME_INFO's ``commitLogMaxOffset``
+        (trioha's own; RocketMQ's slave does not ask). True if learned."""
+        if self.on_master_end is None or not self.master_addr:
+            return False
+        try:
+            await self._master_end()
+        except (RemotingError, trio.TooSlowError, ValueError, OSError) as exc:
+            log.debug("cannot learn the log end of master %s: %s", self.master_addr,
+                      exc or "timeout")
+            return False
+        return True
+
+    async def _master_end(self) -> None:
+        assert self.on_master_end is not None
+        table = (await self._json(RequestCode.GET_BROKER_RUNTIME_INFO)).get("table", {})
+        try:
+            end = int(table["commitLogMaxOffset"])
+        except (KeyError, TypeError, ValueError):
+            raise ValueError("the master's runtime info has no commitLogMaxOffset") from None
+        self.on_master_end(end)
+
     async def run(self) -> NoReturn:
-        await trio.sleep(INITIAL_DELAY)
+        async with trio.open_nursery() as nursery:
+            if self.on_master_end is not None:
+                nursery.start_soon(self._watch_master_end)
+            await trio.sleep(INITIAL_DELAY)
+            while True:
+                await self.sync_all()
+                await trio.sleep(PERIOD)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _watch_master_end(self) -> NoReturn:
+        """The master's log end, every ``MASTER_END_PERIOD``: what a catch-up's ETA needs."""
         while True:
-            await self.sync_all()
-            await trio.sleep(PERIOD)
+            await self.sync_master_end()
+            await trio.sleep(MASTER_END_PERIOD)

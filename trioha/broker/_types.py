@@ -87,6 +87,9 @@ class BrokerLike(Protocol):
     async def wait_stored(self, start: int, end: int) -> PutStatus:
         """Wait for the flush and replication policies to cover ``[start, end)``."""
 
+    def count_puts(self, status: PutStatus, messages: int, seconds: float) -> None:
+        """Count *messages* puts answered *status* after *seconds* (``statistics()``)."""
+
     async def wait_log_grew(self, beyond_offset: int) -> Any:
         """Return once the commit log's max offset exceeds ``beyond_offset``."""
 

@@ -127,7 +127,7 @@ class BrokerCollector:
         closed = CounterMetricFamily("trioha_ha_connections_closed",
                                      "HA connections closed, by reason.", labels=["reason"])
         reasons = getattr(ha, "closed_by_reason", None)
-        if reasons:
+        if reasons is not None:
             for reason, n in sorted(reasons.items()):
                 closed.add_metric([reason], n)
         else:
@@ -147,15 +147,17 @@ class BrokerCollector:
                                        "Bytes received from the master.")
         received.add_metric([], client.bytes_received)
         yield received
-        for attr, name, doc in (
-            ("behind_bytes", "trioha_ha_client_behind_bytes",
-             "Bytes the master has that this slave has not (as last learned)."),
-            ("behind_seconds", "trioha_ha_client_behind_seconds",
-             "Seconds this slave's log is behind the master's (as last learned)."),
-        ):
-            value = getattr(client, attr, None)
-            if value is not None:
-                yield _gauge(name, doc, value)
+        appended = getattr(client, "bytes_appended", None)
+        if appended is not None:
+            family = CounterMetricFamily("trioha_ha_client_appended_bytes",
+                                         "Replicated bytes written to this slave's commit log.")
+            family.add_metric([], appended)
+            yield family
+        behind = getattr(client, "behind_bytes", None)
+        if behind is not None:  # once the master's end is learned (metadata sync)
+            yield _gauge("trioha_ha_client_behind_bytes",
+                         "Bytes the master has that this slave has not (as last learned).",
+                         behind)
         connects = CounterMetricFamily("trioha_ha_client_connects",
                                        "Connections made to the master.")
         connects.add_metric([], client.connects)
@@ -184,9 +186,12 @@ def _client_port(side: Any) -> Iterator[Metric]:
         yield _histogram("trioha_remoting_request_latency_seconds",
                          "Time to answer a client-port request, by request code.",
                          {(code,): h.snapshot() for code, h in latency.items()}, ["code"])
-    connections = getattr(processor, "connections", None)
-    if connections is not None:
-        yield _gauge("trioha_remoting_connections", "Open client-port connections.", connections)
+    yield _gauge("trioha_remoting_connections", "Open client-port connections.",
+                 side.connections.open)
+    refused = CounterMetricFamily("trioha_remoting_connections_refused",
+                                  "Client-port connections refused by the connection cap.")
+    refused.add_metric([], side.connections.refused)
+    yield refused
     yield _gauge("trioha_consumequeue_dispatch_behind_bytes",
                  "Commit log bytes not yet indexed into consume queues (reput lag).",
                  side.reput.behind)

@@ -52,7 +52,7 @@ from trioha._errors import (
     StorageError,
     StoreLayoutError,
 )
-from trioha.net._service import close_level
+from trioha.net._service import close_category, close_level
 from trioha.net._wakeup import Wakeup
 from trioha.proto import (
     Append,
@@ -166,6 +166,16 @@ class HAClientStatistics:
     last_epoch: int = -1
     #: Epoch mode: cuts to a consistent point, as ``(from, to)`` offsets, oldest first.
     truncations: tuple[tuple[int, int], ...] = ()
+    #: Replicated bytes written to this slave's commit log.
+    bytes_appended: int = 0
+    #: Connections to the master that ended (or could not be made), by kind of reason.
+    closed_by_reason: dict[str, int] = attrs.field(factory=dict)
+    #: ``connected``, ``connecting``, ``disk_full``, ``diverged`` or ``refused``.
+    state: str = "connecting"
+    #: The master's log end as last learned (metadata sync), and how far this log is behind
+    #: it; None until learned.
+    master_end: int | None = None
+    behind_bytes: int | None = None
 
 
 class _Session:
@@ -267,6 +277,7 @@ class _Session:
                                       f"{exc}", scope)
                             return
                         appended = True
+                        self.client.bytes_appended += action.size
                         self.received_data = True
                         self.client.append_worked()
                     elif not self._apply((action,), scope):
@@ -335,6 +346,12 @@ class HAClient:
         self.connects = 0
         self.reported_offset = -1
         self.bytes_received = 0
+        self.bytes_appended = 0
+        #: The current connection's protocol state (its bytes count until it ends).
+        self._live: SlaveConnection | None = None
+        self._closed_by_reason: dict[str, int] = {}
+        #: The master's log end as last learned (:meth:`learn_master_end`); -1: not yet.
+        self.master_end = -1
         self.last_close_reason: str | None = None
         self.append_error: str | None = None
         #: How long to wait before trying again when the disk refuses appends.
@@ -402,6 +419,7 @@ class HAClient:
                     stream = await self._connect(self.master_host, self.master_port)
             except (OSError, trio.TooSlowError) as exc:
                 reason = "timed out" if isinstance(exc, trio.TooSlowError) else str(exc)
+                self._count_close("connect_failed")
                 log.warning("cannot connect to master %s: %s; retrying in %.1f s",
                             self.master, reason, backoff)
                 await trio.sleep(backoff)
@@ -447,6 +465,7 @@ class HAClient:
                 ),
             )
             session = _Session(self, stream, proto)
+            self._live = proto
             self.connects += 1
             self._set_connected(True)
             log.info("connected to master %s; requesting from offset %d", self.master, log_max)
@@ -454,10 +473,14 @@ class HAClient:
                 await session.run()
             finally:
                 self.bytes_received += proto.bytes_received
+                self._live = None
                 proto.connection_lost()
                 self._set_connected(False)
                 self.last_close_reason = session.close_reason
                 reason = session.close_reason or "cancelled"
+                self._count_close(
+                    "disk" if session.disk_error is not None else close_category(reason)
+                )
                 if session.disk_error is None:
                     log.log(close_level(reason), "disconnected from master %s: %s",
                             self.master, reason)
@@ -545,12 +568,37 @@ class HAClient:
             return True
         return False
 
+    def _count_close(self, category: str) -> None:
+        self._closed_by_reason[category] = self._closed_by_reason.get(category, 0) + 1
+
+    def learn_master_end(self, end: int) -> None:
+        """The master's commit log ends at *end* (its runtime info, fetched by the metadata
+        sync): what "bytes behind" and the catch-up's ETA are measured against."""
+        self.master_end = max(self.master_end, end)
+
+    @property
+    def state(self) -> str:
+        """What the slave is doing, in one word (``/metrics``, ``status``)."""
+        if self.divergence is not None:
+            return "diverged"
+        if self.append_error is not None:
+            return "disk_full"
+        if self.connected:
+            return "connected"
+        if self.last_close_reason is not None and close_category(
+            self.last_close_reason
+        ) == "refused":
+            return "refused"
+        return "connecting"
+
     def statistics(self) -> HAClientStatistics:
+        end = self.commitlog.max_offset
         return HAClientStatistics(
             master=self.master,
             connected=self.connected,
             reported_offset=self.reported_offset,
-            bytes_received=self.bytes_received,
+            bytes_received=self.bytes_received
+            + (self._live.bytes_received if self._live is not None else 0),
             connects=self.connects,
             last_close_reason=self.last_close_reason,
             append_error=self.append_error,
@@ -559,6 +607,11 @@ class HAClient:
             diverged_slave_offset=self.divergence.slave_offset if self.divergence else -1,
             last_epoch=-1 if self.epoch_file is None else self.epoch_file.history.last_epoch,
             truncations=tuple(self.truncations),
+            bytes_appended=self.bytes_appended,
+            closed_by_reason=dict(self._closed_by_reason),
+            state=self.state,
+            master_end=self.master_end if self.master_end >= 0 else None,
+            behind_bytes=max(0, self.master_end - end) if self.master_end >= 0 else None,
         )
 
 

@@ -14,6 +14,7 @@ Mirrors ``HAService`` with ``AcceptSocketService`` and ``GroupTransferService``
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import math
@@ -27,6 +28,7 @@ from trioha._config import BrokerConfig
 from trioha._errors import ConfigError
 from trioha._status import PutStatus
 from trioha.net._connection import HAConnection
+from trioha.net._timeline import LogTimeline
 from trioha.net._waiters import OffsetWaiters
 from trioha.proto import MasterOptions, Quorum, Vouch, needed_acks, slaves_available
 
@@ -48,6 +50,8 @@ class SlaveStatistics:
     frames_sent: int
     heartbeats_sent: int
     connected_seconds: float
+    #: How long ago the master's log first went past ``ack_offset`` (None before a report).
+    behind_seconds: float | None = None
 
 
 @attrs.frozen
@@ -67,6 +71,8 @@ class HAServiceStatistics:
     slaves_refused: int = 0
     #: Ranges ``(from, to)`` this master may have sent and then lost in a crash.
     lost_ranges: tuple[tuple[int, int], ...] = ()
+    #: Connections closed so far, by :func:`close_category`.
+    closed_by_reason: dict[str, int] = attrs.field(factory=dict)
 
 
 StreamGate = Callable[[trio.abc.Stream, str], Awaitable[trio.abc.Stream | None]]
@@ -81,6 +87,34 @@ _ROUTINE_CLOSES = ("cancelled", "closed the connection", "connection broken", "h
 def close_level(reason: str) -> int:
     """The log level for a connection closed for *reason*."""
     return logging.INFO if any(r in reason for r in _ROUTINE_CLOSES) else logging.WARNING
+
+
+#: Close reasons by kind, for counting (a metric label must take few values; the reasons
+#: themselves carry peers and offsets). The first matching phrase wins.
+_CLOSE_CATEGORIES = (
+    ("closed the connection", "peer_closed"),
+    ("connection broken", "broken"),
+    ("housekeeping", "timeout"),
+    ("timed out", "timeout"),
+    ("diverg", "diverged"),
+    ("refus", "refused"),
+    ("disk", "disk"),
+    ("internal error", "internal_error"),
+    ("cancelled", "shutdown"),
+)
+
+
+#: Samples of the log's growth kept before those every slave acked are dropped.
+_TIMELINE_KEEP = 32
+
+
+def close_category(reason: str | None) -> str:
+    """A connection's close reason as one of a few kinds (``protocol_error`` for the rest)."""
+    text = (reason or "cancelled").lower()
+    for phrase, category in _CLOSE_CATEGORIES:
+        if phrase in text:
+            return category
+    return "protocol_error"
 
 
 class HAService:
@@ -127,6 +161,9 @@ class HAService:
         )
         self._accepted = 0
         self._closed = 0
+        self._closed_by_reason: collections.Counter[str] = collections.Counter()
+        #: When the log reached each offset, for a slave's seconds behind.
+        self.timeline = LogTimeline(commitlog.max_offset)
         self._connection_change = trio.lowlevel.ParkingLot()
 
     # --- serving ----------------------------------------------------------------------------
@@ -211,7 +248,9 @@ class HAService:
             self._connection_change.unpark_all()
             await trio.aclose_forcefully(stream)
             reason = conn.close_reason or "cancelled"
-            log.log(close_level(reason), "slave %s disconnected: %s", peer, reason)
+            self._closed_by_reason[close_category(reason)] += 1
+            log.log(close_level(reason), "slave %s disconnected: %s", peer, reason,
+                    extra={"peer": peer, "reason": reason, "ack_offset": conn.ack_offset})
 
     # --- acks and sync replication ----------------------------------------------------------
     def live_acks(self) -> list[int]:
@@ -248,6 +287,10 @@ class HAService:
         """
         self._vouches[connection] = (connection.proto.state.served_from, offset)
         self._quorum = None
+        if len(self.timeline) > _TIMELINE_KEEP:
+            acks = self.live_acks()
+            if acks:
+                self.timeline.acked(min(acks))
         if self._connection_change:
             self._connection_change.unpark_all()  # a first report makes it "streaming"
         if self._waiters.lowest_end <= offset:
@@ -257,6 +300,7 @@ class HAService:
 
     def notify_log_grew(self) -> None:
         """Wake every writer at once (RocketMQ's async path polls every 100 ms; we don't)."""
+        self.timeline.grew(self.commitlog.max_offset)
         for conn in self.connections.values():
             conn.wakeup.notify()
 
@@ -328,6 +372,10 @@ class HAService:
                 frames_sent=c.frames_sent,
                 heartbeats_sent=c.heartbeats_sent,
                 connected_seconds=now - c.connected_at,
+                behind_seconds=(
+                    self.timeline.seconds_behind(c.ack_offset, max_offset)
+                    if c.ack_offset >= 0 else None
+                ),
             )
             for c in self.connections.values()
         )
@@ -342,6 +390,7 @@ class HAService:
             lost_ranges=self.sent.lost if self.sent is not None else (),
             epoch=last.epoch if last else -1,
             epoch_start=last.start_offset if last else -1,
+            closed_by_reason=dict(self._closed_by_reason),
         )
 
 

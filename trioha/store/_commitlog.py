@@ -137,8 +137,11 @@ class FileCommitLog(LogCore[SegmentFile]):
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         properties_form: PropertiesForm = PropertiesForm.V4_9,
         clock_ms: Callable[[], int] = system_clock_ms,
+        progress: Callable[[int, int], None] | None = None,
     ) -> FileCommitLog:
         """Open (or create) the commit log in ``directory`` and recover it.
+
+        ``progress`` is told ``(segments scanned, segments to scan)`` as recovery goes.
 
         ``segment_size=None`` takes the size of the files present (1 GiB for a new log).
         Cut bytes go to ``aside_dir`` (default ``<parent>/lost+found``); the start marker
@@ -173,7 +176,9 @@ class FileCommitLog(LogCore[SegmentFile]):
         try:
             for s in listing.starts:
                 self._segments.append(SegmentFile.open(path / segment_name(s), s, size))
-            self.recovery = self._recover(start, clean_shutdown=clean_shutdown, check_crc=check_crc)
+            self.recovery = self._recover(
+                start, clean_shutdown=clean_shutdown, check_crc=check_crc, progress=progress
+            )
         except BaseException:
             for seg in self._segments:
                 seg.close()
@@ -181,7 +186,12 @@ class FileCommitLog(LogCore[SegmentFile]):
         return self
 
     def _recover(
-        self, start: int | None, *, clean_shutdown: bool, check_crc: bool
+        self,
+        start: int | None,
+        *,
+        clean_shutdown: bool,
+        check_crc: bool,
+        progress: Callable[[int, int], None] | None = None,
     ) -> RecoveryReport:
         segs = self._segments
         size = self._segment_size
@@ -206,7 +216,7 @@ class FileCommitLog(LogCore[SegmentFile]):
         else:
             crc_from = first.start
         queues = QueueOffsets(begin)
-        scan = RecordScan(segs, begin, size, check_crc_from=crc_from)
+        scan = RecordScan(segs, begin, size, check_crc_from=crc_from, on_segment=progress)
         messages = queues.count(scan)
         self._queues = queues
         problem = scan.problem

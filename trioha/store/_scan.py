@@ -7,7 +7,7 @@ segments; :class:`PageBudget` keeps what a long walk maps from growing the proce
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Final
 
 from trioha.store._contract import SegmentLike
@@ -64,7 +64,8 @@ class RecordScan:
     """
 
     __slots__ = (
-        "check_crc_from", "end", "pages", "problem", "segment_size", "segments", "start"
+        "check_crc_from", "end", "on_segment", "pages", "problem", "segment_size", "segments",
+        "start",
     )
 
     def __init__(
@@ -75,8 +76,11 @@ class RecordScan:
         *,
         check_crc_from: int = 0,
         pages: PageBudget | None = None,
+        on_segment: Callable[[int, int], None] | None = None,
     ) -> None:
         self.segments = segments
+        #: Told ``(segments scanned, segments to scan)`` as each segment is done (progress).
+        self.on_segment = on_segment
         self.pages = pages if pages is not None else PageBudget()
         self.start = start
         self.segment_size = segment_size
@@ -92,6 +96,7 @@ class RecordScan:
         i = bisect.bisect_right(starts, offset) - 1
         if i < 0:
             return
+        first = i
         while i < len(segments):
             seg = segments[i]
             buf = seg.buffer()
@@ -116,11 +121,15 @@ class RecordScan:
                     self.end = base + pos
                     self.problem = r  # type: ignore[assignment]
                     self.pages.note(seg, pos - noted)
+                    if self.on_segment is not None:  # the end of the log: the scan is done
+                        self.on_segment(len(segments) - first, len(segments) - first)
                     return
             self.pages.note(seg, min(pos, end) - noted)
             offset = base + max(pos, end)
             self.end = offset
             i += 1
+            if self.on_segment is not None:
+                self.on_segment(i - first, len(segments) - first)
 
 
 class QueueOffsets:

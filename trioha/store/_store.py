@@ -193,6 +193,7 @@ def open_store(
     properties_form: PropertiesForm = PropertiesForm.V4_9,
     clock_ms: Callable[[], int] = system_clock_ms,
     commitlog_dir: str | os.PathLike[str] | None = None,
+    recovery_progress: Callable[[int, int], None] | None = None,
 ) -> Store:
     """Open (or create) the store at ``root``: lock it, recover the commit log, mark it open.
 
@@ -201,6 +202,8 @@ def open_store(
     :class:`StoreLockedError`; a directory not laid out as RocketMQ's gets
     :class:`StoreLayoutError` and is not changed. ``commitlog_dir`` puts the commit log
     elsewhere than ``<root>/commitlog`` (``storePathCommitLog``, e.g. a disk of its own).
+    ``recovery_progress`` is told ``(segments scanned, segments to scan)`` during recovery
+    (called on this thread; :class:`trioha._progress.Progress` turns it into lines or a bar).
 
     Raises:
         StoreLockedError: another opener holds ``<root>/lock``.
@@ -226,6 +229,7 @@ def open_store(
             store_host=store_host,
             max_message_size=max_message_size,
             properties_form=properties_form,
+            progress=recovery_progress,
             clock_ms=clock_ms,
         )
         try:
