@@ -11,6 +11,12 @@ says, the way ``trioha.net`` does (same calls, same order), with real commit-log
 * it re-judges the named properties on what the byte-level run did, so a counterexample found
   by the checker becomes a deterministic test against production code.
 
+With ``store=True`` both logs are real :class:`trioha.store.MemoryCommitLog` objects: the master
+appends each message with ``append_raw``, every frame body is what the store's ``read`` returns
+(which never crosses a segment end), the slave appends with ``append_raw`` (which refuses any
+offset but its end), crashes and restarts ``truncate`` and retention uses
+``delete_segments_before``; after every step the stores must hold exactly the model's bytes.
+
 Time: ``Tick`` advances a clock by 1.0; the heartbeat interval is 0.5 and housekeeping 1.5, so
 a heartbeat is due at every tick and housekeeping needs two silent ticks, as in the model.
 """
@@ -40,6 +46,7 @@ from model._world import (
     check_master_transition,
     check_report,
 )
+from trioha._errors import OffsetMismatchError
 from trioha.proto import (
     AckAdvanced,
     Append,
@@ -61,6 +68,8 @@ from trioha.proto import (
     frame_header,
     vouch,
 )
+from trioha.store import MemoryCommitLog
+from trioha.store._logcore import LogCore
 
 TIMING = Timing(heartbeat=0.5, housekeeping=1.5)
 _HEADER = struct.Struct(">qi")
@@ -93,6 +102,30 @@ class ReplayResult:
 
     def broke(self, name: str) -> bool:
         return any(n == name for n, _ in self.violations)
+
+
+class _ModelLog(MemoryCommitLog):
+    """The in-memory commit log at the model's segment size (a few bytes).
+
+    :class:`MemoryCommitLog` refuses segments below ``MIN_SEGMENT_SIZE``, the room a segment
+    needs for RocketMQ's END_OF_FILE blank record; the replay never writes one (nor records:
+    the model's messages are plain bytes), so everything else, segment arithmetic included,
+    runs unchanged at the model's size.
+    """
+
+    def __init__(self, segment_size: int) -> None:
+        LogCore.__init__(self, segment_size=segment_size)
+        self.kept_bytes = {}
+
+
+def _store_bytes(store: MemoryCommitLog) -> bytes:
+    """Everything *store* holds, from its first offset, read segment by segment."""
+    out, pos = bytearray(), store.min_offset
+    while pos < store.max_offset:
+        chunk = store.read(pos, store.max_offset - pos)
+        out += chunk
+        pos += len(chunk)
+    return bytes(out)
 
 
 class _Wire:
@@ -133,6 +166,26 @@ class _Harness:
         self.closes: list[str] = []
         self.step = Step(Kind.TICK)  # the step being applied
         self.stale_used = False
+        #: With ``store=True``: the real commit logs behind ``mlog`` and ``slog``.
+        self.mstore: MemoryCommitLog | None = None
+        self.sstore: MemoryCommitLog | None = None
+
+    def use_store(self) -> None:
+        self.mstore = _ModelLog(self.cfg.segment_size)
+        self.sstore = _ModelLog(self.cfg.segment_size)
+
+    def check_store(self) -> None:
+        """The real logs hold exactly the bytes the harness (and so the model) says."""
+        if self.mstore is None or self.sstore is None:
+            return
+        m = self.mstore
+        if (m.max_offset, _store_bytes(m)) != (len(self.mlog), bytes(self.mlog[m.min_offset :])):
+            raise ReplayMismatch(f"master store {m} holds other bytes than the model's log")
+        if m.max_offset and m.min_offset != self.mmin:
+            raise ReplayMismatch(f"master store starts at {m.min_offset}, the model at {self.mmin}")
+        s = self.sstore
+        if s.max_offset != self.send or _store_bytes(s) != bytes(self.slog):
+            raise ReplayMismatch(f"slave store {s} holds other bytes than the model's log")
 
     # --- views ------------------------------------------------------------------------------
     @property
@@ -140,6 +193,9 @@ class _Harness:
         return self.sbase + len(self.slog) if self.slog else 0
 
     def log(self) -> LogView:
+        if self.mstore is not None:
+            m = self.mstore
+            return LogView(m.min_offset, m.max_offset, m.segment_size)
         return LogView(self.mmin, len(self.mlog), self.cfg.segment_size)
 
     def project(self) -> World:
@@ -211,7 +267,11 @@ class _Harness:
         self.violations.extend(check_frame(conn, action.offset, size, self.log(), batch))
         w.down.append(("H", frame_header(action)))
         if size:
-            w.down.append(("B", bytes(self.mlog[action.offset : action.offset + size])))
+            if self.mstore is not None:
+                body = bytes(self.mstore.read(action.offset, size))
+            else:
+                body = bytes(self.mlog[action.offset : action.offset + size])
+            w.down.append(("B", body))
             w.sent_end = action.offset + size
         elif w.sent_end < 0:
             w.sent_end = action.offset
@@ -261,6 +321,12 @@ class _Harness:
                 return
 
     def append(self, action: Append) -> None:
+        if self.sstore is not None:
+            try:
+                self.sstore.append_raw(action.offset, action.data)
+            except OffsetMismatchError as exc:
+                self.violations.append(("AppendAtEnd", f"slave store: {exc}"))
+                return
         if not self.slog:
             self.sbase, self.sflushed = action.offset, action.offset
             self.slog = bytearray(action.data)
@@ -312,6 +378,8 @@ class _Harness:
         cfg = self.cfg
         self.puts += 1
         mid = self.puts
+        if self.mstore is not None:
+            self.mstore.append_raw(len(self.mlog), bytes([mid]) * cfg.message_size)
         self.mlog += bytes([mid]) * cfg.message_size
         end = len(self.mlog)
         if cfg.master_sync_flush:
@@ -327,9 +395,13 @@ class _Harness:
 
     def _master_flush(self, step: Step) -> None:
         self.mflushed = len(self.mlog)
+        if self.mstore is not None:
+            self.mstore.flush()
 
     def _slave_flush(self, step: Step) -> None:
         self.sflushed = self.send
+        if self.sstore is not None:
+            self.sstore.flush()
 
     def _connected(self, step: Step) -> None:
         if self.cfg.slave_ack_flushed and self.slog:
@@ -458,9 +530,13 @@ class _Harness:
         cut = step.arg
         if cut <= self.sbase:
             self.slog, self.sbase, self.sflushed = bytearray(), 0, 0
+            if self.sstore is not None:
+                self.sstore = _ModelLog(self.cfg.segment_size)
         else:
             del self.slog[cut - self.sbase :]
             self.sflushed = cut
+            if self.sstore is not None:
+                self.sstore.truncate(cut)
 
     def _master_crash(self, step: Step) -> None:
         self.spend("crashes")
@@ -470,11 +546,15 @@ class _Harness:
             if w.attached:
                 self.slave_connection_lost()
         del self.mlog[self.mflushed :]
+        if self.mstore is not None and self.mstore.max_offset > self.mflushed:
+            self.mstore.truncate(self.mflushed)
         self.pending.clear()
 
     def _delete_segment(self, step: Step) -> None:
         self.spend("deletions")
         self.mmin += self.cfg.segment_size
+        if self.mstore is not None:
+            self.mstore.delete_segments_before(self.mmin)
 
     def _bogus_report(self, step: Step) -> None:
         self.spend("bogus")
@@ -533,13 +613,15 @@ def replay(
     *,
     then: int = 0,
     split: bool = False,
+    store: bool = False,
 ) -> ReplayResult:
     """Drive the byte-level objects through *trace*; raise :class:`ReplayMismatch` on drift.
 
     With *then* > 0, continue for that many fault-free steps (no puts either) chosen
     round-robin among those the model enables: a fair schedule, e.g. to show that a stuck
     state stays stuck whatever the protocol does. With *split*, every frame header and body
-    reaches the slave in pieces (1, 2, 3, ... bytes), as a real socket may deliver it.
+    reaches the slave in pieces (1, 2, 3, ... bytes), as a real socket may deliver it. With
+    *store*, both logs are real commit logs (see the module docstring), checked after each step.
     """
     steps = list(trace.actions if isinstance(trace, Trace) else trace)
     model = HAModel(config)
@@ -547,6 +629,8 @@ def replay(
     world = model.initial()
     harness = _Harness(config)
     harness.split = split
+    if store:
+        harness.use_store()
     worlds = [harness.project()]
     if worlds[0] != world:
         raise ReplayMismatch("initial worlds differ")
@@ -555,6 +639,7 @@ def replay(
         if out is None:
             raise ReplayMismatch(f"step {n + 1} {step} is not enabled in the model")
         harness.do(step)
+        harness.check_store()
         world = out.world
         try:
             harness.align(world)

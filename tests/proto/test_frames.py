@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from trioha import LocalProtocolError, RemoteProtocolError
@@ -9,6 +11,7 @@ from trioha.proto import (
     HEADER_SIZE,
     MAX_BODY_SIZE,
     Append,
+    ReceiveBuffer,
     Report,
     ReportWords,
     SlaveConnection,
@@ -141,3 +144,57 @@ def test_header_round_trips_and_knows_its_end() -> None:
     assert TransferHeader.from_bytes(header.to_bytes(), max_body=MAX_BODY_SIZE) == header
     assert header.end == 4396
     assert not header.is_heartbeat
+
+
+class _Chunk(bytes):
+    """A received chunk that can be told apart from a copy (``is``)."""
+
+
+def test_receive_buffer_hands_back_a_whole_chunk_without_copying() -> None:
+    # A body that arrived as exactly one read is that read's bytes, not a copy of them.
+    buf = ReceiveBuffer()
+    first, second = _Chunk(b"abcdef"), _Chunk(b"ghij")
+    buf.feed(first)
+    buf.feed(second)
+    assert buf.peek(6) == b"abcdef"
+    assert buf.take(6) is first
+    assert buf.take(4) is second
+    assert len(buf) == 0
+    buf.feed(_Chunk(b"xyz"))
+    assert buf.take(2) == b"xy"
+    assert type(buf.take(1)) is bytes  # a part of a chunk is a copy
+    assert len(buf) == 0
+
+
+def test_receive_buffer_keeps_no_consumed_chunk() -> None:
+    # Nothing received stays pinned once consumed, even when a read ends exactly at a chunk end.
+    buf = ReceiveBuffer()
+    chunk = _Chunk(b"x" * 64)
+    alone = sys.getrefcount(chunk)
+    buf.feed(chunk)
+    buf.feed(b"tail")
+    assert sys.getrefcount(chunk) == alone + 1
+    buf.skip(64)
+    assert sys.getrefcount(chunk) == alone
+    assert buf.take(4) == b"tail"
+
+
+def test_receive_buffer_copies_what_the_caller_may_reuse() -> None:
+    buf = ReceiveBuffer()
+    scratch = bytearray(b"12345678")
+    buf.feed(scratch)
+    buf.feed(memoryview(scratch)[:2])
+    scratch[:] = b"--------"
+    assert buf.take(10) == b"1234567812"
+    assert type(buf.peek(0)) is bytes
+
+
+def test_receive_buffer_after_clear_reads_from_the_next_byte_fed() -> None:
+    buf = ReceiveBuffer()
+    buf.feed(b"0123456789")
+    assert buf.take(3) == b"012"
+    buf.clear()
+    assert len(buf) == 0
+    buf.feed(b"abcdef")
+    assert buf.peek(2) == b"ab"
+    assert buf.take(6) == b"abcdef"
