@@ -2,8 +2,9 @@
 """Set up a virtual environment and run trioha's main jobs; needs nothing but Python 3.11+.
 
     python3 tasks.py demo     # install trioha, run a local master and slave replicating a workload
-    python3 tasks.py test     # install trioha with its dev and spark extras, run ruff, mypy,
-                              # pytest under coverage (the figures are printed at the end)
+    python3 tasks.py test     # install trioha with its dev and spark extras, run ruff (lint and
+                              # format check), mypy, and pytest under coverage (the figures
+                              # are printed at the end)
     python3 tasks.py mutate [proto|net|store]  # mutation testing (mutmut), a package at a time
 
 The environment lives in ``.venv`` and is reinstalled whenever ``pyproject.toml`` changes, so
@@ -60,6 +61,7 @@ def demo(argv: list[str]) -> None:
 def test(argv: list[str]) -> None:
     _ensure_env("dev,spark")
     _run(BIN / "ruff", "check", ".")
+    _run(BIN / "ruff", "format", "--check", ".")
     _run(BIN / "mypy")
     extra = ["--hypothesis-profile=ci"] if os.environ.get("CI") else []
     data = ROOT / "build" / "coverage"
@@ -140,8 +142,10 @@ def mutate(argv: list[str]) -> None:
     """
     unknown = [a for a in argv if _package_of(a) not in MUTATE]
     if unknown:
-        sys.exit(f"unknown target(s) {', '.join(unknown)}; choose from {', '.join(MUTATE)} "
-                 "or a .py file in one of them")
+        sys.exit(
+            f"unknown target(s) {', '.join(unknown)}; choose from {', '.join(MUTATE)} "
+            "or a .py file in one of them"
+        )
     _ensure_env("dev")
     totals = [0, 0]
     for target in argv or list(MUTATE):
@@ -206,8 +210,10 @@ def run_mutation(target: str, bin_dir: Path, root: Path = ROOT) -> tuple[int, in
         [mutmut, "results"], cwd=work, env=env, check=True, capture_output=True, text=True
     ).stdout
     survivors = sorted(
-        {m.group(1)
-        for m in re.finditer(r"^\s*([\w.]+__mutmut_\d+): (survived|no tests)", listing, re.M)}
+        {
+            m.group(1)
+            for m in re.finditer(r"^\s*([\w.]+__mutmut_\d+): (survived|no tests)", listing, re.M)
+        }
     )
     equivalent = _equivalent_survivors()
     caught = stats["killed"] + stats["timeout"] + stats["segfault"] + stats["suspicious"]

@@ -73,8 +73,12 @@ async def _index(root: Path, segment_size: int) -> int:
     A broker that has been running holds consume queues for its log; without this the master
     would spend the benchmark building them for the whole backlog.
     """
-    config = BrokerConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=segment_size,
-                          ha_listen_port=0, listen_port=0)
+    config = BrokerConfig(
+        store_path_root_dir=str(root),
+        mapped_file_size_commit_log=segment_size,
+        ha_listen_port=0,
+        listen_port=0,
+    )
     async with open_broker(config) as broker:
         end = broker.store.commitlog.max_offset
         assert broker.client_side is not None
@@ -102,6 +106,7 @@ if __name__ == "__main__":
     import time
 
     t0 = time.perf_counter()
-    end = make_backlog(Path(sys.argv[1]), total=int(sys.argv[2]) * MIB, segment_size=64 * MIB,
-                       body_size=1024)
+    end = make_backlog(
+        Path(sys.argv[1]), total=int(sys.argv[2]) * MIB, segment_size=64 * MIB, body_size=1024
+    )
     print(f"{end} bytes in {time.perf_counter() - t0:.1f} s")

@@ -46,17 +46,27 @@ def same_logs(master_root: Path, slave_root: Path, *, end: int, segment_size: in
                 n = min(8 * MIB, length - pos)
                 x, y = a.read(n), b.read(n)
                 if x != y:
-                    first = next((i for i, (u, v) in enumerate(zip(x, y, strict=False))
-                                  if u != v), min(len(x), len(y)))
+                    first = next(
+                        (i for i, (u, v) in enumerate(zip(x, y, strict=False)) if u != v),
+                        min(len(x), len(y)),
+                    )
                     return f"{name}: first difference at byte {pos + first}"
                 pos += n
     return None
 
 
-def _node_args(kind: str, store: Path, segment_size: int, batch_size: int,
-               bare: bool = False) -> list[str]:
-    args = [kind, "--store", str(store), "--segment-size", str(segment_size),
-            "--batch-size", str(batch_size)]
+def _node_args(
+    kind: str, store: Path, segment_size: int, batch_size: int, bare: bool = False
+) -> list[str]:
+    args = [
+        kind,
+        "--store",
+        str(store),
+        "--segment-size",
+        str(segment_size),
+        "--batch-size",
+        str(batch_size),
+    ]
     return [*args, "--bare"] if bare else args
 
 
@@ -76,16 +86,26 @@ async def catch_up(
     """
     slave_root = work / f"slave-{tag}"
     # Nothing reads the master's progress lines: keep them rare, or a full pipe would stall it.
-    margs = [*_node_args("master", backlog, segment_size, batch_size, bare), "--sync-from-oldest",
-             "--interval", "3600"]
+    margs = [
+        *_node_args("master", backlog, segment_size, batch_size, bare),
+        "--sync-from-oldest",
+        "--interval",
+        "3600",
+    ]
     async with open_child("_node", margs, "master") as master:
         ready = await master.next_event("ready")
         host, port = ready["ha"]
         mtrack = PeakTracker(master.pid, 0.1)
-        sargs = [*_node_args("slave", slave_root, segment_size, batch_size, bare),
-                 "--master", f"{host}:{port}", "--until", str(end), "--interval", "3600"]
-        async with open_child("_node", sargs, "slave") as slave, \
-                trio.open_nursery() as nursery:
+        sargs = [
+            *_node_args("slave", slave_root, segment_size, batch_size, bare),
+            "--master",
+            f"{host}:{port}",
+            "--until",
+            str(end),
+            "--interval",
+            "3600",
+        ]
+        async with open_child("_node", sargs, "slave") as slave, trio.open_nursery() as nursery:
             strack = PeakTracker(slave.pid, 0.05)
             sready = await slave.next_event("ready")
             mtrack.sample()
@@ -124,8 +144,13 @@ async def catch_up(
 async def catch_up_from_peer(work: Path, *, master: str, segment_size: int) -> dict[str, Any]:
     """Our slave (child process) copies whatever a foreign master serves to an empty slave."""
     slave_root = work / "slave-peer"
-    sargs = [*_node_args("slave", slave_root, segment_size, 32 * 1024),
-             "--master", master, "--interval", "0.2"]
+    sargs = [
+        *_node_args("slave", slave_root, segment_size, 32 * 1024),
+        "--master",
+        master,
+        "--interval",
+        "0.2",
+    ]
     async with open_child("_node", sargs, "slave") as slave, trio.open_nursery() as nursery:
         strack = PeakTracker(slave.pid, 0.05)
         sready = await slave.next_event("ready")
@@ -149,5 +174,5 @@ async def catch_up_from_peer(work: Path, *, master: str, segment_size: int) -> d
         "slave_peak_rss": max(hwm, strack.peak_rss),
         "slave_peak_anon": strack.peak_anon,
         "note": "time to the last byte received; the copy counts as done after "
-                f"{IDLE_DONE:g} s without growth",
+        f"{IDLE_DONE:g} s without growth",
     }

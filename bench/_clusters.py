@@ -28,8 +28,11 @@ import trio
 
 from bench._common import ROOT
 
-JAVA_HOME_DIR = Path(os.environ.get(
-    "TRIOHA_JAVA_ROCKETMQ", ROOT.parent.parent / "shared" / "reference" / "rocketmq-4.9.7"))
+JAVA_HOME_DIR = Path(
+    os.environ.get(
+        "TRIOHA_JAVA_ROCKETMQ", ROOT.parent.parent / "shared" / "reference" / "rocketmq-4.9.7"
+    )
+)
 READY_TIMEOUT = 90.0
 
 
@@ -75,8 +78,7 @@ def java_missing() -> str | None:
 
 async def _spawn(cmd: list[str], log: Path, cluster: Cluster) -> trio.Process:
     out = log.open("wb")
-    process = await trio.lowlevel.open_process(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                               cwd=ROOT)
+    process = await trio.lowlevel.open_process(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
     out.close()
     cluster.processes.append(process)
     return process
@@ -105,23 +107,60 @@ async def open_trioha_cluster(work: Path, *, segment_size: int) -> AsyncIterator
     try:
         await _spawn([*py, "namesrv", "--listen", namesrv], work / "namesrv.log", cluster)
         master = await _spawn(
-            [*py, "master", "--store-dir", str(work / "master"), "--role", "SYNC_MASTER",
-             "--namesrv", namesrv, "--listen", f"127.0.0.1:{listen}",
-             "--ha-listen", f"127.0.0.1:{ha}", "--mapped-file-size", size],
-            work / "master.log", cluster)
+            [
+                *py,
+                "master",
+                "--store-dir",
+                str(work / "master"),
+                "--role",
+                "SYNC_MASTER",
+                "--namesrv",
+                namesrv,
+                "--listen",
+                f"127.0.0.1:{listen}",
+                "--ha-listen",
+                f"127.0.0.1:{ha}",
+                "--mapped-file-size",
+                size,
+            ],
+            work / "master.log",
+            cluster,
+        )
         slave = await _spawn(
-            [*py, "slave", "--store-dir", str(work / "slave"), "--namesrv", namesrv,
-             "--listen", f"127.0.0.1:{slave_listen}", "--master-ha", f"127.0.0.1:{ha}",
-             "--mapped-file-size", size],
-            work / "slave.log", cluster)
+            [
+                *py,
+                "slave",
+                "--store-dir",
+                str(work / "slave"),
+                "--namesrv",
+                namesrv,
+                "--listen",
+                f"127.0.0.1:{slave_listen}",
+                "--master-ha",
+                f"127.0.0.1:{ha}",
+                "--mapped-file-size",
+                size,
+            ],
+            work / "slave.log",
+            cluster,
+        )
         cluster.master_pid, cluster.slave_pid = master.pid, slave.pid
         yield cluster
     finally:
         await _stop(cluster)
 
 
-def _java_conf(path: Path, *, store: Path, role: str, broker_id: int, port: int, namesrv: str,
-               segment_size: int, master_ha: str | None = None) -> None:
+def _java_conf(
+    path: Path,
+    *,
+    store: Path,
+    role: str,
+    broker_id: int,
+    port: int,
+    namesrv: str,
+    segment_size: int,
+    master_ha: str | None = None,
+) -> None:
     lines = {
         "brokerClusterName": "DefaultCluster",
         "brokerName": "broker-a",
@@ -155,16 +194,33 @@ async def open_java_cluster(work: Path, *, segment_size: int) -> AsyncIterator[C
     namesrv = "127.0.0.1:9876"
     cluster = Cluster("java", namesrv)
     master_conf, slave_conf = work / "master.conf", work / "slave.conf"
-    _java_conf(master_conf, store=work / "master", role="SYNC_MASTER", broker_id=0, port=10911,
-               namesrv=namesrv, segment_size=segment_size)
-    _java_conf(slave_conf, store=work / "slave", role="SLAVE", broker_id=1, port=10921,
-               namesrv=namesrv, segment_size=segment_size, master_ha="127.0.0.1:10912")
+    _java_conf(
+        master_conf,
+        store=work / "master",
+        role="SYNC_MASTER",
+        broker_id=0,
+        port=10911,
+        namesrv=namesrv,
+        segment_size=segment_size,
+    )
+    _java_conf(
+        slave_conf,
+        store=work / "slave",
+        role="SLAVE",
+        broker_id=1,
+        port=10921,
+        namesrv=namesrv,
+        segment_size=segment_size,
+        master_ha="127.0.0.1:10912",
+    )
     try:
         await _spawn([script, "namesrv", "9876", str(work / "ns")], work / "namesrv.log", cluster)
-        master = await _spawn([script, "broker", str(master_conf), str(work / "m")],
-                              work / "master.log", cluster)
-        slave = await _spawn([script, "broker", str(slave_conf), str(work / "s")],
-                             work / "slave.log", cluster)
+        master = await _spawn(
+            [script, "broker", str(master_conf), str(work / "m")], work / "master.log", cluster
+        )
+        slave = await _spawn(
+            [script, "broker", str(slave_conf), str(work / "s")], work / "slave.log", cluster
+        )
         cluster.master_pid, cluster.slave_pid = master.pid, slave.pid
         yield cluster
     finally:
@@ -185,13 +241,15 @@ async def wait_sendable(cluster: Cluster, topic: str) -> None:
                     if process.returncode is not None:
                         raise RuntimeError(
                             f"{cluster.name}: a process exited with code {process.returncode}"
-                            f" ({str(process.args)[:160]})")
+                            f" ({str(process.args)[:160]})"
+                        )
                 try:
                     route = await get_route(pool, cluster.namesrv, "TBW102")
                     master = next((b.master for b in route.brokers if b.master), None)
                     if master is not None:
-                        result = await send_message(pool, master, topic=topic, body=b"ready",
-                                                    queue_id=0)
+                        result = await send_message(
+                            pool, master, topic=topic, body=b"ready", queue_id=0
+                        )
                         last = result.status
                         if result.status == "SEND_OK":
                             await get_route(pool, cluster.namesrv, topic)

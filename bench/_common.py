@@ -205,11 +205,14 @@ def child_command(module: str, *args: str | int) -> list[str]:
 
 
 @asynccontextmanager
-async def open_child(module: str, args: Sequence[str], name: str,
-                     env: dict[str, str] | None = None) -> AsyncIterator[Child]:
+async def open_child(
+    module: str, args: Sequence[str], name: str, env: dict[str, str] | None = None
+) -> AsyncIterator[Child]:
     """Run ``python -m bench.<module> args...`` for the duration of the block."""
     process = await trio.lowlevel.open_process(
-        child_command(module, *args), stdout=subprocess.PIPE, cwd=ROOT,
+        child_command(module, *args),
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
         env={**os.environ, **env} if env else None,
     )
     child = Child(process, name)

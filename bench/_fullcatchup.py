@@ -62,12 +62,16 @@ async def _info(pool: Any, broker: str) -> dict[str, str] | None:
 
 
 def _caught_up(info: dict[str, str] | None, end: int) -> bool:
-    return (info is not None and int(info.get("commitLogMaxOffset", -1)) >= end
-            and info.get("dispatchBehindBytes") == "0")
+    return (
+        info is not None
+        and int(info.get("commitLogMaxOffset", -1)) >= end
+        and info.get("dispatchBehindBytes") == "0"
+    )
 
 
-async def full_catch_up(work: Path, *, kind: str, backlog: Path, end: int,
-                        segment_size: int) -> dict[str, Any]:
+async def full_catch_up(
+    work: Path, *, kind: str, backlog: Path, end: int, segment_size: int
+) -> dict[str, Any]:
     """Master on a copy of *backlog*, slave from its first message; *kind* trioha or java."""
     from trioha.remoting._client import open_client_pool
 
@@ -82,22 +86,57 @@ async def full_catch_up(work: Path, *, kind: str, backlog: Path, end: int,
         script = str(_clusters.JAVA_HOME_DIR / "rocketmq.sh")
         master_addr, slave_addr = "127.0.0.1:10911", "127.0.0.1:10921"
         mconf, sconf = root / "master.conf", root / "slave.conf"
-        _clusters._java_conf(mconf, store=master_store, role="ASYNC_MASTER", broker_id=0,
-                            port=10911, namesrv=cluster.namesrv, segment_size=segment_size)
-        _clusters._java_conf(sconf, store=slave_store, role="SLAVE", broker_id=1, port=10921,
-                            namesrv=cluster.namesrv, segment_size=segment_size,
-                            master_ha="127.0.0.1:10912")
+        _clusters._java_conf(
+            mconf,
+            store=master_store,
+            role="ASYNC_MASTER",
+            broker_id=0,
+            port=10911,
+            namesrv=cluster.namesrv,
+            segment_size=segment_size,
+        )
+        _clusters._java_conf(
+            sconf,
+            store=slave_store,
+            role="SLAVE",
+            broker_id=1,
+            port=10921,
+            namesrv=cluster.namesrv,
+            segment_size=segment_size,
+            master_ha="127.0.0.1:10912",
+        )
         master_cmd = [script, "broker", str(mconf), str(root / "m")]
         slave_cmd = [script, "broker", str(sconf), str(root / "s")]
     else:
         listen, ha, slave_listen = (_clusters.free_port() for _ in range(3))
         master_addr, slave_addr = f"127.0.0.1:{listen}", f"127.0.0.1:{slave_listen}"
         py = [sys.executable, "-m", "trioha"]
-        master_cmd = [*py, "master", "--store-dir", str(master_store), "--role", "ASYNC_MASTER",
-                      "--listen", master_addr, "--ha-listen", f"127.0.0.1:{ha}",
-                      "--mapped-file-size", size]
-        slave_cmd = [*py, "slave", "--store-dir", str(slave_store), "--listen", slave_addr,
-                     "--master-ha", f"127.0.0.1:{ha}", "--mapped-file-size", size]
+        master_cmd = [
+            *py,
+            "master",
+            "--store-dir",
+            str(master_store),
+            "--role",
+            "ASYNC_MASTER",
+            "--listen",
+            master_addr,
+            "--ha-listen",
+            f"127.0.0.1:{ha}",
+            "--mapped-file-size",
+            size,
+        ]
+        slave_cmd = [
+            *py,
+            "slave",
+            "--store-dir",
+            str(slave_store),
+            "--listen",
+            slave_addr,
+            "--master-ha",
+            f"127.0.0.1:{ha}",
+            "--mapped-file-size",
+            size,
+        ]
     out: dict[str, Any] = {"broker": kind, "seed": seed}
     try:
         async with open_client_pool() as pool:
@@ -146,10 +185,13 @@ async def full_catch_up(work: Path, *, kind: str, backlog: Path, end: int,
             last = proc_sample(slave.pid)
             copied = end - base
             out.update(
-                backlog=copied, seconds=elapsed, log_seconds=log_done,
+                backlog=copied,
+                seconds=elapsed,
+                log_seconds=log_done,
                 mib_s=copied / MIB / elapsed,
                 log_mib_s=copied / MIB / log_done if log_done else None,
-                slave_cpu_s=last.cpu - cpu0, master_cpu_s=proc_sample(master.pid).cpu - mcpu0,
+                slave_cpu_s=last.cpu - cpu0,
+                master_cpu_s=proc_sample(master.pid).cpu - mcpu0,
                 slave_peak_rss=max(peak_rss, last.hwm),
                 slave_peak_anon=max(peak_anon, last.rss_anon),
             )
@@ -163,5 +205,7 @@ async def full_catch_up(work: Path, *, kind: str, backlog: Path, end: int,
 def _check_alive(cluster: _clusters.Cluster) -> None:
     for process in cluster.processes:
         if process.returncode is not None:
-            raise RuntimeError(f"{cluster.name}: a process exited with code "
-                               f"{process.returncode} ({str(process.args)[:160]})")
+            raise RuntimeError(
+                f"{cluster.name}: a process exited with code "
+                f"{process.returncode} ({str(process.args)[:160]})"
+            )

@@ -121,8 +121,12 @@ def tcp_copy_trio(nbytes: int) -> dict[str, float]:
         elapsed = time.perf_counter() - start
         await stream.aclose()
         await proc.wait()
-        return {"bytes": nbytes, "seconds": elapsed, "mib_s": nbytes / elapsed / MIB,
-                "receiver_cpu": self_cpu() - cpu0}
+        return {
+            "bytes": nbytes,
+            "seconds": elapsed,
+            "mib_s": nbytes / elapsed / MIB,
+            "receiver_cpu": self_cpu() - cpu0,
+        }
 
     return trio.run(main)
 
@@ -191,8 +195,9 @@ def _latency(samples: list[float]) -> dict[str, float]:
     }
 
 
-def file_append(directory: Path, *, nbytes: int, chunk: int, fsync: bool,
-                max_seconds: float) -> dict[str, float]:
+def file_append(
+    directory: Path, *, nbytes: int, chunk: int, fsync: bool, max_seconds: float
+) -> dict[str, float]:
     """Sequential ``pwrite`` of *chunk*-byte writes, each followed by fdatasync if *fsync*."""
     path = directory / f"append-{chunk}-{int(fsync)}.bin"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -212,8 +217,13 @@ def file_append(directory: Path, *, nbytes: int, chunk: int, fsync: bool,
     finally:
         os.close(fd)
         path.unlink()
-    out = {"chunk": chunk, "bytes": written, "seconds": elapsed, "mib_s": written / elapsed / MIB,
-           "ops_s": len(samples) / elapsed}
+    out = {
+        "chunk": chunk,
+        "bytes": written,
+        "seconds": elapsed,
+        "mib_s": written / elapsed / MIB,
+        "ops_s": len(samples) / elapsed,
+    }
     if fsync:
         out.update(_latency(samples))
     return out
@@ -233,12 +243,19 @@ def measure(directory: Path, *, quick: bool) -> dict[str, Any]:
         "tcp_to_file": tcp_copy(copy_bytes, to_file=directory / "tcp-copy.bin"),
         "ping": ping_pong(pings),
         "ping_trio": ping_pong_trio(pings),
-        "append": file_append(directory, nbytes=copy_bytes, chunk=MIB, fsync=False,
-                              max_seconds=3.0),
-        "append_fsync_1m": file_append(directory, nbytes=copy_bytes, chunk=MIB, fsync=True,
-                                       max_seconds=1.0 if quick else 2.0),
-        "append_fsync_4k": file_append(directory, nbytes=copy_bytes, chunk=4 * KIB, fsync=True,
-                                       max_seconds=1.0 if quick else 2.0),
+        "append": file_append(
+            directory, nbytes=copy_bytes, chunk=MIB, fsync=False, max_seconds=3.0
+        ),
+        "append_fsync_1m": file_append(
+            directory, nbytes=copy_bytes, chunk=MIB, fsync=True, max_seconds=1.0 if quick else 2.0
+        ),
+        "append_fsync_4k": file_append(
+            directory,
+            nbytes=copy_bytes,
+            chunk=4 * KIB,
+            fsync=True,
+            max_seconds=1.0 if quick else 2.0,
+        ),
     }
 
 

@@ -28,8 +28,9 @@ import trio
 from bench._common import emit, percentile, self_cpu
 
 
-def _summary(latencies: list[float], elapsed: float, statuses: dict[str, int],
-             errors: list[str]) -> dict[str, Any]:
+def _summary(
+    latencies: list[float], elapsed: float, statuses: dict[str, int], errors: list[str]
+) -> dict[str, Any]:
     return {
         "count": len(latencies),
         "seconds": elapsed,
@@ -43,8 +44,9 @@ def _summary(latencies: list[float], elapsed: float, statuses: dict[str, int],
     }
 
 
-def official(namesrv: str, topic: str, threads: int, *, body_size: int, warmup: float,
-             seconds: float) -> None:
+def official(
+    namesrv: str, topic: str, threads: int, *, body_size: int, warmup: float, seconds: float
+) -> None:
     from rocketmq.client import (  # type: ignore[import-untyped,import-not-found,unused-ignore]
         Message,
         Producer,
@@ -112,8 +114,9 @@ def official(namesrv: str, topic: str, threads: int, *, body_size: int, warmup: 
     emit(event="exit")
 
 
-async def trio_client(namesrv: str, topic: str, tasks: int, *, body_size: int, warmup: float,
-                      seconds: float) -> None:
+async def trio_client(
+    namesrv: str, topic: str, tasks: int, *, body_size: int, warmup: float, seconds: float
+) -> None:
     from trioha.remoting._client import open_client_pool
     from trioha.remoting._mqclient import get_route, send_message
 
@@ -137,8 +140,14 @@ async def trio_client(namesrv: str, topic: str, tasks: int, *, body_size: int, w
             while not stop:
                 t0 = perf()
                 try:
-                    result = await send_message(pool, broker, topic=topic, body=body,
-                                                queue_id=n % queues, producer_group="bench")
+                    result = await send_message(
+                        pool,
+                        broker,
+                        topic=topic,
+                        body=body,
+                        queue_id=n % queues,
+                        producer_group="bench",
+                    )
                     status = result.status
                 except Exception as exc:
                     status = "EXCEPTION"
@@ -169,11 +178,26 @@ async def trio_client(namesrv: str, topic: str, tasks: int, *, body_size: int, w
 def main(argv: list[str]) -> None:
     kind, namesrv, topic, n, body, warmup, seconds = argv
     if kind == "official":
-        official(namesrv, topic, int(n), body_size=int(body), warmup=float(warmup),
-                 seconds=float(seconds))
+        official(
+            namesrv,
+            topic,
+            int(n),
+            body_size=int(body),
+            warmup=float(warmup),
+            seconds=float(seconds),
+        )
     elif kind == "trio":
-        trio.run(functools.partial(trio_client, namesrv, topic, int(n), body_size=int(body),
-                                   warmup=float(warmup), seconds=float(seconds)))
+        trio.run(
+            functools.partial(
+                trio_client,
+                namesrv,
+                topic,
+                int(n),
+                body_size=int(body),
+                warmup=float(warmup),
+                seconds=float(seconds),
+            )
+        )
     else:
         raise SystemExit(f"unknown load {kind!r}: official or trio")
 

@@ -68,8 +68,13 @@ async def open_node(config: BrokerConfig, *, bare: bool, follow: bool) -> AsyncI
     """
     if not bare:
         async with open_broker(config) as broker:
-            node = Node(broker.store.commitlog, Wakeup(), broker.ha_service, broker.ha_client,
-                        broker.ha_address)
+            node = Node(
+                broker.store.commitlog,
+                Wakeup(),
+                broker.ha_service,
+                broker.ha_client,
+                broker.ha_address,
+            )
 
             async def relay() -> None:  # the broker's own growth signal, as a Wakeup
                 while True:
@@ -111,8 +116,7 @@ async def _flusher(commitlog: CommitLog, interval: float) -> None:
             await trio.to_thread.run_sync(commitlog.flush)
 
 
-async def _watch_slave(node: Node, until: int | None, interval: float,
-                       follow_growth: bool) -> None:
+async def _watch_slave(node: Node, until: int | None, interval: float, follow_growth: bool) -> None:
     commitlog = node.commitlog
     state = {"grew_at": time.monotonic(), "end": commitlog.max_offset}
 
@@ -129,9 +133,15 @@ async def _watch_slave(node: Node, until: int | None, interval: float,
     async def report() -> None:
         while True:
             client = node.client
-            emit(event="progress", t=time.monotonic(), min_offset=commitlog.min_offset,
-                 max_offset=commitlog.max_offset, grew_at=state["grew_at"],
-                 connected=bool(client and client.connected), cpu=self_cpu())
+            emit(
+                event="progress",
+                t=time.monotonic(),
+                min_offset=commitlog.min_offset,
+                max_offset=commitlog.max_offset,
+                grew_at=state["grew_at"],
+                connected=bool(client and client.connected),
+                cpu=self_cpu(),
+            )
             await trio.sleep(interval)
 
     if not follow_growth:
@@ -143,8 +153,9 @@ async def _watch_slave(node: Node, until: int | None, interval: float,
     await trio.sleep_forever()
 
 
-async def _watch_master(node: Node, until: int | None, interval: float,
-                        follow_growth: bool) -> None:
+async def _watch_master(
+    node: Node, until: int | None, interval: float, follow_growth: bool
+) -> None:
     assert node.service is not None
     acks = AckWatch(node.service)
     reached = until is None
@@ -160,8 +171,12 @@ async def _watch_master(node: Node, until: int | None, interval: float,
             emit(event="reached", t=now, offset=best)
             reached = True
         if now >= next_report:
-            emit(event="progress", t=now, max_offset=node.commitlog.max_offset,
-                 acks=node.service.live_acks())
+            emit(
+                event="progress",
+                t=now,
+                max_offset=node.commitlog.max_offset,
+                acks=node.service.live_acks(),
+            )
             next_report = now + interval
         with trio.move_on_after(max(0.0, next_report - now)):
             await acks.wakeup.wait()
@@ -184,10 +199,17 @@ async def run(args: argparse.Namespace) -> None:
     max_offset = -1
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         follow = not args.no_follow
-        async with open_node(config, bare=args.bare, follow=follow) as node, \
-                trio.open_nursery() as nursery:
-            emit(event="ready", t=time.monotonic(), ha=list(node.address or ()),
-                 max_offset=node.commitlog.max_offset, cpu=self_cpu())
+        async with (
+            open_node(config, bare=args.bare, follow=follow) as node,
+            trio.open_nursery() as nursery,
+        ):
+            emit(
+                event="ready",
+                t=time.monotonic(),
+                ha=list(node.address or ()),
+                max_offset=node.commitlog.max_offset,
+                cpu=self_cpu(),
+            )
             watch = _watch_master if role.is_master else _watch_slave
             nursery.start_soon(watch, node, args.until, args.interval, follow)
             async for _ in signals:
@@ -195,8 +217,12 @@ async def run(args: argparse.Namespace) -> None:
                 break
             max_offset = node.commitlog.max_offset
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    emit(event="exit", cpu=usage.ru_utime + usage.ru_stime, maxrss=usage.ru_maxrss * KIB,
-         max_offset=max_offset)
+    emit(
+        event="exit",
+        cpu=usage.ru_utime + usage.ru_stime,
+        maxrss=usage.ru_maxrss * KIB,
+        max_offset=max_offset,
+    )
 
 
 def main() -> None:
@@ -213,8 +239,11 @@ def main() -> None:
     parser.add_argument("--bare", action="store_true", help="the replication path alone")
     parser.add_argument("--flush-interval", type=int, default=500, help="ASYNC_FLUSH period, ms")
     parser.add_argument("--until", type=int, default=None)
-    parser.add_argument("--no-follow", action="store_true",
-                        help="slave: do not watch every append (no 'reached', no 'grew_at')")
+    parser.add_argument(
+        "--no-follow",
+        action="store_true",
+        help="slave: do not watch every append (no 'reached', no 'grew_at')",
+    )
     parser.add_argument("--interval", type=float, default=0.1)
     args = parser.parse_args()
     if args.kind == "slave":

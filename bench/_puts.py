@@ -53,8 +53,9 @@ class Pair:
 
 
 @asynccontextmanager
-async def open_pair(work: Path, *, root: Path, segment_size: int, peer_slave: str | None
-                    ) -> AsyncIterator[Pair]:
+async def open_pair(
+    work: Path, *, root: Path, segment_size: int, peer_slave: str | None
+) -> AsyncIterator[Pair]:
     """A SYNC_MASTER on store *root* with one slave streaming from it (ours, or the peer's).
 
     A slave reporting 0 is served from the oldest offset, so a peer slave starting empty
@@ -78,17 +79,29 @@ async def open_pair(work: Path, *, root: Path, segment_size: int, peer_slave: st
         service = master.ha_service
         pair = Pair(master, AckWatch(service))
         if peer_slave is not None:
-            print(f"  waiting up to {PEER_TIMEOUT:g} s for the peer slave to connect to "
-                  f"{peer_slave} (it must start empty)", flush=True)
+            print(
+                f"  waiting up to {PEER_TIMEOUT:g} s for the peer slave to connect to "
+                f"{peer_slave} (it must start empty)",
+                flush=True,
+            )
             if not await service.wait_connections(1, trio.current_time() + PEER_TIMEOUT):
                 raise RuntimeError(f"no slave connected to {peer_slave}")
             pair.connected_at = time.perf_counter()
             yield pair
             return
         mhost, mport = master.ha_address
-        args = ["slave", "--store", str(work / "put-slave"), "--segment-size",
-                str(segment_size), "--master", f"{mhost}:{mport}", "--interval", "3600",
-                "--no-follow"]
+        args = [
+            "slave",
+            "--store",
+            str(work / "put-slave"),
+            "--segment-size",
+            str(segment_size),
+            "--master",
+            f"{mhost}:{mport}",
+            "--interval",
+            "3600",
+            "--no-follow",
+        ]
         async with open_child("_node", args, "slave") as slave:
             await slave.next_event("ready")
             if not await service.wait_connections(1, trio.current_time() + CONNECT_TIMEOUT):
@@ -119,8 +132,9 @@ def _slave_cpu(pair: Pair) -> float:
     return proc_sample(pair.slave_pid).cpu if pair.slave_pid is not None else 0.0
 
 
-async def put_cell(pair: Pair, *, mode: BrokerRole, producers: int, body_size: int,
-                   seconds: float, warmup: float) -> dict[str, Any]:
+async def put_cell(
+    pair: Pair, *, mode: BrokerRole, producers: int, body_size: int, seconds: float, warmup: float
+) -> dict[str, Any]:
     """*producers* tasks putting *body_size*-byte messages for *seconds* (after *warmup*)."""
     master = pair.master
     master.role = mode
@@ -183,8 +197,9 @@ async def put_cell(pair: Pair, *, mode: BrokerRole, producers: int, body_size: i
     }
 
 
-async def lag_under_load(pair: Pair, *, producers: int, body_size: int, seconds: float,
-                         sample_every: float = 0.005) -> dict[str, Any]:
+async def lag_under_load(
+    pair: Pair, *, producers: int, body_size: int, seconds: float, sample_every: float = 0.005
+) -> dict[str, Any]:
     """ASYNC_MASTER with producers at full speed; the slave's ack lag in bytes and in time.
 
     Lag in time for an ack of offset A seen at t: t minus the moment the master's log first
@@ -222,6 +237,7 @@ async def lag_under_load(pair: Pair, *, producers: int, body_size: int, seconds:
     cpu0, scpu0 = self_cpu(), _slave_cpu(pair)
     tracker = PeakTracker(pair.slave_pid, 0.1) if pair.slave_pid is not None else None
     start_end = commitlog.max_offset
+
     async def sampler() -> None:
         while True:
             sample(t0)
@@ -274,8 +290,16 @@ def _thin(samples: list[tuple[float, int, float]], keep: int) -> list[tuple[floa
 Progress = Callable[[str], None]
 
 
-async def sync_grid(pair: Pair, *, producers: list[int], bodies: list[int], seconds: float,
-                    warmup: float, repeat: int, progress: Progress) -> list[dict[str, Any]]:
+async def sync_grid(
+    pair: Pair,
+    *,
+    producers: list[int],
+    bodies: list[int],
+    seconds: float,
+    warmup: float,
+    repeat: int,
+    progress: Progress,
+) -> list[dict[str, Any]]:
     """Every (body, producers) cell, SYNC_MASTER and ASYNC_MASTER back to back, *repeat* times.
 
     Each mode keeps its best repetition (highest puts/s): on a shared machine the best run is
@@ -288,15 +312,18 @@ async def sync_grid(pair: Pair, *, producers: list[int], bodies: list[int], seco
             runs: dict[BrokerRole, list[float]] = {}
             for _ in range(repeat):
                 for mode in (BrokerRole.SYNC_MASTER, BrokerRole.ASYNC_MASTER):
-                    cell = await put_cell(pair, mode=mode, producers=n, body_size=body,
-                                          seconds=seconds, warmup=warmup)
+                    cell = await put_cell(
+                        pair, mode=mode, producers=n, body_size=body, seconds=seconds, warmup=warmup
+                    )
                     runs.setdefault(mode, []).append(cell["puts_s"])
                     if mode not in best or cell["puts_s"] > best[mode]["puts_s"]:
                         best[mode] = cell
             for mode, cell in best.items():
                 cell["runs_puts_s"] = runs[mode]
-                progress(f"{mode.value:<12} {body:>5} B x {n:>3}: {cell['puts_s']:>9,.0f} puts/s"
-                         f"  p99 {cell['p99_ms']:.2f} ms  ({cell['master_cpu_us']:.0f} us CPU"
-                         " per put on the master)")
+                progress(
+                    f"{mode.value:<12} {body:>5} B x {n:>3}: {cell['puts_s']:>9,.0f} puts/s"
+                    f"  p99 {cell['p99_ms']:.2f} ms  ({cell['master_cpu_us']:.0f} us CPU"
+                    " per put on the master)"
+                )
                 cells.append(cell)
     return cells

@@ -336,9 +336,7 @@ def main() -> None:
             f"audit      --verify-records           {results['verify']:6.2f} s  "
             f"{results['verify'] / results['cmp']:.1f}x cmp (framing + every body CRC too)"
         )
-        print(
-            f"audit      one flipped body byte      {results['diverged']:6.2f} s  {where}"
-        )
+        print(f"audit      one flipped body byte      {results['diverged']:6.2f} s  {where}")
         p50, p99, worst = latency
         print(
             f"stream     local[2] put -> sink row   p50 {p50 * 1000:.0f} ms, p99 "

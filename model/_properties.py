@@ -243,9 +243,7 @@ def _always(c: Config) -> bool:
 
 
 PROBES: tuple[ProbeSpec, ...] = (
-    ProbeSpec(
-        "caught_up_with_data", "the slave holds data and caught up", _always, state=True
-    ),
+    ProbeSpec("caught_up_with_data", "the slave holds data and caught up", _always, state=True),
     ProbeSpec("sync_acked", "a sync put answered PUT_OK", lambda c: c.sync_puts),
     ProbeSpec("sync_timeout", "a sync put answered FLUSH_SLAVE_TIMEOUT", lambda c: c.sync_puts),
     ProbeSpec("heartbeat_received", "the slave received a heartbeat frame", lambda c: c.time),
@@ -339,8 +337,10 @@ PROBES: tuple[ProbeSpec, ...] = (
     ProbeSpec(
         "slave_truncated",
         "epoch mode: the slave cut its log back to the consistent point",
-        lambda c: c.epoch_mode
-        and (c.faults.tail_losses > 0 or (c.faults.crashes > 0 and not c.master_sync_flush)),
+        lambda c: (
+            c.epoch_mode
+            and (c.faults.tail_losses > 0 or (c.faults.crashes > 0 and not c.master_sync_flush))
+        ),
     ),
     ProbeSpec(
         "master_closed:report_backwards",
@@ -458,4 +458,3 @@ class HASpec:
                 Goal("EventuallyFullCopy", full_copy, "the slave can always get the whole log")
             )
         return goals
-

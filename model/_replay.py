@@ -571,8 +571,9 @@ class _Harness:
             self.master_actions(w, actions)
             return
         if step.arg < 0:
-            w = _Wire(MasterConnection(now=self.now, options=self.options, timing=TIMING),
-                      attached=False)
+            w = _Wire(
+                MasterConnection(now=self.now, options=self.options, timing=TIMING), attached=False
+            )
             w.truth = 0
             w.up.append(report)
             self.wires.append(w)

@@ -75,9 +75,7 @@ def render_violation(config: Config, violation: Violation[World, Step]) -> str:
 def render_result(config: Config, result: Outcome) -> str:
     """The full report ``python -m model`` prints."""
     ok, summary = verdict(config, result)
-    docs = dict(
-        [(inv.name, inv.doc) for inv in STATE_INVARIANTS] + list(TRANSITION_INVARIANTS)
-    )
+    docs = dict([(inv.name, inv.doc) for inv in STATE_INVARIANTS] + list(TRANSITION_INVARIANTS))
     lines = [
         f"configuration {config.name}: {config.doc}",
         f"  states {result.states:,}  transitions {result.transitions:,}  depth {result.depth}  "

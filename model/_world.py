@@ -860,8 +860,10 @@ class _Tx:
         """Epoch mode: the slave cuts its log and epoch file back to the consistent point."""
         if offset % self.cfg.message_size:
             self.violations.append(
-                ("TruncateAligned", f"the slave was told to cut its log inside a message at "
-                 f"{offset}")
+                (
+                    "TruncateAligned",
+                    f"the slave was told to cut its log inside a message at {offset}",
+                )
             )
         self.marks.add("slave_truncated")
         if offset <= self.sbase:
@@ -921,8 +923,11 @@ def _conn_key(conn: Conn) -> tuple[object, ...]:
             if isinstance(it, FrameHeader)
             else (1, *it.data)
             if isinstance(it, FrameBody)
-            else (2, it.max_offset, *(e for x in it.epochs.entries for e in (x.epoch,
-                                                                           x.start_offset)))
+            else (
+                2,
+                it.max_offset,
+                *(e for x in it.epochs.entries for e in (x.epoch, x.start_offset)),
+            )
             for it in conn.down
         ),
         conn.up,
@@ -1062,9 +1067,7 @@ class HAModel:
             ):
                 yield Step(Kind.SEND_READY, i)
             if conn.attached and conn.down:
-                kind = (
-                    Kind.HEADER_RECEIVED if w.slave.receiving is None else Kind.BODY_RECEIVED
-                )
+                kind = Kind.HEADER_RECEIVED if w.slave.receiving is None else Kind.BODY_RECEIVED
                 yield Step(kind, i)
             if not conn.attached and not conn.up:
                 yield Step(Kind.CONNECTION_LOST, i)
@@ -1513,13 +1516,11 @@ def caught_up(w: World, config: Config) -> bool:
     log = LogView(w.mmin, w.mmax, config.segment_size)
     i = w.attached()
     start = (
-        choose_epoch_start(0, log, False) if config.epoch_mode
+        choose_epoch_start(0, log, False)
+        if config.epoch_mode
         else choose_start(0, log, config.options)
     )
-    return (
-        start >= w.mmax
-        and w.conns[i].master.phase is MasterPhase.TRANSFER
-    )
+    return start >= w.mmax and w.conns[i].master.phase is MasterPhase.TRANSFER
 
 
 def full_copy(w: World) -> bool:

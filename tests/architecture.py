@@ -43,22 +43,43 @@ ALLOWED: dict[str, frozenset[str]] = {
     "remoting": frozenset({"base", "config", "store"}),
     "acl": frozenset({"base", "config", "remoting"}),
     "namesrv": frozenset({"base", "config", "remoting", "acl"}),
-    "broker": frozenset(
-        {"base", "config", "proto", "store", "net", "remoting", "namesrv", "acl"}
-    ),
+    "broker": frozenset({"base", "config", "proto", "store", "net", "remoting", "namesrv", "acl"}),
     "pipeline": frozenset({"base", "config", "store"}),
     "metrics": frozenset({"base", "config"}),  # reads statistics() snapshots, imports no broker
     "testing": frozenset({"base", "config", "proto", "store", "net"}),
     "cli": frozenset(
-        {"base", "config", "proto", "store", "net", "remoting", "namesrv", "acl", "broker",
-         "pipeline", "metrics"}
+        {
+            "base",
+            "config",
+            "proto",
+            "store",
+            "net",
+            "remoting",
+            "namesrv",
+            "acl",
+            "broker",
+            "pipeline",
+            "metrics",
+        }
     ),
 }
 
 #: Rooms in the order the diagram lists them (top: what a user runs; bottom: the values).
 ORDER = [
-    "root", "cli", "metrics", "broker", "testing", "pipeline", "namesrv", "acl", "net",
-    "remoting", "store", "config", "proto", "base",
+    "root",
+    "cli",
+    "metrics",
+    "broker",
+    "testing",
+    "pipeline",
+    "namesrv",
+    "acl",
+    "net",
+    "remoting",
+    "store",
+    "config",
+    "proto",
+    "base",
 ]
 
 

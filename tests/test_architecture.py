@@ -30,8 +30,9 @@ def test_the_rooms_form_no_cycle() -> None:
 
 def test_the_import_diagram_in_the_docs_is_generated_from_the_code() -> None:
     text = (DOCS / "architecture.md").read_text()
-    match = re.search(r"<!-- imports:begin -->\n```mermaid\n(.*?)```\n<!-- imports:end -->",
-                      text, re.S)
+    match = re.search(
+        r"<!-- imports:begin -->\n```mermaid\n(.*?)```\n<!-- imports:end -->", text, re.S
+    )
     assert match is not None
     assert match.group(1) == mermaid()
 

@@ -43,8 +43,9 @@ FAST = {
 }
 
 
-def master_config(root: Path, role: BrokerRole = BrokerRole.ASYNC_MASTER, **extra: Any
-                  ) -> BrokerConfig:
+def master_config(
+    root: Path, role: BrokerRole = BrokerRole.ASYNC_MASTER, **extra: Any
+) -> BrokerConfig:
     return BrokerConfig(broker_role=role, store_path_root_dir=str(root), **{**FAST, **extra})
 
 
@@ -65,15 +66,23 @@ async def running(config: BrokerConfig) -> AsyncIterator[Broker]:
         yield broker
 
 
-async def put_many(broker: Broker, count: int, *, producers: int = 8, size: int = 100,
-                   topic: str = "FooBar") -> list[Any]:
+async def put_many(
+    broker: Broker, count: int, *, producers: int = 8, size: int = 100, topic: str = "FooBar"
+) -> list[Any]:
     results: list[Any] = []
     todo = iter(range(count))
 
     async def producer() -> None:
         for i in todo:
-            results.append(await broker.put(topic=topic, body=bytes([i % 251]) * size,
-                                            tags="TagA", keys=f"k{i}", queue_id=i % 4))
+            results.append(
+                await broker.put(
+                    topic=topic,
+                    body=bytes([i % 251]) * size,
+                    tags="TagA",
+                    keys=f"k{i}",
+                    queue_id=i % 4,
+                )
+            )
 
     async with trio.open_nursery() as nursery:
         for _ in range(producers):
@@ -126,14 +135,15 @@ async def test_sync_puts_are_readable_on_the_slave_when_acked(tmp_path: Path) ->
         with trio.fail_after(10):
             await master.ha_service.wait_connections(1)
         for i in range(200):
-            result = await master.put(topic="FooBar", body=b"m%d" % i, tags="TagA",
-                                      keys=f"k{i}")
+            result = await master.put(topic="FooBar", body=b"m%d" % i, tags="TagA", keys=f"k{i}")
             assert result.status is PutStatus.PUT_OK
             assert slave.store.commitlog.max_offset >= result.end_offset
-            record = bytes(slave.store.commitlog.read(result.offset,
-                                                      result.end_offset - result.offset))
-            assert record == bytes(master.store.commitlog.read(
-                result.offset, result.end_offset - result.offset))
+            record = bytes(
+                slave.store.commitlog.read(result.offset, result.end_offset - result.offset)
+            )
+            assert record == bytes(
+                master.store.commitlog.read(result.offset, result.end_offset - result.offset)
+            )
         results = await put_many(master, 2000, producers=32)
         assert {r.status for r in results} == {PutStatus.PUT_OK}
 
@@ -160,8 +170,9 @@ async def test_the_master_restarts_and_the_slave_reconnects(tmp_path: Path) -> N
     slave_cfg = slave_config(tmp_path / "s", address, ha_sync_from_oldest=True)
     async with running(slave_cfg) as slave:
         for round_ in range(2):
-            async with running(master_config(tmp_path / "m", ha_listen_port=address[1],
-                                             ha_sync_from_oldest=True)) as master:
+            async with running(
+                master_config(tmp_path / "m", ha_listen_port=address[1], ha_sync_from_oldest=True)
+            ) as master:
                 await put_many(master, 300)
                 await caught_up(master, slave)
                 assert compare_logs(master, slave) is None, round_
@@ -176,7 +187,8 @@ async def test_a_late_empty_slave_gets_only_the_last_segment(tmp_path: Path) -> 
             await caught_up(master, slave)
             assert slave.store.commitlog.min_offset == end - end % SEG
             assert bytes(slave.store.commitlog.read(end - end % SEG, SEG)) == bytes(
-                master.store.commitlog.read(end - end % SEG, SEG))
+                master.store.commitlog.read(end - end % SEG, SEG)
+            )
 
 
 async def test_sync_from_oldest_copies_everything(tmp_path: Path) -> None:
@@ -311,8 +323,9 @@ async def test_a_slave_refuses_puts(tmp_path: Path) -> None:
         assert result.status is PutStatus.SERVICE_NOT_AVAILABLE
 
 
-async def serve_hostile_master(payload: bytes, *, task_status: Any = trio.TASK_STATUS_IGNORED
-                               ) -> None:
+async def serve_hostile_master(
+    payload: bytes, *, task_status: Any = trio.TASK_STATUS_IGNORED
+) -> None:
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     task_status.started(listeners[0].socket.getsockname()[:2])
 
@@ -335,8 +348,9 @@ async def serve_hostile_master(payload: bytes, *, task_status: Any = trio.TASK_S
     ],
     ids=["garbage", "huge-size", "wrong-offset", "negative-offset"],
 )
-async def test_a_hostile_master_never_touches_the_slaves_log(tmp_path: Path, payload: bytes
-                                                              ) -> None:
+async def test_a_hostile_master_never_touches_the_slaves_log(
+    tmp_path: Path, payload: bytes
+) -> None:
     root = tmp_path / "s"
     with open_store(root, segment_size=SEG) as store:
         store.commitlog.append(topic="FooBar", body=b"mine")
@@ -377,13 +391,39 @@ def test_two_processes_started_as_in_the_readme_replicate_byte_for_byte(tmp_path
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "trioha"]
     master = subprocess.Popen(
-        [*cmd, "master", "--store-dir", str(master_dir), "-c", str(conf),
-         "--ha-listen", f"127.0.0.1:{port}", "--listen", "127.0.0.1:0"], env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        [
+            *cmd,
+            "master",
+            "--store-dir",
+            str(master_dir),
+            "-c",
+            str(conf),
+            "--ha-listen",
+            f"127.0.0.1:{port}",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     slave = subprocess.Popen(
-        [*cmd, "slave", "--store-dir", str(slave_dir), "-c", str(conf),
-         "--master-ha", f"127.0.0.1:{port}", "--listen", "127.0.0.1:0"], env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        [
+            *cmd,
+            "slave",
+            "--store-dir",
+            str(slave_dir),
+            "-c",
+            str(conf),
+            "--master-ha",
+            f"127.0.0.1:{port}",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         start = time.monotonic()
         while not _same_files(master_dir, slave_dir):
@@ -440,8 +480,9 @@ async def test_a_master_on_a_damaged_log_starts_only_when_the_operator_accepts_i
 
     root = tmp_path / "m"
     with open_store(root, segment_size=SEG) as store:
-        offsets = [store.commitlog.append(topic="T", body=b"x" * 100).physical_offset
-                   for _ in range(10)]
+        offsets = [
+            store.commitlog.append(topic="T", body=b"x" * 100).physical_offset for _ in range(10)
+        ]
         end = store.commitlog.max_offset
     SentOffsets.open(root).note_flushed(end, now=0.0)
     with (root / "commitlog" / f"{0:020d}").open("r+b") as f:

@@ -29,8 +29,9 @@ def test_every_cited_section_exists() -> None:
     sections = _sections()
     missing = []
     for path in SOURCES:
-        for match in re.finditer(r"rocketmq-protocol\.md((?:,? ?§[0-9.]+(?:–[0-9.]+)?)+)",
-                                 path.read_text()):
+        for match in re.finditer(
+            r"rocketmq-protocol\.md((?:,? ?§[0-9.]+(?:–[0-9.]+)?)+)", path.read_text()
+        ):
             for number in re.findall(r"§([0-9]+(?:\.[0-9]+)?)", match.group(1)):
                 if number not in sections:
                     missing.append(f"{path.relative_to(ROOT)}: §{number}")
@@ -39,5 +40,8 @@ def test_every_cited_section_exists() -> None:
 
 def test_nothing_points_outside_the_repository() -> None:
     outside = re.compile(r"shared/spec|rocketmq-ha\.md|\bspec §|STYLE §")
-    assert [str(p.relative_to(ROOT)) for p in SOURCES if p != Path(__file__)
-            and outside.search(p.read_text())] == []
+    assert [
+        str(p.relative_to(ROOT))
+        for p in SOURCES
+        if p != Path(__file__) and outside.search(p.read_text())
+    ] == []

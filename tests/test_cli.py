@@ -11,7 +11,10 @@ import pytest
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "trioha", *args], capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", "trioha", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
         check=False,
     )
 
@@ -34,8 +37,12 @@ def test_help_lists_the_commands() -> None:
 )
 def test_bad_flags_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "trioha", *args], capture_output=True, text=True, timeout=60,
-        cwd=tmp_path, check=False,
+        [sys.executable, "-m", "trioha", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        check=False,
     )
     assert result.returncode != 0
     assert message in result.stderr
@@ -55,8 +62,15 @@ def test_a_locked_store_is_one_line(tmp_path: Path) -> None:
     from trioha.store import open_store
 
     with open_store(tmp_path / "s", segment_size=1 << 20):
-        result = run("master", "--store-dir", str(tmp_path / "s"), "--ha-listen",
-                     "127.0.0.1:0", "--listen", "127.0.0.1:0")
+        result = run(
+            "master",
+            "--store-dir",
+            str(tmp_path / "s"),
+            "--ha-listen",
+            "127.0.0.1:0",
+            "--listen",
+            "127.0.0.1:0",
+        )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith("trioha master: error:")
     assert "lock" in result.stderr
@@ -82,15 +96,34 @@ def taken_port() -> Iterator[int]:
 @pytest.mark.parametrize(
     ("command", "flags", "setting"),
     [
-        ("master", ["--listen", "127.0.0.1:{port}", "--ha-listen", "127.0.0.1:0"],
-         "(listenPort, --listen)"),
-        ("master", ["--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:{port}"],
-         "(haListenPort, --ha-listen)"),
-        ("master", ["--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0",
-                    "--embedded-namesrv", "--namesrv", "127.0.0.1:{port}"],
-         "(namesrvAddr, --embedded-namesrv)"),
-        ("slave", ["--listen", "127.0.0.1:{port}", "--master-ha", "127.0.0.1:1"],
-         "(listenPort, --listen)"),
+        (
+            "master",
+            ["--listen", "127.0.0.1:{port}", "--ha-listen", "127.0.0.1:0"],
+            "(listenPort, --listen)",
+        ),
+        (
+            "master",
+            ["--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:{port}"],
+            "(haListenPort, --ha-listen)",
+        ),
+        (
+            "master",
+            [
+                "--listen",
+                "127.0.0.1:0",
+                "--ha-listen",
+                "127.0.0.1:0",
+                "--embedded-namesrv",
+                "--namesrv",
+                "127.0.0.1:{port}",
+            ],
+            "(namesrvAddr, --embedded-namesrv)",
+        ),
+        (
+            "slave",
+            ["--listen", "127.0.0.1:{port}", "--master-ha", "127.0.0.1:1"],
+            "(listenPort, --listen)",
+        ),
         ("namesrv", ["--listen", "127.0.0.1:{port}"], "(--listen)"),
     ],
 )
@@ -110,8 +143,15 @@ def test_a_port_in_use_is_one_line_naming_address_and_setting(
 
 
 def test_an_address_not_on_this_host_is_one_line(tmp_path: Path) -> None:
-    result = run("master", "--store-dir", str(tmp_path / "s"), "--listen", "192.0.2.1:0",
-                 "--ha-listen", "127.0.0.1:0")
+    result = run(
+        "master",
+        "--store-dir",
+        str(tmp_path / "s"),
+        "--listen",
+        "192.0.2.1:0",
+        "--ha-listen",
+        "127.0.0.1:0",
+    )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
         "trioha master: error: cannot listen on 192.0.2.1:0 (listenPort, --listen): "
@@ -128,8 +168,11 @@ def test_broker_conf_alone_starts_a_master_with_its_commit_log_where_it_says(
         f"storePathCommitLog={tmp_path / 'other-disk' / 'commitlog'}\n"
         "listenPort=0\nhaListenPort=0\nmappedFileSizeCommitLog=65536\n"
     )
-    proc = subprocess.Popen([sys.executable, "-m", "trioha", "master", "-c", str(conf)],
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trioha", "master", "-c", str(conf)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stderr is not None
         deadline = time.monotonic() + 30
@@ -173,6 +216,8 @@ def test_an_os_error_inside_nursery_groups_is_the_one_line() -> None:
     assert error_line(storage) == (
         "cannot write checkpoint /s/checkpoint (caused by: No space left on device)"
     )
+
+
 def test_truncate_to_master_without_a_recorded_divergence_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "s").mkdir()
     result = run("slave", "--store-dir", str(tmp_path / "s"), "--truncate-to-master")
@@ -213,14 +258,24 @@ def test_a_master_on_a_log_damaged_below_its_flushed_mark_refuses_to_start(
 
     root = tmp_path / "m"
     with open_store(root, segment_size=4096) as store:
-        offsets = [store.commitlog.append(topic="T", body=b"x" * 100).physical_offset
-                   for _ in range(10)]
+        offsets = [
+            store.commitlog.append(topic="T", body=b"x" * 100).physical_offset for _ in range(10)
+        ]
     SentOffsets.open(root).note_flushed(4096 // 2, now=0.0)
     with (root / "commitlog" / f"{0:020d}").open("r+b") as f:  # a bad magic, mid-log
         f.seek(offsets[3] + 4)
         f.write(b"\xde\xad\xbe\xef")
-    args = ["master", "--store-dir", str(root), "--mapped-file-size", "4096",
-            "--ha-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0"]
+    args = [
+        "master",
+        "--store-dir",
+        str(root),
+        "--mapped-file-size",
+        "4096",
+        "--ha-listen",
+        "127.0.0.1:0",
+        "--listen",
+        "127.0.0.1:0",
+    ]
     result = run(*args)
     assert result.returncode == 1
     error = result.stderr.strip().splitlines()[-1]

@@ -20,8 +20,13 @@ from trioha._errors import ConfigError
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "trioha", *args], capture_output=True,
-                          text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "trioha", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_version() -> None:
@@ -57,15 +62,32 @@ def config_of(*argv: str) -> object:
 
 def test_set_overrides_broker_conf_and_flags_override_set(tmp_path: Path) -> None:
     conf = tmp_path / "broker.conf"
-    conf.write_text(f"storePathRootDir={tmp_path}\nhaSendHeartbeatInterval=3000\n"
-                    "flushDiskType=ASYNC_FLUSH\n")
-    config = config_of("master", "-c", str(conf), "--set", "haSendHeartbeatInterval=7000",
-                       "--set", "flushDiskType=SYNC_FLUSH", "--set", "brokerRole=SYNC_MASTER")
+    conf.write_text(
+        f"storePathRootDir={tmp_path}\nhaSendHeartbeatInterval=3000\nflushDiskType=ASYNC_FLUSH\n"
+    )
+    config = config_of(
+        "master",
+        "-c",
+        str(conf),
+        "--set",
+        "haSendHeartbeatInterval=7000",
+        "--set",
+        "flushDiskType=SYNC_FLUSH",
+        "--set",
+        "brokerRole=SYNC_MASTER",
+    )
     assert config.ha_send_heartbeat_interval == 7000  # type: ignore[attr-defined]
     assert config.flush_disk_type is FlushDiskType.SYNC_FLUSH  # type: ignore[attr-defined]
     assert config.broker_role is BrokerRole.SYNC_MASTER  # type: ignore[attr-defined]
-    flagged = config_of("master", "-c", str(conf), "--set", "flushDiskType=SYNC_FLUSH",
-                        "--flush-disk-type", "ASYNC_FLUSH")
+    flagged = config_of(
+        "master",
+        "-c",
+        str(conf),
+        "--set",
+        "flushDiskType=SYNC_FLUSH",
+        "--flush-disk-type",
+        "ASYNC_FLUSH",
+    )
     assert flagged.flush_disk_type is FlushDiskType.ASYNC_FLUSH  # type: ignore[attr-defined]
     # No file at all: --set storePathRootDir is enough.
     alone = config_of("master", "--set", f"storePathRootDir={tmp_path / 'x'}")
@@ -75,13 +97,15 @@ def test_set_overrides_broker_conf_and_flags_override_set(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
-        ("haSendHeartBeatInterval=5", "--set haSendHeartBeatInterval=5: unknown key "
-         "'haSendHeartBeatInterval'; did you mean 'haSendHeartbeatInterval'"),
+        (
+            "haSendHeartBeatInterval=5",
+            "--set haSendHeartBeatInterval=5: unknown key "
+            "'haSendHeartBeatInterval'; did you mean 'haSendHeartbeatInterval'",
+        ),
         ("haSendHeartbeatInterval=soon", "--set haSendHeartbeatInterval=soon"),
     ],
 )
-def test_a_bad_set_is_a_config_error_naming_it(tmp_path: Path, setting: str,
-                                                message: str) -> None:
+def test_a_bad_set_is_a_config_error_naming_it(tmp_path: Path, setting: str, message: str) -> None:
     with pytest.raises(ConfigError, match="^" + message.replace("?", r"\?")):
         config_of("master", "--store-dir", str(tmp_path), "--set", setting)
 
@@ -106,11 +130,26 @@ def test_metrics_without_prometheus_client_is_one_clear_error(
 
 def test_json_logs_and_metrics_of_a_running_master(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trioha", "master", "--store-dir", str(tmp_path / "m"),
-         "--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0",
-         "--set", "mappedFileSizeCommitLog=65536", "--metrics-listen", "127.0.0.1:0",
-         "--log-format", "json"],
-        stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "trioha",
+            "master",
+            "--store-dir",
+            str(tmp_path / "m"),
+            "--listen",
+            "127.0.0.1:0",
+            "--ha-listen",
+            "127.0.0.1:0",
+            "--set",
+            "mappedFileSizeCommitLog=65536",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
     )
     lines: list[str] = []
     try:
@@ -152,13 +191,17 @@ def test_a_slave_catching_up_logs_progress_with_rate_and_eta(
 
     def snapshot(end: int, master_end: int | None, connected: bool = True) -> object:
         client = SimpleNamespace(
-            master="10.0.0.1:10912", connected=connected, needs_reseed=False,
-            master_end=master_end, state="connected" if connected else "connecting",
+            master="10.0.0.1:10912",
+            connected=connected,
+            needs_reseed=False,
+            master_end=master_end,
+            state="connected" if connected else "connecting",
             behind_bytes=None if master_end is None else max(0, master_end - end),
         )
         return SimpleNamespace(max_offset=end, ha=None, client=client)
 
     mib = 1 << 20
+
     def catching_up() -> bool:
         return report.catch_up is not None
 
@@ -180,6 +223,8 @@ def test_a_slave_catching_up_logs_progress_with_rate_and_eta(
         report.tick(snapshot(min(second * 10 * mib, 400 * mib), 400 * mib))
     assert not catching_up()
     messages = [r.getMessage() for r in caplog.records]
-    assert any(m.startswith("slave catch-up: 400.0 MiB of 400.0 MiB (100%)") and
-               "done in" in m for m in messages)
+    assert any(
+        m.startswith("slave catch-up: 400.0 MiB of 400.0 MiB (100%)") and "done in" in m
+        for m in messages
+    )
     assert messages[-1] == f"slave caught up with master 10.0.0.1:10912 at {400 * mib}"

@@ -55,8 +55,11 @@ def test_a_rocketmq_broker_conf_is_read(tmp_path: Path) -> None:
 
 def test_an_unknown_key_names_the_line_and_the_nearest_valid_key(tmp_path: Path) -> None:
     conf = write(tmp_path, "brokerRole=SYNC_MASTER\nhaSendHeartBeatInterval=3\n")
-    with pytest.raises(ConfigError, match=r"broker.conf:2: unknown key 'haSendHeartBeatInterval'"
-                       r"; did you mean 'haSendHeartbeatInterval'\?"):
+    with pytest.raises(
+        ConfigError,
+        match=r"broker.conf:2: unknown key 'haSendHeartBeatInterval'"
+        r"; did you mean 'haSendHeartbeatInterval'\?",
+    ):
         BrokerConfig.from_properties(conf)
 
 
@@ -118,8 +121,10 @@ from trioha._config import _parse_properties  # noqa: E402 - the reader itself, 
         ("a:=1", [("a", "=1")]),
         ("  # comment\n! comment\n\n   \nb=2", [("b", "2")]),
         ("a=x#y", [("a", "x#y")]),  # no comments after a value
-        ("namesrvAddr=127.0.0.1:9876;\\\n    127.0.0.1:9877", [("namesrvAddr",
-                                                               "127.0.0.1:9876;127.0.0.1:9877")]),
+        (
+            "namesrvAddr=127.0.0.1:9876;\\\n    127.0.0.1:9877",
+            [("namesrvAddr", "127.0.0.1:9876;127.0.0.1:9877")],
+        ),
         ("a=1\\\\\nb=2", [("a", "1\\"), ("b", "2")]),  # an even count of backslashes ends it
         ("a=\\\n  # not a comment", [("a", "# not a comment")]),
         ("a\\=b=c", [("a=b", "c")]),
@@ -173,6 +178,9 @@ def test_store_paths_trioha_cannot_move_are_refused_not_ignored(tmp_path: Path) 
     same = write(tmp_path, f"storePathRootDir={root}\nstorePathConsumeQueue={root}/consumequeue\n")
     assert BrokerConfig.from_properties(same).store_root == root
     moved = write(tmp_path, f"storePathRootDir={root}\nstorePathIndex=/elsewhere/index\n")
-    with pytest.raises(ConfigError, match=r"broker.conf:2: storePathIndex=/elsewhere/index "
-                       r"cannot be honoured: trioha keeps it at .*store/index"):
+    with pytest.raises(
+        ConfigError,
+        match=r"broker.conf:2: storePathIndex=/elsewhere/index "
+        r"cannot be honoured: trioha keeps it at .*store/index",
+    ):
         BrokerConfig.from_properties(moved)

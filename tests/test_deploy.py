@@ -73,6 +73,11 @@ def test_the_image_builds_and_prints_the_cli_help(tmp_path: Path) -> None:
         pytest.skip(reason)
     tag = "trioha-test:latest"
     subprocess.run(["docker", "build", "-q", "-t", tag, str(ROOT)], check=True, timeout=900)
-    out = subprocess.run(["docker", "run", "--rm", tag, "--help"], capture_output=True,
-                         text=True, check=True, timeout=120).stdout
+    out = subprocess.run(
+        ["docker", "run", "--rm", tag, "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
     assert "master" in out and "slave" in out

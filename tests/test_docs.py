@@ -12,7 +12,8 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 def test_the_state_diagram_in_the_docs_is_generated_from_the_table() -> None:
     text = (DOCS / "replication.md").read_text()
-    match = re.search(r"<!-- diagram:begin -->\n```mermaid\n(.*?)```\n<!-- diagram:end -->", text,
-                      re.S)
+    match = re.search(
+        r"<!-- diagram:begin -->\n```mermaid\n(.*?)```\n<!-- diagram:end -->", text, re.S
+    )
     assert match is not None
     assert match.group(1) == transition_table_mermaid()

@@ -66,8 +66,7 @@ async def test_epoch_mode_replicates_and_rebuilds_the_history(tmp_path: Path) ->
     files_identical(tmp_path / "m", tmp_path / "s")
 
 
-async def test_a_restarted_master_begins_a_new_epoch_that_the_slave_records(tmp_path: Path
-                                                                           ) -> None:
+async def test_a_restarted_master_begins_a_new_epoch_that_the_slave_records(tmp_path: Path) -> None:
     async with running(master_config(tmp_path / "m", **EPOCH)) as master:
         address = master.ha_address
         assert address is not None
@@ -94,10 +93,21 @@ class _Process:
     """A broker run as ``python -m trioha``, its output in a file (a pipe nobody reads while
     the test waits could fill and stall the broker)."""
 
-    def __init__(self, name: str, role: str, store: Path, *, conf: Path, ha: int,
-                 listen: int, logs: Path) -> None:
-        cmd = [sys.executable, "-m", "trioha", role, "--store-dir", str(store), "-c",
-               str(conf), "--listen", f"127.0.0.1:{listen}"]
+    def __init__(
+        self, name: str, role: str, store: Path, *, conf: Path, ha: int, listen: int, logs: Path
+    ) -> None:
+        cmd = [
+            sys.executable,
+            "-m",
+            "trioha",
+            role,
+            "--store-dir",
+            str(store),
+            "-c",
+            str(conf),
+            "--listen",
+            f"127.0.0.1:{listen}",
+        ]
         cmd += ["--ha-listen" if role == "master" else "--master-ha", f"127.0.0.1:{ha}"]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.name = name
@@ -124,8 +134,9 @@ class _Process:
         return self.output
 
 
-def _until(done: Callable[[], bool], what: str, processes: list[_Process],
-           within: float = 60) -> None:
+def _until(
+    done: Callable[[], bool], what: str, processes: list[_Process], within: float = 60
+) -> None:
     """Poll ``done`` until it holds; fail at once if a broker died, or after ``within`` s."""
     deadline = time.monotonic() + within
     while not done():
@@ -150,8 +161,9 @@ async def _produce(broker_process: _Process, port: int, count: int, tag: bytes) 
                     broker_process.check_alive()
                     await trio.sleep(0.1)
         for i in range(count):
-            result = await send_message(pool, broker, topic="Epochs", body=tag + b"%05d" % i,
-                                        queue_id=i % 4)
+            result = await send_message(
+                pool, broker, topic="Epochs", body=tag + b"%05d" % i, queue_id=i % 4
+            )
             assert result.code == 0, result
 
 
@@ -168,9 +180,14 @@ async def _queues(port: int) -> list[list[tuple[int, bytes]]] | None:
                 got: list[tuple[int, bytes]] = []
                 offset = 0
                 for _ in range(100):
-                    result = await pull_message(pool, f"127.0.0.1:{port}", group="g",
-                                                topic="Epochs", queue_id=queue_id,
-                                                offset=offset)
+                    result = await pull_message(
+                        pool,
+                        f"127.0.0.1:{port}",
+                        group="g",
+                        topic="Epochs",
+                        queue_id=queue_id,
+                        offset=offset,
+                    )
                     if not result.messages:
                         break
                     got += [(m.physical_offset, m.body) for m in result.messages]
@@ -203,13 +220,14 @@ def _messages(store_dir: Path, scratch: Path) -> list[StoredMessage]:
 
 
 @pytest.mark.slow
-def test_a_slave_holding_the_masters_lost_tail_is_cut_back_never_spliced(tmp_path: Path
-                                                                       ) -> None:
+def test_a_slave_holding_the_masters_lost_tail_is_cut_back_never_spliced(tmp_path: Path) -> None:
     master_dir, slave_dir = tmp_path / "m", tmp_path / "s"
     conf = tmp_path / "broker.conf"
-    conf.write_text(f"mappedFileSizeCommitLog={SEG}\nenableControllerMode=true\n"
-                    "haSendHeartbeatInterval=200\nhaHousekeepingInterval=2000\n"
-                    "haReconnectBackoffMax=200\n")
+    conf.write_text(
+        f"mappedFileSizeCommitLog={SEG}\nenableControllerMode=true\n"
+        "haSendHeartbeatInterval=200\nhaHousekeepingInterval=2000\n"
+        "haReconnectBackoffMax=200\n"
+    )
     ha, m_port, s_port = _free_port(), _free_port(), _free_port()
 
     def start(name: str, role: str) -> _Process:
@@ -219,8 +237,11 @@ def test_a_slave_holding_the_masters_lost_tail_is_cut_back_never_spliced(tmp_pat
     master, slave = start("master1", "master"), start("slave1", "slave")
     try:
         trio.run(_produce, master, m_port, 200, b"old")
-        _until(lambda: _same_files(master_dir, slave_dir), "the slave copies the master",
-               [master, slave])
+        _until(
+            lambda: _same_files(master_dir, slave_dir),
+            "the slave copies the master",
+            [master, slave],
+        )
         # Kill the master (no clean shutdown) and stop the slave; then the power cut: the
         # master's last 40 messages, which the slave holds, were never on its disk.
         master.stop(signal.SIGKILL)
@@ -244,11 +265,17 @@ def test_a_slave_holding_the_masters_lost_tail_is_cut_back_never_spliced(tmp_pat
             [(1, 0), (2, cut)]
         )
         slave = start("slave2", "slave")
-        _until(lambda: _same_files(master_dir, slave_dir), "the slave is cut back and copies "
-               "the master's new history", [master, slave])
+        _until(
+            lambda: _same_files(master_dir, slave_dir),
+            "the slave is cut back and copies the master's new history",
+            [master, slave],
+        )
         trio.run(_produce, master, m_port, 20, b"more")
-        _until(lambda: _same_files(master_dir, slave_dir), "the slave copies the master",
-               [master, slave])
+        _until(
+            lambda: _same_files(master_dir, slave_dir),
+            "the slave copies the master",
+            [master, slave],
+        )
         # The slave's consume queues were cut with its log: they index the new history.
         _same_queues(m_port, s_port, [master, slave])
     finally:
@@ -260,12 +287,8 @@ def test_a_slave_holding_the_masters_lost_tail_is_cut_back_never_spliced(tmp_pat
     assert f"to {cut}, the consistent point" in slave_out, slave_out
     assert "diverged" not in slave_out, slave_out
     assert "may have sent bytes" not in master_out, master_out  # the classic refusal
-    assert EpochFile.open(slave_dir / EPOCH_FILE_NAME).history == entries_of(
-        [(1, 0), (2, cut)]
-    )
-    assert EpochFile.open(master_dir / EPOCH_FILE_NAME).history == entries_of(
-        [(1, 0), (2, cut)]
-    )
+    assert EpochFile.open(slave_dir / EPOCH_FILE_NAME).history == entries_of([(1, 0), (2, cut)])
+    assert EpochFile.open(master_dir / EPOCH_FILE_NAME).history == entries_of([(1, 0), (2, cut)])
     # The new history starts exactly at the cut: no padding, no skipped offsets, nothing
     # recorded as lost.
     messages = _messages(master_dir, tmp_path / "final")
@@ -411,8 +434,10 @@ async def test_a_consistent_point_inside_a_record_stops_the_slave_for_a_reseed(
         nursery.cancel_scope.cancel()
     assert (tmp_path / "s" / "commitlog" / f"{0:020d}").read_bytes() == held
     assert (tmp_path / "s" / DIVERGED_FILE).exists()
-    assert any(r.levelname == "ERROR" and f"consistent point {inside}" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        r.levelname == "ERROR" and f"consistent point {inside}" in r.getMessage()
+        for r in caplog.records
+    )
     # The operator's cut refuses too, naming the boundaries around it: re-seed this slave.
     with pytest.raises(NotAMessageBoundaryError):
         truncate_to_master(slave_config(tmp_path / "s", tuple(address), **EPOCH))

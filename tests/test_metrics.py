@@ -36,8 +36,9 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return out
 
 
-def value(found: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str,
-          **labels: str) -> float:
+def value(
+    found: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> float:
     return found[(name, tuple(sorted(labels.items())))]
 
 
@@ -50,8 +51,10 @@ async def metrics_of(collector: object) -> AsyncIterator[tuple[str, int]]:
 
 
 async def test_master_and_slave_metrics_move_with_sync_puts(tmp_path: Path) -> None:
-    async with open_broker(master_config(tmp_path / "m", BrokerRole.SYNC_MASTER)) as master, \
-            metrics_of(BrokerCollector(master)) as m_addr:
+    async with (
+        open_broker(master_config(tmp_path / "m", BrokerRole.SYNC_MASTER)) as master,
+        metrics_of(BrokerCollector(master)) as m_addr,
+    ):
         slave_cm = open_broker(slave_config(tmp_path / "s", master))
         slave: Broker = await slave_cm.__aenter__()
         try:
@@ -78,8 +81,9 @@ async def test_master_and_slave_metrics_move_with_sync_puts(tmp_path: Path) -> N
                 end = master.store.commitlog.max_offset
                 assert value(after, "trioha_commitlog_max_offset_bytes") == end
                 assert value(after, "trioha_puts_total") == value(before, "trioha_puts_total") + 200
-                (peer,) = [dict(k[1])["peer"] for k in after
-                           if k[0] == "trioha_ha_slave_ack_offset_bytes"]
+                (peer,) = [
+                    dict(k[1])["peer"] for k in after if k[0] == "trioha_ha_slave_ack_offset_bytes"
+                ]
                 assert value(after, "trioha_ha_slave_ack_offset_bytes", peer=peer) == end
                 assert value(after, "trioha_ha_slave_behind_bytes", peer=peer) == 0
                 assert value(after, "trioha_ha_slave_behind_seconds", peer=peer) == 0
@@ -91,8 +95,9 @@ async def test_master_and_slave_metrics_move_with_sync_puts(tmp_path: Path) -> N
                     before.get(("trioha_put_results_total", (("status", "PUT_OK"),)), 0)
                 )
                 assert value(after, "trioha_put_latency_seconds_count", mode="sync") == 200
-                assert value(after, "trioha_put_latency_seconds_bucket", mode="sync",
-                             le="+Inf") == 200
+                assert (
+                    value(after, "trioha_put_latency_seconds_bucket", mode="sync", le="+Inf") == 200
+                )
                 assert value(after, "trioha_ha_slave_frames_sent_total", peer=peer) >= 1
                 assert value(after, "trioha_ha_slaves_connected") == 1
                 slave_side = samples((await http_get(s_addr, "/metrics"))[1])
@@ -124,15 +129,20 @@ async def test_master_and_slave_metrics_move_with_sync_puts(tmp_path: Path) -> N
             await master.ha_service.wait_no_connections()
         gone = samples((await http_get(m_addr, "/metrics"))[1])
         assert value(gone, "trioha_ha_slaves_connected") == 0
-        closed = {dict(labels)["reason"]: v for (name, labels), v in gone.items()
-                  if name == "trioha_ha_connections_closed_total"}
+        closed = {
+            dict(labels)["reason"]: v
+            for (name, labels), v in gone.items()
+            if name == "trioha_ha_connections_closed_total"
+        }
         assert sum(closed.values()) == 1
         assert set(closed) <= {"peer_closed", "broken", "shutdown"}, closed
 
 
 async def test_reconnects_and_states_when_the_slave_and_the_master_go(tmp_path: Path) -> None:
-    async with open_broker(master_config(tmp_path / "m")) as master, \
-            metrics_of(BrokerCollector(master)) as m_addr:
+    async with (
+        open_broker(master_config(tmp_path / "m")) as master,
+        metrics_of(BrokerCollector(master)) as m_addr,
+    ):
         address = master.ha_address
         assert address is not None
         for _ in range(2):  # the slave is killed, and started again
@@ -143,13 +153,16 @@ async def test_reconnects_and_states_when_the_slave_and_the_master_go(tmp_path: 
             await master.ha_service.wait_no_connections()
         seen = samples((await http_get(m_addr, "/metrics"))[1])
         assert value(seen, "trioha_ha_connections_accepted_total") == 2
-        closed = sum(v for (name, _), v in seen.items()
-                     if name == "trioha_ha_connections_closed_total")
+        closed = sum(
+            v for (name, _), v in seen.items() if name == "trioha_ha_connections_closed_total"
+        )
         assert closed == 2
         assert value(seen, "trioha_ha_slaves_connected") == 0
     # Now the master goes and comes back on the same port: the slave's series follow.
-    async with open_broker(slave_config(tmp_path / "s", address)) as slave, \
-            metrics_of(BrokerCollector(slave)) as s_addr:
+    async with (
+        open_broker(slave_config(tmp_path / "s", address)) as slave,
+        metrics_of(BrokerCollector(slave)) as s_addr,
+    ):
         assert slave.ha_client is not None
         async with open_broker(master_config(tmp_path / "m", ha_listen_port=address[1])):
             with trio.fail_after(10):
@@ -162,8 +175,11 @@ async def test_reconnects_and_states_when_the_slave_and_the_master_go(tmp_path: 
         down = samples((await http_get(s_addr, "/metrics"))[1])
         assert value(down, "trioha_ha_client_connected", master=slave.ha_client.master) == 0
         assert value(down, "trioha_ha_client_state_info", state="connecting") == 1
-        reasons = {dict(labels)["reason"]: v for (name, labels), v in down.items()
-                   if name == "trioha_ha_client_disconnects_total"}
+        reasons = {
+            dict(labels)["reason"]: v
+            for (name, labels), v in down.items()
+            if name == "trioha_ha_client_disconnects_total"
+        }
         assert sum(reasons.values()) >= 1, reasons
         async with open_broker(master_config(tmp_path / "m", ha_listen_port=address[1])):
             with trio.fail_after(10):
@@ -193,8 +209,10 @@ async def test_the_metrics_port_answers_only_what_it_serves(tmp_path: Path) -> N
 async def test_a_port_in_use_is_one_clear_error() -> None:
     from trioha._errors import ConfigError
 
-    async with metrics_of(NamesrvCollector(NamesrvProcessor())) as (host, port), \
-            trio.open_nursery() as nursery:
+    async with (
+        metrics_of(NamesrvCollector(NamesrvProcessor())) as (host, port),
+        trio.open_nursery() as nursery,
+    ):
         with pytest.raises(ConfigError, match=rf"{port} \(--metrics-listen\)"):
             await nursery.start(serve_metrics, NamesrvCollector(NamesrvProcessor()), host, port)
 

@@ -40,8 +40,11 @@ def test_json_logs_are_one_object_per_line_with_the_structured_fields() -> None:
     out = io.StringIO()
     configure_logging(fmt="json", stream=out)
     log = logging.getLogger("trioha.net")
-    log.warning("slave %s refused", "10.0.0.2:5000", extra={"peer": "10.0.0.2:5000",
-                                                             "offset": 1024, "reason": "diverged"})
+    log.warning(
+        "slave %s refused",
+        "10.0.0.2:5000",
+        extra={"peer": "10.0.0.2:5000", "offset": 1024, "reason": "diverged"},
+    )
     try:
         raise OSError(28, "No space left on device")
     except OSError:
@@ -79,8 +82,9 @@ def test_progress_off_a_terminal_logs_a_line_per_interval_with_rate_and_eta(
 ) -> None:
     clock = FakeClock()
     caplog.set_level(logging.INFO, "trioha.progress")
-    with Progress("slave catch-up", total=1 << 30, interval=10, clock=clock,
-                  terminal=False) as progress:
+    with Progress(
+        "slave catch-up", total=1 << 30, interval=10, clock=clock, terminal=False
+    ) as progress:
         clock.now = 5
         progress.set(256 << 20)  # before the interval: no line
         assert caplog.messages == []
@@ -105,7 +109,10 @@ def test_progress_on_a_terminal_draws_a_bar() -> None:
 
 def test_human_bytes() -> None:
     assert [human_bytes(n) for n in (12, 2048, 5 << 20, 3 << 40)] == [
-        "12 B", "2.0 KiB", "5.0 MiB", "3.0 TiB",
+        "12 B",
+        "2.0 KiB",
+        "5.0 MiB",
+        "3.0 TiB",
     ]
 
 

@@ -80,9 +80,13 @@ def metrics_address(text: str) -> tuple[str, int]:
 
 
 def add_metrics_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--metrics-listen", type=metrics_address, metavar="[HOST:]PORT",
-                   help="serve Prometheus metrics at http://HOST:PORT/metrics (off by default; "
-                   "127.0.0.1 when no host; needs the metrics extra)")
+    p.add_argument(
+        "--metrics-listen",
+        type=metrics_address,
+        metavar="[HOST:]PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (off by default; "
+        "127.0.0.1 when no host; needs the metrics extra)",
+    )
 
 
 def require_prometheus_client(args: argparse.Namespace) -> None:
@@ -100,8 +104,7 @@ def require_prometheus_client(args: argparse.Namespace) -> None:
 #: What ``python -m trioha`` returns.
 EXIT_CODES = (
     (0, "success; a server stopped cleanly by Ctrl-C or SIGTERM"),
-    (1, "a runtime or configuration error (one line on stderr), or a `put` that was not "
-        "stored"),
+    (1, "a runtime or configuration error (one line on stderr), or a `put` that was not stored"),
     (2, "a usage error: an unknown flag, a bad value, no command"),
     (130, "interrupted by Ctrl-C outside a server's clean stop"),
 )
@@ -175,26 +178,56 @@ def _finish_commands(sub: Any) -> None:
             pipeline = name in {"audit", "export", "stats"}
             p.epilog = _epilog(example, PIPELINE_EXIT_CODES if pipeline else EXIT_CODES)
         p.formatter_class = argparse.RawDescriptionHelpFormatter
-        p.add_argument("--log-format", choices=FORMATS, default="text",
-                       help="log lines as plain text (default) or one JSON object per line")
+        p.add_argument(
+            "--log-format",
+            choices=FORMATS,
+            default="text",
+            help="log lines as plain text (default) or one JSON object per line",
+        )
 
 
 def _add_broker_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store-dir", type=Path,
-                   help="store root (commitlog/ inside); default: storePathRootDir from -c")
-    p.add_argument("-c", "--config", type=Path, metavar="broker.conf",
-                   help="a RocketMQ broker.conf (camelCase keys); flags override it")
-    p.add_argument("--mapped-file-size", type=_size, metavar="BYTES",
-                   help="commit log segment size (mappedFileSizeCommitLog; default 1G)")
+    p.add_argument(
+        "--store-dir",
+        type=Path,
+        help="store root (commitlog/ inside); default: storePathRootDir from -c",
+    )
+    p.add_argument(
+        "-c",
+        "--config",
+        type=Path,
+        metavar="broker.conf",
+        help="a RocketMQ broker.conf (camelCase keys); flags override it",
+    )
+    p.add_argument(
+        "--mapped-file-size",
+        type=_size,
+        metavar="BYTES",
+        help="commit log segment size (mappedFileSizeCommitLog; default 1G)",
+    )
     p.add_argument("--flush-disk-type", choices=[t.value for t in FlushDiskType])
-    p.add_argument("--listen", type=_addr, metavar="HOST:PORT",
-                   help="broker port for RocketMQ clients (default 127.0.0.1:10911)")
-    p.add_argument("--namesrv", type=_addr, metavar="HOST:PORT",
-                   help="name server to register with (namesrvAddr)")
-    p.add_argument("--set", dest="settings", type=_setting, action="append", default=[],
-                   metavar="KEY=VALUE",
-                   help="set any broker.conf key (camelCase, e.g. --set haSendHeartbeatInterval="
-                   "5000); repeatable; applied after -c, the flags above win")
+    p.add_argument(
+        "--listen",
+        type=_addr,
+        metavar="HOST:PORT",
+        help="broker port for RocketMQ clients (default 127.0.0.1:10911)",
+    )
+    p.add_argument(
+        "--namesrv",
+        type=_addr,
+        metavar="HOST:PORT",
+        help="name server to register with (namesrvAddr)",
+    )
+    p.add_argument(
+        "--set",
+        dest="settings",
+        type=_setting,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set any broker.conf key (camelCase, e.g. --set haSendHeartbeatInterval="
+        "5000); repeatable; applied after -c, the flags above win",
+    )
     add_metrics_option(p)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
@@ -211,36 +244,63 @@ def build_parser() -> argparse.ArgumentParser:
 
     master = sub.add_parser("master", help="run a master broker (serves slaves on its HA port)")
     _add_broker_options(master)
-    master.add_argument("--ha-listen", type=_addr, metavar="HOST:PORT",
-                        help="HA listen address (default 127.0.0.1:10912; port 0 picks one)")
+    master.add_argument(
+        "--ha-listen",
+        type=_addr,
+        metavar="HOST:PORT",
+        help="HA listen address (default 127.0.0.1:10912; port 0 picks one)",
+    )
     master.add_argument("--role", choices=["SYNC_MASTER", "ASYNC_MASTER"])
-    master.add_argument("--sync-from-oldest", action="store_true",
-                        help="serve a slave reporting 0 from the oldest offset (a full copy), "
-                        "not the last segment (ha_sync_from_oldest)")
-    master.add_argument("--accept-damaged-log", action="store_true",
-                        help="start even though recovery cut bytes that had been flushed "
-                             "(damage); slaves holding them are refused (docs/replication.md)")
-    master.add_argument("--embedded-namesrv", action="store_true",
-                        help="also run a name server on 127.0.0.1:9876 for a one-command setup")
+    master.add_argument(
+        "--sync-from-oldest",
+        action="store_true",
+        help="serve a slave reporting 0 from the oldest offset (a full copy), "
+        "not the last segment (ha_sync_from_oldest)",
+    )
+    master.add_argument(
+        "--accept-damaged-log",
+        action="store_true",
+        help="start even though recovery cut bytes that had been flushed "
+        "(damage); slaves holding them are refused (docs/replication.md)",
+    )
+    master.add_argument(
+        "--embedded-namesrv",
+        action="store_true",
+        help="also run a name server on 127.0.0.1:9876 for a one-command setup",
+    )
     master.set_defaults(handler=_run_master)
 
     slave = sub.add_parser("slave", help="run a slave broker replicating from a master")
     _add_broker_options(slave)
-    slave.add_argument("--master-ha", type=_addr, metavar="HOST:PORT",
-                       help="the master's HA address (haMasterAddress)")
-    slave.add_argument("--ack-flushed", action="store_true",
-                       help="ack only what is flushed to disk (ha_slave_ack_flushed)")
-    slave.add_argument("--truncate-to-master", action="store_true",
-                       help="cut a slave its master refused back to where their histories "
-                            "part (kept in lost+found), then exit (docs/replication.md)")
+    slave.add_argument(
+        "--master-ha",
+        type=_addr,
+        metavar="HOST:PORT",
+        help="the master's HA address (haMasterAddress)",
+    )
+    slave.add_argument(
+        "--ack-flushed",
+        action="store_true",
+        help="ack only what is flushed to disk (ha_slave_ack_flushed)",
+    )
+    slave.add_argument(
+        "--truncate-to-master",
+        action="store_true",
+        help="cut a slave its master refused back to where their histories "
+        "part (kept in lost+found), then exit (docs/replication.md)",
+    )
     slave.set_defaults(handler=_run_slave)
 
     demo = sub.add_parser("demo", help="run a master and a slave on loopback with a sync workload")
     demo.add_argument("--messages", type=int, default=20000, help="messages to put (default 20000)")
     demo.add_argument("--size", type=_size, default=1024, help="body size (default 1K)")
     demo.add_argument("--producers", type=int, default=16, help="concurrent producers")
-    demo.add_argument("--mapped-file-size", type=_size, default=8 << 20,
-                      help="segment size (default 8M, so the workload spans segments)")
+    demo.add_argument(
+        "--mapped-file-size",
+        type=_size,
+        default=8 << 20,
+        help="segment size (default 8M, so the workload spans segments)",
+    )
     demo.add_argument("--dir", type=Path, help="keep the stores here instead of a temp dir")
     demo.set_defaults(handler=_run_demo)
 
@@ -254,11 +314,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _broker_config(args: argparse.Namespace, role: BrokerRole | None, **extra: Any
-                   ) -> BrokerConfig:
+def _broker_config(args: argparse.Namespace, role: BrokerRole | None, **extra: Any) -> BrokerConfig:
     settings: list[tuple[str, str]] = args.settings
-    if args.store_dir is None and args.config is None and not any(
-        key == "storePathRootDir" for key, _ in settings
+    if (
+        args.store_dir is None
+        and args.config is None
+        and not any(key == "storePathRootDir" for key, _ in settings)
     ):
         raise ConfigError("a broker needs --store-dir DIR or -c broker.conf (storePathRootDir)")
     overrides: dict[str, Any] = {}
@@ -347,8 +408,13 @@ class BrokerReport:
     """What a running broker logs: a slave's catch-up as progress (bytes, rate, ETA from the
     master's end), otherwise lag or state lines every ``interval`` seconds."""
 
-    def __init__(self, *, interval: float = REPORT_INTERVAL,
-                 clock: Callable[[], float] | None = None, terminal: bool | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        interval: float = REPORT_INTERVAL,
+        clock: Callable[[], float] | None = None,
+        terminal: bool | None = None,
+    ) -> None:
         import time
 
         self.interval = interval
@@ -362,14 +428,23 @@ class BrokerReport:
         """Look at one ``statistics()`` snapshot (called about once a second)."""
         client = stats.client
         behind = getattr(client, "behind_bytes", None) if client is not None else None
-        if self.catch_up is None and behind is not None and behind >= CATCH_UP_BYTES \
-                and client.connected:
+        if (
+            self.catch_up is None
+            and behind is not None
+            and behind >= CATCH_UP_BYTES
+            and client.connected
+        ):
             from trioha._progress import Progress
 
             self._from = stats.max_offset
-            self.catch_up = Progress("slave catch-up", total=behind, unit="B",
-                                     interval=self.interval, clock=self.clock,
-                                     terminal=self.terminal)
+            self.catch_up = Progress(
+                "slave catch-up",
+                total=behind,
+                unit="B",
+                interval=self.interval,
+                clock=self.clock,
+                terminal=self.terminal,
+            )
         if self.catch_up is not None:
             assert client is not None
             master_end = max(client.master_end or 0, stats.max_offset)
@@ -377,10 +452,14 @@ class BrokerReport:
             if behind is None or behind < CATCH_UP_BYTES or not client.connected:
                 self.catch_up.close()
                 self.catch_up = None
-                log.info("slave caught up with master %s at %d" if client.connected
-                         else "slave catch-up interrupted (master %s) at %d",
-                         client.master, stats.max_offset,
-                         extra={"peer": client.master, "offset": stats.max_offset})
+                log.info(
+                    "slave caught up with master %s at %d"
+                    if client.connected
+                    else "slave catch-up interrupted (master %s) at %d",
+                    client.master,
+                    stats.max_offset,
+                    extra={"peer": client.master, "offset": stats.max_offset},
+                )
             self._last_line = self.clock()
             return
         now = self.clock()
@@ -392,28 +471,50 @@ class BrokerReport:
     def state_lines(self, stats: Any) -> None:
         if stats.ha is not None:
             for slave in stats.ha.slaves:
-                log.info("slave %s acked %d, behind by %d bytes, %.3f s", slave.peer,
-                         slave.ack_offset, slave.lag, slave.behind_seconds or 0.0,
-                         extra={"peer": slave.peer, "offset": slave.ack_offset,
-                                "behind_bytes": slave.lag,
-                                "behind_seconds": slave.behind_seconds})
+                log.info(
+                    "slave %s acked %d, behind by %d bytes, %.3f s",
+                    slave.peer,
+                    slave.ack_offset,
+                    slave.lag,
+                    slave.behind_seconds or 0.0,
+                    extra={
+                        "peer": slave.peer,
+                        "offset": slave.ack_offset,
+                        "behind_bytes": slave.lag,
+                        "behind_seconds": slave.behind_seconds,
+                    },
+                )
             if not stats.ha.slaves:
-                log.info("no slave connected; log ends at %d", stats.max_offset,
-                         extra={"offset": stats.max_offset})
+                log.info(
+                    "no slave connected; log ends at %d",
+                    stats.max_offset,
+                    extra={"offset": stats.max_offset},
+                )
         elif stats.client is not None and stats.client.needs_reseed:
-            log.error("not replicating: diverged from master %s at %d (this slave holds up to "
-                      "%d); run `trioha slave --truncate-to-master` or re-seed",
-                      stats.client.master, stats.client.diverged_master_offset,
-                      stats.client.diverged_slave_offset,
-                      extra={"peer": stats.client.master, "reason": "diverged"})
+            log.error(
+                "not replicating: diverged from master %s at %d (this slave holds up to "
+                "%d); run `trioha slave --truncate-to-master` or re-seed",
+                stats.client.master,
+                stats.client.diverged_master_offset,
+                stats.client.diverged_slave_offset,
+                extra={"peer": stats.client.master, "reason": "diverged"},
+            )
         elif stats.client is not None:
             state = "connected to" if stats.client.connected else "waiting for"
             behind = stats.client.behind_bytes
             tail = "" if behind is None else f", {behind} bytes behind"
-            log.info("%s master %s; log ends at %d%s", state, stats.client.master,
-                     stats.max_offset, tail,
-                     extra={"peer": stats.client.master, "offset": stats.max_offset,
-                            "state": stats.client.state})
+            log.info(
+                "%s master %s; log ends at %d%s",
+                state,
+                stats.client.master,
+                stats.max_offset,
+                tail,
+                extra={
+                    "peer": stats.client.master,
+                    "offset": stats.max_offset,
+                    "state": stats.client.state,
+                },
+            )
 
 
 async def _report_progress(broker: Any) -> None:

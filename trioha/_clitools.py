@@ -194,8 +194,9 @@ def _open_pool() -> AbstractAsyncContextManager[RemotingClientPool]:
     """A client pool signing and speaking TLS as the environment says (module docstring)."""
     from trioha.acl import RequestSigner
 
-    access_key, secret_key = os.environ.get("TRIOHA_ACCESS_KEY"), os.environ.get(
-        "TRIOHA_SECRET_KEY"
+    access_key, secret_key = (
+        os.environ.get("TRIOHA_ACCESS_KEY"),
+        os.environ.get("TRIOHA_SECRET_KEY"),
     )
     if access_key and not secret_key:
         raise ConfigError("TRIOHA_ACCESS_KEY is set but TRIOHA_SECRET_KEY is not")

@@ -90,7 +90,10 @@ async def _demo(args: argparse.Namespace, base: Path) -> int:
                 for i in remaining:
                     t0 = time.perf_counter()
                     result = await master.put(
-                        topic="TriohaDemo", body=body, tags=f"T{i % 4}", keys=f"k{i}",
+                        topic="TriohaDemo",
+                        body=body,
+                        tags=f"T{i % 4}",
+                        keys=f"k{i}",
                         queue_id=pid % 4,
                     )
                     latencies.append(time.perf_counter() - t0)
@@ -101,8 +104,12 @@ async def _demo(args: argparse.Namespace, base: Path) -> int:
                     await trio.sleep(0.5)
                     done = sum(statuses.values())
                     lag = master.store.commitlog.max_offset - slave.store.commitlog.max_offset
-                    print(f"\r  {done:>8}/{args.messages} puts, slave behind by {lag:>9} bytes",
-                          end="", file=out, flush=True)
+                    print(
+                        f"\r  {done:>8}/{args.messages} puts, slave behind by {lag:>9} bytes",
+                        end="",
+                        file=out,
+                        flush=True,
+                    )
 
             start = time.perf_counter()
             async with trio.open_nursery() as nursery:
@@ -121,18 +128,28 @@ async def _demo(args: argparse.Namespace, base: Path) -> int:
             mstats = master.statistics()
             segments = len(list((base / "master" / "commitlog").iterdir()))
             total = mstats.max_offset - mstats.min_offset
-            print(f"puts: {args.messages} x {args.size} B by {args.producers} producers "
-                  f"in {elapsed:.2f} s = {args.messages / elapsed:,.0f} puts/s, "
-                  f"{total / elapsed / (1 << 20):.1f} MiB/s", file=out)
-            print("statuses: " + ", ".join(f"{s.value} {n}" for s, n in statuses.items()),
-                  file=out)
-            print(f"sync put latency: p50 {_percentile(latencies, 0.5) * 1e3:.2f} ms, "
-                  f"p99 {_percentile(latencies, 0.99) * 1e3:.2f} ms", file=out)
-            print(f"commit log: {total:,} bytes in {segments} segment(s) of "
-                  f"{args.mapped_file_size:,} bytes", file=out)
+            print(
+                f"puts: {args.messages} x {args.size} B by {args.producers} producers "
+                f"in {elapsed:.2f} s = {args.messages / elapsed:,.0f} puts/s, "
+                f"{total / elapsed / (1 << 20):.1f} MiB/s",
+                file=out,
+            )
+            print("statuses: " + ", ".join(f"{s.value} {n}" for s, n in statuses.items()), file=out)
+            print(
+                f"sync put latency: p50 {_percentile(latencies, 0.5) * 1e3:.2f} ms, "
+                f"p99 {_percentile(latencies, 0.99) * 1e3:.2f} ms",
+                file=out,
+            )
+            print(
+                f"commit log: {total:,} bytes in {segments} segment(s) of "
+                f"{args.mapped_file_size:,} bytes",
+                file=out,
+            )
             if differs is None:
-                print("verdict: the slave's commit log is byte-for-byte identical to the "
-                      "master's", file=out)
+                print(
+                    "verdict: the slave's commit log is byte-for-byte identical to the master's",
+                    file=out,
+                )
             else:
                 print(f"verdict: the logs DIFFER from offset {differs}", file=out)
             ok = differs is None and statuses[PutStatus.PUT_OK] == args.messages

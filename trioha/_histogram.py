@@ -15,8 +15,23 @@ import attrs
 #: Upper bounds in seconds: 50 µs to 10 s, roughly ×2.5 apart (a sync put on loopback takes
 #: 100-300 µs; a FLUSH_SLAVE_TIMEOUT takes ``slave_timeout``, 3 s by default).
 LATENCY_BUCKETS: Final = (
-    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-    1.0, 2.5, 5.0, 10.0,
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
 )
 
 

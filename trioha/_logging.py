@@ -17,9 +17,11 @@ from typing import Any, Final, TextIO
 FORMATS: Final = ("text", "json")
 
 #: What every LogRecord has; anything else on a record came from ``extra=``.
-_STANDARD: Final = frozenset(
-    logging.LogRecord("", 0, "", 0, "", None, None).__dict__
-) | {"message", "asctime", "taskName"}
+_STANDARD: Final = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
+    "message",
+    "asctime",
+    "taskName",
+}
 
 
 class JsonFormatter(logging.Formatter):

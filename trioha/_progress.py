@@ -70,8 +70,13 @@ class Progress:
             else:
                 scale = unit == "B"
                 self._bar = tqdm(
-                    total=total, desc=what, unit=unit, unit_scale=scale,
-                    unit_divisor=1024 if scale else 1000, file=stream, leave=True,
+                    total=total,
+                    desc=what,
+                    unit=unit,
+                    unit_scale=scale,
+                    unit_divisor=1024 if scale else 1000,
+                    file=stream,
+                    leave=True,
                 )
 
     def update(self, amount: float) -> None:

@@ -41,9 +41,7 @@ def truncate_to_master(config: BrokerConfig) -> str:
             "refused by its master, so there is nothing to cut back"
         )
     offset = divergence.master_offset
-    with open_store(
-        root, segment_size=config.mapped_file_size_commit_log, create=False
-    ) as store:
+    with open_store(root, segment_size=config.mapped_file_size_commit_log, create=False) as store:
         queues = ConsumeQueueStore(root)
         queues.load()
         try:

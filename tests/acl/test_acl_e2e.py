@@ -52,13 +52,14 @@ needs_client = pytest.mark.skipif(
 )
 
 
-async def start_namesrv(
-    nursery: trio.Nursery, acl_file: Path, processor: NamesrvProcessor
-) -> str:
+async def start_namesrv(nursery: trio.Nursery, acl_file: Path, processor: NamesrvProcessor) -> str:
     """A name server with the ACL of *acl_file* on a free port; its address."""
     host, port = await nursery.start(
         lambda task_status: serve_namesrv(
-            "127.0.0.1", 0, processor=processor, acl=PlainAcl.load(acl_file),
+            "127.0.0.1",
+            0,
+            processor=processor,
+            acl=PlainAcl.load(acl_file),
             task_status=task_status,
         )
     )
@@ -170,12 +171,24 @@ async def test_unsigned_registration_and_kv_writes_are_refused(tmp_path: Path) -
     admin = RequestSigner("brokerAdmin", "brokerSecret1")
 
     def register(addr: str, name: str, code: int = RequestCode.REGISTER_BROKER) -> RemotingCommand:
-        wrapper = {"topicConfigTable": {"RealTopic": {"topicName": "RealTopic",
-                                                       "readQueueNums": 4,
-                                                       "writeQueueNums": 4, "perm": 6}}}
+        wrapper = {
+            "topicConfigTable": {
+                "RealTopic": {
+                    "topicName": "RealTopic",
+                    "readQueueNums": 4,
+                    "writeQueueNums": 4,
+                    "perm": 6,
+                }
+            }
+        }
         body = dumps_bytes({"topicConfigSerializeWrapper": wrapper, "filterServerList": []})
-        fields = {"brokerAddr": addr, "brokerId": 0, "brokerName": name,
-                  "clusterName": "DefaultCluster", "haServerAddr": addr}
+        fields = {
+            "brokerAddr": addr,
+            "brokerId": 0,
+            "brokerName": name,
+            "clusterName": "DefaultCluster",
+            "haServerAddr": addr,
+        }
         return RemotingCommand.request(code, fields, body if code == 103 else b"")
 
     async with trio.open_nursery() as nursery:
@@ -198,16 +211,15 @@ async def test_unsigned_registration_and_kv_writes_are_refused(tmp_path: Path) -
                 assert response.remark.startswith(
                     "org.apache.rocketmq.acl.common.AclException: No accessKey is configured"
                 )
-            async with open_client_pool(
-                rpc_hook=RequestSigner("RocketMQ", "12345678")
-            ) as ordinary:
+            async with open_client_pool(rpc_hook=RequestSigner("RocketMQ", "12345678")) as ordinary:
                 response = await ordinary.request(namesrv, attacks[0])
                 assert "Need admin permission for request code=103" in (response.remark or "")
                 # Reads are open to any valid account.
                 route = await ordinary.request(
                     namesrv,
-                    RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                                            {"topic": "RealTopic"}),
+                    RemotingCommand.request(
+                        RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "RealTopic"}
+                    ),
                 )
                 assert route.code == ResponseCode.SUCCESS
             assert processor.routes.route("RealTopic") == before

@@ -26,9 +26,16 @@ async def test_namesrv_command_with_acl_and_tls(tmp_path: Path, pki: dict[str, s
         "accounts:\n  - {accessKey: RocketMQ, secretKey: '12345678'}\n"
     )
     command = [
-        sys.executable, "-m", "trioha", "namesrv", "--listen", "127.0.0.1:0",
-        "--acl-file", str(tmp_path / "plain_acl.yml"),
-        "--tls-config", str(tmp_path / "tls.properties"),
+        sys.executable,
+        "-m",
+        "trioha",
+        "namesrv",
+        "--listen",
+        "127.0.0.1:0",
+        "--acl-file",
+        str(tmp_path / "plain_acl.yml"),
+        "--tls-config",
+        str(tmp_path / "tls.properties"),
     ]
     ctx = ssl.create_default_context(cafile=pki["ca"])
     ctx.check_hostname = False
@@ -80,11 +87,19 @@ async def test_put_and_status_sign_and_speak_tls_from_the_environment(
         "  - {accessKey: RocketMQ, secretKey: '12345678', defaultTopicPerm: PUB}\n"
     )
     config = BrokerConfig(
-        store_path_root_dir=str(tmp_path / "store"), listen_port=0, ha_listen_port=0,
-        mapped_file_size_commit_log=1 << 20, namesrv_addr="127.0.0.1:0", embedded_namesrv=True,
-        acl_enable=True, acl_file=str(tmp_path / "plain_acl.yml"), acl_access_key="operator1",
-        tls_server_mode="enforcing", tls_server_cert_path=pki["cert"],
-        tls_server_key_path=pki["key"], tls_enable=True,
+        store_path_root_dir=str(tmp_path / "store"),
+        listen_port=0,
+        ha_listen_port=0,
+        mapped_file_size_commit_log=1 << 20,
+        namesrv_addr="127.0.0.1:0",
+        embedded_namesrv=True,
+        acl_enable=True,
+        acl_file=str(tmp_path / "plain_acl.yml"),
+        acl_access_key="operator1",
+        tls_server_mode="enforcing",
+        tls_server_cert_path=pki["cert"],
+        tls_server_key_path=pki["key"],
+        tls_enable=True,
     )
     monkeypatch.setenv("TRIOHA_TLS_TRUST", pki["ca"])
     async with open_broker(config) as broker:

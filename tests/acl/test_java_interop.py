@@ -91,12 +91,12 @@ async def test_refusals_are_those_of_the_java_broker(tmp_path: Path) -> None:
         f"brokerIP1=127.0.0.1\nstorePathRootDir={tmp_path}/store\n"
         f"storePathCommitLog={tmp_path}/store/commitlog\naclEnable=true\n"
     )
-    script = SCRIPT.format(
-        ref=REFERENCE, tmp=tmp_path, jvm=JVM, root=ROOT, python=sys.executable
-    )
+    script = SCRIPT.format(ref=REFERENCE, tmp=tmp_path, jvm=JVM, root=ROOT, python=sys.executable)
     with trio.fail_after(180):
         done = await trio.run_process(
-            ["unshare", "-n", "bash", "-c", script], capture_stdout=True, capture_stderr=True,
+            ["unshare", "-n", "bash", "-c", script],
+            capture_stdout=True,
+            capture_stderr=True,
             check=False,
         )
     lines = done.stdout.decode().strip().splitlines()
@@ -145,7 +145,9 @@ async def test_java_mqadmin_signs_as_trioha_verifies(tmp_path: Path) -> None:
         with trio.fail_after(120):
             done = await trio.run_process(
                 [str(REFERENCE / "rocketmq.sh"), "mqadmin", *args],
-                capture_stdout=True, capture_stderr=True, check=False,
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
             )
         return done.stdout.decode() + done.stderr.decode()
 

@@ -88,8 +88,9 @@ async def test_a_client_that_checks_the_server_refuses_an_unknown_certificate(
     async with running(config) as broker, open_client_pool(ssl_context=trusting(pki)) as pool:
         assert broker.client_side is not None
         with pytest.raises(RemotingError, match="TLS handshake"):
-            await send_message(pool, broker.client_side.broker_addr, topic="T", body=b"x",
-                               queue_id=0)
+            await send_message(
+                pool, broker.client_side.broker_addr, topic="T", body=b"x", queue_id=0
+            )
 
 
 def test_enforcing_without_a_certificate_is_a_start_up_error() -> None:
@@ -137,8 +138,12 @@ async def test_ha_pair_over_tls_with_a_shared_secret(tmp_path: Path, pki: dict[s
     tls: dict[str, Any] = {"ha_tls_enable": True, "ha_tls_trust_cert_path": pki["ca"]}
     target, got, master = await ha_pair(
         tmp_path,
-        {**tls, "ha_tls_cert_path": pki["cert"], "ha_tls_key_path": pki["key"],
-         "ha_auth_secret": "s3cret"},
+        {
+            **tls,
+            "ha_tls_cert_path": pki["cert"],
+            "ha_tls_key_path": pki["key"],
+            "ha_auth_secret": "s3cret",
+        },
         {**tls, "ha_auth_secret": "s3cret"},
     )
     assert got == target > 0
@@ -157,20 +162,25 @@ async def test_ha_port_refuses_a_wrong_secret_and_a_plain_slave(
 
 async def test_ha_client_certificate_is_checked(tmp_path: Path, pki: dict[str, str]) -> None:
     master: dict[str, Any] = {
-        "ha_tls_enable": True, "ha_tls_cert_path": pki["cert"], "ha_tls_key_path": pki["key"],
-        "ha_tls_trust_cert_path": pki["ca"], "ha_tls_need_client_auth": True,
+        "ha_tls_enable": True,
+        "ha_tls_cert_path": pki["cert"],
+        "ha_tls_key_path": pki["key"],
+        "ha_tls_trust_cert_path": pki["ca"],
+        "ha_tls_need_client_auth": True,
     }
     base = {"ha_tls_enable": True, "ha_tls_trust_cert_path": pki["ca"]}
     _, got, _ = await ha_pair(tmp_path / "a", master, base, 1)  # no certificate
     assert got == 0
     _, got, _ = await ha_pair(
-        tmp_path / "b", master,
+        tmp_path / "b",
+        master,
         {**base, "ha_tls_cert_path": pki["stranger_cert"], "ha_tls_key_path": pki["stranger_key"]},
         1,
     )
     assert got == 0
     target, got, _ = await ha_pair(
-        tmp_path / "c", master,
+        tmp_path / "c",
+        master,
         {**base, "ha_tls_cert_path": pki["client_cert"], "ha_tls_key_path": pki["client_key"]},
     )
     assert got == target > 0
@@ -190,10 +200,17 @@ async def test_the_broker_registers_over_tls_with_a_signed_request(
         "accounts:\n  - {accessKey: brokerAdmin, secretKey: brokerSecret1, admin: true}\n"
     )
     config = broker_config(
-        tmp_path / "s", pki, "enforcing",
-        namesrv_addr="127.0.0.1:0", embedded_namesrv=True, tls_enable=True,
-        tls_client_auth_server=True, tls_client_trust_cert_path=pki["ca"],
-        acl_enable=True, acl_file=str(acl_file), acl_access_key="brokerAdmin",
+        tmp_path / "s",
+        pki,
+        "enforcing",
+        namesrv_addr="127.0.0.1:0",
+        embedded_namesrv=True,
+        tls_enable=True,
+        tls_client_auth_server=True,
+        tls_client_trust_cert_path=pki["ca"],
+        acl_enable=True,
+        acl_file=str(acl_file),
+        acl_access_key="brokerAdmin",
     )
     async with running(config) as broker:
         side = broker.client_side
@@ -225,7 +242,10 @@ async def test_a_changed_certificate_is_used_for_new_connections(
     async with trio.open_nursery() as nursery:
         host, port = await nursery.start(
             lambda task_status: serve_remoting(
-                RejectAllRequests(), "127.0.0.1", 0, wrap_stream=acceptor,
+                RejectAllRequests(),
+                "127.0.0.1",
+                0,
+                wrap_stream=acceptor,
                 task_status=task_status,
             )
         )

@@ -50,8 +50,14 @@ def validator(tmp_path: Path) -> AccessValidator:
     return AccessValidator(load_table([path]))
 
 
-def signed(code: int, fields: dict[str, str], body: bytes = b"", *, ak: str = "RocketMQ",
-           sk: str = "12345678") -> RemotingCommand:
+def signed(
+    code: int,
+    fields: dict[str, str],
+    body: bytes = b"",
+    *,
+    ak: str = "RocketMQ",
+    sk: str = "12345678",
+) -> RemotingCommand:
     return RemotingCommand.request(
         code, sign_fields(fields, body, access_key=ak, secret_key=sk), body
     )
@@ -73,12 +79,14 @@ def test_refusals_read_as_the_java_broker_writes_them(validator: AccessValidator
     bare = RemotingCommand.request(RequestCode.SEND_MESSAGE, {"topic": "topicB"})
     assert remark(validator, bare) == (
         "org.apache.rocketmq.acl.common.AclException: No accessKey is configured, "
-        + VALIDATE + "663)"
+        + VALIDATE
+        + "663)"
     )
     unknown = signed(RequestCode.SEND_MESSAGE, {"topic": "topicB"}, ak="nobody12")
     assert remark(validator, unknown) == (
         "org.apache.rocketmq.acl.common.AclException: No acl config for nobody12, "
-        + VALIDATE + "667)"
+        + VALIDATE
+        + "667)"
     )
     wrong = signed(RequestCode.SEND_MESSAGE, {"topic": "topicB"}, sk="87654321")
     assert remark(validator, wrong) == (
@@ -163,8 +171,12 @@ def test_name_server_needs_admin_for_writes_and_a_signature_for_reads(tmp_path: 
     path.write_text(ACL)
     v = AccessValidator(load_table([path]), Role.NAMESRV)
     assert v.check(signed(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "t"}), PEER) is None
-    for code in (RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER,
-                 RequestCode.PUT_KV_CONFIG, RequestCode.DELETE_KV_CONFIG):
+    for code in (
+        RequestCode.REGISTER_BROKER,
+        RequestCode.UNREGISTER_BROKER,
+        RequestCode.PUT_KV_CONFIG,
+        RequestCode.DELETE_KV_CONFIG,
+    ):
         assert "Need admin permission" in (remark(v, signed(code, {})) or "")
         bare = RemotingCommand.request(code)
         assert "No accessKey is configured" in (remark(v, bare) or "")
@@ -201,10 +213,14 @@ def test_invalid_patterns_are_named(pattern: str) -> None:
     ("text", "message"),
     [
         ("accounts:\n  - {accessKey: short, secretKey: 12345678}\n", "longer than 6"),
-        ("accounts:\n  - {accessKey: longkey1, secretKey: 12345678, topicPerms: [a]}\n",
-         "parse resource permission failed"),
-        ("accounts:\n  - {accessKey: longkey1, secretKey: 12345678, whiteRemoteAddress: 1.2}\n",
-         "longkey1"),
+        (
+            "accounts:\n  - {accessKey: longkey1, secretKey: 12345678, topicPerms: [a]}\n",
+            "parse resource permission failed",
+        ),
+        (
+            "accounts:\n  - {accessKey: longkey1, secretKey: 12345678, whiteRemoteAddress: 1.2}\n",
+            "longkey1",
+        ),
         ("accounts: [\n", "not valid YAML"),
         ("- a\n", "mapping"),
     ],
@@ -280,8 +296,9 @@ def test_broker_conf_spells_the_keys_as_rocketmq(tmp_path: Path) -> None:
 
 def test_an_empty_group_names_no_resource(validator: AccessValidator) -> None:
     """The C++ producer unregisters with ``consumerGroup=""``; RocketMQ refuses that."""
-    request = signed(RequestCode.UNREGISTER_CLIENT, {"clientID": "c", "producerGroup": "PG",
-                                                     "consumerGroup": ""})
+    request = signed(
+        RequestCode.UNREGISTER_CLIENT, {"clientID": "c", "producerGroup": "PG", "consumerGroup": ""}
+    )
     assert validator.check(request, PEER) is None
 
 

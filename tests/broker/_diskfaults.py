@@ -64,8 +64,9 @@ class FullDisk:
         real = os.statvfs(path)
         if not (self.full and self._on_disk(path)):
             return real
-        return types.SimpleNamespace(f_blocks=real.f_blocks, f_bfree=0, f_bavail=0,
-                                     f_frsize=real.f_frsize)
+        return types.SimpleNamespace(
+            f_blocks=real.f_blocks, f_bfree=0, f_bavail=0, f_frsize=real.f_frsize
+        )
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         for module in (*WRITERS, _diskspace):
@@ -109,7 +110,9 @@ def tmpfs_disk(tmp_path: Path) -> Iterator[Disk]:
         pytest.skip("mounting a tmpfs needs root (the injected disk covers the same ground)")
     done = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")

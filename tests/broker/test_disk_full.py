@@ -60,9 +60,11 @@ async def test_a_master_with_a_full_disk_refuses_puts_keeps_serving_and_resumes(
 ) -> None:
     caplog.set_level(logging.INFO)
     mconf = master_config(disk.root / "master", **FAST_DISK)
-    async with open_broker(mconf) as master, open_broker(
-        slave_config(tmp_path / "slave", master, **FAST_DISK)
-    ) as slave, open_client_pool() as pool:
+    async with (
+        open_broker(mconf) as master,
+        open_broker(slave_config(tmp_path / "slave", master, **FAST_DISK)) as slave,
+        open_client_pool() as pool,
+    ):
         assert master.client_side is not None
         addr = master.client_side.broker_addr
         for i in range(20):
@@ -73,8 +75,9 @@ async def test_a_master_with_a_full_disk_refuses_puts_keeps_serving_and_resumes(
         # The last allocated page may still take a message or two; then the disk says no.
         ok, status = await put_until_refused(master)
         assert status in (PutStatus.CREATE_MAPPED_FILE_FAILED, PutStatus.SERVICE_NOT_AVAILABLE)
-        await wait_until(lambda: master.statistics().disk.level.startswith("above diskSpaceW"),
-                         "DISK_FULL")
+        await wait_until(
+            lambda: master.statistics().disk.level.startswith("above diskSpaceW"), "DISK_FULL"
+        )
         stats = master.statistics().disk
         assert not stats.writable and stats.commitlog_ratio > 0.9
         assert (await master.put(topic="Full", body=b"x")).status is PutStatus.SERVICE_NOT_AVAILABLE
@@ -110,12 +113,17 @@ async def test_a_master_with_a_full_disk_refuses_puts_keeps_serving_and_resumes(
         expected = 20 + ok + 10
 
     # One ERROR when DISK_FULL was set and one line when it cleared, not one per check.
-    full = [r for r in caplog.records if "above diskSpaceWarningLevelRatio" in r.getMessage()
-            and r.levelno == logging.ERROR]
+    full = [
+        r
+        for r in caplog.records
+        if "above diskSpaceWarningLevelRatio" in r.getMessage() and r.levelno == logging.ERROR
+    ]
     assert len(full) == 1
     # The OS's own words reach the operator.
-    assert any(r.levelno == logging.ERROR and "No space left on device" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        r.levelno == logging.ERROR and "No space left on device" in r.getMessage()
+        for r in caplog.records
+    )
     # Nothing stored was damaged: the store reopens cleanly with every message.
     with open_store(disk.root / "master") as store:
         assert store.recovery.clean_shutdown and store.recovery.cut_bytes == 0
@@ -158,7 +166,10 @@ async def test_a_slave_with_a_full_disk_pauses_replication_and_resumes(
             )
             assert slave.ha_client.append_error is None
             assert compare_logs(master, slave) is None
-    errors = [r for r in caplog.records
-              if r.levelno == logging.ERROR and "slave cannot append" in r.getMessage()]
+    errors = [
+        r
+        for r in caplog.records
+        if r.levelno == logging.ERROR and "slave cannot append" in r.getMessage()
+    ]
     assert len(errors) == 2  # once per run of the slave, not once per attempt
     assert any("appends replicated data again" in r.getMessage() for r in caplog.records)

@@ -37,8 +37,13 @@ async def test_the_consume_queue_builder_survives_enospc_and_catches_up(
     log = MemoryCommitLog(segment_size=1 << 20)
     fill(log, 10)
     guard = DiskGuard({})
-    reput = ReputService(log, ConsumeQueueStore(tmp_path, file_size=2000),
-                         checkpoint=tmp_path / "cp.json", disk=guard, retry_interval=0.05)
+    reput = ReputService(
+        log,
+        ConsumeQueueStore(tmp_path, file_size=2000),
+        checkpoint=tmp_path / "cp.json",
+        disk=guard,
+        retry_interval=0.05,
+    )
     reput.recover()
 
     async def grew(offset: int) -> None:
@@ -76,8 +81,11 @@ async def test_the_consume_queue_builder_survives_enospc_and_catches_up(
     messages = [m for m in log.iter_messages() if m.queue_id == 0]
     units = queue.read(0, 100)
     assert [u.commitlog_offset for u in units] == [m.physical_offset for m in messages]
-    errors = [r for r in caplog.records if r.levelno == logging.ERROR
-              and "consume queues cannot be written" in r.getMessage()]
+    errors = [
+        r
+        for r in caplog.records
+        if r.levelno == logging.ERROR and "consume queues cannot be written" in r.getMessage()
+    ]
     assert len(errors) == 1 and "No space left on device" in errors[0].getMessage()
 
 

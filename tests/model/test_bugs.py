@@ -82,9 +82,7 @@ def test_stale_partial_frame_after_reconnect(monkeypatch: pytest.MonkeyPatch) ->
         return attrs.evolve(state, phase=_S.DISCONNECTED), ()
 
     def connected(state: SlaveState, event: Connected) -> tuple[SlaveState, tuple[SendReport]]:
-        new = attrs.evolve(
-            state, phase=_S.TRANSFER, expected=event.log_max, reported=event.log_max
-        )
+        new = attrs.evolve(state, phase=_S.TRANSFER, expected=event.log_max, reported=event.log_max)
         return new, (SendReport(event.log_max),)
 
     _patch_slave(monkeypatch, (_S.TRANSFER, ConnectionLost), lost)

@@ -34,9 +34,7 @@ def _first_trace(name: str) -> model.Trace[model.World, Step]:
         ("async-flush-crash", "NoDivergence"),
     ],
 )
-def test_safety_counterexample_breaks_the_same_property_at_byte_level(
-    name: str, prop: str
-) -> None:
+def test_safety_counterexample_breaks_the_same_property_at_byte_level(name: str, prop: str) -> None:
     config = CONFIGS[name]
     trace = _first_trace(name)
     result = replay(config, trace)
@@ -86,9 +84,7 @@ WALK_WORLD = attrs.evolve(
     name="walk",
     messages=3,
     async_puts=True,
-    faults=Faults(
-        drops=2, housekeeping=2, stale=2, restarts=2, crashes=1, deletions=1, bogus=2
-    ),
+    faults=Faults(drops=2, housekeeping=2, stale=2, restarts=2, crashes=1, deletions=1, bogus=2),
 )
 
 

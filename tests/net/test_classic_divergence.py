@@ -96,7 +96,10 @@ def produce(address: str, count: int, tag: str) -> None:
             for i in range(count):
                 with trio.fail_after(10):
                     result = await send_message(
-                        pool, address, topic="FooBar", body=b"%s-%04d" % (tag.encode(), i) * 40,
+                        pool,
+                        address,
+                        topic="FooBar",
+                        body=b"%s-%04d" % (tag.encode(), i) * 40,
                         queue_id=i % 2,
                     )
                 assert result.code == 0, result
@@ -118,10 +121,24 @@ def test_a_slave_holding_a_lost_tail_is_refused_then_cut_back_and_caught_up(
         f"mappedFileSizeCommitLog={SEG}\nflushIntervalCommitLog=600000\nhaSyncFromOldest=true\n"
     )
     ha, m_port, s_port = _free_port(), _free_port(), _free_port()
-    master_args = ["master", "--store-dir", str(m_dir), "-c", str(conf),
-                   "--ha-listen", f"127.0.0.1:{ha}"]
-    slave_args = ["slave", "--store-dir", str(s_dir), "-c", str(conf),
-                  "--master-ha", f"127.0.0.1:{ha}"]
+    master_args = [
+        "master",
+        "--store-dir",
+        str(m_dir),
+        "-c",
+        str(conf),
+        "--ha-listen",
+        f"127.0.0.1:{ha}",
+    ]
+    slave_args = [
+        "slave",
+        "--store-dir",
+        str(s_dir),
+        "-c",
+        str(conf),
+        "--master-ha",
+        f"127.0.0.1:{ha}",
+    ]
 
     # 1. A master and a slave in step; the master's tail past `cut` is never flushed.
     master = Broker(master_args, m_port)
@@ -132,8 +149,10 @@ def test_a_slave_holding_a_lost_tail_is_refused_then_cut_back_and_caught_up(
         produce(master.address, 20, "lost")
         end = int(status(master.address)["commitLogMaxOffset"])
         with broker(slave_args, s_port) as slave:
-            wait_for("the slave to catch up", lambda: int(
-                status(slave.address)["stats.client.reported_offset"]) == end)
+            wait_for(
+                "the slave to catch up",
+                lambda: int(status(slave.address)["stats.client.reported_offset"]) == end,
+            )
         # 2. Power cut: the master dies and its unflushed tail never reached the disk.
         master.stop(signal.SIGKILL)
     finally:
@@ -151,8 +170,10 @@ def test_a_slave_holding_a_lost_tail_is_refused_then_cut_back_and_caught_up(
         new_end = int(status(master.address)["commitLogMaxOffset"])
         assert new_end > end  # the master's log is past the slave's: only the new check helps
         with broker(slave_args, s_port) as slave:
-            wait_for("the slave to be refused", lambda: status(slave.address)[
-                "stats.client.needs_reseed"] == "true")
+            wait_for(
+                "the slave to be refused",
+                lambda: status(slave.address)["stats.client.needs_reseed"] == "true",
+            )
             table = status(slave.address)
             assert table["stats.client.diverged_master_offset"] == str(cut)
             assert table["stats.client.diverged_slave_offset"] == str(end)
@@ -172,7 +193,10 @@ def test_a_slave_holding_a_lost_tail_is_refused_then_cut_back_and_caught_up(
     # 4. The operator cuts the slave back; it then follows the master's new history exactly.
     done = subprocess.run(
         [*CMD, "slave", "--store-dir", str(s_dir), "-c", str(conf), "--truncate-to-master"],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"back from {end} to {cut}" in done.stdout
@@ -181,8 +205,10 @@ def test_a_slave_holding_a_lost_tail_is_refused_then_cut_back_and_caught_up(
     with broker(master_args, m_port) as master:
         wait_for("the master", lambda: bool(status(master.address)))
         with broker(slave_args, s_port) as slave:
-            wait_for("the slave to catch up", lambda: int(
-                status(slave.address)["stats.client.reported_offset"]) == new_end)
+            wait_for(
+                "the slave to catch up",
+                lambda: int(status(slave.address)["stats.client.reported_offset"]) == new_end,
+            )
             assert status(slave.address)["stats.client.needs_reseed"] == "false"
     with open_store(m_dir) as m_store, open_store(s_dir) as s_store:
         assert s_store.commitlog.max_offset == m_store.commitlog.max_offset == new_end
@@ -254,8 +280,10 @@ def test_a_java_slave_holding_lost_bytes_is_refused_in_its_own_protocol(tmp_path
         pytest.skip("cannot create a network namespace (the Java broker binds 0.0.0.0)")
     seg = 1 << 20
     with open_store(tmp_path / "m", segment_size=seg) as store:
-        offsets = [store.commitlog.append(topic="TopicTest", body=b"x" * 200).physical_offset
-                   for _ in range(40)]
+        offsets = [
+            store.commitlog.append(topic="TopicTest", body=b"x" * 200).physical_offset
+            for _ in range(40)
+        ]
         end = store.commitlog.max_offset
         slave_bytes = bytes(store.commitlog.read(0, end))
         store.commitlog.truncate(offsets[20])  # the master lost [fork, end) it had sent
@@ -267,13 +295,13 @@ def test_a_java_slave_holding_lost_bytes_is_refused_in_its_own_protocol(tmp_path
     (tmp_path / "slave.conf").write_text(_JAVA_SLAVE_CONF.format(root=tmp_path / "s", seg=seg))
     script = _NAMESPACE_SCRIPT.format(work=tmp_path, py=sys.executable, seg=seg, sh=sh)
     subprocess.run(
-        ["unshare", "-n", "bash", "-c", script], timeout=120, check=False,
+        ["unshare", "-n", "bash", "-c", script],
+        timeout=120,
+        check=False,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     master_out = (tmp_path / "master.out").read_text()
-    logs = "".join(
-        p.read_text(errors="replace") for p in (tmp_path / "javalogs").rglob("*.log")
-    )
+    logs = "".join(p.read_text(errors="replace") for p in (tmp_path / "javalogs").rglob("*.log"))
     if "boot success" not in (tmp_path / "slave.out").read_text(errors="replace"):
         pytest.skip("the Java broker did not start here (see slave.out)")
     assert "refusing slave 127.0.0.1:" in master_out

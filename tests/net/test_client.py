@@ -131,8 +131,7 @@ async def replicating(
         nursery.cancel_scope.cancel()
 
 
-async def wait_caught_up(master: MemoryCommitLog, slave: MemoryCommitLog, appended: Wakeup
-                         ) -> None:
+async def wait_caught_up(master: MemoryCommitLog, slave: MemoryCommitLog, appended: Wakeup) -> None:
     with trio.fail_after(120):  # virtual time; a hang fails here, with the offsets
         while slave.max_offset < master.max_offset:
             await appended.wait()

@@ -78,8 +78,11 @@ def _master(**changes: object) -> tuple[MemoryCommitLog, BrokerConfig, HAService
     for i in range(20):
         master_log.append(topic="T", body=b"%d" % i)
     cfg = BrokerConfig(
-        ha_listen_port=0, mapped_file_size_commit_log=SEG, ha_master_address="127.0.0.1:1",
-        ha_sync_from_oldest=True, clean_resource_interval=2000,
+        ha_listen_port=0,
+        mapped_file_size_commit_log=SEG,
+        ha_master_address="127.0.0.1:1",
+        ha_sync_from_oldest=True,
+        clean_resource_interval=2000,
     ).evolve(**changes)
     return master_log, cfg, HAService(cfg, master_log)
 

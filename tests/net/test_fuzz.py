@@ -464,9 +464,7 @@ def detection_bound(plan: Plan, conn: Conn) -> float:
     return conn.link.broken_at + HOUSEKEEPING + HEARTBEAT + 40 * plan.faults.max_delay + 0.1
 
 
-def check_connections(
-    plan: Plan, conns: list[Conn], service: HAService, events: list[str]
-) -> None:
+def check_connections(plan: Plan, conns: list[Conn], service: HAService, events: list[str]) -> None:
     now = trio.current_time()
     per_conn, per_session = ha_tasks()
     live = {id(c): c for c in service.connections.values()}
@@ -665,9 +663,7 @@ async def run_power_loss(case: PowerLoss, root: Path, events: list[str]) -> None
         ha_reconnect_backoff_max=int(BACKOFF_MAX * 1000),
     )
     master_config = base.evolve(ha_listen_port=0, ha_transfer_batch_size=case.batch_size)
-    slave_config = base.evolve(
-        broker_role=BrokerRole.SLAVE, ha_master_address="127.0.0.1:10912"
-    )
+    slave_config = base.evolve(broker_role=BrokerRole.SLAVE, ha_master_address="127.0.0.1:10912")
 
     async def replicate(
         service: HAService, client: HAClient, body: Callable[[trio.Nursery], Any]
@@ -720,9 +716,7 @@ async def run_power_loss(case: PowerLoss, root: Path, events: list[str]) -> None
             if diverged:
                 await client.wait_diverged()
             else:
-                await poll_until(
-                    lambda: slave_log.max_offset == master_log.max_offset, math.inf
-                )
+                await poll_until(lambda: slave_log.max_offset == master_log.max_offset, math.inf)
 
     await replicate(service, client, produce_and_watch)
     if diverged:
@@ -740,9 +734,7 @@ async def run_power_loss(case: PowerLoss, root: Path, events: list[str]) -> None
 
         async def catch_up(_nursery: trio.Nursery) -> None:
             with trio.fail_after(CATCH_UP):
-                await poll_until(
-                    lambda: slave_log.max_offset == master_log.max_offset, math.inf
-                )
+                await poll_until(lambda: slave_log.max_offset == master_log.max_offset, math.inf)
 
         await replicate(HAService(master_config, master_log, sent=sent), client, catch_up)
         events.append("refused, cut back, caught up")
@@ -766,7 +758,10 @@ def test_a_master_power_loss_never_splices_the_slave(case: PowerLoss) -> None:
         mock.patch.object(trio.to_thread, "run_sync", run_sync_inline),
     ):
         trio.run(
-            run_power_loss, case, Path(root), events,
+            run_power_loss,
+            case,
+            Path(root),
+            events,
             clock=trio.testing.MockClock(autojump_threshold=0),
         )
     for name in sorted(set(events)):

@@ -35,8 +35,9 @@ def test_signs() -> None:
     assert "are not an HA frame" in str(
         not_ha_sign(b"GET / HTTP/1.1\r\n", protocol_error=True, closed_by_peer=False, seconds=0)
     )
-    assert not_ha_sign(b"", protocol_error=False, closed_by_peer=True, seconds=0.01,
-                       offset=123) == (
+    assert not_ha_sign(
+        b"", protocol_error=False, closed_by_peer=True, seconds=0.01, offset=123
+    ) == (
         "it closed the connection at once without sending anything (if it is the HA port, it "
         "refused this slave's offset 123: its log says why)"
     )
@@ -44,8 +45,15 @@ def test_signs() -> None:
     assert not_ha_sign(b"", protocol_error=False, closed_by_peer=True, seconds=30) is None
     assert not_ha_sign(b"", protocol_error=False, closed_by_peer=False, seconds=0.01) is None
     # An HA frame (offset 2**32, empty body) is not mistaken for a remoting reply.
-    assert not_ha_sign((1 << 32).to_bytes(8, "big") + bytes(4), protocol_error=False,
-                       closed_by_peer=True, seconds=0.01) is None
+    assert (
+        not_ha_sign(
+            (1 << 32).to_bytes(8, "big") + bytes(4),
+            protocol_error=False,
+            closed_by_peer=True,
+            seconds=0.01,
+        )
+        is None
+    )
 
 
 async def serve_raw(reply: bytes, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -97,7 +105,8 @@ async def test_a_slave_pointed_at_a_non_ha_port_says_so_and_backs_off(
     async with trio.open_nursery() as nursery:
         host, port = await nursery.start(server)
         config = BrokerConfig(
-            broker_role=BrokerRole.SLAVE, ha_master_address=f"{host}:{port}",
+            broker_role=BrokerRole.SLAVE,
+            ha_master_address=f"{host}:{port}",
             ha_reconnect_backoff_max=400,
         )
         client = HAClient(config, MemoryCommitLog(segment_size=1 << 20))
@@ -121,12 +130,17 @@ async def test_a_slave_pointed_at_a_non_ha_port_says_so_and_backs_off(
         ("connection broken while reading: reset", logging.INFO),
         ("nothing read from the slave for 20 s (housekeeping)", logging.INFO),
         ("cancelled", logging.INFO),
-        ("slave requests offset 9 but the master's log ends at 4: the slave holds data this "
-         "master does not (diverged history or a wrong master)", logging.WARNING),
-        ("slave requests offset 0, which no longer exists on the master (oldest offset 9); "
-         "the slave cannot catch up and must be re-seeded (RocketMQ #3388)", logging.WARNING),
-        ("master pushed offset 5 but the slave's log ends at 3; nothing appended",
-         logging.WARNING),
+        (
+            "slave requests offset 9 but the master's log ends at 4: the slave holds data this "
+            "master does not (diverged history or a wrong master)",
+            logging.WARNING,
+        ),
+        (
+            "slave requests offset 0, which no longer exists on the master (oldest offset 9); "
+            "the slave cannot catch up and must be re-seeded (RocketMQ #3388)",
+            logging.WARNING,
+        ),
+        ("master pushed offset 5 but the slave's log ends at 3; nothing appended", logging.WARNING),
     ],
 )
 def test_close_reasons_that_need_an_operator_are_warnings(reason: str, level: int) -> None:
@@ -147,8 +161,11 @@ async def test_a_diverged_slave_is_not_mistaken_for_a_wrong_port(
         host, port = master.ha_address
         slave_log = MemoryCommitLog(segment_size=1 << 20)
         slave_log.append(topic="T", body=b"only on the slave")
-        config = BrokerConfig(broker_role=BrokerRole.SLAVE, ha_master_address=f"{host}:{port}",
-                              ha_reconnect_backoff_max=400)
+        config = BrokerConfig(
+            broker_role=BrokerRole.SLAVE,
+            ha_master_address=f"{host}:{port}",
+            ha_reconnect_backoff_max=400,
+        )
         client = HAClient(config, slave_log)
         n.start_soon(client.run)
         with trio.fail_after(5):

@@ -334,8 +334,6 @@ async def test_a_client_reporting_the_masters_end_acks_nothing(
 # --- master and slave together, over memory streams -------------------------------------------
 
 
-
-
 async def test_a_slave_replicates_byte_for_byte_over_memory_streams(
     autojump_clock: trio.abc.Clock,
 ) -> None:
@@ -392,8 +390,12 @@ async def test_a_body_shorter_than_its_header_is_never_put_on_the_wire(
     commitlog.append(topic="FooBar", body=b"x" * 100, queue_id=0)
     master_end, slave_end = trio.testing.memory_stream_pair()
     conn = HAConnection(
-        master_end, commitlog=commitlog, listener=_Acks(), options=MasterOptions(),
-        timing=Timing(), peer="fake-slave",
+        master_end,
+        commitlog=commitlog,
+        listener=_Acks(),
+        options=MasterOptions(),
+        timing=Timing(),
+        peer="fake-slave",
     )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn.run)

@@ -348,6 +348,8 @@ async def test_waits_go_on_while_one_of_two_expiring_tasks_remains(
         assert await w.wait(20) == LATE
         assert trio.current_time() - t0 == pytest.approx(3.0)
         nursery.cancel_scope.cancel()
+
+
 async def test_released_waiters_left_in_the_deadline_queue_are_skipped(
     autojump_clock: trio.abc.Clock,
 ) -> None:
@@ -373,7 +375,10 @@ async def test_released_waiters_left_in_the_deadline_queue_are_skipped(
         await trio.testing.wait_all_tasks_blocked()
         await trio.sleep(5)
         assert {end: outcome for end, (outcome, _) in answers.items()} == {
-            10: OK, 11: OK, 30: LATE, 40: LATE
+            10: OK,
+            11: OK,
+            30: LATE,
+            40: LATE,
         }
         assert answers[30][1] - t0 == pytest.approx(3.0)
         assert answers[40][1] - t0 == pytest.approx(3.6)
@@ -402,5 +407,6 @@ async def test_stopping_expire_skips_waiters_already_released(
         await trio.testing.wait_all_tasks_blocked()
         expiring.cancel_scope.cancel()
     assert outcomes == {
-        5: OK, 50: "raised: OffsetWaiters.expire() stopped while this wait was parked"
+        5: OK,
+        50: "raised: OffsetWaiters.expire() stopped while this wait was parked",
     }

@@ -97,8 +97,10 @@ class LiveBroker:
         async def puts() -> None:
             for i in range(first, first + count):
                 result = await broker.put(
-                    topic=f"{i % 3:03d}", body=bytes([i % 251]) * (200 + i % 700),
-                    keys=f"k{i}", queue_id=i % 4,
+                    topic=f"{i % 3:03d}",
+                    body=bytes([i % 251]) * (200 + i % 700),
+                    keys=f"k{i}",
+                    queue_id=i % 4,
                 )
                 assert result.status.name == "PUT_OK", result
 
@@ -126,9 +128,7 @@ def running(config: BrokerConfig) -> Iterator[LiveBroker]:
 
 
 def master_config(root: Path) -> BrokerConfig:
-    return BrokerConfig(
-        broker_role=BrokerRole.ASYNC_MASTER, store_path_root_dir=str(root), **FAST
-    )
+    return BrokerConfig(broker_role=BrokerRole.ASYNC_MASTER, store_path_root_dir=str(root), **FAST)
 
 
 def stored_offsets(root: Path) -> list[int]:
@@ -182,7 +182,8 @@ def lag_stream(spark: SparkSession, master: Path, slave: Path) -> DataFrame:
 
     def side(name: str, root: Path) -> DataFrame:
         return (
-            spark.readStream.format("commitlog").load(str(root))
+            spark.readStream.format("commitlog")
+            .load(str(root))
             .select(
                 F.lit(name).alias("side"),
                 (F.col("physical_offset") + F.col("size")).alias("end"),
@@ -223,8 +224,10 @@ def test_a_streaming_replication_lag_query_over_a_master_and_a_slave(
             assert master.broker is not None and master.broker.ha_address is not None
             host, port = master.broker.ha_address
             slave_config = BrokerConfig(
-                broker_role=BrokerRole.SLAVE, store_path_root_dir=str(slave_root),
-                ha_master_address=f"{host}:{port}", **FAST,
+                broker_role=BrokerRole.SLAVE,
+                store_path_root_dir=str(slave_root),
+                ha_master_address=f"{host}:{port}",
+                **FAST,
             )
             with running(slave_config) as slave:
                 master.put(100, 100)  # replicated while both streams run

@@ -46,9 +46,7 @@ def forged_log(root: Path, plan: list[tuple[int, int, int]], segment: int) -> li
         start = pos - pos % segment
         if pos + size + 8 > start + segment:  # CommitLog.doAppend: close the file
             rel = pos - start
-            files.setdefault(start, bytearray(segment))[rel : rel + 8] = encode_blank(
-                segment - rel
-            )
+            files.setdefault(start, bytearray(segment))[rel : rel + 8] = encode_blank(segment - rel)
             pos = start + segment
             start = pos
         at = pos + HEAD + pad

@@ -41,9 +41,7 @@ def test_uneven_segments_are_cut_into_equal_pieces_at_most_the_target() -> None:
 
 
 def test_small_segments_are_packed_into_one_partition() -> None:
-    plan = plan_partitions(
-        layout(*(i * 16 * MIB for i in range(20)), size=16 * MIB), exact=False
-    )
+    plan = plan_partitions(layout(*(i * 16 * MIB for i in range(20)), size=16 * MIB), exact=False)
     assert [len(p.ranges) for p in plan] == [8, 8, 4]
     assert [p.nbytes for p in plan] == [128 * MIB, 128 * MIB, 64 * MIB]
     flat = [r for p in plan for r in p.ranges]

@@ -49,20 +49,25 @@ SEG = 64
 
 def test_slave_handshake_bytes() -> None:
     data = SlaveHandshake(sync_from_last_file=True, async_learner=False, broker_id=7).to_bytes()
-    assert data == bytes.fromhex("00000001" "0001" "0000" "0000000000000007")
+    assert data == bytes.fromhex("00000001000100000000000000000007")
     assert SlaveHandshake.from_bytes(data) == SlaveHandshake(True, False, 7)
 
 
 def test_slave_report_bytes() -> None:
-    assert encode_epoch_report(0x0102030405) == bytes.fromhex("00000002" "0000000102030405")
+    assert encode_epoch_report(0x0102030405) == bytes.fromhex("000000020000000102030405")
 
 
 def test_master_handshake_bytes() -> None:
     data = encode_master_handshake(0x2000, entries_of([(1, 0), (3, 0x1000)]))
     assert data == bytes.fromhex(
-        "00000001" "00000018" "0000000000002000" "00000003"  # state, bodySize 24, max, epoch
-        "00000001" "0000000000000000"
-        "00000003" "0000000000001000"
+        "00000001"
+        "00000018"
+        "0000000000002000"
+        "00000003"  # state, bodySize 24, max, epoch
+        "00000001"
+        "0000000000000000"
+        "00000003"
+        "0000000000001000"
     )
 
 
@@ -72,8 +77,7 @@ def test_transfer_header_bytes() -> None:
     )
     data = header.to_bytes()
     assert data == bytes.fromhex(
-        "00000002" "00000020" "0000000000001000" "00000003" "0000000000000800"
-        "0000000000001020"
+        "000000020000002000000000000010000000000300000000000008000000000000001020"
     )
     assert len(data) == 36
     assert EpochTransferHeader.from_bytes(data, max_body=64) == header
@@ -110,8 +114,11 @@ def replicate(master: Replica, slave: Replica, *, batch: int = 16, rounds: int =
     run = Run()
     mconn = MasterConnection(now=0.0, options=MasterOptions(batch_size=batch, epoch_mode=True))
     sconn = SlaveConnection(log_max=slave.end, now=0.0, epochs=slave.epochs, max_body=batch)
-    to_master = b"".join(sconn.encode(a) for a in sconn.initial_actions()
-                         if isinstance(a, SendSlaveHandshake | SendReport))
+    to_master = b"".join(
+        sconn.encode(a)
+        for a in sconn.initial_actions()
+        if isinstance(a, SendSlaveHandshake | SendReport)
+    )
     to_slave = b""
 
     def slave_do(actions: Sequence[object]) -> bytes:
@@ -127,7 +134,8 @@ def replicate(master: Replica, slave: Replica, *, batch: int = 16, rounds: int =
                 assert slave.end in (action.offset, 0)
                 slave.data += action.data
                 out += b"".join(
-                    sconn.encode(a) for a in sconn.appended(slave.end, now=0.0)
+                    sconn.encode(a)
+                    for a in sconn.appended(slave.end, now=0.0)
                     if isinstance(a, SendReport)
                 )
             elif isinstance(action, SendReport | SendSlaveHandshake):
@@ -251,8 +259,9 @@ def slave_after(data: bytes, *, log_max: int = 10) -> tuple[SlaveConnection, lis
     return conn, list(conn.receive_data(data, now=0.0))
 
 
-def handshake(body_size: int, max_offset: int, last_epoch: int, entries: bytes, state: int = 1
-              ) -> bytes:
+def handshake(
+    body_size: int, max_offset: int, last_epoch: int, entries: bytes, state: int = 1
+) -> bytes:
     return struct.pack(">iiqi", state, body_size, max_offset, last_epoch) + entries
 
 
@@ -387,8 +396,9 @@ def hostile_handshakes(draw: st.DrawFn) -> bytes:
     count = draw(st.one_of(st.integers(0, 5), st.sampled_from([999, 1000, 1001, 1100])))
     state = draw(st.sampled_from([1, 1, 1, 0, 2, 3, 4, 77, -1]))
     if count <= 5:
-        starts = sorted(draw(st.lists(st.integers(0, 300), min_size=count, max_size=count,
-                                      unique=True)))
+        starts = sorted(
+            draw(st.lists(st.integers(0, 300), min_size=count, max_size=count, unique=True))
+        )
     else:
         starts = list(range(0, 2 * count, 2))
     epochs = list(range(1, count + 1))
@@ -434,15 +444,12 @@ def test_mismatched_modes_close_loudly_on_both_sides() -> None:
     # which the epoch-mode slave refuses as a handshake with state 0.
     classic_master = MasterConnection(now=0.0)
     classic_view = LogView(0, 100, SEG)
-    classic_master.receive_data(SlaveHandshake(broker_id=1).to_bytes(), now=0.0,
-                                log=classic_view)
+    classic_master.receive_data(SlaveHandshake(broker_id=1).to_bytes(), now=0.0, log=classic_view)
     send = classic_master.next_send(now=0.0, log=classic_view)
     assert isinstance(send, SendTransfer)
     epoch_slave = SlaveConnection(log_max=0, now=0.0, epochs=EpochHistory(), max_body=64)
     epoch_slave.initial_actions()
-    refused = epoch_slave.receive_data(
-        classic_master.header(send) + b"x" * send.size, now=0.0
-    )
+    refused = epoch_slave.receive_data(classic_master.header(send) + b"x" * send.size, now=0.0)
     assert isinstance(refused[-1], Close) and "state 0" in refused[-1].reason
     # A classic slave's 8-byte report read by an epoch-mode master: state field 0 (READY).
     epoch_master = MasterConnection(now=0.0, options=MasterOptions(epoch_mode=True))

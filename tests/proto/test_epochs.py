@@ -111,9 +111,7 @@ def test_damaged_files_are_named(text: str, match: str) -> None:
         parse_epoch_file(text, where="somewhere")
 
 
-histories = st.lists(
-    st.tuples(st.integers(1, 5), st.integers(1, 500)), max_size=6
-).map(
+histories = st.lists(st.tuples(st.integers(1, 5), st.integers(1, 500)), max_size=6).map(
     lambda steps: EpochHistory(
         EpochEntry(sum(e for e, _ in steps[: i + 1]), sum(s for _, s in steps[: i + 1]))
         for i in range(len(steps))

@@ -138,6 +138,8 @@ def test_a_frame_of_any_size_arrives_whole_fed_three_ways(size: int) -> None:
             assert appends == []
         assert not slave.closed
         assert slave.buffered == 0
+
+
 def test_header_round_trips_and_knows_its_end() -> None:
     header = TransferHeader(4096, 300)
     assert header.to_bytes() == encode_header(4096, 300)

@@ -28,14 +28,16 @@ LOG = LogView(0, 100, 1024)
 
 
 def test_attributes_of_a_new_connection() -> None:
-    conn = MasterConnection(now=5.0, timing=Timing(heartbeat=2.0, housekeeping=9.0),
-                            peer="10.0.0.2:4321")
+    conn = MasterConnection(
+        now=5.0, timing=Timing(heartbeat=2.0, housekeeping=9.0), peer="10.0.0.2:4321"
+    )
     assert conn.peer == "10.0.0.2:4321"
     assert conn.bytes_received == 0
     assert conn.handshake is None
     assert (conn.heartbeat_deadline, conn.read_deadline) == (7.0, 14.0)
-    slave = SlaveConnection(log_max=0, now=5.0, timing=Timing(heartbeat=2.0, housekeeping=9.0),
-                            peer="10.0.0.1:10912")
+    slave = SlaveConnection(
+        log_max=0, now=5.0, timing=Timing(heartbeat=2.0, housekeeping=9.0), peer="10.0.0.1:10912"
+    )
     assert slave.peer == "10.0.0.1:10912"
     assert (slave.heartbeat_deadline, slave.read_deadline) == (7.0, 14.0)
 

@@ -158,7 +158,9 @@ def test_regression_lie_judged_when_read() -> None:
 def test_documented_recipe_with_file_logs(tmp_path: Path) -> None:
     """docs/testing.md: the same machine over real segment files, with a broker.conf's options."""
     conf = tmp_path / "broker.conf"
-    conf.write_text("mappedFileSizeCommitLog=1024\nhaTransferBatchSize=100\nhaSlaveAckFlushed=true\n")
+    conf.write_text(
+        "mappedFileSizeCommitLog=1024\nhaTransferBatchSize=100\nhaSlaveAckFlushed=true\n"
+    )
     config = BrokerConfig.from_properties(conf)
     counter = itertools.count()
     opened: list[FileCommitLog] = []

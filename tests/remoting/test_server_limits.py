@@ -59,8 +59,12 @@ async def test_idle_connections_are_closed_after_120_seconds(
         if port_kind == "broker":
             host, port = await nursery.start(
                 lambda task_status: serve_remoting(
-                    RejectAllRequests(), "127.0.0.1", 0, idle_timeout=120,
-                    counters=counters, task_status=task_status,
+                    RejectAllRequests(),
+                    "127.0.0.1",
+                    0,
+                    idle_timeout=120,
+                    counters=counters,
+                    task_status=task_status,
                 )
             )
         else:
@@ -114,8 +118,13 @@ async def test_a_connect_storm_is_capped_far_from_the_fd_limit(
     async with trio.open_nursery() as nursery:
         host, port = await nursery.start(
             lambda task_status: serve_remoting(
-                RejectAllRequests(), "127.0.0.1", 0, idle_timeout=120, max_connections=cap,
-                counters=counters, task_status=task_status,
+                RejectAllRequests(),
+                "127.0.0.1",
+                0,
+                idle_timeout=120,
+                max_connections=cap,
+                counters=counters,
+                task_status=task_status,
             )
         )
         before = open_fds()

@@ -25,8 +25,9 @@ def test_write_read_and_backup(tmp_path: Path) -> None:
     assert EpochFile.open(path).history == entries_of([(1, 0), (2, 4096)])
 
 
-def test_damaged_file_falls_back_to_backup(tmp_path: Path, caplog: pytest.LogCaptureFixture
-                                           ) -> None:
+def test_damaged_file_falls_back_to_backup(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / EPOCH_FILE_NAME
     f = EpochFile.open(path)
     f.begin_epoch(0)

@@ -421,9 +421,7 @@ def test_host_bits_widening_the_header_past_the_total_is_a_size_mismatch() -> No
 
 
 def test_a_v2_body_length_running_into_the_topic_is_a_size_mismatch() -> None:
-    record = bytearray(
-        encode_message(topic="t" * 128, body=b"x", born_host=BORN, store_host=STORE)
-    )
+    record = bytearray(encode_message(topic="t" * 128, body=b"x", born_host=BORN, store_host=STORE))
     struct.pack_into(">i", record, 84, len(record) - 88)  # no room left for the topic length
     assert _invalid(bytes(record), check_crc=False) is InvalidReason.SIZE_MISMATCH
 

@@ -169,8 +169,7 @@ class AclGuard:
         self.denied += 1
         self._log.warning(
             (client_ip(connection.peer), denial.message),
-            "%s refused request code %d from %s: %s (not logged again for this client and "
-            "reason)",
+            "%s refused request code %d from %s: %s (not logged again for this client and reason)",
             self.validator.role.value,
             request.code,
             connection.peer,

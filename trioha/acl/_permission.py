@@ -53,5 +53,5 @@ def is_retry_topic(resource: str) -> bool:
 def print_resource(resource: str) -> str:
     """``PlainAccessResource.printStr``: ``group:<g>`` for a retry name, else ``topic:<t>``."""
     if is_retry_topic(resource):
-        return f"group:{resource[len(RETRY_PREFIX):]}"
+        return f"group:{resource[len(RETRY_PREFIX) :]}"
     return f"topic:{resource}"

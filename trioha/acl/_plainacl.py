@@ -117,9 +117,7 @@ def acl_files(main: Path) -> list[Path]:
     extra = main.parent / "acl"
     found: list[Path] = []
     if extra.is_dir():
-        found = sorted(
-            p for p in extra.rglob("*") if p.suffix in {".yml", ".yaml"} and p.is_file()
-        )
+        found = sorted(p for p in extra.rglob("*") if p.suffix in {".yml", ".yaml"} and p.is_file())
     return [main, *(p for p in found if p.resolve() != main.resolve())]
 
 

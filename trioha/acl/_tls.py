@@ -173,8 +173,11 @@ class TlsAcceptor:
         try:
             context = self._reload()
         except ConfigError as exc:
-            log.error("%s: TLS files changed but cannot be loaded; keeping the old ones: %s",
-                      self.what, exc)
+            log.error(
+                "%s: TLS files changed but cannot be loaded; keeping the old ones: %s",
+                self.what,
+                exc,
+            )
             return False
         self.context = context
         self.reloads += 1

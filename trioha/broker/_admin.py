@@ -309,7 +309,6 @@ class AdminBrokerProcessor:
                 del self._locks[key]
         return request.response(ResponseCode.SUCCESS)
 
-
     # --- mqadmin's admin codes ---------------------------------------------------------------
     def _refuse_on_slave(self, request: RemotingCommand) -> RemotingCommand | None:
         """``validateSlave``: tables are changed on the master, slaves copy them."""
@@ -545,9 +544,7 @@ class AdminBrokerProcessor:
         """``queryTopicConsumeByWho``: online subscribers and groups with stored offsets."""
         topic = request.require("topic")
         groups = {
-            name
-            for name, info in self.ctx.clients.consumers.items()
-            if topic in info.subscriptions
+            name for name, info in self.ctx.clients.consumers.items() if topic in info.subscriptions
         }
         groups |= self.ctx.meta.offsets.groups_of(topic)
         body = dumps_bytes({"groupList": sorted(groups)})

@@ -469,7 +469,8 @@ class Broker:
             disk=self.disk.statistics(),
             put_results=dict(self._put_results),
             put_latency={self._put_mode: self._put_latency.snapshot()}
-            if self.role.is_master else {},
+            if self.role.is_master
+            else {},
         )
 
 
@@ -568,7 +569,11 @@ async def _close_store(store: Store, config: BrokerConfig, *, raise_errors: bool
     except StorageError as exc:
         if raise_errors:
             raise
-        log.error("%s stopped; the store could not be closed cleanly (%s): the next start "
-                  "recovers it fully", config.broker_role.value, exc)
+        log.error(
+            "%s stopped; the store could not be closed cleanly (%s): the next start "
+            "recovers it fully",
+            config.broker_role.value,
+            exc,
+        )
         return
     log.info("%s stopped; store closed cleanly", config.broker_role.value)

@@ -154,9 +154,10 @@ async def serve_client_side(
     signer = _signer(config, acl)
     try:
         # The pool outlives the tasks using it (the registrar unregisters on the way out).
-        async with open_client_pool(
-            rpc_hook=signer, ssl_context=client_context(config)
-        ) as pool, trio.open_nursery() as nursery:
+        async with (
+            open_client_pool(rpc_hook=signer, ssl_context=client_context(config)) as pool,
+            trio.open_nursery() as nursery,
+        ):
             side = await _start(
                 broker,
                 meta=meta,
@@ -237,8 +238,7 @@ async def _start(
         )
     except OSError as exc:
         raise ConfigError(
-            f"cannot listen on {config.broker_ip1}:0 (listenPort, --listen): "
-            f"{exc.strerror or exc}"
+            f"cannot listen on {config.broker_ip1}:0 (listenPort, --listen): {exc.strerror or exc}"
         ) from exc
     host, port = await nursery.start(
         lambda task_status: serve_remoting(
@@ -345,13 +345,14 @@ async def _start(
         if client is not None:
             info["haClientState"] = client.state
             info["haClientBytesAppended"] = str(client.bytes_appended)
-            info["haClientBehindBytes"] = "" if client.behind_bytes is None else str(
-                client.behind_bytes
+            info["haClientBehindBytes"] = (
+                "" if client.behind_bytes is None else str(client.behind_bytes)
             )
         ha = getattr(stats, "ha", None)
         if ha is not None:
             info["haSlaveBehindSeconds"] = ",".join(
-                f"{s.peer}:{s.behind_seconds:.3f}" for s in ha.slaves
+                f"{s.peer}:{s.behind_seconds:.3f}"
+                for s in ha.slaves
                 if s.behind_seconds is not None
             )
         if slave_sync is not None:

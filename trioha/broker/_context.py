@@ -77,8 +77,8 @@ class BrokerContext:
         #: Requests answered, by ``"<code name>.<response code>"`` (reported by ``status``).
         self.served: collections.Counter[str] = collections.Counter()
         #: Time to answer, by request code name (``/metrics``).
-        self.latency: collections.defaultdict[str, LatencyHistogram] = (
-            collections.defaultdict(LatencyHistogram)
+        self.latency: collections.defaultdict[str, LatencyHistogram] = collections.defaultdict(
+            LatencyHistogram
         )
         #: ``StoreStatsService``'s figures; puts are the broker's own count of stored messages.
         self.stats = BrokerStats(puts_total=lambda: int(getattr(broker.statistics(), "puts", 0)))

@@ -212,8 +212,11 @@ class _ConfigFile:
             self.dirty = True
             if not self._write_failed:
                 self._write_failed = True
-                log.error("cannot write %s: %s; kept in memory, written when the disk allows",
-                          self.path, exc)
+                log.error(
+                    "cannot write %s: %s; kept in memory, written when the disk allows",
+                    self.path,
+                    exc,
+                )
             return
         self._write_failed = False
         self.dirty = False

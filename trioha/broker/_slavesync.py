@@ -135,8 +135,9 @@ class SlaveSynchronize:
         try:
             await self._master_end()
         except (RemotingError, trio.TooSlowError, ValueError, OSError) as exc:
-            log.debug("cannot learn the log end of master %s: %s", self.master_addr,
-                      exc or "timeout")
+            log.debug(
+                "cannot learn the log end of master %s: %s", self.master_addr, exc or "timeout"
+            )
             return False
         return True
 

@@ -26,8 +26,9 @@ def _gauge(name: str, doc: str, value: float, **labels: str) -> GaugeMetricFamil
     return family
 
 
-def _histogram(name: str, doc: str, snaps: dict[tuple[str, ...], HistogramSnapshot],
-               labels: list[str]) -> HistogramMetricFamily:
+def _histogram(
+    name: str, doc: str, snaps: dict[tuple[str, ...], HistogramSnapshot], labels: list[str]
+) -> HistogramMetricFamily:
     family = HistogramMetricFamily(name, doc, labels=labels)
     for values, snap in sorted(snaps.items()):
         buckets = [("+Inf" if b == float("inf") else repr(b), n) for b, n in snap.buckets]
@@ -45,12 +46,17 @@ class BrokerCollector:
         stats = self.broker.statistics()
         role = stats.role.value
         yield _gauge("trioha_broker_info", "The broker's role (value 1).", 1, role=role)
-        yield _gauge("trioha_commitlog_min_offset_bytes", "First offset still in the commit log.",
-                     stats.min_offset)
-        yield _gauge("trioha_commitlog_max_offset_bytes", "End of the commit log.",
-                     stats.max_offset)
-        yield _gauge("trioha_commitlog_flushed_offset_bytes", "End of what is on disk.",
-                     stats.flushed_offset)
+        yield _gauge(
+            "trioha_commitlog_min_offset_bytes",
+            "First offset still in the commit log.",
+            stats.min_offset,
+        )
+        yield _gauge(
+            "trioha_commitlog_max_offset_bytes", "End of the commit log.", stats.max_offset
+        )
+        yield _gauge(
+            "trioha_commitlog_flushed_offset_bytes", "End of what is on disk.", stats.flushed_offset
+        )
         puts = CounterMetricFamily("trioha_puts", "Messages stored by puts.")
         puts.add_metric([], stats.puts)
         yield puts
@@ -68,7 +74,8 @@ class BrokerCollector:
         results = getattr(stats, "put_results", None)
         if results is not None:
             family = CounterMetricFamily(
-                "trioha_put_results", "Put results by RocketMQ PutMessageStatus.",
+                "trioha_put_results",
+                "Put results by RocketMQ PutMessageStatus.",
                 labels=["status"],
             )
             for status, n in sorted(results.items()):
@@ -79,32 +86,56 @@ class BrokerCollector:
             yield _histogram(
                 "trioha_put_latency_seconds",
                 "Time from a put's arrival to its answer, by replication mode.",
-                {(mode,): snap for mode, snap in latency.items()}, ["mode"],
+                {(mode,): snap for mode, snap in latency.items()},
+                ["mode"],
             )
 
     def _disk(self, stats: Any) -> Iterator[Metric]:
         ratio = getattr(stats, "disk_used_ratio", None)
         if ratio is not None:
-            yield _gauge("trioha_disk_used_ratio",
-                         "Share of the commit log's file system in use (0-1).", ratio)
+            yield _gauge(
+                "trioha_disk_used_ratio",
+                "Share of the commit log's file system in use (0-1).",
+                ratio,
+            )
 
     def _master(self, ha: Any, max_offset: int) -> Iterator[Metric]:
         per_slave = {
-            "trioha_ha_slave_ack_offset_bytes": ("Last offset the slave acknowledged.",
-                                                 "ack_offset", GaugeMetricFamily),
-            "trioha_ha_slave_behind_bytes": ("Bytes the master has that the slave has not acked.",
-                                             "lag", GaugeMetricFamily),
+            "trioha_ha_slave_ack_offset_bytes": (
+                "Last offset the slave acknowledged.",
+                "ack_offset",
+                GaugeMetricFamily,
+            ),
+            "trioha_ha_slave_behind_bytes": (
+                "Bytes the master has that the slave has not acked.",
+                "lag",
+                GaugeMetricFamily,
+            ),
             "trioha_ha_slave_behind_seconds": (
                 "Time since the master's log first reached the slave's acked offset.",
-                "behind_seconds", GaugeMetricFamily),
-            "trioha_ha_slave_connected_seconds": ("Age of the slave's connection.",
-                                                  "connected_seconds", GaugeMetricFamily),
-            "trioha_ha_slave_sent_bytes": ("Bytes sent to the slave (headers and bodies).",
-                                           "bytes_sent", CounterMetricFamily),
-            "trioha_ha_slave_frames_sent": ("Frames with data sent to the slave.",
-                                            "frames_sent", CounterMetricFamily),
-            "trioha_ha_slave_heartbeats_sent": ("Heartbeat frames sent to the slave.",
-                                                "heartbeats_sent", CounterMetricFamily),
+                "behind_seconds",
+                GaugeMetricFamily,
+            ),
+            "trioha_ha_slave_connected_seconds": (
+                "Age of the slave's connection.",
+                "connected_seconds",
+                GaugeMetricFamily,
+            ),
+            "trioha_ha_slave_sent_bytes": (
+                "Bytes sent to the slave (headers and bodies).",
+                "bytes_sent",
+                CounterMetricFamily,
+            ),
+            "trioha_ha_slave_frames_sent": (
+                "Frames with data sent to the slave.",
+                "frames_sent",
+                CounterMetricFamily,
+            ),
+            "trioha_ha_slave_heartbeats_sent": (
+                "Heartbeat frames sent to the slave.",
+                "heartbeats_sent",
+                CounterMetricFamily,
+            ),
         }
         for name, (doc, attr, kind) in per_slave.items():
             family = kind(name, doc, labels=["peer"])
@@ -113,19 +144,23 @@ class BrokerCollector:
                 if value is not None:
                     family.add_metric([slave.peer], value)
             yield family
-        yield _gauge("trioha_ha_slaves_connected", "Slave connections in transfer.",
-                     len(ha.slaves))
-        yield _gauge("trioha_ha_replicated_offset_bytes",
-                     "Highest offset that enough slaves vouch for (sync replication).",
-                     ha.replicated_offset)
-        yield _gauge("trioha_ha_sync_puts_waiting", "Sync puts waiting for slave acks.",
-                     ha.waiting_puts)
-        accepted = CounterMetricFamily("trioha_ha_connections_accepted",
-                                       "Connections accepted on the HA port.")
+        yield _gauge("trioha_ha_slaves_connected", "Slave connections in transfer.", len(ha.slaves))
+        yield _gauge(
+            "trioha_ha_replicated_offset_bytes",
+            "Highest offset that enough slaves vouch for (sync replication).",
+            ha.replicated_offset,
+        )
+        yield _gauge(
+            "trioha_ha_sync_puts_waiting", "Sync puts waiting for slave acks.", ha.waiting_puts
+        )
+        accepted = CounterMetricFamily(
+            "trioha_ha_connections_accepted", "Connections accepted on the HA port."
+        )
         accepted.add_metric([], ha.connections_accepted)
         yield accepted
-        closed = CounterMetricFamily("trioha_ha_connections_closed",
-                                     "HA connections closed, by reason.", labels=["reason"])
+        closed = CounterMetricFamily(
+            "trioha_ha_connections_closed", "HA connections closed, by reason.", labels=["reason"]
+        )
         reasons = getattr(ha, "closed_by_reason", None)
         if reasons is not None:
             for reason, n in sorted(reasons.items()):
@@ -135,38 +170,57 @@ class BrokerCollector:
         yield closed
 
     def _slave(self, client: Any) -> Iterator[Metric]:
-        yield _gauge("trioha_ha_client_connected", "1 while connected to the master.",
-                     1 if client.connected else 0, master=client.master)
+        yield _gauge(
+            "trioha_ha_client_connected",
+            "1 while connected to the master.",
+            1 if client.connected else 0,
+            master=client.master,
+        )
         state = getattr(client, "state", None)
         if state is not None:
-            yield _gauge("trioha_ha_client_state_info", "The slave's replication state.", 1,
-                         state=str(getattr(state, "value", state)))
-        yield _gauge("trioha_ha_client_reported_offset_bytes",
-                     "Last offset reported to the master.", client.reported_offset)
-        received = CounterMetricFamily("trioha_ha_client_received_bytes",
-                                       "Bytes received from the master.")
+            yield _gauge(
+                "trioha_ha_client_state_info",
+                "The slave's replication state.",
+                1,
+                state=str(getattr(state, "value", state)),
+            )
+        yield _gauge(
+            "trioha_ha_client_reported_offset_bytes",
+            "Last offset reported to the master.",
+            client.reported_offset,
+        )
+        received = CounterMetricFamily(
+            "trioha_ha_client_received_bytes", "Bytes received from the master."
+        )
         received.add_metric([], client.bytes_received)
         yield received
         appended = getattr(client, "bytes_appended", None)
         if appended is not None:
-            family = CounterMetricFamily("trioha_ha_client_appended_bytes",
-                                         "Replicated bytes written to this slave's commit log.")
+            family = CounterMetricFamily(
+                "trioha_ha_client_appended_bytes",
+                "Replicated bytes written to this slave's commit log.",
+            )
             family.add_metric([], appended)
             yield family
         behind = getattr(client, "behind_bytes", None)
         if behind is not None:  # once the master's end is learned (metadata sync)
-            yield _gauge("trioha_ha_client_behind_bytes",
-                         "Bytes the master has that this slave has not (as last learned).",
-                         behind)
-        connects = CounterMetricFamily("trioha_ha_client_connects",
-                                       "Connections made to the master.")
+            yield _gauge(
+                "trioha_ha_client_behind_bytes",
+                "Bytes the master has that this slave has not (as last learned).",
+                behind,
+            )
+        connects = CounterMetricFamily(
+            "trioha_ha_client_connects", "Connections made to the master."
+        )
         connects.add_metric([], client.connects)
         yield connects
         reasons = getattr(client, "closed_by_reason", None)
         if reasons is not None:
-            family = CounterMetricFamily("trioha_ha_client_disconnects",
-                                         "Connections to the master that ended, by reason.",
-                                         labels=["reason"])
+            family = CounterMetricFamily(
+                "trioha_ha_client_disconnects",
+                "Connections to the master that ended, by reason.",
+                labels=["reason"],
+            )
             for reason, n in sorted(reasons.items()):
                 family.add_metric([reason], n)
             yield family
@@ -174,27 +228,37 @@ class BrokerCollector:
 
 def _client_port(side: Any) -> Iterator[Metric]:
     processor = side.processor
-    requests = CounterMetricFamily("trioha_remoting_requests",
-                                   "Client-port requests answered, by request and response code.",
-                                   labels=["code", "response"])
+    requests = CounterMetricFamily(
+        "trioha_remoting_requests",
+        "Client-port requests answered, by request and response code.",
+        labels=["code", "response"],
+    )
     for key, n in sorted(processor.served.items()):
         code, _, response = key.rpartition(".")
         requests.add_metric([code, response], n)
     yield requests
     latency = getattr(processor, "latency", None)
     if latency is not None:
-        yield _histogram("trioha_remoting_request_latency_seconds",
-                         "Time to answer a client-port request, by request code.",
-                         {(code,): h.snapshot() for code, h in latency.items()}, ["code"])
-    yield _gauge("trioha_remoting_connections", "Open client-port connections.",
-                 side.connections.open)
-    refused = CounterMetricFamily("trioha_remoting_connections_refused",
-                                  "Client-port connections refused by the connection cap.")
+        yield _histogram(
+            "trioha_remoting_request_latency_seconds",
+            "Time to answer a client-port request, by request code.",
+            {(code,): h.snapshot() for code, h in latency.items()},
+            ["code"],
+        )
+    yield _gauge(
+        "trioha_remoting_connections", "Open client-port connections.", side.connections.open
+    )
+    refused = CounterMetricFamily(
+        "trioha_remoting_connections_refused",
+        "Client-port connections refused by the connection cap.",
+    )
     refused.add_metric([], side.connections.refused)
     yield refused
-    yield _gauge("trioha_consumequeue_dispatch_behind_bytes",
-                 "Commit log bytes not yet indexed into consume queues (reput lag).",
-                 side.reput.behind)
+    yield _gauge(
+        "trioha_consumequeue_dispatch_behind_bytes",
+        "Commit log bytes not yet indexed into consume queues (reput lag).",
+        side.reput.behind,
+    )
 
 
 class NamesrvCollector:

@@ -87,8 +87,7 @@ async def serve_metrics(
         listeners = await trio.open_tcp_listeners(port, host=host)
     except OSError as exc:
         raise ConfigError(
-            f"cannot listen for metrics on {host}:{port} (--metrics-listen): "
-            f"{exc.strerror or exc}"
+            f"cannot listen for metrics on {host}:{port} (--metrics-listen): {exc.strerror or exc}"
         ) from None
 
     async def handle(stream: trio.SocketStream) -> None:

@@ -208,8 +208,9 @@ class _Session:
             self.close_reason = reason
         scope.cancel()
 
-    def _apply(self, actions: tuple[SlaveAction, ...] | list[SlaveAction],
-               scope: trio.CancelScope) -> bool:
+    def _apply(
+        self, actions: tuple[SlaveAction, ...] | list[SlaveAction], scope: trio.CancelScope
+    ) -> bool:
         """Queue reports and note closes; returns False when the session must end."""
         for action in actions:
             if isinstance(action, SendReport):
@@ -273,8 +274,10 @@ class _Session:
                         except StorageError as exc:
                             if isinstance(exc.__cause__, OSError):
                                 self.disk_error = exc
-                            self._end(f"cannot append {action.size} bytes at {action.offset}: "
-                                      f"{exc}", scope)
+                            self._end(
+                                f"cannot append {action.size} bytes at {action.offset}: {exc}",
+                                scope,
+                            )
                             return
                         appended = True
                         self.client.bytes_appended += action.size
@@ -383,8 +386,12 @@ class HAClient:
         assert epoch_file is not None
         if isinstance(action, RecordEpoch):
             await trio.to_thread.run_sync(epoch_file.append, action.epoch, action.start_offset)
-            log.info("epoch %d begins at %d (from master %s)", action.epoch,
-                     action.start_offset, self.master)
+            log.info(
+                "epoch %d begins at %d (from master %s)",
+                action.epoch,
+                action.start_offset,
+                self.master,
+            )
             return
         before = self.commitlog.max_offset
         if self._truncate is not None:
@@ -396,7 +403,9 @@ class HAClient:
         log.warning(
             "cut this slave's log back from %d to %d, the consistent point with master %s: "
             "the bytes after it were not the master's history (kept in lost+found)",
-            before, action.offset, self.master,
+            before,
+            action.offset,
+            self.master,
         )
 
     async def ack_offset(self) -> int:
@@ -405,8 +414,9 @@ class HAClient:
             return await trio.to_thread.run_sync(self.commitlog.flush)
         return self.commitlog.max_offset
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-                  ) -> NoReturn:
+    async def run(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> NoReturn:
         """Connect, replicate, and reconnect with a capped backoff, forever."""
         task_status.started()
         backoff = INITIAL_BACKOFF
@@ -420,8 +430,12 @@ class HAClient:
             except (OSError, trio.TooSlowError) as exc:
                 reason = "timed out" if isinstance(exc, trio.TooSlowError) else str(exc)
                 self._count_close("connect_failed")
-                log.warning("cannot connect to master %s: %s; retrying in %.1f s",
-                            self.master, reason, backoff)
+                log.warning(
+                    "cannot connect to master %s: %s; retrying in %.1f s",
+                    self.master,
+                    reason,
+                    backoff,
+                )
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, cap)
                 continue
@@ -443,8 +457,11 @@ class HAClient:
                     if not isinstance(exc.__cause__, OSError):
                         raise
                     if self.append_error is None:
-                        log.error("slave cannot flush its commit log: %s; retrying every "
-                                  "%g s", exc, self.disk_retry)
+                        log.error(
+                            "slave cannot flush its commit log: %s; retrying every %g s",
+                            exc,
+                            self.disk_retry,
+                        )
                     self.append_error = str(exc)
                     return False
             log_max = self.commitlog.max_offset
@@ -482,8 +499,9 @@ class HAClient:
                     "disk" if session.disk_error is not None else close_category(reason)
                 )
                 if session.disk_error is None:
-                    log.log(close_level(reason), "disconnected from master %s: %s",
-                            self.master, reason)
+                    log.log(
+                        close_level(reason), "disconnected from master %s: %s", self.master, reason
+                    )
             if session.diverged_at is not None:
                 self._diverged(session.diverged_at, log_max, session.close_reason or "")
             self._after_session(session)
@@ -503,7 +521,9 @@ class HAClient:
             if self.append_error is None:
                 log.error(
                     "slave cannot append replicated data: %s; replication paused, retrying "
-                    "every %g s until there is space", session.disk_error, self.disk_retry,
+                    "every %g s until there is space",
+                    session.disk_error,
+                    self.disk_retry,
                 )
             self.append_error = str(session.disk_error)
         if session.received_data or session.diverged_at is not None:
@@ -520,9 +540,12 @@ class HAClient:
             log.log(
                 logging.ERROR if self._not_ha_warned else logging.WARNING,
                 "the master at %s does not speak RocketMQ HA (is that the broker port? the HA "
-                "port is usually listenPort+1): %s", self.master, sign,
+                "port is usually listenPort+1): %s",
+                self.master,
+                sign,
             )
             self._not_ha_warned = True
+
     # --- the sticky divergence ----------------------------------------------------------------
 
     def _diverged(self, master_offset: int, slave_offset: int, reason: str) -> None:
@@ -585,9 +608,10 @@ class HAClient:
             return "disk_full"
         if self.connected:
             return "connected"
-        if self.last_close_reason is not None and close_category(
-            self.last_close_reason
-        ) == "refused":
+        if (
+            self.last_close_reason is not None
+            and close_category(self.last_close_reason) == "refused"
+        ):
             return "refused"
         return "connecting"
 

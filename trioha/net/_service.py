@@ -249,8 +249,13 @@ class HAService:
             await trio.aclose_forcefully(stream)
             reason = conn.close_reason or "cancelled"
             self._closed_by_reason[close_category(reason)] += 1
-            log.log(close_level(reason), "slave %s disconnected: %s", peer, reason,
-                    extra={"peer": peer, "reason": reason, "ack_offset": conn.ack_offset})
+            log.log(
+                close_level(reason),
+                "slave %s disconnected: %s",
+                peer,
+                reason,
+                extra={"peer": peer, "reason": reason, "ack_offset": conn.ack_offset},
+            )
 
     # --- acks and sync replication ----------------------------------------------------------
     def live_acks(self) -> list[int]:
@@ -374,7 +379,8 @@ class HAService:
                 connected_seconds=now - c.connected_at,
                 behind_seconds=(
                     self.timeline.seconds_behind(c.ack_offset, max_offset)
-                    if c.ack_offset >= 0 else None
+                    if c.ack_offset >= 0
+                    else None
                 ),
             )
             for c in self.connections.values()

@@ -25,8 +25,14 @@ class LogTimeline:
 
     __slots__ = ("_clock", "_offsets", "_times", "capacity", "resolution")
 
-    def __init__(self, end: int, *, capacity: int = 1024, resolution: float = 0.01,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        end: int,
+        *,
+        capacity: int = 1024,
+        resolution: float = 0.01,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if capacity < 2:
             raise ValueError("a timeline needs room for at least 2 samples")
         self.capacity = capacity
@@ -53,8 +59,9 @@ class LogTimeline:
         """Halve the ring: each pair after the start-up sample becomes its later offset with
         its earlier time (the bytes of both may be as old as the earlier)."""
         offsets, times = self._offsets, self._times
-        self._offsets = [offsets[0]] + offsets[2::2] + ([offsets[-1]] if len(offsets) % 2 == 0
-                                                         else [])
+        self._offsets = (
+            [offsets[0]] + offsets[2::2] + ([offsets[-1]] if len(offsets) % 2 == 0 else [])
+        )
         self._times = [times[0]] + times[1:-1:2] + ([times[-1]] if len(times) % 2 == 0 else [])
 
     def acked(self, offset: int) -> None:

@@ -173,7 +173,6 @@ def open_segment(segment: Segment) -> Iterator[SegmentData]:
 # --- vectorised layout ---------------------------------------------------------------------
 
 
-
 def _head_dtype(born: int, store: int) -> np.dtype[Any]:
     """The record head, TOTALSIZE to the body length, for host address sizes (4 or 16)."""
     return np.dtype(
@@ -549,9 +548,7 @@ def _frame(
     return runs, problems, stops, pos
 
 
-def align_starts(
-    sd: SegmentData, base: int, cuts: Sequence[int], last: bool
-) -> list[int | None]:
+def align_starts(sd: SegmentData, base: int, cuts: Sequence[int], last: bool) -> list[int | None]:
     """For each offset in *cuts* (absolute, sorted), the first walk position at or after
     it, walking the segment from *base* (its start, or where its data starts); None when
     the segment holds nothing more to read there.
@@ -598,8 +595,7 @@ def _after_run(sd: SegmentData, pos: int, last: bool, problems: list[Problem]) -
                         seg.name,
                         ProblemKind.SIZE_MISMATCH,
                         left,
-                        f"end-of-file marker says {total} bytes remain, "
-                        f"but {seg.length - pos} do",
+                        f"end-of-file marker says {total} bytes remain, but {seg.length - pos} do",
                     )
                 )
             return None
@@ -786,8 +782,10 @@ def _properties(props: pa.StringArray) -> tuple[pa.MapArray, pa.StringArray, pa.
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(counts, out=offsets[1:])
     result: pa.MapArray = pa.MapArray.from_arrays(pa.array(offsets), keys, values)
-    return result, _lookup(keys, values, rec, n, PROPERTY_TAGS), _lookup(
-        keys, values, rec, n, PROPERTY_KEYS
+    return (
+        result,
+        _lookup(keys, values, rec, n, PROPERTY_TAGS),
+        _lookup(keys, values, rec, n, PROPERTY_KEYS),
     )
 
 
@@ -950,9 +948,7 @@ def _bodies(
         return body, pa.array(np.zeros(n, dtype=np.bool_)), pa.nulls(n, pa.string())
     codes = (sysflag >> SYSFLAG_COMPRESSION_SHIFT) & SYSFLAG_COMPRESSION_MASK
     names = [COMPRESSION_NAMES.get(c, f"unknown({c})") for c in range(8)]
-    compression: pa.StringArray = pa.array(names, pa.string()).take(
-        pa.array(codes, mask=~flagged)
-    )
+    compression: pa.StringArray = pa.array(names, pa.string()).take(pa.array(codes, mask=~flagged))
     still = flagged.copy()
     if decompress_bodies:
         rows = np.flatnonzero(flagged)
@@ -990,9 +986,7 @@ def decode_records(
     h = _decode_head(sd, r)
     arr = sd.array
     topics = _utf8(_slices(arr, r.topic_pos, r.topic_pos + r.topic_len))
-    props, tags, keys = _properties(
-        _utf8(_slices(arr, r.props_pos, r.props_pos + r.props_len))
-    )
+    props, tags, keys = _properties(_utf8(_slices(arr, r.props_pos, r.props_pos + r.props_len)))
     physical = sd.segment.start + starts
     store_v6 = (r.family & 2) == 2
     body, compressed, compression = _bodies(

@@ -296,8 +296,7 @@ class LogStats:
                 )
             lines.append("")
             lines.append(
-                f"{'topic':<{width}}  {'queue':>6}  {'messages':>10}  {'bytes':>12}  "
-                "queue offsets"
+                f"{'topic':<{width}}  {'queue':>6}  {'messages':>10}  {'bytes':>12}  queue offsets"
             )
             for q in self.queues:
                 lines.append(

@@ -120,9 +120,7 @@ def read_layout(path: str | os.PathLike[str], *, segment_size: int | None = None
     start = _start_marker(directory.parent / START_MARKER)
     if start is not None and not (found and found[0].start <= start < found[0].end):
         start = None
-    return LogLayout(
-        str(directory), segment_size, tuple(found), _check(found, segment_size), start
-    )
+    return LogLayout(str(directory), segment_size, tuple(found), _check(found, segment_size), start)
 
 
 #: trioha's store notes here where a log that a slave began mid-segment starts.

@@ -39,9 +39,7 @@ def read_messages(
         with open_segment(rng.segment) as sd:
             records, _ = scan_records(sd, rng.begin, rng.end, rng.last)
             for part in chunks(records.size, max_rows=batch_rows, max_bytes=batch_bytes):
-                yield decode_records(
-                    sd, records.take(part), schema, decompress_bodies=decompress
-                )
+                yield decode_records(sd, records.take(part), schema, decompress_bodies=decompress)
 
 
 def read_problems(partition: ScanPartition, *, verify_crc: bool = True) -> Iterator[Problem]:

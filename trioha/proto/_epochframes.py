@@ -84,7 +84,9 @@ class SlaveHandshake:
 
     def to_bytes(self) -> bytes:
         return _SLAVE_HANDSHAKE.pack(
-            STATE_HANDSHAKE, int(self.sync_from_last_file), int(self.async_learner),
+            STATE_HANDSHAKE,
+            int(self.sync_from_last_file),
+            int(self.async_learner),
             self.broker_id,
         )
 
@@ -188,13 +190,18 @@ class EpochTransferHeader:
 
     def to_bytes(self) -> bytes:
         return _TRANSFER.pack(
-            STATE_TRANSFER, self.size, self.offset, self.epoch, self.epoch_start,
+            STATE_TRANSFER,
+            self.size,
+            self.offset,
+            self.epoch,
+            self.epoch_start,
             self.confirm_offset,
         )
 
     @classmethod
-    def from_bytes(cls, data: bytes | bytearray | memoryview, *, max_body: int
-                   ) -> EpochTransferHeader:
+    def from_bytes(
+        cls, data: bytes | bytearray | memoryview, *, max_body: int
+    ) -> EpochTransferHeader:
         state, size, offset, epoch, epoch_start, confirm = _TRANSFER.unpack(data)
         _expect_state(state, STATE_TRANSFER, "master frame")
         check_frame_bounds(offset, size, max_body)

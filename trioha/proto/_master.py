@@ -97,8 +97,9 @@ class MasterConnection:
         return self.last_write + self.timing.heartbeat
 
     # --- inputs -----------------------------------------------------------------------------
-    def receive_data(self, data: bytes | bytearray | memoryview, *, now: float, log: LogView
-                     ) -> tuple[MasterAction, ...]:
+    def receive_data(
+        self, data: bytes | bytearray | memoryview, *, now: float, log: LogView
+    ) -> tuple[MasterAction, ...]:
         """Bytes read from the slave. Only the newest complete report of this read counts."""
         if self.closed:
             return ()
@@ -116,8 +117,9 @@ class MasterConnection:
             return self._close(str(exc))
         return self._step(ReportReceived(report.offset, log))
 
-    def _receive_epoch(self, data: bytes | bytearray | memoryview, log: LogView
-                       ) -> tuple[MasterAction, ...]:
+    def _receive_epoch(
+        self, data: bytes | bytearray | memoryview, log: LogView
+    ) -> tuple[MasterAction, ...]:
         """Every complete handshake or report, in order; any other state field closes."""
         buf = self._buffer
         buf.feed(data)
@@ -136,10 +138,12 @@ class MasterConnection:
                         break
                     event = ReportReceived(decode_epoch_report(buf.take(EPOCH_REPORT_SIZE)), log)
                 else:
-                    actions.extend(self._close(
-                        f"slave sent a message with state field {state} ({state_name(state)}); "
-                        "only HANDSHAKE (1) and TRANSFER (2) are valid"
-                    ))
+                    actions.extend(
+                        self._close(
+                            f"slave sent a message with state field {state} ({state_name(state)}); "
+                            "only HANDSHAKE (1) and TRANSFER (2) are valid"
+                        )
+                    )
                     break
             except ProtocolError as exc:
                 actions.extend(self._close(str(exc)))
@@ -168,9 +172,7 @@ class MasterConnection:
         """The master's handshake: 20-byte header and its epoch entries."""
         return encode_master_handshake(action.max_offset, action.epochs)
 
-    def next_send(
-        self, *, now: float, log: LogView
-    ) -> SendTransfer | SendHeartbeat | Close | None:
+    def next_send(self, *, now: float, log: LogView) -> SendTransfer | SendHeartbeat | Close | None:
         """What the writer should send now, a Close, or None to wait.
 
         None means: wait for the log to grow, a report to arrive, or ``heartbeat_deadline``.

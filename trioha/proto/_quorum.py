@@ -74,8 +74,7 @@ def replicated_offset(vouches: Iterable[Vouch], needed: int, start: int | None =
     return ordered[needed - 1]
 
 
-def slaves_available(vouches: Iterable[Vouch], needed: int, end: int, fallbehind_max: int
-                     ) -> bool:
+def slaves_available(vouches: Iterable[Vouch], needed: int, end: int, fallbehind_max: int) -> bool:
     """``HAService.isSlaveOK`` per slave: are *needed* live slaves within ``fallbehind_max``?"""
     close_enough = sum(1 for _served, ack in vouches if end - ack < fallbehind_max)
     return close_enough >= needed

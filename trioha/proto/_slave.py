@@ -107,8 +107,9 @@ class SlaveConnection:
         first, self._initial = self._initial, ()
         return first
 
-    def receive_data(self, data: bytes | bytearray | memoryview, *, now: float
-                     ) -> list[SlaveAction]:
+    def receive_data(
+        self, data: bytes | bytearray | memoryview, *, now: float
+    ) -> list[SlaveAction]:
         """Bytes read from the master; returns Appends (with their bodies) and maybe a Close."""
         if self.closed:
             return []

@@ -520,17 +520,13 @@ def _master_report(state: MasterState, event: ReportReceived, options: MasterOpt
             "(RocketMQ #3015)",
         )
     if offset < state.ack_offset:
-        return _closed(
-            state, f"slave's report went backwards from {state.ack_offset} to {offset}"
-        )
+        return _closed(state, f"slave's report went backwards from {state.ack_offset} to {offset}")
     if offset == state.ack_offset:
         return state, ()
     return attrs.evolve(state, ack_offset=offset), (AckAdvanced(offset),)
 
 
-def _master_await_send(
-    state: MasterState, event: SendReady, options: MasterOptions
-) -> MasterStep:
+def _master_await_send(state: MasterState, event: SendReady, options: MasterOptions) -> MasterStep:
     # RocketMQ's writer sleeps until the first report; no heartbeat either.
     return state, ()
 
@@ -565,9 +561,7 @@ def _master_send(state: MasterState, event: SendReady, options: MasterOptions) -
     return state, ()
 
 
-def _master_written(
-    state: MasterState, event: FrameWritten, options: MasterOptions
-) -> MasterStep:
+def _master_written(state: MasterState, event: FrameWritten, options: MasterOptions) -> MasterStep:
     if not state.write_pending:
         raise LocalProtocolError("a frame was reported written but none was handed out")
     return attrs.evolve(state, write_pending=False), ()
@@ -577,9 +571,7 @@ def _master_idle(state: MasterState, event: ReadIdle, options: MasterOptions) ->
     return _closed(state, "nothing read from the slave within the housekeeping interval")
 
 
-def _master_lost(
-    state: MasterState, event: ConnectionLost, options: MasterOptions
-) -> MasterStep:
+def _master_lost(state: MasterState, event: ConnectionLost, options: MasterOptions) -> MasterStep:
     return attrs.evolve(state, phase=MasterPhase.CLOSED, write_pending=False), ()
 
 
@@ -656,22 +648,32 @@ def _slave_frame_epoch(state: SlaveState, event: HeaderReceived) -> SlaveStep | 
     where = f"master's frame at {event.offset} is in epoch {event.epoch} from {event.epoch_start}"
     if last is not None and event.epoch == last.epoch:
         if event.epoch_start != last.start_offset:
-            return _diverged(state, f"{where}, but the slave's epoch {last.to_line()} starts "
-                             "elsewhere: the histories differ",
-                             min(last.start_offset, event.epoch_start))
+            return _diverged(
+                state,
+                f"{where}, but the slave's epoch {last.to_line()} starts "
+                "elsewhere: the histories differ",
+                min(last.start_offset, event.epoch_start),
+            )
         return None
     if last is not None and event.epoch < last.epoch:
-        return _diverged(state, f"{where}, older than the slave's last epoch {last.to_line()}",
-                         min(last.start_offset, event.epoch_start))
+        return _diverged(
+            state,
+            f"{where}, older than the slave's last epoch {last.to_line()}",
+            min(last.start_offset, event.epoch_start),
+        )
     if event.epoch_start > event.offset or (state.expected and event.epoch_start != event.offset):
         # The slave holds bytes before this frame that the master says belong to an epoch the
         # slave has never seen: they were written by another master.
-        return _diverged(state, f"{where}, but the slave's log already ends at "
-                         f"{state.expected} in epoch {last.to_line() if last else '(none)'}",
-                         min(event.epoch_start, state.expected))
+        return _diverged(
+            state,
+            f"{where}, but the slave's log already ends at "
+            f"{state.expected} in epoch {last.to_line() if last else '(none)'}",
+            min(event.epoch_start, state.expected),
+        )
     if last is not None and event.epoch_start <= last.start_offset:
-        return _diverged(state, f"{where}, not after the slave's last epoch {last.to_line()}",
-                         event.epoch_start)
+        return _diverged(
+            state, f"{where}, not after the slave's last epoch {last.to_line()}", event.epoch_start
+        )
     new = attrs.evolve(state, epochs=epochs.append(event.epoch, event.epoch_start))
     return new, (RecordEpoch(event.epoch, event.epoch_start),)
 

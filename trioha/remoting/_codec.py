@@ -48,8 +48,15 @@ _JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 _c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
 _C_JSON_ENCODER = (
     _c_make_encoder(
-        None, _JSON_ENCODER.default, json.encoder.encode_basestring, None, ":", ",",
-        False, False, True,
+        None,
+        _JSON_ENCODER.default,
+        json.encoder.encode_basestring,
+        None,
+        ":",
+        ",",
+        False,
+        False,
+        True,
     )
     if _c_make_encoder is not None
     else None

@@ -85,7 +85,9 @@ class _ActivityStream(trio.abc.Stream):
 
 
 async def _close_when_idle(
-    connection: RemotingConnection, stream: _ActivityStream, idle_seconds: float,
+    connection: RemotingConnection,
+    stream: _ActivityStream,
+    idle_seconds: float,
     counters: ConnectionCounters,
 ) -> None:
     while not connection.closed:
@@ -94,7 +96,9 @@ async def _close_when_idle(
             counters.idle_closed += 1
             log.info(
                 "closing remoting connection from %s: idle for %.0f s "
-                "(serverChannelMaxIdleTimeSeconds)", connection.peer, idle_seconds,
+                "(serverChannelMaxIdleTimeSeconds)",
+                connection.peer,
+                idle_seconds,
             )
             connection.close(f"idle for {idle_seconds:.0f} s")
             return
@@ -135,7 +139,9 @@ async def serve_remoting(
                 log.warning(
                     "%s:%d holds %d connections, its cap (serverMaxConnections): new "
                     "connections are closed at once until some end",
-                    bound_host, bound_port, counters.open,
+                    bound_host,
+                    bound_port,
+                    counters.open,
                 )
             await trio.aclose_forcefully(stream)
             return
@@ -145,12 +151,19 @@ async def serve_remoting(
             await _serve_connection(stream)
         finally:
             counters.open -= 1
-            if counters.capped and max_connections is not None and (
-                counters.open < max(1, max_connections * 9 // 10)
+            if (
+                counters.capped
+                and max_connections is not None
+                and (counters.open < max(1, max_connections * 9 // 10))
             ):
                 counters.capped = False
-                log.info("%s:%d accepts connections again (%d open, %d refused so far)",
-                         bound_host, bound_port, counters.open, counters.refused)
+                log.info(
+                    "%s:%d accepts connections again (%d open, %d refused so far)",
+                    bound_host,
+                    bound_port,
+                    counters.open,
+                    counters.refused,
+                )
 
     async def _serve_connection(raw: trio.SocketStream) -> None:
         peer = peer_name(raw)

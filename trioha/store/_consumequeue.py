@@ -349,8 +349,12 @@ class ConsumeQueue:
             try:
                 self.write_pending()
             except OSError as exc:
-                log.debug("consume queue %s/%d: pending units not written: %s",
-                          self.topic, self.queue_id, exc)
+                log.debug(
+                    "consume queue %s/%d: pending units not written: %s",
+                    self.topic,
+                    self.queue_id,
+                    exc,
+                )
         return self._end - len(self._pending)
 
     def read(self, queue_offset: int, max_units: int) -> list[CQUnit]:
@@ -385,8 +389,13 @@ class ConsumeQueue:
             except OSError as exc:
                 # Not lost: the dispatch checkpoint was never moved past them, so the next
                 # start dispatches these messages again.
-                log.error("consume queue %s/%d closed with %d units unwritten: %s",
-                          self.topic, self.queue_id, len(self._pending) // CQ_UNIT_SIZE, exc)
+                log.error(
+                    "consume queue %s/%d closed with %d units unwritten: %s",
+                    self.topic,
+                    self.queue_id,
+                    len(self._pending) // CQ_UNIT_SIZE,
+                    exc,
+                )
         for cq_file in self._files:
             os.close(cq_file.fd)
         self._files.clear()

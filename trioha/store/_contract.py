@@ -214,8 +214,6 @@ class SegmentLike(Protocol):
     def close(self) -> None: ...
 
 
-
-
 @attrs.frozen
 class SetAside:
     """Bytes a commit log refused to keep in place, and where they went."""

@@ -180,7 +180,9 @@ class DiskGuard:
             log.error(
                 "disk of the commit log (%s) is %.2f used, above diskSpaceWarningLevelRatio "
                 "%.2f: %s",
-                where, ratio, self.warning_ratio,
+                where,
+                ratio,
+                self.warning_ratio,
                 "puts are refused (SERVICE_NOT_AVAILABLE) until it is at or below"
                 if self.master
                 else "the slave appends replicated data until a write fails; free space",
@@ -196,7 +198,10 @@ class DiskGuard:
             log.warning(
                 "disk of the commit log (%s) is %.2f used, %s %.2f%s; trioha deletes no old "
                 "commit log files, so free space before it passes %.2f and puts are refused",
-                where, ratio, new.value, threshold,
+                where,
+                ratio,
+                new.value,
+                threshold,
                 "; puts are accepted again" if old is DiskLevel.FULL else "",
                 self.warning_ratio,
             )
@@ -209,7 +214,9 @@ class DiskGuard:
             self._failures[what] = _Failure(message, blocks_puts)
             log.error(
                 "%s cannot be written: %s; %sretrying every check until it works",
-                what, message, "puts are refused (SERVICE_NOT_AVAILABLE); " if blocks_puts else "",
+                what,
+                message,
+                "puts are refused (SERVICE_NOT_AVAILABLE); " if blocks_puts else "",
             )
             return
         failure.error = message
@@ -218,8 +225,9 @@ class DiskGuard:
     def succeeded(self, what: str) -> None:
         """A writer's attempt worked; logged once if it had been failing."""
         if self._failures.pop(what, None) is not None:
-            log.warning("%s written again; %s", what,
-                        "puts accepted" if self.writable else self.describe())
+            log.warning(
+                "%s written again; %s", what, "puts accepted" if self.writable else self.describe()
+            )
 
     def retry_due(self, what: str) -> bool:
         """Whether a failing writer may try again now (always True for a healthy one)."""

@@ -64,7 +64,13 @@ class RecordScan:
     """
 
     __slots__ = (
-        "check_crc_from", "end", "on_segment", "pages", "problem", "segment_size", "segments",
+        "check_crc_from",
+        "end",
+        "on_segment",
+        "pages",
+        "problem",
+        "segment_size",
+        "segments",
         "start",
     )
 
@@ -159,5 +165,3 @@ class QueueOffsets:
         self.last_store_timestamp = ts
         self.cursor = scan.end
         return n
-
-

@@ -223,9 +223,9 @@ class ReplicationMachine(RuleBasedStateMachine):
             _event("master: partial report buffered")
 
     @precondition(
-        lambda self: self.pair is not None
-        and self.p.current is not None
-        and self.p.current.master_open
+        lambda self: (
+            self.pair is not None and self.p.current is not None and self.p.current.master_open
+        )
     )
     @rule(write=st.integers(1, 64), read=st.integers(1, 64))
     def trickle(self, write: int, read: int) -> None:
@@ -377,9 +377,11 @@ class ReplicationMachine(RuleBasedStateMachine):
         _event("master crash diverged the slave: refused on reconnect")
 
     @precondition(
-        lambda self: self.pair is not None
-        and self.p.options.epoch_mode
-        and self.p.master_log.max_offset > self.p.master_log.min_offset
+        lambda self: (
+            self.pair is not None
+            and self.p.options.epoch_mode
+            and self.p.master_log.max_offset > self.p.master_log.min_offset
+        )
     )
     @rule(back=st.integers(1, 6))
     def master_loses_records(self, back: int) -> None:
@@ -408,6 +410,7 @@ class ReplicationMachine(RuleBasedStateMachine):
         if link.truncations:
             assert link.truncations == [pair.slave_log.max_offset] and held > link.truncations[0]
             _event("epoch mode: the slave cut back to the consistent point")
+
     # --- classic mode: a power cut, the refusal, the operator's cut -------------------------
 
     def _sent_end(self) -> int:
@@ -425,10 +428,12 @@ class ReplicationMachine(RuleBasedStateMachine):
         return None
 
     @precondition(
-        lambda self: self.pair is not None
-        and not self.p.options.epoch_mode  # epoch mode has master_loses_records instead
-        and self.fenced is None
-        and self.holds_lost is None
+        lambda self: (
+            self.pair is not None
+            and not self.p.options.epoch_mode  # epoch mode has master_loses_records instead
+            and self.fenced is None
+            and self.holds_lost is None
+        )
     )
     @rule()
     def master_loses_power(self) -> None:
@@ -454,13 +459,15 @@ class ReplicationMachine(RuleBasedStateMachine):
             _event("power loss: the slave holds bytes the master lost")
 
     @precondition(
-        lambda self: self.pair is not None
-        and self.p.current is None
-        and self._lost_range() is not None
-        and any(
-            side is Side.SLAVE and "pushed offset" in why
-            for link in self.p.links
-            for side, why in link.closes
+        lambda self: (
+            self.pair is not None
+            and self.p.current is None
+            and self._lost_range() is not None
+            and any(
+                side is Side.SLAVE and "pushed offset" in why
+                for link in self.p.links
+                for side, why in link.closes
+            )
         )
     )
     @rule()
