@@ -14,19 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_cli import run
 from trioha._cli import COMMAND_HELP, EXIT_CODES, _broker_config, build_parser
 from trioha._config import BrokerRole, FlushDiskType
 from trioha._errors import ConfigError
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "trioha", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_version() -> None:
