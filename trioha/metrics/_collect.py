@@ -26,6 +26,20 @@ def _gauge(name: str, doc: str, value: float, **labels: str) -> GaugeMetricFamil
     return family
 
 
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, doc)
+    family.add_metric([], value)
+    return family
+
+
+def _counts(name: str, doc: str, label: str, counts: dict[str, int]) -> CounterMetricFamily:
+    """A counter with one label, one sample per key of *counts* (sorted)."""
+    family = CounterMetricFamily(name, doc, labels=[label])
+    for key, n in sorted(counts.items()):
+        family.add_metric([key], n)
+    return family
+
+
 def _histogram(
     name: str, doc: str, snaps: dict[tuple[str, ...], HistogramSnapshot], labels: list[str]
 ) -> HistogramMetricFamily:
@@ -57,9 +71,7 @@ class BrokerCollector:
         yield _gauge(
             "trioha_commitlog_flushed_offset_bytes", "End of what is on disk.", stats.flushed_offset
         )
-        puts = CounterMetricFamily("trioha_puts", "Messages stored by puts.")
-        puts.add_metric([], stats.puts)
-        yield puts
+        yield _counter("trioha_puts", "Messages stored by puts.", stats.puts)
         yield from self._puts(stats)
         yield from self._disk(stats)
         if stats.ha is not None:
@@ -73,14 +85,9 @@ class BrokerCollector:
     def _puts(self, stats: Any) -> Iterator[Metric]:
         results = getattr(stats, "put_results", None)
         if results is not None:
-            family = CounterMetricFamily(
-                "trioha_put_results",
-                "Put results by RocketMQ PutMessageStatus.",
-                labels=["status"],
+            yield _counts(
+                "trioha_put_results", "Put results by RocketMQ PutMessageStatus.", "status", results
             )
-            for status, n in sorted(results.items()):
-                family.add_metric([status], n)
-            yield family
         latency = getattr(stats, "put_latency", None)
         if latency is not None:
             yield _histogram(
@@ -153,21 +160,18 @@ class BrokerCollector:
         yield _gauge(
             "trioha_ha_sync_puts_waiting", "Sync puts waiting for slave acks.", ha.waiting_puts
         )
-        accepted = CounterMetricFamily(
-            "trioha_ha_connections_accepted", "Connections accepted on the HA port."
-        )
-        accepted.add_metric([], ha.connections_accepted)
-        yield accepted
-        closed = CounterMetricFamily(
-            "trioha_ha_connections_closed", "HA connections closed, by reason.", labels=["reason"]
+        yield _counter(
+            "trioha_ha_connections_accepted",
+            "Connections accepted on the HA port.",
+            ha.connections_accepted,
         )
         reasons = getattr(ha, "closed_by_reason", None)
-        if reasons is not None:
-            for reason, n in sorted(reasons.items()):
-                closed.add_metric([reason], n)
-        else:
-            closed.add_metric(["any"], ha.connections_closed)
-        yield closed
+        yield _counts(
+            "trioha_ha_connections_closed",
+            "HA connections closed, by reason.",
+            "reason",
+            reasons if reasons is not None else {"any": ha.connections_closed},
+        )
 
     def _slave(self, client: Any) -> Iterator[Metric]:
         yield _gauge(
@@ -189,19 +193,18 @@ class BrokerCollector:
             "Last offset reported to the master.",
             client.reported_offset,
         )
-        received = CounterMetricFamily(
-            "trioha_ha_client_received_bytes", "Bytes received from the master."
+        yield _counter(
+            "trioha_ha_client_received_bytes",
+            "Bytes received from the master.",
+            client.bytes_received,
         )
-        received.add_metric([], client.bytes_received)
-        yield received
         appended = getattr(client, "bytes_appended", None)
         if appended is not None:
-            family = CounterMetricFamily(
+            yield _counter(
                 "trioha_ha_client_appended_bytes",
                 "Replicated bytes written to this slave's commit log.",
+                appended,
             )
-            family.add_metric([], appended)
-            yield family
         behind = getattr(client, "behind_bytes", None)
         if behind is not None:  # once the master's end is learned (metadata sync)
             yield _gauge(
@@ -209,21 +212,17 @@ class BrokerCollector:
                 "Bytes the master has that this slave has not (as last learned).",
                 behind,
             )
-        connects = CounterMetricFamily(
-            "trioha_ha_client_connects", "Connections made to the master."
+        yield _counter(
+            "trioha_ha_client_connects", "Connections made to the master.", client.connects
         )
-        connects.add_metric([], client.connects)
-        yield connects
         reasons = getattr(client, "closed_by_reason", None)
         if reasons is not None:
-            family = CounterMetricFamily(
+            yield _counts(
                 "trioha_ha_client_disconnects",
                 "Connections to the master that ended, by reason.",
-                labels=["reason"],
+                "reason",
+                reasons,
             )
-            for reason, n in sorted(reasons.items()):
-                family.add_metric([reason], n)
-            yield family
 
 
 def _client_port(side: Any) -> Iterator[Metric]:
@@ -248,12 +247,11 @@ def _client_port(side: Any) -> Iterator[Metric]:
     yield _gauge(
         "trioha_remoting_connections", "Open client-port connections.", side.connections.open
     )
-    refused = CounterMetricFamily(
+    yield _counter(
         "trioha_remoting_connections_refused",
         "Client-port connections refused by the connection cap.",
+        side.connections.refused,
     )
-    refused.add_metric([], side.connections.refused)
-    yield refused
     yield _gauge(
         "trioha_consumequeue_dispatch_behind_bytes",
         "Commit log bytes not yet indexed into consume queues (reput lag).",
