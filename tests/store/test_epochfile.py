@@ -47,6 +47,14 @@ def test_both_damaged_is_a_named_storage_error(tmp_path: Path) -> None:
         EpochFile.open(path)
 
 
+def test_a_damaged_file_without_backup_is_an_error_not_an_empty_history(tmp_path: Path) -> None:
+    path = tmp_path / EPOCH_FILE_NAME
+    path.write_text("1\n0\nnope\n")
+    with pytest.raises(StorageError, match=r"nope.*no backup .*\.bak.*remove it"):
+        EpochFile.open(path)
+    assert path.read_text() == "1\n0\nnope\n"  # left as it was, for the operator
+
+
 def test_truncate_suffix_persists(tmp_path: Path) -> None:
     path = tmp_path / EPOCH_FILE_NAME
     f = EpochFile.open(path)

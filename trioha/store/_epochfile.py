@@ -5,6 +5,12 @@ written as ``MixAll.string2File`` writes: the new content goes to ``<file>.tmp``
 the previous content is kept as ``<file>.bak``, then the temp file is renamed over the file.
 A read that finds the file missing, empty or damaged falls back to ``.bak``
 (``CheckpointFile.read``), and says so at WARNING.
+
+Where RocketMQ's ``CheckpointFile.read`` returns an empty list when the file is damaged and
+no backup exists, this is a :class:`StorageError`: an empty history on a store that holds data
+would make the broker start a first epoch of its own and judge its peers' logs against a
+history it no longer has. The operator decides (restore the file, or remove it to start
+from an empty history), as for any other damaged store file.
 """
 
 from __future__ import annotations
@@ -38,12 +44,20 @@ class EpochFile:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> EpochFile:
-        """Read the history at *path* (falling back to ``.bak``); empty when neither exists."""
+        """Read the history at *path* (falling back to ``.bak``); empty when neither exists.
+
+        :class:`StorageError` when the file is damaged and no backup exists, or both are.
+        """
         path = Path(path)
         backup = path.with_name(path.name + ".bak")
         try:
             history = _read(path)
         except StorageError as exc:
+            if not backup.exists():
+                raise StorageError(
+                    f"{exc}, and there is no backup {backup}: restore the file, or remove it"
+                    " to start from an empty epoch history"
+                ) from None
             log.warning("%s; reading the backup %s", exc, backup)
             history = _read(backup)
         else:
