@@ -18,7 +18,7 @@ import attrs
 
 from trioha.store._consumequeue import tags_code
 
-log = logging.getLogger("trioha.remoting.clients")
+log = logging.getLogger("trioha.broker.clients")
 
 #: ``ClientHousekeepingService``/``ConsumerManager.CHANNEL_EXPIRED_TIMEOUT``: 120 s.
 CHANNEL_EXPIRED_TIME = 120_000

@@ -53,7 +53,7 @@ from trioha.store._consumequeue import ConsumeQueueStore
 from trioha.store._diskspace import METADATA, DiskGuard
 from trioha.store._index import IndexService
 
-log = logging.getLogger("trioha.remoting")
+log = logging.getLogger("trioha.broker")
 
 #: ``flushConsumerOffsetInterval``: 5 s.
 PERSIST_INTERVAL = 5.0

@@ -31,7 +31,7 @@ from trioha.remoting._codes import AUTO_CREATE_TOPIC, PERM_INHERIT, PERM_READ, P
 from trioha.remoting._dataversion import DataVersion
 from trioha.remoting._json import dumps, loads_lenient
 
-log = logging.getLogger("trioha.remoting.metadata")
+log = logging.getLogger("trioha.broker.metadata")
 
 #: ``MixAll.RETRY_GROUP_TOPIC_PREFIX`` and ``DLQ_GROUP_TOPIC_PREFIX``.
 RETRY_TOPIC_PREFIX = "%RETRY%"

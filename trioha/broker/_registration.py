@@ -24,7 +24,7 @@ from trioha.remoting._codec import RemotingCommand
 from trioha.remoting._codes import RequestCode, ResponseCode
 from trioha.remoting._json import dumps_bytes
 
-log = logging.getLogger("trioha.remoting.registration")
+log = logging.getLogger("trioha.broker.registration")
 
 #: ``registerBrokerTimeoutMills``: 6 s.
 REGISTER_TIMEOUT = 6.0

@@ -51,7 +51,7 @@ from trioha.store._message import (
     parse_record,
 )
 
-log = logging.getLogger("trioha.remoting.reput")
+log = logging.getLogger("trioha.broker.reput")
 
 #: ``MessageSysFlag`` transaction bits: only plain and committed messages are indexed.
 _TRANSACTION_MASK = 0xC

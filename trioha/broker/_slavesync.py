@@ -26,7 +26,7 @@ from trioha.remoting._codec import RemotingCommand
 from trioha.remoting._codes import RequestCode, ResponseCode
 from trioha.remoting._json import loads_lenient
 
-log = logging.getLogger("trioha.remoting.slavesync")
+log = logging.getLogger("trioha.broker.slavesync")
 
 INITIAL_DELAY = 3.0
 PERIOD = 10.0
