@@ -29,6 +29,7 @@ from trioha.remoting._codec import RemotingCommand
 from trioha.remoting._codes import (
     PERM_READ,
     PERM_WRITE,
+    VERSION_4_9_7,
     RequestCode,
     ResponseCode,
 )
@@ -45,7 +46,7 @@ log = logging.getLogger("trioha.broker")
 
 #: ``MQVersion.CURRENT_VERSION`` of the RocketMQ release trioha answers as: 4.9.7.
 BROKER_VERSION_DESC = "V4_9_7"
-BROKER_VERSION = 407
+BROKER_VERSION = VERSION_4_9_7
 #: pool -> (queue size key, capacity key, head wait key, ``BrokerConfig`` capacity default).
 _POOL_KEYS = {
     "send": (

@@ -32,7 +32,7 @@ from trioha.remoting._codes import (
     FLAG_RESPONSE,
     LANGUAGE_CODES,
     LANGUAGE_NAMES,
-    VERSION_4_9_4,
+    VERSION_4_9_7,
 )
 
 #: ``NettySystemConfig.frameMaxLength`` (``com.rocketmq.remoting.frameMaxLength``): 16 MiB.
@@ -125,7 +125,7 @@ class RemotingCommand:
     ext_fields: dict[str, str] = attrs.field(factory=dict, converter=_fields, hash=False)
     body: bytes = b""
     language: str = "JAVA"
-    version: int = VERSION_4_9_4
+    version: int = VERSION_4_9_7
     serialize_type: SerializeType = SerializeType.JSON
 
     # --- construction -------------------------------------------------------------------

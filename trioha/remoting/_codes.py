@@ -103,8 +103,10 @@ LANGUAGE_CODES: dict[str, int] = {
 }
 LANGUAGE_NAMES: dict[int, str] = {code: name for name, code in LANGUAGE_CODES.items()}
 
-#: ``MQVersion.Version.V4_9_4.ordinal()``: the version a 4.9.4 broker puts in its frames.
-VERSION_4_9_4 = 402
+#: ``MQVersion.CURRENT_VERSION`` of RocketMQ 4.9.7 (``Version.V4_9_7.ordinal()``; the enum
+#: is not one ordinal per release, so V4_9_4 is 401): the version trioha puts in its frames
+#: and reports as ``brokerVersion``, the release it answers as.
+VERSION_4_9_7 = 407
 
 #: RemotingCommand flag bits (``RPC_TYPE`` and ``RPC_ONEWAY``).
 FLAG_RESPONSE = 0b01
