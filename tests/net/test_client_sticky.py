@@ -178,18 +178,18 @@ async def test_a_slave_that_must_ack_flushed_bytes_stops_acking_while_fsync_fail
             with trio.fail_after(600):
                 while service.replicated_offset() < master_log.max_offset:  # noqa: ASYNC110
                     await trio.sleep(0.5)  # the master's acks have no event to wait on
-            if not more:
-                assert re.fullmatch(r"fsync \d+ failed", client.append_error or "")
-        assert client.append_error is None
+            # The flush that lets the slave ack again ends the spell, caught up or not.
+            assert client.append_error is None
         nursery.cancel_scope.cancel()
     # The ack's flush and the next session's first flush failed: one ERROR for the whole
-    # spell, one WARNING at the first append after it.
+    # spell, one WARNING at the first flush that worked after it.
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1
     assert re.search(r"slave cannot append replicated data: fsync \d+ failed", errors[0])
     assert "retrying every 2 s" in errors[0]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert sum("replicated data again (after: fsync" in m for m in warnings) == 1
+    assert sum("slave flushes its commit log again (after: fsync" in m for m in warnings) == 1
+    assert not any("appends replicated data again" in m for m in warnings)
 
 
 class _RefusingEpochFile(EpochFile):

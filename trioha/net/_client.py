@@ -464,6 +464,7 @@ class HAClient:
                         )
                     self.append_error = str(exc)
                     return False
+                self._disk_works("flushes its commit log")
             log_max = self.commitlog.max_offset
             epochs = None
             if self.epoch_file is not None:
@@ -511,8 +512,16 @@ class HAClient:
 
     def append_worked(self) -> None:
         """An append succeeded: the end of a disk-full spell, if there was one."""
+        self._disk_works("appends replicated data")
+
+    def _disk_works(self, what: str) -> None:
+        """A write to the log succeeded: the end of a disk spell, said once, if there was one.
+
+        Either a successful append or a successful flush ends it; a slave that is caught up
+        appends nothing, so waiting for an append would leave the error standing.
+        """
         if self.append_error is not None:
-            log.warning("slave appends replicated data again (after: %s)", self.append_error)
+            log.warning("slave %s again (after: %s)", what, self.append_error)
             self.append_error = None
 
     def _after_session(self, session: _Session) -> None:
