@@ -117,6 +117,14 @@ class Progress:
             text += f", ETA {(self.total - self.done) / rate:.1f} s"
         return text
 
+    def finish(self, done: float, *, stopped: bool = False) -> None:
+        """The work ended with *done* done: the final line (or bar) says so, and no periodic
+        line comes just before it."""
+        if self._bar is not None:
+            self._bar.update(done - self.done)
+        self.done = done
+        self.close(stopped=stopped)
+
     def close(self, *, stopped: bool = False) -> None:
         """The work ended (*stopped*: by an error or an interrupt, before it was done):
         close the bar, or log the final line."""

@@ -138,3 +138,32 @@ def test_an_interrupted_command_stops_reporting_and_says_so(
         line
         == "export write: 4.0 MiB of 10.0 MiB (40%), 1.0 MiB/s, ETA 6.0 s (stopped after 4.0 s)"
     )
+
+
+def test_a_job_logs_a_line_per_interval_and_one_when_it_ends(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trioha.progress")
+    now = [0.0]
+    jobs = [_job(1, "RUNNING", (2, 4, 1, 1))]
+    monkeypatch.setattr("trioha.pipeline._jobprogress._snapshot", lambda sc, group: jobs)
+    progress = JobProgress(
+        _Context(),  # type: ignore[arg-type]
+        "stats",
+        lambda d: ("count", 4096),
+        poll=3600,
+        interval=10,
+        clock=lambda: now[0],
+    )
+    with progress:
+        now[0] = 1.0
+        progress.update()  # the job is first seen: no line before the interval
+        now[0] = 11.0
+        progress.update()
+        jobs[0] = _job(1, "SUCCEEDED", (2, 4, 4, 0))
+        now[0] = 21.0
+        progress.update()  # ended after the interval: one final line, not two
+    assert _lines(caplog) == [
+        "stats count: 1.0 KiB of 4.0 KiB (25%), 93 B/s, ETA 33.0 s",
+        "stats count: 4.0 KiB of 4.0 KiB (100%), 195 B/s (done in 21.0 s)",
+    ]

@@ -241,10 +241,9 @@ class JobProgress:
                         clock=self.clock,
                         start=began,
                     )
-                if nbytes is not None:
-                    bar.set(nbytes * r.done // r.tasks)
-                else:
-                    bar.set(r.done, total=r.tasks)
+                done = nbytes * r.done // r.tasks if nbytes is not None else r.done
                 if r.job.finished:
-                    bar.close(stopped=r.job.status != "SUCCEEDED")
+                    bar.finish(done, stopped=r.job.status != "SUCCEEDED")
                     self._closed.add(job_id)
+                else:
+                    bar.set(done)
