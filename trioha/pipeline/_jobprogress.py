@@ -111,7 +111,9 @@ def reading_jobs(jobs: Sequence[JobView]) -> list[Reading]:
 
 def _snapshot(sc: SparkContext, group: str) -> list[JobView]:
     tracker = sc.statusTracker()
-    try:  # not part of the public API: the job's name is a nicety
+    # The job's description (what names it, and for the audit's comparison its bytes) is
+    # not in the public tracker; without it, jobs are reported under the caller's default.
+    try:
         store = sc._jsc.sc().statusStore()
     except Exception:
         store = None
