@@ -58,7 +58,8 @@ def test_export_logs_a_line_per_job_with_bytes_rate_and_time(
 ) -> None:
     caplog.set_level(logging.INFO, logger="trioha.progress")
     assert main(["export", str(varied_log.root), str(tmp_path / "pq")]) == 0
-    lines = _lines(caplog)
+    # A job slower than the interval (10 s) on a busy machine also logs a line on its way.
+    lines = [line for line in _lines(caplog) if "(done in" in line]
     size = r"256\.0 KiB"  # the four 64 KiB files
     assert len(lines) == 2, lines
     for line, job in zip(lines, ("damage check", "write"), strict=True):
