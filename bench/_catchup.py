@@ -20,7 +20,10 @@ from typing import Any
 
 import trio
 
-from bench._common import MIB, PeakTracker, open_child, proc_sample
+from bench._common import MIB, Child, PeakTracker, open_child, phase_progress, proc_sample
+
+#: Seconds between the catching-up slave's progress events (what the progress report shows).
+PROGRESS_INTERVAL = 0.5
 
 #: How long a slave facing a foreign master must see no growth before the copy counts as done.
 IDLE_DONE = 3.0
@@ -103,7 +106,7 @@ async def catch_up(
             "--until",
             str(end),
             "--interval",
-            "3600",
+            str(PROGRESS_INTERVAL),
         ]
         async with open_child("_node", sargs, "slave") as slave, trio.open_nursery() as nursery:
             strack = PeakTracker(slave.pid, 0.05)
@@ -111,7 +114,7 @@ async def catch_up(
             mtrack.sample()
             nursery.start_soon(strack.run)
             nursery.start_soon(mtrack.run)
-            reached = await slave.next_event("reached")
+            reached = await _follow_copy(slave, sready, end)
             mtrack.sample()
             strack.sample()
             nursery.cancel_scope.cancel()
@@ -139,6 +142,20 @@ async def catch_up(
         "master_peak_anon": mtrack.peak_anon,
         "slave_rss_series": [(t - sready["t"], rss, anon) for t, rss, anon in strack.series],
     }
+
+
+async def _follow_copy(slave: Child, ready: dict[str, Any], end: int) -> dict[str, Any]:
+    """Report the slave's copy from its progress events (bytes of the backlog, rate, ETA)
+    until its ``reached`` event, which is returned."""
+    base = int(ready["max_offset"])
+    with phase_progress("slave catch-up", end - base, start=ready["t"]) as progress:
+        while True:
+            event = await slave.next_event()
+            if event.get("event") == "reached":
+                progress.set(int(event["offset"]) - base)
+                return event
+            if event.get("event") == "progress":
+                progress.set(int(event["max_offset"]) - base)
 
 
 async def catch_up_from_peer(work: Path, *, master: str, segment_size: int) -> dict[str, Any]:

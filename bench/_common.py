@@ -6,6 +6,7 @@ Everything here is plain measurement plumbing; the scenarios live in their own m
 from __future__ import annotations
 
 import json
+import logging
 import os
 import resource
 import subprocess
@@ -19,6 +20,7 @@ from typing import Any
 import attrs
 import trio
 
+from trioha._progress import Progress
 from trioha.net import HAConnection, HAService, Wakeup
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -232,3 +234,33 @@ def emit(**event: Any) -> None:
         sys.stdout.flush()
     except BrokenPipeError:  # the parent is gone; nobody is listening any more
         pass
+
+
+# --- progress of a long phase ------------------------------------------------------------------
+
+#: A bench's progress lines go to stdout beside what it says, whatever logging is set up.
+_progress_log = logging.getLogger("bench.progress")
+_progress_log.propagate = False
+_progress_log.setLevel(logging.INFO)
+if not _progress_log.handlers:
+    _handler = logging.StreamHandler(sys.stdout)
+    _handler.setFormatter(logging.Formatter("  %(message)s"))
+    _progress_log.addHandler(_handler)
+
+
+def phase_progress(
+    what: str, total: float | None, *, start: float | None = None, interval: float = 2.0
+) -> Progress:
+    """trioha's progress report for a long phase of a bench, in bytes: a bar when stdout is a
+    terminal, else a line every *interval* seconds and one at the end. *start* is when the
+    phase began on ``time.monotonic()`` (one clock for every process on Linux, so a child's
+    event time will do)."""
+    return Progress(
+        what,
+        total=total,
+        unit="B",
+        interval=interval,
+        stream=sys.stdout,
+        logger=_progress_log,
+        start=start,
+    )

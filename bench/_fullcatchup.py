@@ -18,13 +18,14 @@ from __future__ import annotations
 import shutil
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import trio
 
 from bench import _clusters
-from bench._common import MIB, proc_sample
+from bench._common import MIB, phase_progress, proc_sample
 
 DONE_TIMEOUT = 900.0
 POLL = 0.1
@@ -161,7 +162,7 @@ async def full_catch_up(
             t0: float | None = None
             base = cpu0 = mcpu0 = 0.0
             log_done: float | None = None
-            with trio.fail_after(DONE_TIMEOUT):
+            with trio.fail_after(DONE_TIMEOUT), ExitStack() as reporting:
                 while True:
                     _check_alive(cluster)
                     sample = proc_sample(slave.pid)
@@ -176,6 +177,10 @@ async def full_catch_up(
                         t0, base = now, int(info["commitLogMaxOffset"])
                         cpu0, mcpu0 = sample.cpu, proc_sample(master.pid).cpu
                         out["slave_boot_s"] = now - spawned
+                        progress = reporting.enter_context(
+                            phase_progress(f"{kind} slave catch-up", end - base)
+                        )
+                    progress.set(int(info["commitLogMaxOffset"]) - base)
                     if log_done is None and int(info["commitLogMaxOffset"]) >= end:
                         log_done = now - t0
                     if _caught_up(info, end):

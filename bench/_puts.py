@@ -305,7 +305,8 @@ async def sync_grid(
     Each mode keeps its best repetition (highest puts/s): on a shared machine the best run is
     the one least disturbed by others, and both modes get the same treatment.
     """
-    cells = []
+    cells: list[dict[str, Any]] = []
+    total = 2 * len(bodies) * len(producers)  # cells reported: two modes of each
     for body in bodies:
         for n in producers:
             best: dict[BrokerRole, dict[str, Any]] = {}
@@ -321,6 +322,7 @@ async def sync_grid(
             for mode, cell in best.items():
                 cell["runs_puts_s"] = runs[mode]
                 progress(
+                    f"[{len(cells) + 1}/{total}] "
                     f"{mode.value:<12} {body:>5} B x {n:>3}: {cell['puts_s']:>9,.0f} puts/s"
                     f"  p99 {cell['p99_ms']:.2f} ms  ({cell['master_cpu_us']:.0f} us CPU"
                     " per put on the master)"

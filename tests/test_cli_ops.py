@@ -219,3 +219,31 @@ def test_a_slave_catching_up_logs_progress_with_rate_and_eta(
         for m in messages
     )
     assert messages[-1] == f"slave caught up with master 10.0.0.1:10912 at {400 * mib}"
+
+
+def test_a_slave_state_line_says_bytes_and_seconds_behind(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from types import SimpleNamespace
+
+    from trioha._cli import BrokerReport
+
+    caplog.set_level(logging.INFO)
+    now = [0.0]
+    report = BrokerReport(interval=10, clock=lambda: now[0], terminal=False)
+    client = SimpleNamespace(
+        master="10.0.0.1:10912",
+        connected=True,
+        needs_reseed=False,
+        master_end=5000,
+        state="connected",
+        behind_bytes=1000,  # too little for a catch-up report: a state line every interval
+        behind_seconds=2.5,
+    )
+    now[0] = 10.0
+    report.tick(SimpleNamespace(max_offset=4000, ha=None, client=client))
+    (record,) = [r for r in caplog.records if r.name == "trioha"]
+    assert record.getMessage() == (
+        "connected to master 10.0.0.1:10912; log ends at 4000, 1000 bytes behind (2.5 s)"
+    )
+    assert (record.behind_bytes, record.behind_seconds) == (1000, 2.5)  # type: ignore[attr-defined]

@@ -114,6 +114,7 @@ async def test_master_and_slave_metrics_move_with_sync_puts(tmp_path: Path) -> N
                 )
                 # Bytes behind once the slave has learned the master's end (metadata sync).
                 assert "trioha_ha_client_behind_bytes" not in {k[0] for k in slave_side}
+                assert "trioha_ha_client_behind_seconds" not in {k[0] for k in slave_side}
                 assert slave.client_side is not None and master.client_side is not None
                 sync = slave.client_side.slave_sync
                 assert sync is not None
@@ -121,6 +122,13 @@ async def test_master_and_slave_metrics_move_with_sync_puts(tmp_path: Path) -> N
                 assert await sync.sync_master_end()
                 learned = samples((await http_get(s_addr, "/metrics"))[1])
                 assert value(learned, "trioha_ha_client_behind_bytes") == 0
+                assert value(learned, "trioha_ha_client_behind_seconds") == 0
+                # GET_BROKER_RUNTIME_INFO shows the same figures.
+                info = slave.client_side.processor.extra_info()
+                assert (info["haClientBehindBytes"], info["haClientBehindSeconds"]) == (
+                    "0",
+                    "0.000",
+                )
         finally:
             await slave_cm.__aexit__(None, None, None)
         # The slave is gone: the master's series say so.

@@ -502,7 +502,10 @@ class BrokerReport:
         elif stats.client is not None:
             state = "connected to" if stats.client.connected else "waiting for"
             behind = stats.client.behind_bytes
+            seconds = getattr(stats.client, "behind_seconds", None)
             tail = "" if behind is None else f", {behind} bytes behind"
+            if behind is not None and seconds is not None:
+                tail += f" ({seconds:.1f} s)"
             log.info(
                 "%s master %s; log ends at %d%s",
                 state,
@@ -513,6 +516,8 @@ class BrokerReport:
                     "peer": stats.client.master,
                     "offset": stats.max_offset,
                     "state": stats.client.state,
+                    "behind_bytes": behind,
+                    "behind_seconds": seconds,
                 },
             )
 

@@ -48,6 +48,7 @@ class Progress:
         terminal: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
         logger: logging.Logger = log,
+        start: float | None = None,
     ) -> None:
         self.what = what
         self.total = total
@@ -56,12 +57,14 @@ class Progress:
         self.interval = interval
         self._clock = clock
         self._log = logger
-        self._start = clock()
+        #: When the work began (*start*, on *clock*'s time; default now).
+        self._start = clock() if start is None else start
         self._last_line = self._start
         stream = stream if stream is not None else sys.stderr
         if terminal is None:
             terminal = bool(getattr(stream, "isatty", lambda: False)())
         self._bar: Any = None
+        self._closed = False
         if terminal:
             try:
                 from tqdm import tqdm
@@ -114,16 +117,29 @@ class Progress:
             text += f", ETA {(self.total - self.done) / rate:.1f} s"
         return text
 
-    def close(self) -> None:
-        """The work ended: close the bar, or log the final line."""
+    def finish(self, done: float, *, stopped: bool = False) -> None:
+        """The work ended with *done* done: the final line (or bar) says so, and no periodic
+        line comes just before it."""
+        if self._bar is not None:
+            self._bar.update(done - self.done)
+        self.done = done
+        self.close(stopped=stopped)
+
+    def close(self, *, stopped: bool = False) -> None:
+        """The work ended (*stopped*: by an error or an interrupt, before it was done):
+        close the bar, or log the final line."""
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+        elif self._closed:
+            return
         else:
-            self._log.info("%s (done in %.1f s)", self.line(), self._clock() - self._start)
+            outcome = "stopped after" if stopped else "done in"
+            self._log.info("%s (%s %.1f s)", self.line(), outcome, self._clock() - self._start)
+        self._closed = True
 
     def __enter__(self) -> Progress:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        self.close(stopped=kind is not None)

@@ -187,3 +187,34 @@ async def test_a_stream_without_a_socket_is_named_by_a_question_mark(
         await trio.testing.wait_all_tasks_blocked()
         assert [s.peer for s in service.statistics().slaves] == ["?"]
         nursery.cancel_scope.cancel()
+
+
+def test_seconds_behind_is_zero_when_caught_up_else_the_age_of_the_last_message() -> None:
+    """MySQL's Seconds_Behind_Master, from the store timestamp of the last whole message."""
+    t0 = 1_700_000_000_000  # the master's clock, in ms, when the first message was put
+    master = MemoryCommitLog(segment_size=SEG)
+    offsets = [
+        master.append(topic="T", body=b"x" * 100, store_timestamp=t0 + 1000 * i).physical_offset
+        for i in range(5)
+    ]
+    slave_log = MemoryCommitLog(segment_size=SEG)
+    now = [t0 / 1000 + 10]
+    client = HAClient(
+        config(ha_master_address="192.0.2.1:10912"), slave_log, wall_clock=lambda: now[0]
+    )
+    assert client.statistics().behind_seconds is None  # the master's end is not known yet
+    client.learn_master_end(master.max_offset)
+    assert client.statistics().behind_seconds is None  # no whole message to date it by
+    slave_log.append_raw(0, master.read(0, offsets[3] + 50))  # mid-way through the fourth
+    stats = client.statistics()
+    assert stats.behind_bytes == master.max_offset - offsets[3] - 50
+    assert stats.behind_seconds == pytest.approx(8.0)  # the third was put 2 s after t0
+    now[0] += 5
+    assert client.statistics().behind_seconds == pytest.approx(13.0)  # it grows while stuck
+    slave_log.append_raw(slave_log.max_offset, master.read(slave_log.max_offset, SEG))
+    assert client.statistics().behind_seconds == 0.0  # caught up with the master's known end
+    master.append(topic="T", body=b"y", store_timestamp=t0 + 14_000)
+    client.learn_master_end(master.max_offset)
+    assert client.statistics().behind_seconds == pytest.approx(11.0)  # now: t0 + 15 s
+    now[0] -= 60  # a clock behind the master's: never negative
+    assert client.statistics().behind_seconds == 0.0

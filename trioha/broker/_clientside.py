@@ -348,6 +348,8 @@ async def _start(
             info["haClientBehindBytes"] = (
                 "" if client.behind_bytes is None else str(client.behind_bytes)
             )
+            seconds = getattr(client, "behind_seconds", None)
+            info["haClientBehindSeconds"] = "" if seconds is None else f"{seconds:.3f}"
         ha = getattr(stats, "ha", None)
         if ha is not None:
             info["haSlaveBehindSeconds"] = ",".join(

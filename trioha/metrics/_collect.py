@@ -212,6 +212,14 @@ class BrokerCollector:
                 "Bytes the master has that this slave has not (as last learned).",
                 behind,
             )
+        seconds = getattr(client, "behind_seconds", None)
+        if seconds is not None:
+            yield _gauge(
+                "trioha_ha_client_behind_seconds",
+                "0 when this slave holds the master's end as last learned, else the age of "
+                "the last message it holds (now minus its store timestamp).",
+                seconds,
+            )
         yield _counter(
             "trioha_ha_client_connects", "Connections made to the master.", client.connects
         )

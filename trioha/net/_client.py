@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -176,6 +177,10 @@ class HAClientStatistics:
     #: it; None until learned.
     master_end: int | None = None
     behind_bytes: int | None = None
+    #: MySQL's Seconds_Behind_Master for this slave: 0 when it holds the master's end as last
+    #: learned, else now minus the store timestamp of the last message it holds; None until
+    #: the master's end is learned (or with no complete message to date it by).
+    behind_seconds: float | None = None
 
 
 class _Session:
@@ -335,6 +340,7 @@ class HAClient:
         diverged_file: Path | None = None,
         epoch_file: EpochFile | None = None,
         truncate: Truncator | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         master = config.ha_master
         if master is None:
@@ -344,6 +350,8 @@ class HAClient:
         self.master_host, self.master_port = master
         self._connect = connect or _open_tcp
         self._on_appended = on_appended
+        #: Seconds since the epoch, what store timestamps count from (seconds behind).
+        self.wall_clock = wall_clock
         self.timing = config.ha_timing
         self.connected = False
         self.connects = 0
@@ -624,8 +632,25 @@ class HAClient:
             return "refused"
         return "connecting"
 
+    def behind_seconds(self, behind_bytes: int | None) -> float | None:
+        """How far behind the master this slave is in time, the way MySQL's
+        Seconds_Behind_Master is read: 0 when it holds the master's end as last learned,
+        else the age of the last message it holds (now minus that record's STORETIMESTAMP,
+        the master's clock when the message was put). The message is found backwards from
+        the log's end (:meth:`CommitLog.last_record`), not by decoding what was appended.
+        None while the master's end is unknown or no complete message is held."""
+        if behind_bytes is None:
+            return None
+        if behind_bytes == 0:
+            return 0.0
+        last = self.commitlog.last_record()
+        if last is None:
+            return None
+        return max(0.0, self.wall_clock() - last[1] / 1000)
+
     def statistics(self) -> HAClientStatistics:
         end = self.commitlog.max_offset
+        behind = max(0, self.master_end - end) if self.master_end >= 0 else None
         return HAClientStatistics(
             master=self.master,
             connected=self.connected,
@@ -644,7 +669,8 @@ class HAClient:
             closed_by_reason=dict(self._closed_by_reason),
             state=self.state,
             master_end=self.master_end if self.master_end >= 0 else None,
-            behind_bytes=max(0, self.master_end - end) if self.master_end >= 0 else None,
+            behind_bytes=behind,
+            behind_seconds=self.behind_seconds(behind),
         )
 
 

@@ -8,7 +8,9 @@ On a cluster::
 
 import sys
 
+from trioha._logging import configure_logging
 from trioha.pipeline._cli import main
 
 if __name__ == "__main__":
+    configure_logging()  # progress lines off a terminal are log lines
     sys.exit(main())

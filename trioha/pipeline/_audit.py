@@ -476,7 +476,8 @@ def audit_replicas(
     differing: set[tuple[int, int, int]] = set()
     if tasks:
         sc = spark.sparkContext
-        sc.setJobDescription("trioha audit: compare the replicas' bytes")
+        compared = sum(e - s for t in tasks for s, e in t.chunks)
+        sc.setJobDescription(f"trioha audit: compare {compared} bytes of the replicas")
         differing = set(sc.parallelize(tasks, len(tasks)).flatMap(compare_task).collect())
     bads = [
         _merge((s, e) for s, e in slave_chunks[i - 1] if (i, s, e) in differing)

@@ -10,17 +10,24 @@ Java stack trace.
 
 :func:`main` is the entry point of ``python -m trioha.pipeline`` and of
 ``spark-submit .../trioha/pipeline/__main__.py`` on a cluster.
+
+While a command runs, its progress is reported (:mod:`trioha.pipeline._jobprogress`): a bar
+per job on a terminal, a log line every 10 s otherwise (Spark's own console bar is off);
+``--no-progress`` turns it off.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from trioha._errors import PipelineError
+from trioha.pipeline._jobprogress import Describe, JobProgress
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -42,7 +49,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="segment file size (default: the length most segment files have)",
     )
     parser.add_argument(
-        "--no-progress", action="store_true", help="hide Spark's console progress bar"
+        "--no-progress",
+        action="store_true",
+        help="do not report progress (a bar on a terminal, a log line every 10 s otherwise)",
     )
 
 
@@ -139,16 +148,22 @@ def _spark(args: argparse.Namespace) -> SparkSession:
     return spark_session(
         args.spark_master,
         app_name=f"trioha {args.pipeline_command}",
-        progress=not args.no_progress,
+        progress=False,  # ours replaces Spark's console bar (see _run)
         # Errors reach the user as one line from _run; the JVM's own report of them would
         # be a stack trace on stderr.
         log_level="OFF",
     )
 
 
-def _run(args: argparse.Namespace, body: Callable[[SparkSession], int]) -> int:
-    """Start Spark (or join the session already running in this process), run *body*,
-    and stop Spark again if it was started here."""
+def _run(
+    args: argparse.Namespace,
+    body: Callable[[SparkSession], tuple[int, str]],
+    describe: Describe,
+) -> int:
+    """Start Spark (or join the session already running in this process), run *body*
+    reporting its jobs' progress as *describe* names them (unless ``--no-progress``), print
+    what it returns (after the last progress line), and stop Spark again if it was started
+    here. *body* returns the exit code and the report."""
     try:
         for path in _paths(args):
             if not os.path.isdir(path):
@@ -171,7 +186,16 @@ def _run(args: argparse.Namespace, body: Callable[[SparkSession], int]) -> int:
     from pyspark.errors import PySparkException
 
     try:
-        return body(spark)
+        if args.no_progress:
+            code, report = body(spark)
+        else:
+            # Each thread that talks to Spark has a connection of its own, and py4j logs
+            # the progress thread's closing at INFO.
+            logging.getLogger("py4j.clientserver").setLevel(logging.WARNING)
+            with JobProgress(spark.sparkContext, args.pipeline_command, describe):
+                code, report = body(spark)
+        print(report)
+        return code
     except (PipelineError, PySparkException, Py4JError) as exc:
         print(f"trioha: error: {_one_line(exc)}", file=sys.stderr)
         return 2
@@ -193,6 +217,53 @@ def _one_line(exc: BaseException) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), repr(exc))
 
 
+def _range_bytes(
+    directory: str, start: int | None, end: int | None, segment_size: int | None
+) -> int:
+    """The bytes of *directory*'s files in ``[start, end)``: what a read of that range plans
+    to read (a listing, no file is opened)."""
+    from trioha.pipeline._layout import read_layout
+
+    try:
+        layout = read_layout(directory, segment_size=segment_size)
+    except (PipelineError, OSError):
+        return 0
+    lo = max(layout.min_offset, 0 if start is None else start)
+    hi = layout.file_end if end is None else end
+    return sum(max(0, min(s.end, hi) - max(s.start, lo)) for s in layout.segments)
+
+
+def _scan_jobs(args: argparse.Namespace, last: str) -> Describe:
+    """``export``/``stats``: a damage check, then *last*; both read the range."""
+    nbytes = _range_bytes(args.directory, args.start_offset, args.end_offset, args.segment_size)
+
+    def describe(description: str) -> tuple[str, int | None]:
+        return ("damage check" if "damage" in description else last), nbytes
+
+    return describe
+
+
+_COMPARED = re.compile(r"compare (\d+) bytes")
+
+
+def _audit_jobs(args: argparse.Namespace) -> Describe:
+    """``audit``: the byte comparison (its description says how many bytes it compares),
+    then with ``--verify-records`` a check of every record of every replica."""
+    every = sum(
+        _range_bytes(d, None, None, args.segment_size) for d in [args.master_dir, *args.slave_dirs]
+    )
+
+    def describe(description: str) -> tuple[str, int | None]:
+        compared = _COMPARED.search(description)
+        if compared is not None:
+            return "compare", int(compared.group(1))
+        if "every record" in description:
+            return "verify records", every
+        return "compare", None
+
+    return describe
+
+
 def _paths(args: argparse.Namespace) -> list[str]:
     if args.pipeline_command == "audit":
         return [args.master_dir, *args.slave_dirs]
@@ -205,7 +276,7 @@ def _audit(args: argparse.Namespace) -> int:
         print("trioha: error: --chunk-kib must be positive", file=sys.stderr)
         return 2
 
-    def body(spark: SparkSession) -> int:
+    def body(spark: SparkSession) -> tuple[int, str]:
         from trioha.pipeline._audit import audit_replicas
 
         report = audit_replicas(
@@ -216,16 +287,15 @@ def _audit(args: argparse.Namespace) -> int:
             segment_size=args.segment_size,
             verify_records=args.verify_records,
         )
-        print(report.render())
-        return 0 if report.ok else 1
+        return (0 if report.ok else 1), report.render()
 
-    return _run(args, body)
+    return _run(args, body, _audit_jobs(args))
 
 
 def _export(args: argparse.Namespace) -> int:
     args.pipeline_command = "export"
 
-    def body(spark: SparkSession) -> int:
+    def body(spark: SparkSession) -> tuple[int, str]:
         from trioha.pipeline._export import export_parquet
 
         summary = export_parquet(
@@ -238,16 +308,15 @@ def _export(args: argparse.Namespace) -> int:
             segment_size=args.segment_size,
             allow_damage=args.allow_damage,
         )
-        print(summary.render())
-        return 1 if summary.damage and not args.allow_damage else 0
+        return (1 if summary.damage and not args.allow_damage else 0), summary.render()
 
-    return _run(args, body)
+    return _run(args, body, _scan_jobs(args, "write"))
 
 
 def _stats(args: argparse.Namespace) -> int:
     args.pipeline_command = "stats"
 
-    def body(spark: SparkSession) -> int:
+    def body(spark: SparkSession) -> tuple[int, str]:
         from trioha.pipeline._export import log_stats
 
         stats = log_stats(
@@ -257,10 +326,9 @@ def _stats(args: argparse.Namespace) -> int:
             end_offset=args.end_offset,
             segment_size=args.segment_size,
         )
-        print(stats.render())
-        return 1 if stats.damage and not args.allow_damage else 0
+        return (1 if stats.damage and not args.allow_damage else 0), stats.render()
 
-    return _run(args, body)
+    return _run(args, body, _scan_jobs(args, "count"))
 
 
 def _dist(args: argparse.Namespace) -> int:

@@ -20,9 +20,18 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from trioha._errors import NotAMessageBoundaryError
-from trioha.store._message import DecodedBlank, ReadableBuffer, RecordLayout, parse_record
+from trioha.store._message import (
+    BLANK_MAGIC,
+    MESSAGE_MAGIC,
+    MESSAGE_MAGIC_V2,
+    DecodedBlank,
+    DecodedIncomplete,
+    ReadableBuffer,
+    RecordLayout,
+    parse_record,
+)
 
-__all__ = ["boundaries_around", "check_boundary"]
+__all__ = ["boundaries_around", "check_boundary", "last_record"]
 
 
 class _Segment(Protocol):
@@ -31,6 +40,83 @@ class _Segment(Protocol):
     data_start: int
 
     def buffer(self) -> ReadableBuffer: ...
+
+
+#: Where a record's PHYSICALOFFSET field ends (it starts at 28).
+_PHYSICAL_END = 36
+_MAGICS = tuple(m.to_bytes(4, "big") for m in (MESSAGE_MAGIC, MESSAGE_MAGIC_V2, BLANK_MAGIC))
+#: How many places that look like a record's magic :func:`last_record` examines at most.
+LAST_RECORD_CANDIDATES = 4096
+
+
+def last_record(segments: Sequence[_Segment], segment_size: int) -> tuple[int, int] | None:
+    """``(offset, store timestamp)`` of the last complete message of the written data, or
+    None when there is none (or it cannot be told cheaply).
+
+    A slave appends whatever bytes the master sends, cut anywhere, so its log may end in
+    the middle of a record, and walking the record chain from a segment's start to its end
+    costs a step per record. This looks backwards from the end instead: every message
+    record holds its own PHYSICALOFFSET, so a place that holds a magic code, parses as a
+    whole record (every length consistent with TOTALSIZE) and names its own offset is a
+    record, and it is the last complete one when it ends exactly where the data ends, or
+    where the next record (the partial one being received, or the blank that closes the
+    segment) begins. Bytes inside a body that merely look like a magic code fail these
+    checks and are passed over; after :data:`LAST_RECORD_CANDIDATES` of them the answer is
+    None rather than a long search. Records never cross a segment end, so only the last
+    segment, and the one before it when the last holds no complete record, are looked at.
+    (A body made to hold a whole record stamped with the very offset it will be stored at
+    could pass for one while it is being received: the answer is for a lag figure, never
+    for cutting or reading the log.)
+    """
+    budget = LAST_RECORD_CANDIDATES
+    for seg in reversed(segments[-2:]):
+        buf = seg.buffer()
+        lo = seg.data_start if seg is segments[0] else 0
+        end = seg.wrote
+        target = end  # the record sought ends here, where the next one begins
+        hi = end
+        while budget > 0:
+            at = _rfind_magic(buf, lo + 4, hi)
+            if at < 0:
+                break
+            budget -= 1
+            pos = at - 4
+            hi = at + 3  # next: the occurrences before this one
+            r = parse_record(buf, pos, end, False, seg.start)
+            if type(r) is RecordLayout:
+                stop = pos + r.fields[0]
+                if r.fields[6] == seg.start + pos and (
+                    stop == target or (target == end and 0 < end - stop < _PHYSICAL_END)
+                ):
+                    return seg.start + pos, int(r.fields[11])
+            elif type(r) is DecodedBlank:
+                if target == end and pos + r.remaining == segment_size:
+                    target = pos
+            elif (
+                type(r) is DecodedIncomplete
+                and target == end
+                and pos + _PHYSICAL_END <= end
+                and int.from_bytes(buf[pos + 28 : pos + _PHYSICAL_END], "big") == seg.start + pos
+            ):
+                target = pos  # the record being received: the one sought ends here
+        if budget <= 0:
+            return None
+    return None
+
+
+def _rfind_magic(buf: ReadableBuffer, lo: int, hi: int) -> int:
+    """The last place in ``buf[lo:hi]`` holding one of the magic codes, or -1. Looked for
+    in windows growing from *hi* backwards, so that the cost is what lies between *hi*
+    and the place found, not the whole segment."""
+    window = 1 << 16
+    while hi - lo >= 4:
+        start = max(lo, hi - window)
+        at = max(buf.rfind(magic, start, hi) for magic in _MAGICS)  # type: ignore[union-attr]
+        if at >= 0 or start == lo:
+            return at
+        hi = start + 3  # a code may straddle the window's start
+        window *= 2
+    return -1
 
 
 def boundaries_around(

@@ -186,6 +186,10 @@ class CommitLog(Protocol):
     def truncate_to_boundary(self, offset: int) -> list[SetAside]:
         """:meth:`truncate` at a message boundary only; returns what was kept aside."""
 
+    def last_record(self) -> tuple[int, int] | None:
+        """``(offset, store timestamp)`` of the last complete message, found from the end
+        without walking the log; None if there is none."""
+
     def skip_past(self, offset: int) -> int:
         """Close segments with END_OF_FILE records so new data starts beyond ``offset``."""
 

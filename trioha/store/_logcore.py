@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, Self, TypeVar
 
 from trioha._errors import CorruptLogError, MessageTooLargeError, OffsetMismatchError, StorageError
-from trioha.store._boundary import boundaries_around, check_boundary
+from trioha.store._boundary import boundaries_around, check_boundary, last_record
 from trioha.store._contract import (
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_STORE_HOST,
@@ -483,6 +483,13 @@ class LogCore(abc.ABC, Generic[S]):
         self._check_open()
         self._check_range(offset)
         return boundaries_around(self._segments, self._segment_size, offset)
+
+    def last_record(self) -> tuple[int, int] | None:
+        """``(offset, store timestamp)`` of the last complete message, found backwards from
+        the written end (``_boundary.last_record``): a slave's log may end mid-record, and
+        this costs about the last record's length, not a walk of the log."""
+        self._check_open()
+        return last_record(self._segments, self._segment_size)
 
     def truncate_to_boundary(self, offset: int) -> list[SetAside]:
         """Cut the log back to ``offset``, which must be a message boundary.
