@@ -97,7 +97,9 @@ async def run(burst: int, seconds: float, profile: str | None, role: BrokerRole)
                 taken = processor.take_burst(requests, peer)  # type: ignore[arg-type]
                 assert taken is not None and len(taken.requests) == len(requests)
                 responses = await taken.finish()
-                out = b"".join(encode(r) for r in responses if r is not None)
+                out = b"".join(  # as RemotingConnection._serve_burst writes them
+                    r if isinstance(r, bytes) else encode(r) for r in responses if r is not None
+                )
                 await trio.lowlevel.checkpoint()
                 return len(out)
 

@@ -18,6 +18,7 @@ from trioha.remoting._codec import (
     SerializeType,
     decode_frame,
     encode,
+    encode_response,
 )
 from trioha.remoting._codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode
 
@@ -205,3 +206,22 @@ def test_any_split_decodes_the_same(cmds: list[RemotingCommand], chunk: int) -> 
         out.extend(decoder.commands())
     assert out == cmds
     assert decoder.buffered == 2
+
+
+@given(
+    code=st.integers(0, 300),
+    opaque=st.integers(0, 2**31 - 1),
+    fields=st.dictionaries(st.text(min_size=1, max_size=12), st.text(max_size=40), max_size=6),
+    binary=st.booleans(),
+)
+def test_encode_response_is_the_encoded_response(
+    code: int, opaque: int, fields: dict[str, str], binary: bool
+) -> None:
+    """The send path's direct response encoding gives the bytes the command would."""
+    request = RemotingCommand(
+        code=RequestCode.SEND_MESSAGE,
+        opaque=opaque,
+        ext_fields={"topic": "T"},
+        serialize_type=SerializeType.ROCKETMQ if binary else SerializeType.JSON,
+    )
+    assert encode_response(request, code, fields) == encode(request.response(code, None, fields))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import logging
 import random
 import time
@@ -22,7 +23,13 @@ from trioha.broker._context import (
 from trioha.broker._metadata import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, TopicConfig
 from trioha.broker._schedule import is_delayed
 from trioha.broker._types import new_message
-from trioha.remoting._codec import HeaderError, RemotingCommand, int_field, require_field
+from trioha.remoting._codec import (
+    HeaderError,
+    RemotingCommand,
+    encode_response,
+    int_field,
+    require_field,
+)
 from trioha.remoting._codes import (
     AUTO_CREATE_TOPIC,
     PERM_READ,
@@ -51,6 +58,18 @@ DEFAULT_REGION = "DefaultRegion"
 MAX_RECONSUME_TIMES = 16
 _PLAIN_SENDS = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2})
 _SEND_NAMES: dict[int, str] = {code: RequestCode(code).name for code in _PLAIN_SENDS}
+
+
+def _stored_fields(result: PutResult, queue_id: int) -> dict[str, str]:
+    """``SendMessageResponseHeader`` of a stored message, and the region and trace flags a
+    4.9 broker adds (``handlePutMessageResult``)."""
+    return {
+        "msgId": result.msg_id,
+        "queueId": str(queue_id),
+        "queueOffset": str(result.queue_offset),
+        "MSG_REGION": DEFAULT_REGION,
+        "TRACE_ON": "true",
+    }
 
 
 @attrs.frozen
@@ -310,23 +329,36 @@ class SendMessageProcessor:
             if refused.offset < 0:
                 broker.count_puts(refused.status, 1, 0.0)
 
-        async def finish() -> list[RemotingCommand | None]:
+        async def finish() -> list[RemotingCommand | bytes | None]:
             status = PutStatus.PUT_OK
             if stored:
                 status = await broker.wait_stored(stored[0].offset, stored[-1].end_offset)
                 broker.count_puts(status, len(stored), time.perf_counter() - started)
-            responses: list[RemotingCommand | None] = []
+            responses: list[RemotingCommand | bytes | None] = []
+            codes: collections.Counter[tuple[int, int]] = collections.Counter()
             for request, answer in zip(taken, answers, strict=True):
                 if isinstance(answer, RemotingCommand):
-                    response = answer
+                    response: RemotingCommand | bytes = answer
+                    code = answer.code
                 else:
                     result = results[answer]
                     if result.offset >= 0 and status is not PutStatus.PUT_OK:
                         result = attrs.evolve(result, status=status)
-                    response = self._send_response(request, result, queues[answer])
-                self.ctx.served[f"{_SEND_NAMES[request.code]}.{response.code}"] += 1
-                self.ctx.latency[_SEND_NAMES[request.code]].observe(time.perf_counter() - started)
+                    if result.status.is_stored:
+                        code = result.status.response_code
+                        response = encode_response(
+                            request, code, _stored_fields(result, queues[answer])
+                        )
+                    else:
+                        response = self._send_response(request, result, queues[answer])
+                        code = response.code
+                codes[request.code, code] += 1
                 responses.append(response)
+            seconds = time.perf_counter() - started
+            for (request_code, code), count in codes.items():
+                name = _SEND_NAMES[request_code]
+                self.ctx.served[f"{name}.{code}"] += count
+                self.ctx.latency[name].observe(seconds, count)
             return responses
 
         return Burst(taken, finish)
@@ -374,17 +406,7 @@ class SendMessageProcessor:
         """``handlePutMessageResult``: PutStatus → response code, and the header fields."""
         status = result.status
         if status.is_stored:
-            return request.response(
-                status.response_code,
-                None,
-                {
-                    "msgId": result.msg_id,
-                    "queueId": str(queue_id),
-                    "queueOffset": str(result.queue_offset),
-                    "MSG_REGION": DEFAULT_REGION,
-                    "TRACE_ON": "true",
-                },
-            )
+            return request.response(status.response_code, None, _stored_fields(result, queue_id))
         remarks = {
             PutStatus.SERVICE_NOT_AVAILABLE: self.ctx.service_not_available_remark(),
             PutStatus.CREATE_MAPPED_FILE_FAILED: (

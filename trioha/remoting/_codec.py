@@ -252,6 +252,27 @@ def encode(command: RemotingCommand) -> bytes:
     return b"".join((prefix, header, command.body))
 
 
+_encode_string = json.encoder.encode_basestring  # the C one where there is one
+
+
+def encode_response(request: RemotingCommand, code: int, fields: Mapping[str, str]) -> bytes:
+    """``encode(request.response(code, None, fields))``, the same bytes, without the command.
+
+    A send answers every message with a response of one shape; for a JSON request it is
+    formatted straight into its frame (the ``extFields`` strings escaped as the encoder
+    escapes them), which costs a fraction of building and encoding a command.
+    """
+    if request.serialize_type is not SerializeType.JSON or not fields:
+        return encode(request.response(code, None, fields))
+    ext = ",".join([f"{_encode_string(k)}:{_encode_string(v)}" for k, v in fields.items()])
+    header = (
+        f'{{"code":{int(code)},"extFields":{{{ext}}},"flag":{FLAG_RESPONSE},'
+        f'"language":"JAVA","opaque":{request.opaque},"serializeTypeCurrentRPC":"JSON",'
+        f'"version":{VERSION_4_9_4}}}'
+    ).encode()
+    return _PREFIX.pack(4 + len(header), len(header)) + header
+
+
 def _json_header(command: RemotingCommand) -> bytes:
     # Keys in fastjson's order (sorted); remark and extFields left out when empty, as
     # fastjson drops nulls. extFields values are always strings: the C++ client ignores
