@@ -22,6 +22,7 @@ import enum
 import json
 import struct
 from collections.abc import Iterator, Mapping
+from types import ModuleType
 from typing import Any
 
 import attrs
@@ -62,6 +63,11 @@ _C_JSON_ENCODER = (
     else None
 )
 _JSON_DECODER = json.JSONDecoder()
+_orjson: ModuleType | None
+try:  # the ``fast`` extra: headers parsed in C; the standard parser is the fallback
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - the dev extra installs it
+    _orjson = None
 
 
 def _dumps(value: dict[str, Any]) -> str:
@@ -334,9 +340,20 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
     raise RemoteProtocolError(f"unknown remoting serialize type {kind}")
 
 
+def _parse_json(header: bytes) -> Any:
+    """The header's JSON value: orjson's where it is installed and accepts the header, else
+    the standard parser's (which also decides, and names, what is wrong with a bad one)."""
+    if _orjson is not None:
+        try:
+            return _orjson.loads(header)
+        except _orjson.JSONDecodeError:
+            pass  # e.g. NaN, a lone surrogate, a number beyond 64 bits: json decides
+    return _loads(header.decode("utf-8"))
+
+
 def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
     try:
-        obj = _loads(header.decode("utf-8"))
+        obj = _parse_json(header)
     except (UnicodeDecodeError, ValueError) as exc:
         raise RemoteProtocolError(f"remoting JSON header is not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
