@@ -102,6 +102,8 @@ class SendMessageProcessor:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
         self._hosts: dict[str, HostAddress] = {}
+        #: Topic names already found valid (``topic_error``), checked once.
+        self._valid_topics: set[str] = set()
 
     def _born_host(self, connection: RemotingConnection) -> HostAddress | None:
         """The producer's address as the store takes it, parsed once per peer."""
@@ -194,7 +196,9 @@ class SendMessageProcessor:
         # Java clients send batches as SEND_BATCH_MESSAGE; the C++ client sends SEND_MESSAGE
         # with batch=1, which a Java broker (Boolean.parseBoolean) would store as one
         # message holding the encoded batch. trioha reads it as the batch it is.
-        batch_flag = (header.get("batch") or "").strip().lower()
+        batch_flag = header.get("batch") or ""
+        if batch_flag != "false":  # what every plain send says
+            batch_flag = batch_flag.strip().lower()
         return _Checked(
             header,
             target,
@@ -370,9 +374,13 @@ class SendMessageProcessor:
 
         The topic's config, or the response refusing the send.
         """
-        error = topic_error(topic)
-        if error is not None:
-            return request.response(ResponseCode.SYSTEM_ERROR, error)
+        if topic not in self._valid_topics:
+            error = topic_error(topic)
+            if error is not None:
+                return request.response(ResponseCode.SYSTEM_ERROR, error)
+            if len(self._valid_topics) >= 4096:  # names come and go: forget them now and then
+                self._valid_topics.clear()
+            self._valid_topics.add(topic)
         config = self.ctx.meta.topics.select(topic)
         if config is None:
             config = self.ctx.meta.topics.create_in_send(

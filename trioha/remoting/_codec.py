@@ -259,6 +259,24 @@ def encode(command: RemotingCommand) -> bytes:
 
 
 _encode_string = json.encoder.encode_basestring  # the C one where there is one
+_JSON_KEYS: dict[str, str] = {}
+
+
+def _json_key(key: str) -> str:
+    """A field name as a JSON string; responses use few names, so each is escaped once."""
+    quoted = _JSON_KEYS.get(key)
+    if quoted is None:
+        quoted = _encode_string(key)
+        if len(_JSON_KEYS) < 256:
+            _JSON_KEYS[key] = quoted
+    return quoted
+
+
+def _json_value(value: str) -> str:
+    """A field value as a JSON string: letters and digits (ids, numbers) need no escaping."""
+    if value.isalnum() and value.isascii():
+        return f'"{value}"'
+    return _encode_string(value)
 
 
 def encode_response(request: RemotingCommand, code: int, fields: Mapping[str, str]) -> bytes:
@@ -270,7 +288,7 @@ def encode_response(request: RemotingCommand, code: int, fields: Mapping[str, st
     """
     if request.serialize_type is not SerializeType.JSON or not fields:
         return encode(request.response(code, None, fields))
-    ext = ",".join([f"{_encode_string(k)}:{_encode_string(v)}" for k, v in fields.items()])
+    ext = ",".join([f"{_json_key(k)}:{_json_value(v)}" for k, v in fields.items()])
     header = (
         f'{{"code":{int(code)},"extFields":{{{ext}}},"flag":{FLAG_RESPONSE},'
         f'"language":"JAVA","opaque":{request.opaque},"serializeTypeCurrentRPC":"JSON",'
