@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import struct
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from trioha import RemoteProtocolError
+from trioha.remoting import _codec
 from trioha.remoting._codec import (
     MAX_FRAME_LENGTH,
     FrameDecoder,
@@ -18,6 +20,7 @@ from trioha.remoting._codec import (
     SerializeType,
     decode_frame,
     encode,
+    encode_response,
 )
 from trioha.remoting._codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode
 
@@ -205,3 +208,45 @@ def test_any_split_decodes_the_same(cmds: list[RemotingCommand], chunk: int) -> 
         out.extend(decoder.commands())
     assert out == cmds
     assert decoder.buffered == 2
+
+
+@given(
+    code=st.integers(0, 300),
+    opaque=st.integers(0, 2**31 - 1),
+    fields=st.dictionaries(st.text(min_size=1, max_size=12), st.text(max_size=40), max_size=6),
+    binary=st.booleans(),
+)
+def test_encode_response_is_the_encoded_response(
+    code: int, opaque: int, fields: dict[str, str], binary: bool
+) -> None:
+    """The send path's direct response encoding gives the bytes the command would."""
+    request = RemotingCommand(
+        code=RequestCode.SEND_MESSAGE,
+        opaque=opaque,
+        ext_fields={"topic": "T"},
+        serialize_type=SerializeType.ROCKETMQ if binary else SerializeType.JSON,
+    )
+    assert encode_response(request, code, fields) == encode(request.response(code, None, fields))
+
+
+@given(
+    command=commands,
+    extra=st.sampled_from(
+        [b"", b',"x":NaN', b',"x":1e999', b',"x":123456789012345678901234567890', b',"x":"\\ud800"']
+    ),
+)
+def test_json_headers_decode_alike_with_and_without_orjson(
+    command: RemotingCommand, extra: bytes
+) -> None:
+    """The fast extra's parser and the standard one read every header alike, including the
+    values only the standard parser takes (orjson refuses them; json then decides)."""
+    frame = encode(attrs.evolve(command, serialize_type=SerializeType.JSON))[4:]
+    (info,) = struct.unpack_from(">i", frame)
+    header = frame[4 : 4 + info].rstrip(b"}") + extra + b"}"
+    frame = struct.pack(">i", len(header)) + header + frame[4 + info :]
+    fast = decode_frame(frame)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_codec, "_orjson", None)
+        plain = decode_frame(frame)
+    assert fast == plain
+    assert _codec._orjson is not None  # the dev extra installs it: both paths are tested

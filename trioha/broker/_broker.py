@@ -45,6 +45,7 @@ from trioha.store import (
     open_store,
 )
 from trioha.store._diskspace import COMMIT_LOG, COMMIT_LOG_FLUSH, DiskGuard, DiskStatistics
+from trioha.store._message import PreparedMessage
 from trioha.store._sent import SentOffsets
 
 log = logging.getLogger("trioha.broker")
@@ -251,7 +252,7 @@ class Broker:
             msg_id=first.msg_id,
         )
 
-    def append_each(self, messages: Sequence[NewMessage]) -> list[PutResult]:
+    def append_each(self, messages: Sequence[NewMessage | PreparedMessage]) -> list[PutResult]:
         """Append independent messages now, without waiting; one result per message.
 
         What a burst of sends from one read needs: the valid messages are appended in one
@@ -279,7 +280,7 @@ class Broker:
         return await self._wait_policies(start, end)
 
     def _append(
-        self, messages: Sequence[NewMessage], *, delivery: bool = False
+        self, messages: Sequence[NewMessage | PreparedMessage], *, delivery: bool = False
     ) -> list[AppendResult] | PutStatus:
         """Append messages as one batch; the refusal's status when they cannot be stored.
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import attrs
 import trio
@@ -37,6 +37,7 @@ from trioha.store._message import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     DecodedMessage,
+    PreparedMessage,
     decode_record,
 )
 
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
     from trioha.broker._reput import ReputService
 
 log = logging.getLogger("trioha.broker.schedule")
+
+M = TypeVar("M", NewMessage, NewMessage | PreparedMessage)
 
 #: ``TopicValidator.RMQ_SYS_SCHEDULE_TOPIC``.
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
@@ -149,13 +152,25 @@ def java_hashmap_order(items: Sequence[tuple[str, str]]) -> list[tuple[str, str]
     return [items[i] for _bucket, i in ranked]
 
 
-def apply_delay_levels(messages: Sequence[NewMessage], max_level: int) -> Sequence[NewMessage]:
+def apply_delay_levels(messages: Sequence[M], max_level: int) -> Sequence[M]:
     """:func:`schedule_rewrite` over a put's messages (those without ``DELAY`` unchanged);
-    a rewritten message's properties take the order RocketMQ's re-serialisation gives."""
-    if not any(key == PROPERTY_DELAY_TIME_LEVEL for m in messages for key, _ in m.properties):
+    a rewritten message's properties take the order RocketMQ's re-serialisation gives.
+
+    Messages already encoded (:class:`~trioha.store._message.PreparedMessage`, the send
+    path's undelayed ones) pass unchanged.
+    """
+    if not any(
+        key == PROPERTY_DELAY_TIME_LEVEL
+        for m in messages
+        if isinstance(m, NewMessage)
+        for key, _ in m.properties
+    ):
         return messages
-    out = []
+    out: list[M] = []
     for message in messages:
+        if not isinstance(message, NewMessage):
+            out.append(message)
+            continue
         props = dict(message.properties)
         topic, queue_id = schedule_rewrite(
             message.topic, message.queue_id, message.sysflag, props, max_level=max_level

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import collections
 import logging
 import random
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import attrs
 
+from trioha._errors import StorageError
 from trioha._status import PutResult, PutStatus
 from trioha.broker._batch import BatchError, decode_batch
 from trioha.broker._context import (
@@ -22,7 +23,13 @@ from trioha.broker._context import (
 from trioha.broker._metadata import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, TopicConfig
 from trioha.broker._schedule import is_delayed
 from trioha.broker._types import new_message
-from trioha.remoting._codec import HeaderError, RemotingCommand, int_field, require_field
+from trioha.remoting._codec import (
+    HeaderError,
+    RemotingCommand,
+    encode_response,
+    int_field,
+    require_field,
+)
 from trioha.remoting._codes import (
     AUTO_CREATE_TOPIC,
     PERM_READ,
@@ -38,6 +45,7 @@ from trioha.store._message import (
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_WAIT_STORE_MSG_OK,
+    PreparedMessage,
     string_to_properties,
 )
 
@@ -50,6 +58,33 @@ DEFAULT_REGION = "DefaultRegion"
 MAX_RECONSUME_TIMES = 16
 _PLAIN_SENDS = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2})
 _SEND_NAMES: dict[int, str] = {code: RequestCode(code).name for code in _PLAIN_SENDS}
+
+
+def _stored_fields(result: PutResult, queue_id: int) -> dict[str, str]:
+    """``SendMessageResponseHeader`` of a stored message, and the region and trace flags a
+    4.9 broker adds (``handlePutMessageResult``)."""
+    return {
+        "msgId": result.msg_id,
+        "queueId": str(queue_id),
+        "queueOffset": str(result.queue_offset),
+        "MSG_REGION": DEFAULT_REGION,
+        "TRACE_ON": "true",
+    }
+
+
+@attrs.frozen
+class _Checked:
+    """A send that passed the checks: what its records are built from."""
+
+    header: dict[str, str]
+    target: str
+    queue_id: int
+    properties: dict[str, str]
+    reconsume_times: int
+    born_host: HostAddress | None
+    #: A ``DELAY`` property, valid or not: the put path rewrites (or refuses) the message.
+    has_delay: bool
+    is_batch: bool
 
 
 @attrs.frozen
@@ -67,6 +102,8 @@ class SendMessageProcessor:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
         self._hosts: dict[str, HostAddress] = {}
+        #: Topic names already found valid (``topic_error``), checked once.
+        self._valid_topics: set[str] = set()
 
     def _born_host(self, connection: RemotingConnection) -> HostAddress | None:
         """The producer's address as the store takes it, parsed once per peer."""
@@ -114,13 +151,13 @@ class SendMessageProcessor:
         }
         return {names.get(k, k): v for k, v in fields.items()}
 
-    def _prepare(
+    def _check(
         self, request: RemotingCommand, connection: RemotingConnection
-    ) -> RemotingCommand | _Prepared:
-        """Everything a send does before the store: checks, topic, queue, records.
+    ) -> RemotingCommand | _Checked:
+        """Everything a send does before building its records: checks, topic, queue.
 
-        A response when the send is refused before reaching the store, else the records to
-        put (one, or a batch's) and the queue they go to.
+        A response when the send is refused before reaching the store, else what the
+        records are built from.
         """
         header = self._send_header(request)
         topic = require_field(header, "topic")
@@ -156,19 +193,31 @@ class SendMessageProcessor:
         if not is_delayed(properties):  # a delayed one is re-serialised with it, as in Java
             properties.pop(PROPERTY_WAIT_STORE_MSG_OK, None)  # not stored (RocketMQ #2883)
         properties[PROPERTY_CLUSTER] = self.ctx.config.broker_cluster_name
-        common: dict[str, Any] = {
-            "topic": target,
-            "queue_id": queue_id,
-            "sysflag": int_field(header, "sysFlag", 0),
-            "born_timestamp": int_field(header, "bornTimestamp", 0) or None,
-            "born_host": self._born_host(connection),
-            "reconsume_times": reconsume_times,
-        }
         # Java clients send batches as SEND_BATCH_MESSAGE; the C++ client sends SEND_MESSAGE
         # with batch=1, which a Java broker (Boolean.parseBoolean) would store as one
         # message holding the encoded batch. trioha reads it as the batch it is.
-        batch_flag = (header.get("batch") or "").strip().lower()
-        if request.code == RequestCode.SEND_BATCH_MESSAGE or batch_flag in {"true", "1"}:
+        batch_flag = header.get("batch") or ""
+        if batch_flag != "false":  # what every plain send says
+            batch_flag = batch_flag.strip().lower()
+        return _Checked(
+            header,
+            target,
+            queue_id,
+            properties,
+            reconsume_times,
+            self._born_host(connection),
+            PROPERTY_DELAY_TIME_LEVEL in properties,
+            request.code == RequestCode.SEND_BATCH_MESSAGE or batch_flag in {"true", "1"},
+        )
+
+    def _prepare(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand | _Prepared:
+        """:meth:`_check`, then the records to put (one, or a batch's)."""
+        checked = self._check(request, connection)
+        if isinstance(checked, RemotingCommand):
+            return checked
+        if checked.is_batch:
             try:
                 items = decode_batch(request.body)
             except BatchError as exc:
@@ -180,17 +229,51 @@ class SendMessageProcessor:
                 props = dict(string_to_properties(item.properties))
                 props.pop(PROPERTY_WAIT_STORE_MSG_OK, None)
                 props[PROPERTY_CLUSTER] = self.ctx.config.broker_cluster_name
-                batch.append(
-                    new_message(**common, body=item.body, flag=item.flag, properties=props)
-                )
-            return _Prepared(batch, queue_id, is_batch=True)
-        record = new_message(
-            **common,
-            body=request.body,
-            flag=int_field(header, "flag", 0),
+                batch.append(self._new_message(checked, item.body, item.flag, props))
+            return _Prepared(batch, checked.queue_id, is_batch=True)
+        flag = int_field(checked.header, "flag", 0)
+        record = self._new_message(checked, request.body, flag, checked.properties)
+        return _Prepared([record], checked.queue_id, is_batch=False)
+
+    @staticmethod
+    def _new_message(
+        checked: _Checked, body: bytes, flag: int, properties: dict[str, str]
+    ) -> NewMessage:
+        header = checked.header
+        return new_message(
+            topic=checked.target,
+            queue_id=checked.queue_id,
+            sysflag=int_field(header, "sysFlag", 0),
+            born_timestamp=int_field(header, "bornTimestamp", 0) or None,
+            born_host=checked.born_host,
+            reconsume_times=checked.reconsume_times,
+            body=body,
+            flag=flag,
             properties=properties,
         )
-        return _Prepared([record], queue_id, is_batch=False)
+
+    def _record(self, checked: _Checked, request: RemotingCommand) -> NewMessage | PreparedMessage:
+        """A plain send's record, encoded here for the log (no :class:`NewMessage` between,
+        the properties joined once); a delayed one, or one the log would refuse, as a
+        :class:`NewMessage`, which the put path rewrites or refuses with its status."""
+        header = checked.header
+        flag = int_field(header, "flag", 0)
+        if not checked.has_delay:
+            try:
+                return self.ctx.broker.store.commitlog.prepare(
+                    topic=checked.target,
+                    body=request.body,
+                    queue_id=checked.queue_id,
+                    flag=flag,
+                    sysflag=int_field(header, "sysFlag", 0),
+                    born_timestamp=int_field(header, "bornTimestamp", 0) or int(time.time() * 1000),
+                    born_host=checked.born_host,
+                    reconsume_times=checked.reconsume_times,
+                    properties=checked.properties,
+                )
+            except (StorageError, ValueError):
+                pass  # refused below, by the put path, with the status it gives
+        return self._new_message(checked, request.body, flag, checked.properties)
 
     async def send_message(
         self, request: RemotingCommand, connection: RemotingConnection
@@ -218,22 +301,27 @@ class SendMessageProcessor:
         taken: list[RemotingCommand] = []
         answers: list[RemotingCommand | int] = []  # a response, or an index into records
         queues: list[int] = []
-        records: list[NewMessage] = []
+        records: list[NewMessage | PreparedMessage] = []
         for request in requests:
             if request.code not in _PLAIN_SENDS:
                 continue
             try:
-                prepared = self._prepare(request, connection)
+                checked = self._check(request, connection)
             except HeaderError as exc:
-                prepared = request.response(ResponseCode.SYSTEM_ERROR, str(exc))
-            if isinstance(prepared, _Prepared):
-                if prepared.is_batch:
+                checked = request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+            if isinstance(checked, _Checked):
+                if checked.is_batch:
                     continue  # the C++ client's batch flag: send_message takes it
-                answers.append(len(records))
-                queues.append(prepared.queue_id)
-                records.append(prepared.records[0])
+                try:
+                    record = self._record(checked, request)
+                except HeaderError as exc:
+                    answers.append(request.response(ResponseCode.SYSTEM_ERROR, str(exc)))
+                else:
+                    answers.append(len(records))
+                    queues.append(checked.queue_id)
+                    records.append(record)
             else:
-                answers.append(prepared)
+                answers.append(checked)
             taken.append(request)
         if not taken:
             return None
@@ -245,23 +333,36 @@ class SendMessageProcessor:
             if refused.offset < 0:
                 broker.count_puts(refused.status, 1, 0.0)
 
-        async def finish() -> list[RemotingCommand | None]:
+        async def finish() -> list[RemotingCommand | bytes | None]:
             status = PutStatus.PUT_OK
             if stored:
                 status = await broker.wait_stored(stored[0].offset, stored[-1].end_offset)
                 broker.count_puts(status, len(stored), time.perf_counter() - started)
-            responses: list[RemotingCommand | None] = []
+            responses: list[RemotingCommand | bytes | None] = []
+            codes: collections.Counter[tuple[int, int]] = collections.Counter()
             for request, answer in zip(taken, answers, strict=True):
                 if isinstance(answer, RemotingCommand):
-                    response = answer
+                    response: RemotingCommand | bytes = answer
+                    code = answer.code
                 else:
                     result = results[answer]
                     if result.offset >= 0 and status is not PutStatus.PUT_OK:
                         result = attrs.evolve(result, status=status)
-                    response = self._send_response(request, result, queues[answer])
-                self.ctx.served[f"{_SEND_NAMES[request.code]}.{response.code}"] += 1
-                self.ctx.latency[_SEND_NAMES[request.code]].observe(time.perf_counter() - started)
+                    if result.status.is_stored:
+                        code = result.status.response_code
+                        response = encode_response(
+                            request, code, _stored_fields(result, queues[answer])
+                        )
+                    else:
+                        response = self._send_response(request, result, queues[answer])
+                        code = response.code
+                codes[request.code, code] += 1
                 responses.append(response)
+            seconds = time.perf_counter() - started
+            for (request_code, code), count in codes.items():
+                name = _SEND_NAMES[request_code]
+                self.ctx.served[f"{name}.{code}"] += count
+                self.ctx.latency[name].observe(seconds, count)
             return responses
 
         return Burst(taken, finish)
@@ -273,9 +374,13 @@ class SendMessageProcessor:
 
         The topic's config, or the response refusing the send.
         """
-        error = topic_error(topic)
-        if error is not None:
-            return request.response(ResponseCode.SYSTEM_ERROR, error)
+        if topic not in self._valid_topics:
+            error = topic_error(topic)
+            if error is not None:
+                return request.response(ResponseCode.SYSTEM_ERROR, error)
+            if len(self._valid_topics) >= 4096:  # names come and go: forget them now and then
+                self._valid_topics.clear()
+            self._valid_topics.add(topic)
         config = self.ctx.meta.topics.select(topic)
         if config is None:
             config = self.ctx.meta.topics.create_in_send(
@@ -309,17 +414,7 @@ class SendMessageProcessor:
         """``handlePutMessageResult``: PutStatus → response code, and the header fields."""
         status = result.status
         if status.is_stored:
-            return request.response(
-                status.response_code,
-                None,
-                {
-                    "msgId": result.msg_id,
-                    "queueId": str(queue_id),
-                    "queueOffset": str(result.queue_offset),
-                    "MSG_REGION": DEFAULT_REGION,
-                    "TRACE_ON": "true",
-                },
-            )
+            return request.response(status.response_code, None, _stored_fields(result, queue_id))
         remarks = {
             PutStatus.SERVICE_NOT_AVAILABLE: self.ctx.service_not_available_remark(),
             PutStatus.CREATE_MAPPED_FILE_FAILED: (

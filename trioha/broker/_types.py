@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from trioha._config import BrokerConfig
 from trioha._status import PutResult, PutStatus
 from trioha.store._contract import NewMessage
-from trioha.store._message import PROPERTY_KEYS, PROPERTY_TAGS
+from trioha.store._message import PROPERTY_KEYS, PROPERTY_TAGS, HostAddress, PreparedMessage
 
 
 class CommitLogLike(Protocol):
@@ -37,6 +37,21 @@ class CommitLogLike(Protocol):
 
     def read(self, offset: int, max_bytes: int) -> memoryview | bytes:
         """Up to ``max_bytes`` written bytes from ``offset``, within one segment."""
+
+    def prepare(
+        self,
+        *,
+        topic: str,
+        body: bytes,
+        queue_id: int,
+        flag: int,
+        sysflag: int,
+        born_timestamp: int,
+        born_host: HostAddress | None,
+        reconsume_times: int,
+        properties: Mapping[str, str],
+    ) -> PreparedMessage:
+        """A message encoded for this log, for ``append_each`` (raises if it is refused)."""
 
 
 class StoreLike(Protocol):
@@ -81,7 +96,7 @@ class BrokerLike(Protocol):
     ) -> PutResult:
         """Store messages; ``delivery``: a delayed message's delivery (see ``Broker``)."""
 
-    def append_each(self, messages: Sequence[NewMessage]) -> list[PutResult]:
+    def append_each(self, messages: Sequence[NewMessage | PreparedMessage]) -> list[PutResult]:
         """Append independent messages without waiting; one result per message."""
 
     async def wait_stored(self, start: int, end: int) -> PutStatus:
@@ -108,7 +123,7 @@ def new_message(
     flag: int = 0,
     sysflag: int = 0,
     born_timestamp: int | None = None,
-    born_host: tuple[str, int] | None = None,
+    born_host: HostAddress | tuple[str, int] | None = None,
     reconsume_times: int = 0,
 ) -> NewMessage:
     """A message as a producer describes it, as the store appends it.

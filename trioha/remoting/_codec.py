@@ -22,6 +22,7 @@ import enum
 import json
 import struct
 from collections.abc import Iterator, Mapping
+from types import ModuleType
 from typing import Any
 
 import attrs
@@ -62,6 +63,11 @@ _C_JSON_ENCODER = (
     else None
 )
 _JSON_DECODER = json.JSONDecoder()
+_orjson: ModuleType | None
+try:  # the ``fast`` extra: headers parsed in C; the standard parser is the fallback
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - the dev extra installs it
+    _orjson = None
 
 
 def _dumps(value: dict[str, Any]) -> str:
@@ -252,6 +258,45 @@ def encode(command: RemotingCommand) -> bytes:
     return b"".join((prefix, header, command.body))
 
 
+_encode_string = json.encoder.encode_basestring  # the C one where there is one
+_JSON_KEYS: dict[str, str] = {}
+
+
+def _json_key(key: str) -> str:
+    """A field name as a JSON string; responses use few names, so each is escaped once."""
+    quoted = _JSON_KEYS.get(key)
+    if quoted is None:
+        quoted = _encode_string(key)
+        if len(_JSON_KEYS) < 256:
+            _JSON_KEYS[key] = quoted
+    return quoted
+
+
+def _json_value(value: str) -> str:
+    """A field value as a JSON string: letters and digits (ids, numbers) need no escaping."""
+    if value.isalnum() and value.isascii():
+        return f'"{value}"'
+    return _encode_string(value)
+
+
+def encode_response(request: RemotingCommand, code: int, fields: Mapping[str, str]) -> bytes:
+    """``encode(request.response(code, None, fields))``, the same bytes, without the command.
+
+    A send answers every message with a response of one shape; for a JSON request it is
+    formatted straight into its frame (the ``extFields`` strings escaped as the encoder
+    escapes them), which costs a fraction of building and encoding a command.
+    """
+    if request.serialize_type is not SerializeType.JSON or not fields:
+        return encode(request.response(code, None, fields))
+    ext = ",".join([f"{_json_key(k)}:{_json_value(v)}" for k, v in fields.items()])
+    header = (
+        f'{{"code":{int(code)},"extFields":{{{ext}}},"flag":{FLAG_RESPONSE},'
+        f'"language":"JAVA","opaque":{request.opaque},"serializeTypeCurrentRPC":"JSON",'
+        f'"version":{VERSION_4_9_4}}}'
+    ).encode()
+    return _PREFIX.pack(4 + len(header), len(header)) + header
+
+
 def _json_header(command: RemotingCommand) -> bytes:
     # Keys in fastjson's order (sorted); remark and extFields left out when empty, as
     # fastjson drops nulls. extFields values are always strings: the C++ client ignores
@@ -313,9 +358,20 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
     raise RemoteProtocolError(f"unknown remoting serialize type {kind}")
 
 
+def _parse_json(header: bytes) -> Any:
+    """The header's JSON value: orjson's where it is installed and accepts the header, else
+    the standard parser's (which also decides, and names, what is wrong with a bad one)."""
+    if _orjson is not None:
+        try:
+            return _orjson.loads(header)
+        except _orjson.JSONDecodeError:
+            pass  # e.g. NaN, a lone surrogate, a number beyond 64 bits: json decides
+    return _loads(header.decode("utf-8"))
+
+
 def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
     try:
-        obj = _loads(header.decode("utf-8"))
+        obj = _parse_json(header)
     except (UnicodeDecodeError, ValueError) as exc:
         raise RemoteProtocolError(f"remoting JSON header is not valid JSON: {exc}") from None
     if not isinstance(obj, dict):

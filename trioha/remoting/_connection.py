@@ -60,12 +60,13 @@ class RequestHandler(Protocol):
 class Burst:
     """Requests a :class:`BurstHandler` took from one read, and how to answer them.
 
-    ``finish`` returns one response per request in ``requests`` (None: no response); it runs
-    in one task, and its responses are written together.
+    ``finish`` returns one response per request in ``requests`` (None: no response; bytes:
+    the response's frame, already encoded); it runs in one task, and its responses are
+    written together.
     """
 
     requests: Sequence[RemotingCommand]
-    finish: Callable[[], Awaitable[Sequence[RemotingCommand | None]]]
+    finish: Callable[[], Awaitable[Sequence[RemotingCommand | bytes | None]]]
 
 
 class BurstHandler(RequestHandler, Protocol):
@@ -254,7 +255,7 @@ class RemotingConnection:
     async def _serve_burst(self, burst: Burst) -> None:
         try:
             try:
-                responses: Sequence[RemotingCommand | None] = await burst.finish()
+                responses: Sequence[RemotingCommand | bytes | None] = await burst.finish()
             except Exception as exc:
                 log.exception("%s: a burst of %d requests failed", self.peer, len(burst.requests))
                 responses = [
@@ -263,7 +264,11 @@ class RemotingConnection:
                 ]
             frames = []
             for request, response in zip(burst.requests, responses, strict=True):
-                if response is not None and not request.is_oneway:
+                if response is None or request.is_oneway:
+                    continue
+                if isinstance(response, bytes):
+                    frames.append(response)
+                else:
                     frames.append(self._encode_response(request, response))
             if frames:
                 await self._enqueue(b"".join(frames))

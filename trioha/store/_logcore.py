@@ -194,19 +194,56 @@ class LogCore(abc.ABC, Generic[S]):
             [prepared], [now if store_timestamp is None else store_timestamp]
         )[0]
 
+    def prepare(
+        self,
+        *,
+        topic: str,
+        body: bytes,
+        queue_id: int,
+        flag: int,
+        sysflag: int,
+        born_timestamp: int,
+        born_host: HostAddress | None,
+        reconsume_times: int,
+        properties: Mapping[str, str],
+    ) -> PreparedMessage:
+        """A message encoded for this log (its store host, form and size limit), ready for
+        :meth:`append_batch`: what a send path builds straight from a request's fields,
+        without a :class:`NewMessage` between. Raises as :meth:`append_batch` would for a
+        message it refuses."""
+        return PreparedMessage(
+            topic=topic,
+            body=body,
+            queue_id=queue_id,
+            flag=flag,
+            sysflag=sysflag,
+            born_timestamp=born_timestamp,
+            born_host=born_host or self.store_host,
+            store_host=self.store_host,
+            reconsume_times=reconsume_times,
+            properties=properties,
+            properties_form=self.properties_form,
+            max_body_size=self.max_message_size,
+        )
+
     def append_batch(
-        self, messages: Iterable[NewMessage | Mapping[str, Any]]
+        self, messages: Iterable[NewMessage | PreparedMessage | Mapping[str, Any]]
     ) -> list[AppendResult]:
         """Append a batch as consecutive records in one write (``MessageExtBatch``).
 
         As in RocketMQ the whole batch goes into one segment: if it does not fit the current
         one, a blank record closes it and the batch starts the next. Every message is
-        validated before anything is written.
+        validated before anything is written. A :class:`PreparedMessage` (from
+        :meth:`prepare`) is placed as it is, stamped now.
         """
         now = self._clock_ms()
         prepared: list[PreparedMessage] = []
         stamps: list[int] = []
         for m in messages:
+            if isinstance(m, PreparedMessage):
+                prepared.append(m)
+                stamps.append(now)
+                continue
             msg = m if isinstance(m, NewMessage) else NewMessage(**m)
             store_host = msg.store_host or self.store_host
             prepared.append(

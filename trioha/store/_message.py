@@ -236,6 +236,23 @@ def properties_to_string(
     drops empty keys or values, and the separators cannot be escaped, so anything else
     would not read back as written.
     """
+    if isinstance(properties, Mapping):
+        # One join in C; the checks below only look closer when a separator count is off
+        # or a key or value is empty (then the loop names the pair).
+        text: str | None
+        try:
+            text = "\x02".join(map("\x01".join, properties.items()))
+        except TypeError:  # not strings: the loop below formats them
+            text = None
+        n = len(properties)
+        if (
+            text is not None
+            and text.count("\x01") == n
+            and text.count("\x02") == max(n - 1, 0)
+            and all(properties)
+            and all(properties.values())
+        ):
+            return text + "\x02" if text and form is PropertiesForm.V5 else text
     items = properties.items() if isinstance(properties, Mapping) else properties
     parts: list[str] = []
     for key, value in items:

@@ -1,0 +1,143 @@
+"""The master's CPU per client send, in-process: decode, checks, append, wait, encode.
+
+    PYTHONPATH=. .venv/bin/python bench/send_path.py [--burst 32] [--seconds 5] [--profile F]
+
+A real broker (ASYNC_MASTER, ASYNC_FLUSH, no slave: the wait is one checkpoint) is opened on
+a temporary store; bursts of ``--burst`` SEND_MESSAGE requests, encoded as the official C++
+client encodes them (long header names, ``WAIT`` and ``UNIQ_KEY`` properties, 1 KiB bodies),
+go through what the client port does with one read: :class:`FrameDecoder`, the processor's
+``take_burst`` (checks and one append), the burst's ``finish`` (the wait, the responses) and
+the responses' encoding. The consume-queue builder and the flusher run as in a broker, and
+the loop yields once per burst so they keep pace. No sockets: this is the Python work on a
+message, the part that a profile of the whole broker spreads over many frames.
+
+It prints the process's CPU time per message (all threads; the Trio thread's alone in
+brackets) and wall time per message;
+``--profile F`` writes a cProfile of the measured window to F (``python -m pstats F``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from trioha._config import BrokerConfig, BrokerRole
+from trioha.broker import open_broker
+from trioha.remoting._codec import FrameDecoder, RemotingCommand, encode
+from trioha.remoting._codes import RequestCode
+from trioha.store._message import properties_to_string
+
+TOPIC = "SendPathTopic"
+
+
+class _Peer:
+    """What the processor reads of a connection: the peer's address."""
+
+    peer = "127.0.0.1:40000"
+
+
+def send_request(opaque: int, body: bytes) -> RemotingCommand:
+    """A SEND_MESSAGE as the C++ client sends one (``SendMessageRequestHeader``)."""
+    props = {"WAIT": "true", "UNIQ_KEY": f"{random.getrandbits(128):032X}"}
+    return RemotingCommand(
+        code=RequestCode.SEND_MESSAGE,
+        opaque=opaque,
+        ext_fields={
+            "producerGroup": "bench_group",
+            "topic": TOPIC,
+            "defaultTopic": "TBW102",
+            "defaultTopicQueueNums": "4",
+            "queueId": str(opaque % 4),
+            "sysFlag": "0",
+            "bornTimestamp": str(int(time.time() * 1000)),
+            "flag": "0",
+            "properties": properties_to_string(props),
+            "reconsumeTimes": "0",
+            "unitMode": "false",
+            "batch": "false",
+        },
+        body=body,
+        language="CPP",
+    )
+
+
+async def run(burst: int, seconds: float, profile: str | None, role: BrokerRole) -> None:
+    body = os.urandom(1024)
+    frames = [
+        b"".join(encode(send_request(k * burst + i, body)) for i in range(burst)) for k in range(64)
+    ]
+    with tempfile.TemporaryDirectory(prefix="send-path-") as tmp:
+        config = BrokerConfig(
+            broker_role=role,
+            store_path_root_dir=tmp,
+            listen_port=0,
+            ha_listen_port=0,
+            ha_listen_host="127.0.0.1",
+            namesrv_addr="127.0.0.1:1",
+        )
+        async with open_broker(config) as broker:
+            assert broker.client_side is not None
+            processor = broker.client_side.processor
+            peer = _Peer()
+            decoder = FrameDecoder()
+
+            async def one(k: int) -> int:
+                decoder.receive_data(frames[k % len(frames)])
+                requests = list(decoder.commands())
+                taken = processor.take_burst(requests, peer)  # type: ignore[arg-type]
+                assert taken is not None and len(taken.requests) == len(requests)
+                responses = await taken.finish()
+                out = b"".join(  # as RemotingConnection._serve_burst writes them
+                    r if isinstance(r, bytes) else encode(r) for r in responses if r is not None
+                )
+                await trio.lowlevel.checkpoint()
+                return len(out)
+
+            for k in range(200):  # warm-up: topic created, caches warm
+                await one(k)
+            prof = cProfile.Profile() if profile else None
+            cpu0, wall0, own0 = time.process_time(), time.perf_counter(), time.thread_time()
+            if prof is not None:
+                prof.enable()
+            n = 0
+            while time.perf_counter() - wall0 < seconds:
+                await one(n)
+                n += 1
+            if prof is not None:
+                prof.disable()
+            cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+            own = time.thread_time() - own0
+            messages = n * burst
+            print(
+                f"{role.value}, bursts of {burst}: {messages} messages in {wall:.2f} s, "
+                f"CPU {cpu / messages * 1e6:.1f} us/msg "
+                f"(Trio thread {own / messages * 1e6:.1f}), "
+                f"wall {wall / messages * 1e6:.1f} us/msg, "
+                f"load {os.getloadavg()[0]:.2f}"
+            )
+            if prof is not None and profile is not None:
+                prof.dump_stats(profile)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--burst", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--profile", default=None, help="write a cProfile here")
+    parser.add_argument("--role", default="ASYNC_MASTER", help="ASYNC_MASTER (no slave)")
+    args = parser.parse_args()
+    trio.run(run, args.burst, args.seconds, args.profile, BrokerRole(args.role))
+
+
+if __name__ == "__main__":
+    main()
