@@ -20,6 +20,7 @@ from trioha._status import PutResult, PutStatus
 from trioha.broker import new_message
 from trioha.broker._schedule import DEFAULT_MAX_DELAY_LEVEL, apply_delay_levels
 from trioha.store import HostAddress, NewMessage, Store, open_store
+from trioha.store._message import PreparedMessage
 
 
 @attrs.frozen
@@ -94,7 +95,7 @@ class FakeBroker:
             msg_id=results[0].msg_id,
         )
 
-    def append_each(self, messages: Sequence[NewMessage]) -> list[PutResult]:
+    def append_each(self, messages: Sequence[NewMessage | PreparedMessage]) -> list[PutResult]:
         if not self.config.broker_role.is_master:
             return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE) for _ in messages]
         out = []

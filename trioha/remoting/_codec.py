@@ -292,7 +292,7 @@ def encode_response(request: RemotingCommand, code: int, fields: Mapping[str, st
     header = (
         f'{{"code":{int(code)},"extFields":{{{ext}}},"flag":{FLAG_RESPONSE},'
         f'"language":"JAVA","opaque":{request.opaque},"serializeTypeCurrentRPC":"JSON",'
-        f'"version":{VERSION_4_9_4}}}'
+        f'"version":{VERSION_4_9_7}}}'
     ).encode()
     return _PREFIX.pack(4 + len(header), len(header)) + header
 
