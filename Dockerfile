@@ -10,12 +10,12 @@ FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY trioha ./trioha
-RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[metrics]"
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[metrics,fast]"
 
 FROM python:3.11-slim
 RUN useradd --system --uid 10001 --home-dir /var/lib/trioha --create-home trioha
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir --no-index --find-links /wheels "trioha[metrics]" && rm -rf /wheels
+RUN pip install --no-cache-dir --no-index --find-links /wheels "trioha[metrics,fast]" && rm -rf /wheels
 USER trioha
 WORKDIR /var/lib/trioha
 VOLUME ["/var/lib/trioha"]
