@@ -81,9 +81,17 @@ def java_string_hash_extend(h: int, data: bytes) -> int:
     """The unsigned ``hashCode`` of ``s + data`` from ``h``, the unsigned hash of ``s``, for
     ASCII ``data`` (one byte per UTF-16 unit): h·31**len + Σ data[i]·31**(len-1-i), mod 2**32."""
     n = len(data)
-    weights = _weights(n + 1)  # weights[0] is 31**n
-    total: int = h * weights[0] + sum(map(operator.mul, data, weights[1:]))
+    power = _POWERS.get(n)
+    if power is None:
+        power = pow(31, n, 1 << 32)
+        if n <= 1024:
+            _POWERS[n] = power
+    total: int = h * power + sum(map(operator.mul, data, _weights(n)))
     return total & 0xFFFFFFFF
+
+
+#: 31**n mod 2**32 by n, for :func:`java_string_hash_extend`.
+_POWERS: dict[int, int] = {}
 
 
 def java_string_hash(text: str) -> int:

@@ -181,6 +181,44 @@ class IndexFile:
         self._write_header()
         return True
 
+    def put_hashes(self, entries: list[tuple[int, int, int]], start: int) -> int:
+        """:meth:`put_hash` for ``entries[start:]`` (key hash, offset, store time) until the
+        file is full; returns how many were put. The header is written once, at the end:
+        the bytes are those of as many :meth:`put_hash` calls (the dispatcher's batch)."""
+        slots, max_index = self.slots, self.max_index
+        entries_at = HEADER_SIZE + SLOT_SIZE * slots
+        mapped = self._map
+        slot_unpack, slot_pack, entry_pack = _SLOT.unpack_from, _SLOT.pack_into, _ENTRY.pack_into
+        count, used = self.index_count, self.hash_slot_count
+        begin_ts, begin_phy = self.begin_timestamp, self.begin_phy_offset
+        end_ts, end_phy = self.end_timestamp, self.end_phy_offset
+        stop = min(len(entries), start + max(0, max_index - count))
+        for key_hash, phy_offset, store_timestamp in entries[start:stop]:
+            slot_at = HEADER_SIZE + (key_hash % slots) * SLOT_SIZE
+            previous = slot_unpack(mapped, slot_at)[0]
+            if previous <= 0 or previous > count:
+                previous = 0
+            if begin_ts <= 0:
+                time_diff = 0
+            else:
+                time_diff = min(max((store_timestamp - begin_ts) // 1000, 0), _INT_MAX)
+            entry_pack(
+                mapped, entries_at + ENTRY_SIZE * count, key_hash, phy_offset, time_diff, previous
+            )
+            slot_pack(mapped, slot_at, count)
+            if count <= 1:
+                begin_phy, begin_ts = phy_offset, store_timestamp
+            if previous == 0:
+                used += 1
+            count += 1
+            end_phy, end_ts = phy_offset, store_timestamp
+        if stop > start:
+            self.index_count, self.hash_slot_count = count, used
+            self.begin_timestamp, self.begin_phy_offset = begin_ts, begin_phy
+            self.end_timestamp, self.end_phy_offset = end_ts, end_phy
+            self._write_header()
+        return stop - start
+
     def is_time_matched(self, begin: int, end: int) -> bool:
         """``isTimeMatched``: whether [begin, end] overlaps this file's time range."""
         return (
@@ -378,6 +416,40 @@ class IndexService:
             for key in keys.split(b" "):
                 if key:
                     self._put(self._key_hash(topic, key), phy_offset, store_timestamp, now_ms)
+
+    def build_batch(
+        self,
+        messages: Iterable[tuple[str, int, int, bytes | None, bytes | None]],
+        *,
+        now_ms: int,
+    ) -> None:
+        """:meth:`build_raw` for each of ``messages`` (topic, offset, store time, raw
+        ``UNIQ_KEY``, raw ``KEYS``), in increasing offset order as the dispatcher reads them.
+
+        The same entries, in the same order, as one :meth:`build_raw` per message: the keys
+        are hashed first, then written with one header update per file touched.
+        """
+        last = self.files[-1] if self.files else None
+        # build_raw's skip rule, followed as the entries would move the newest file's end.
+        floor = last.end_phy_offset if last is not None else -1
+        holds = last is not None and last.index_count > 1
+        hashes: list[tuple[int, int, int]] = []
+        key_hash = self._key_hash
+        for topic, phy_offset, stamp, uniq_key, keys in messages:
+            if phy_offset < floor or (phy_offset == floor and holds):
+                continue
+            before = len(hashes)
+            if uniq_key is not None:
+                hashes.append((key_hash(topic, uniq_key), phy_offset, stamp))
+            if keys:
+                for key in keys.split(b" "):
+                    if key:
+                        hashes.append((key_hash(topic, key), phy_offset, stamp))
+            if len(hashes) > before:
+                floor, holds = phy_offset, True
+        done = 0
+        while done < len(hashes):
+            done += self._writable(now_ms).put_hashes(hashes, done)
 
     def build(self, message: IndexedMessage, now_ms: int) -> None:
         """:meth:`build_raw` for one message."""
