@@ -218,14 +218,14 @@ class ReputService:
             offset = self.reput_from
             # One copy per read: bytes can be searched in place (properties) and sliced.
             buf = bytes(commitlog.read(offset, READ_CHUNK))
-            pos = 0
-            while pos < len(buf) and done < max_records:
+            pos, end = 0, len(buf)
+            while pos < end and done < max_records:
                 # Only the fields a consume queue unit needs are read: decoding whole
                 # messages cost a slave most of its catch-up CPU. The common record (V1
                 # magic, IPv4 hosts, complete, lengths adding up) is read with one unpack
                 # here; anything else goes through parse_record, which names what is wrong.
                 fast = False
-                if pos + _FAST_HEAD_SIZE <= len(buf):
+                if pos + _FAST_HEAD_SIZE <= end:
                     total, magic, queue_id, queue_offset, phy, sysflag, stamp, body_len = (
                         _fast_head(buf, pos)
                     )
@@ -235,7 +235,7 @@ class ReputService:
                         magic == MESSAGE_MAGIC
                         and not sysflag & _IPV6_HOSTS
                         and total >= MIN_RECORD_SIZE
-                        and rec_end <= len(buf)
+                        and rec_end <= end
                         and body_len >= 0
                         and body_end < rec_end
                     ):
@@ -247,7 +247,7 @@ class ReputService:
                             and topic_end + 2 + _props_len(buf, topic_end)[0] == rec_end
                         )
                 if not fast:
-                    result = parse_record(buf, pos, len(buf), False, offset)
+                    result = parse_record(buf, pos, end, False, offset)
                     if type(result) is RecordLayout:  # (not `match`: this runs per message)
                         f = result.fields
                         total, queue_id, queue_offset, phy, sysflag, stamp = (
@@ -296,7 +296,8 @@ class ReputService:
                     if at + needed <= commitlog.max_offset and pos == 0:
                         # A record larger than one read: read it whole.
                         buf = bytes(commitlog.read(at, needed))
-                        if len(buf) >= needed:
+                        end = len(buf)
+                        if end >= needed:
                             continue
                     self.reput_from = offset + pos
                     self._build_index(indexed)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import datetime
 import logging
 import mmap
+import operator
 import os
 import struct
 from collections.abc import Iterable
@@ -37,7 +38,12 @@ from typing import Final
 
 import attrs
 
-from trioha.store._consumequeue import java_string_hash, java_string_hash_extend
+from trioha.store._consumequeue import (
+    _EXTENSIONS,
+    extension_weights,
+    java_string_hash,
+    java_string_hash_extend,
+)
 
 __all__ = [
     "DEFAULT_MAX_HASH_SLOT_NUM",
@@ -376,15 +382,20 @@ class IndexService:
         # ``_writable`` never returns a full file, and only a full file refuses a key.
         self._writable(now_ms).put_hash(key_hash, phy_offset, store_timestamp)
 
+    def _prefix_hash(self, topic: str) -> int:
+        """The unsigned hash of ``topic#``, remembered for a bounded number of topics."""
+        prefix = java_string_hash(topic + "#") & 0xFFFFFFFF
+        if len(self._prefix_hashes) < _MAX_CACHED_TOPICS:
+            self._prefix_hashes[topic] = prefix
+        return prefix
+
     def _key_hash(self, topic: str, key: bytes) -> int:
         """:func:`index_key_hash` of ``topic#key``, the topic's part computed once."""
         if not key.isascii():
             return index_key_hash(index_key(topic, key.decode("utf-8", "replace")))
         prefix = self._prefix_hashes.get(topic)
         if prefix is None:
-            prefix = java_string_hash(topic + "#") & 0xFFFFFFFF
-            if len(self._prefix_hashes) < _MAX_CACHED_TOPICS:
-                self._prefix_hashes[topic] = prefix
+            prefix = self._prefix_hash(topic)
         h = java_string_hash_extend(prefix, key)
         if h >= 1 << 31:  # negative as an int: abs(), and abs(Integer.MIN_VALUE) counts as 0
             h = (1 << 32) - h if h != 1 << 31 else 0
@@ -434,18 +445,30 @@ class IndexService:
         floor = last.end_phy_offset if last is not None else -1
         holds = last is not None and last.index_count > 1
         hashes: list[tuple[int, int, int]] = []
-        key_hash = self._key_hash
+        add = hashes.append
+        prefixes, extensions, mul = self._prefix_hashes, _EXTENSIONS, operator.mul
         for topic, phy_offset, stamp, uniq_key, keys in messages:
             if phy_offset < floor or (phy_offset == floor and holds):
                 continue
-            before = len(hashes)
-            if uniq_key is not None:
-                hashes.append((key_hash(topic, uniq_key), phy_offset, stamp))
-            if keys:
-                for key in keys.split(b" "):
-                    if key:
-                        hashes.append((key_hash(topic, key), phy_offset, stamp))
-            if len(hashes) > before:
+            if uniq_key is None and not keys:
+                continue
+            if uniq_key == b"":  # indexed as it is, unlike an empty token of KEYS
+                add((self._key_hash(topic, uniq_key), phy_offset, stamp))
+                floor, holds = phy_offset, True
+            prefix = prefixes.get(topic)
+            if prefix is None:
+                prefix = self._prefix_hash(topic)
+            for key in (uniq_key, *keys.split(b" ")) if keys else (uniq_key,):
+                if not key:  # no unique key, or an empty token (two spaces, say)
+                    continue
+                if key.isascii():  # _key_hash, inlined: it runs for every key
+                    power, weights = extensions.get(len(key)) or extension_weights(len(key))
+                    h = (prefix * power + sum(map(mul, key, weights))) & 0xFFFFFFFF
+                    if h >= 1 << 31:
+                        h = (1 << 32) - h if h != 1 << 31 else 0
+                else:
+                    h = self._key_hash(topic, key)
+                add((h, phy_offset, stamp))
                 floor, holds = phy_offset, True
         done = 0
         while done < len(hashes):
