@@ -267,7 +267,8 @@ def test_a_batch_writes_the_bytes_of_one_build_raw_per_message(tmp_path: Path) -
         keys = rng.choice((None, b"", b"k1", b"k1 k2", b"  a  b ", "é✓".encode()))
         messages.append((topic, offset, stamp, uniq, keys))
         offset += rng.randint(100, 2000)
-        stamp += rng.randint(0, 3000)
+        # Earlier than the file's first entry, or further than 2**31 s after it: clamped.
+        stamp += rng.choice((rng.randint(-3000, 3000), -(10**6), 2**32 * 1000))
     built = IndexService(tmp_path / "a", slots=13, max_index=40)
     expected = IndexService(tmp_path / "b", slots=13, max_index=40)
     for service in (built, expected):
@@ -282,3 +283,19 @@ def test_a_batch_writes_the_bytes_of_one_build_raw_per_message(tmp_path: Path) -
         assert ours.path.read_bytes() == theirs.path.read_bytes()
     built.close()
     expected.close()
+
+
+def test_put_hashes_clamps_the_time_difference_as_put_hash_does(tmp_path: Path) -> None:
+    begin = 1_700_000_000_000
+    stamps = [begin, begin - 1, begin - 999, begin - 1000, begin - 1001, begin + 999, begin + 1000]
+    stamps += [begin + (2**31 - 1) * 1000, begin + 2**31 * 1000, begin + 2**40]
+    entries = [(7 * i % 5, 100 * i, stamp) for i, stamp in enumerate(stamps)]
+    one_by_one = IndexFile(tmp_path / "a", slots=5, max_index=len(entries) + 1)
+    for entry in entries:
+        assert one_by_one.put_hash(*entry)
+    batched = IndexFile(tmp_path / "b", slots=5, max_index=len(entries) + 1)
+    assert batched.put_hashes(entries, 0) == len(entries)
+    assert batched.put_hashes(entries, 0) == 0  # full
+    assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes()
+    one_by_one.close()
+    batched.close()

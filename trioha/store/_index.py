@@ -204,10 +204,11 @@ class IndexFile:
             previous = slot_unpack(mapped, slot_at)[0]
             if previous <= 0 or previous > count:
                 previous = 0
-            if begin_ts <= 0:
+            time_diff = (store_timestamp - begin_ts) // 1000 if begin_ts > 0 else 0
+            if time_diff < 0:  # clamped as in put_hash
                 time_diff = 0
-            else:
-                time_diff = min(max((store_timestamp - begin_ts) // 1000, 0), _INT_MAX)
+            elif time_diff > _INT_MAX:
+                time_diff = _INT_MAX
             entry_pack(
                 mapped, entries_at + ENTRY_SIZE * count, key_hash, phy_offset, time_diff, previous
             )
