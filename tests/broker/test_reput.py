@@ -16,10 +16,17 @@ from trioha.broker._reput import (
     _tags_code,
     truncate_replica,
 )
+from trioha.broker._schedule import SCHEDULE_TOPIC, deliver_timestamp, parse_delay_levels
 from trioha.remoting._json import loads_lenient
 from trioha.store._consumequeue import ConsumeQueueStore, tags_code
+from trioha.store._index import IndexService
 from trioha.store._memory import MemoryCommitLog
-from trioha.store._message import properties_to_string
+from trioha.store._message import (
+    MESSAGE_MAGIC,
+    MESSAGE_MAGIC_V2,
+    HostAddress,
+    properties_to_string,
+)
 
 SEGMENT = 4096
 
@@ -185,13 +192,16 @@ def test_the_tag_code_comes_from_the_raw_properties(tags: str | None) -> None:
         props["TAGS"] = tags
     raw = properties_to_string(props).encode()
     for _ in range(2):  # computed, then cached
-        assert _tags_code(raw) == tags_code(tags)
+        assert _tags_code(raw, 0, len(raw)) == tags_code(tags)
+    # Found in place, within the span only: a TAGS around it in the buffer does not count.
+    around = b"TAGS\x01Outside\x02" + raw + b"TAGS\x01After"
+    assert _tags_code(around, 13, 13 + len(raw)) == tags_code(tags)
 
 
 def test_the_tag_code_cache_is_bounded() -> None:
     for i in range(5000):
         raw = properties_to_string({"TAGS": f"t{i}"}).encode()
-        assert _tags_code(raw) == tags_code(f"t{i}")
+        assert _tags_code(raw, 0, len(raw)) == tags_code(f"t{i}")
     assert len(_TAG_CODES) <= _TAG_CODES_MAX
 
 
@@ -260,3 +270,100 @@ def test_truncate_replica_offline_leaves_queues_a_restart_agrees_with(tmp_path: 
     q0 = again.queues.get("T", 0)
     assert q0 is not None
     assert q0.max_offset == 2
+
+
+# --- the builder's record reading against fully decoded messages ---------------------------
+
+
+def _varied_log() -> MemoryCommitLog:
+    """Every kind of record the builder meets: tags or none, keys, unique keys, delayed
+    messages (valid, zero and unreadable levels), transactions, IPv6 hosts, a topic long
+    enough for the V2 record, across many segments closed by blank records."""
+    log = MemoryCommitLog(segment_size=SEGMENT)
+    v6 = HostAddress("::1", 10911)
+    for i in range(400):
+        props: dict[str, str] = {}
+        if i % 3:
+            props["TAGS"] = f"Tag{i % 5}" if i % 7 else "标签"
+        if i % 4 == 0:
+            props["KEYS"] = f"order-{i} user-{i % 9}  trailing "
+        if i % 5 != 1:
+            props["UNIQ_KEY"] = f"7F00000100002A9F0000{i:012X}"
+        topic, queue_id, sysflag = f"T{i % 3}", i % 2, 0
+        if i % 11 == 0:
+            topic, queue_id = SCHEDULE_TOPIC, 2
+            props["DELAY"] = ("3", "0", "abc")[i % 3]
+        if i % 13 == 0:
+            sysflag = (0x4, 0x8, 0xC)[i % 3]  # prepared, committed, rolled back
+        if i % 17 == 0:
+            topic = "L" * 200  # V2 magic: a two-byte topic length
+        log.append(
+            topic=topic,
+            body=b"b%04d" % i * (1 + i % 30),
+            queue_id=queue_id,
+            properties=props,
+            sysflag=sysflag,
+            born_host=v6 if i % 19 == 0 else None,
+            store_host=v6 if i % 23 == 0 else None,
+        )
+    return log
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*") if p.is_file()
+    }
+
+
+@pytest.mark.parametrize("batch", [1, 7, 2048])
+def test_queues_and_index_match_those_built_from_decoded_messages(
+    tmp_path: Path, batch: int
+) -> None:
+    log = _varied_log()
+    assert log.max_offset > 20 * SEGMENT
+    delays = parse_delay_levels("1s 5s 10s 30s")
+    built, expected = tmp_path / "built", tmp_path / "expected"
+    index = IndexService(built, slots=97, max_index=150)  # several index files fill up
+    index.load(flushed_up_to=None)
+    reput = ReputService(
+        log,
+        ConsumeQueueStore(built, file_size=400),
+        checkpoint=built / "cp.json",
+        index=index,
+        delay_levels=delays,
+    )
+    reput.recover()
+    while reput.dispatch_available(max_records=batch):
+        pass
+    assert reput.reput_from == log.max_offset
+    for queue in reput.queues:
+        queue.write_pending()
+
+    # The same, one fully decoded message at a time (DefaultMessageStore's dispatchers).
+    queues = ConsumeQueueStore(expected, file_size=400)
+    reference = IndexService(expected, slots=97, max_index=150)
+    reference.load(flushed_up_to=None)
+    kinds: set[tuple[int, bool, int, bool]] = set()
+    for m in log.iter_messages():
+        kinds.add((m.sysflag & 0xC, m.topic == SCHEDULE_TOPIC, m.magic, m.born_host.is_ipv6))
+        uniq, keys = m.get_property("UNIQ_KEY"), m.keys
+        raw_keys = (uniq.encode() if uniq is not None else None, keys.encode() if keys else None)
+        if m.sysflag & 0xC in (0x0, 0x8):
+            level = m.get_property("DELAY")
+            tags = tags_code(m.tags)
+            if m.topic == SCHEDULE_TOPIC and level is not None and level.isdigit() and int(level):
+                tags = deliver_timestamp(delays, int(level), m.store_timestamp)
+            queue = queues.find_or_create(m.topic, m.queue_id)
+            queue.put(m.queue_offset, m.physical_offset, m.total_size, tags)
+            queue.write_pending()
+        if m.sysflag & 0xC != 0xC:
+            reference.build_raw(m.topic, m.physical_offset, m.store_timestamp, *raw_keys, now_ms=0)
+    assert {k[2] for k in kinds} == {MESSAGE_MAGIC, MESSAGE_MAGIC_V2}
+    assert len(kinds) >= 7  # every kind of record above was met, IPv6 hosts too
+
+    assert _files(built / "consumequeue") == _files(expected / "consumequeue")
+    assert len(index.files) == len(reference.files) > 2
+    for ours, theirs in zip(index.files, reference.files, strict=True):
+        assert ours.path.read_bytes() == theirs.path.read_bytes()
+    index.close()
+    reference.close()

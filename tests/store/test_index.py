@@ -255,3 +255,47 @@ def test_a_chain_walk_stops_at_the_first_entry_older_than_the_range(tmp_path: Pa
     index_file.select_phy_offsets("T#k", 64, 1_700_000_001_000, 1_700_000_001_000, found)
     assert found == [200]
     index_file.close()
+
+
+def test_a_batch_writes_the_bytes_of_one_build_raw_per_message(tmp_path: Path) -> None:
+    rng = random.Random(11)
+    messages: list[tuple[str, int, int, bytes | None, bytes | None]] = []
+    offset, stamp = 0, 1_700_000_000_000
+    for _ in range(300):
+        topic = rng.choice(("TopicA", "B", "主题"))
+        uniq = rng.choice((None, b"", b"7F0000010BB818B4AAC2583E68D1%04X" % offset))
+        keys = rng.choice((None, b"", b"k1", b"k1 k2", b"  a  b ", "é✓".encode()))
+        messages.append((topic, offset, stamp, uniq, keys))
+        offset += rng.randint(100, 2000)
+        # Earlier than the file's first entry, or further than 2**31 s after it: clamped.
+        stamp += rng.choice((rng.randint(-3000, 3000), -(10**6), 2**32 * 1000))
+    built = IndexService(tmp_path / "a", slots=13, max_index=40)
+    expected = IndexService(tmp_path / "b", slots=13, max_index=40)
+    for service in (built, expected):
+        service.load(flushed_up_to=None)
+    for start in range(0, len(messages), 37):
+        built.build_batch(messages[start : start + 37], now_ms=0)
+    built.build_batch(messages[:50], now_ms=0)  # indexed before: skipped, as build_raw skips
+    for message in messages + messages[:50]:
+        expected.build_raw(*message, now_ms=0)
+    assert len(built.files) == len(expected.files) > 5  # files filled up mid-batch
+    for ours, theirs in zip(built.files, expected.files, strict=True):
+        assert ours.path.read_bytes() == theirs.path.read_bytes()
+    built.close()
+    expected.close()
+
+
+def test_put_hashes_clamps_the_time_difference_as_put_hash_does(tmp_path: Path) -> None:
+    begin = 1_700_000_000_000
+    stamps = [begin, begin - 1, begin - 999, begin - 1000, begin - 1001, begin + 999, begin + 1000]
+    stamps += [begin + (2**31 - 1) * 1000, begin + 2**31 * 1000, begin + 2**40]
+    entries = [(7 * i % 5, 100 * i, stamp) for i, stamp in enumerate(stamps)]
+    one_by_one = IndexFile(tmp_path / "a", slots=5, max_index=len(entries) + 1)
+    for entry in entries:
+        assert one_by_one.put_hash(*entry)
+    batched = IndexFile(tmp_path / "b", slots=5, max_index=len(entries) + 1)
+    assert batched.put_hashes(entries, 0) == len(entries)
+    assert batched.put_hashes(entries, 0) == 0  # full
+    assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes()
+    one_by_one.close()
+    batched.close()

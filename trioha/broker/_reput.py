@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -40,6 +41,8 @@ from trioha.store._contract import CommitLog, SetAside
 from trioha.store._diskspace import CONSUME_QUEUE, CONSUME_QUEUE_CHECKPOINT, DiskGuard
 from trioha.store._index import IndexService
 from trioha.store._message import (
+    MESSAGE_MAGIC,
+    MIN_RECORD_SIZE,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -65,32 +68,27 @@ _UNIQ_KEY = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX.encode() + b"\x01"
 _DELAY_KEY = PROPERTY_DELAY_TIME_LEVEL.encode() + b"\x01"
 
 
-def _property(props: bytes, key: bytes) -> bytes | None:
-    """The raw value of ``key`` (with its \\x01) in a record's properties bytes, without
-    decoding the others."""
-    at = props.find(key)
-    while at > 0 and props[at - 1] != 2:  # a key starts the string or follows \x02
-        at = props.find(key, at + 1)
+def _property(data: bytes, key: bytes, start: int, end: int) -> bytes | None:
+    """The raw value of ``key`` (with its \\x01) in the properties at ``data[start:end]``,
+    found in place without decoding the others."""
+    at = data.find(key, start, end)
+    while at > start and data[at - 1] != 2:  # a key starts the string or follows \x02
+        at = data.find(key, at + 1, end)
     if at < 0:
         return None
-    start = at + len(key)
-    end = props.find(b"\x02", start)
-    return props[start : end if end >= 0 else len(props)]
-
-
-def _tags(props: bytes) -> bytes | None:
-    """The raw TAGS value of a record's properties bytes."""
-    return _property(props, _TAGS_KEY)
+    value = at + len(key)
+    stop = data.find(b"\x02", value, end)
+    return data[value : stop if stop >= 0 else end]
 
 
 #: What the index needs of one record: topic, offset, store time, raw UNIQ_KEY and KEYS.
 _Indexed = tuple[str, int, int, bytes | None, bytes | None]
 
 
-def _indexed(topic: str, props: bytes, offset: int, store_timestamp: int) -> _Indexed:
-    """What ``buildIndex`` reads of a record: its unique key and its keys, as stored."""
-    uniq, keys = _property(props, _UNIQ_KEY), _property(props, _KEYS_KEY)
-    return (topic, offset, store_timestamp, uniq, keys)
+def _index_keys(data: bytes, start: int, end: int) -> tuple[bytes | None, bytes | None]:
+    """What ``buildIndex`` reads of a record's properties (``data[start:end]``): its unique
+    key and its keys, as stored."""
+    return _property(data, _UNIQ_KEY, start, end), _property(data, _KEYS_KEY, start, end)
 
 
 #: Tag hash codes by raw tag bytes: a topic has few tags, and hashing one costs a Python loop
@@ -99,9 +97,9 @@ _TAG_CODES: dict[bytes | None, int] = {None: 0}
 _TAG_CODES_MAX = 4096
 
 
-def _tags_code(props: bytes) -> int:
-    """``tagsString2tagsCode`` of the record's TAGS property (0 without one)."""
-    raw = _tags(props)
+def _tags_code(data: bytes, start: int, end: int) -> int:
+    """``tagsString2tagsCode`` of the TAGS property at ``data[start:end]`` (0 without one)."""
+    raw = _property(data, _TAGS_KEY, start, end)
     code = _TAG_CODES.get(raw)
     if code is None:
         assert raw is not None
@@ -109,6 +107,17 @@ def _tags_code(props: bytes) -> int:
         if len(_TAG_CODES) < _TAG_CODES_MAX:
             _TAG_CODES[raw] = code
     return code
+
+
+#: The fields a unit needs of the common record (V1 magic, IPv4 born and store hosts), in one
+#: unpack: TOTALSIZE, MAGICCODE, QUEUEID, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG,
+#: STORETIMESTAMP, BODY length (docs/rocketmq-protocol.md §4.1); the rest is skipped.
+_FAST_HEAD = struct.Struct(">iI4xi4xqqi16xq20xi")
+_fast_head = _FAST_HEAD.unpack_from
+_FAST_HEAD_SIZE = _FAST_HEAD.size
+_props_len = struct.Struct(">h").unpack_from
+#: ``MessageSysFlag.BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG``: other header lengths.
+_IPV6_HOSTS = 0x30
 
 
 #: Bytes read per step, and records dispatched before yielding to other tasks.
@@ -207,17 +216,55 @@ class ReputService:
                 self.reput_from = commitlog.min_offset  # old segments were deleted
                 continue
             offset = self.reput_from
-            buf = commitlog.read(offset, READ_CHUNK)
-            pos = 0
-            while pos < len(buf) and done < max_records:
+            # One copy per read: bytes can be searched in place (properties) and sliced.
+            buf = bytes(commitlog.read(offset, READ_CHUNK))
+            pos, end = 0, len(buf)
+            while pos < end and done < max_records:
                 # Only the fields a consume queue unit needs are read: decoding whole
-                # messages cost a slave most of its catch-up CPU.
-                result = parse_record(buf, pos, len(buf), False, offset)
-                if type(result) is RecordLayout:  # (not `match`: this runs per message)
-                    f = result.fields
-                    total, queue_id, sysflag = f[0], f[3], f[7]
-                    if sysflag & _TRANSACTION_MASK in (_TRANSACTION_NOT_TYPE, _TRANSACTION_COMMIT):
-                        raw_topic = bytes(buf[result.topic_start : result.topic_end])
+                # messages cost a slave most of its catch-up CPU. The common record (V1
+                # magic, IPv4 hosts, complete, lengths adding up) is read with one unpack
+                # here; anything else goes through parse_record, which names what is wrong.
+                fast = False
+                if pos + _FAST_HEAD_SIZE <= end:
+                    total, magic, queue_id, queue_offset, phy, sysflag, stamp, body_len = (
+                        _fast_head(buf, pos)
+                    )
+                    rec_end = pos + total
+                    body_end = pos + _FAST_HEAD_SIZE + body_len
+                    if (
+                        magic == MESSAGE_MAGIC
+                        and not sysflag & _IPV6_HOSTS
+                        and total >= MIN_RECORD_SIZE
+                        and rec_end <= end
+                        and body_len >= 0
+                        and body_end < rec_end
+                    ):
+                        topic_start = body_end + 1
+                        topic_end = topic_start + buf[body_end]
+                        fast = (
+                            buf[body_end] <= 127
+                            and topic_end + 2 <= rec_end
+                            and topic_end + 2 + _props_len(buf, topic_end)[0] == rec_end
+                        )
+                if not fast:
+                    result = parse_record(buf, pos, end, False, offset)
+                    if type(result) is RecordLayout:  # (not `match`: this runs per message)
+                        f = result.fields
+                        total, queue_id, queue_offset, phy, sysflag, stamp = (
+                            f[0],
+                            f[3],
+                            f[5],
+                            f[6],
+                            f[7],
+                            f[11],
+                        )
+                        topic_start, topic_end = result.topic_start, result.topic_end
+                        rec_end = result.props_end
+                        fast = True
+                if fast:
+                    transaction = sysflag & _TRANSACTION_MASK
+                    if transaction in (_TRANSACTION_NOT_TYPE, _TRANSACTION_COMMIT):
+                        raw_topic = buf[topic_start:topic_end]
                         topic = topics.get(raw_topic)
                         if topic is None:
                             topic = topics[raw_topic] = raw_topic.decode("utf-8", "replace")
@@ -225,19 +272,19 @@ class ReputService:
                         queue = touched.get(key)
                         if queue is None:
                             queue = touched[key] = self.queues.find_or_create(*key)
-                        props = bytes(buf[result.topic_end + 2 : result.props_end])
                         if topic == SCHEDULE_TOPIC:
-                            tags = self._schedule_tags_code(props, f[11])
+                            tags = self._schedule_tags_code(buf, topic_end + 2, rec_end, stamp)
                         else:
-                            tags = _tags_code(props)
-                        queue.put(f[5], f[6], total, tags)
+                            tags = _tags_code(buf, topic_end + 2, rec_end)
+                        queue.put(queue_offset, phy, total, tags)
                         if index is not None:
-                            indexed.append(_indexed(topic, props, f[6], f[11]))
-                    elif index is not None and sysflag & _TRANSACTION_MASK != _TRANSACTION_ROLLBACK:
+                            uniq, keys = _index_keys(buf, topic_end + 2, rec_end)
+                            indexed.append((topic, phy, stamp, uniq, keys))
+                    elif index is not None and transaction != _TRANSACTION_ROLLBACK:
                         # Prepared messages are indexed, not queued (CommitLogDispatcherBuildIndex).
-                        raw = bytes(buf[result.topic_start : result.topic_end])
-                        props = bytes(buf[result.topic_end + 2 : result.props_end])
-                        indexed.append(_indexed(raw.decode("utf-8", "replace"), props, f[6], f[11]))
+                        topic = buf[topic_start:topic_end].decode("utf-8", "replace")
+                        uniq, keys = _index_keys(buf, topic_end + 2, rec_end)
+                        indexed.append((topic, phy, stamp, uniq, keys))
                     pos += total
                     done += 1
                 elif type(result) is DecodedBlank:
@@ -248,8 +295,9 @@ class ReputService:
                     at, needed = result.offset, result.needed
                     if at + needed <= commitlog.max_offset and pos == 0:
                         # A record larger than one read: read it whole.
-                        buf = commitlog.read(at, needed)
-                        if len(buf) >= needed:
+                        buf = bytes(commitlog.read(at, needed))
+                        end = len(buf)
+                        if end >= needed:
                             continue
                     self.reput_from = offset + pos
                     self._build_index(indexed)
@@ -275,24 +323,22 @@ class ReputService:
         self._wake(touched)
         return done
 
-    def _schedule_tags_code(self, props: bytes, store_timestamp: int) -> int:
+    def _schedule_tags_code(self, data: bytes, start: int, end: int, store_timestamp: int) -> int:
         """A scheduled message's unit carries its due time (``CommitLog.checkMessageAndReturn
         Size`` with ``computeDeliverTimestamp``), or its tag hash without a usable level."""
-        raw = _property(props, _DELAY_KEY)
+        raw = _property(data, _DELAY_KEY, start, end)
         try:
             level = int(raw) if raw is not None else 0
         except ValueError:
             level = 0
         if level <= 0 or not self.delay_levels:
-            return _tags_code(props)
+            return _tags_code(data, start, end)
         return deliver_timestamp(self.delay_levels, level, store_timestamp)
 
     def _build_index(self, messages: list[_Indexed]) -> None:
         index = self.index
         if index is not None and messages:
-            now_ms = int(time.time() * 1000)
-            for topic, offset, stamp, uniq, keys in messages:
-                index.build_raw(topic, offset, stamp, uniq, keys, now_ms=now_ms)
+            index.build_batch(messages, now_ms=int(time.time() * 1000))
 
     def _wake(self, touched: dict[tuple[str, int], ConsumeQueue]) -> None:
         if not touched:

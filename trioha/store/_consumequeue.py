@@ -80,10 +80,23 @@ def _weights(n: int) -> tuple[int, ...]:
 def java_string_hash_extend(h: int, data: bytes) -> int:
     """The unsigned ``hashCode`` of ``s + data`` from ``h``, the unsigned hash of ``s``, for
     ASCII ``data`` (one byte per UTF-16 unit): h·31**len + Σ data[i]·31**(len-1-i), mod 2**32."""
-    n = len(data)
-    weights = _weights(n + 1)  # weights[0] is 31**n
-    total: int = h * weights[0] + sum(map(operator.mul, data, weights[1:]))
+    power, weights = _EXTENSIONS.get(len(data)) or extension_weights(len(data))
+    total: int = h * power + sum(map(operator.mul, data, weights))
     return total & 0xFFFFFFFF
+
+
+#: By length n: 31**n mod 2**32 and the weights of n units, for :func:`java_string_hash_extend`.
+_EXTENSIONS: dict[int, tuple[int, tuple[int, ...]]] = {}
+
+
+def extension_weights(n: int) -> tuple[int, tuple[int, ...]]:
+    """What extending a hash by ``n`` units takes: 31**n mod 2**32 and :func:`_weights`."""
+    found = _EXTENSIONS.get(n)
+    if found is None:
+        found = (pow(31, n, 1 << 32), _weights(n))
+        if n <= 1024:
+            _EXTENSIONS[n] = found
+    return found
 
 
 def java_string_hash(text: str) -> int:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import datetime
 import logging
 import mmap
+import operator
 import os
 import struct
 from collections.abc import Iterable
@@ -37,7 +38,12 @@ from typing import Final
 
 import attrs
 
-from trioha.store._consumequeue import java_string_hash, java_string_hash_extend
+from trioha.store._consumequeue import (
+    _EXTENSIONS,
+    extension_weights,
+    java_string_hash,
+    java_string_hash_extend,
+)
 
 __all__ = [
     "DEFAULT_MAX_HASH_SLOT_NUM",
@@ -180,6 +186,45 @@ class IndexFile:
         self.end_timestamp = store_timestamp
         self._write_header()
         return True
+
+    def put_hashes(self, entries: list[tuple[int, int, int]], start: int) -> int:
+        """:meth:`put_hash` for ``entries[start:]`` (key hash, offset, store time) until the
+        file is full; returns how many were put. The header is written once, at the end:
+        the bytes are those of as many :meth:`put_hash` calls (the dispatcher's batch)."""
+        slots, max_index = self.slots, self.max_index
+        entries_at = HEADER_SIZE + SLOT_SIZE * slots
+        mapped = self._map
+        slot_unpack, slot_pack, entry_pack = _SLOT.unpack_from, _SLOT.pack_into, _ENTRY.pack_into
+        count, used = self.index_count, self.hash_slot_count
+        begin_ts, begin_phy = self.begin_timestamp, self.begin_phy_offset
+        end_ts, end_phy = self.end_timestamp, self.end_phy_offset
+        stop = min(len(entries), start + max(0, max_index - count))
+        for key_hash, phy_offset, store_timestamp in entries[start:stop]:
+            slot_at = HEADER_SIZE + (key_hash % slots) * SLOT_SIZE
+            previous = slot_unpack(mapped, slot_at)[0]
+            if previous <= 0 or previous > count:
+                previous = 0
+            time_diff = (store_timestamp - begin_ts) // 1000 if begin_ts > 0 else 0
+            if time_diff < 0:  # clamped as in put_hash
+                time_diff = 0
+            elif time_diff > _INT_MAX:
+                time_diff = _INT_MAX
+            entry_pack(
+                mapped, entries_at + ENTRY_SIZE * count, key_hash, phy_offset, time_diff, previous
+            )
+            slot_pack(mapped, slot_at, count)
+            if count <= 1:
+                begin_phy, begin_ts = phy_offset, store_timestamp
+            if previous == 0:
+                used += 1
+            count += 1
+            end_phy, end_ts = phy_offset, store_timestamp
+        if stop > start:
+            self.index_count, self.hash_slot_count = count, used
+            self.begin_timestamp, self.begin_phy_offset = begin_ts, begin_phy
+            self.end_timestamp, self.end_phy_offset = end_ts, end_phy
+            self._write_header()
+        return stop - start
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         """``isTimeMatched``: whether [begin, end] overlaps this file's time range."""
@@ -338,15 +383,20 @@ class IndexService:
         # ``_writable`` never returns a full file, and only a full file refuses a key.
         self._writable(now_ms).put_hash(key_hash, phy_offset, store_timestamp)
 
+    def _prefix_hash(self, topic: str) -> int:
+        """The unsigned hash of ``topic#``, remembered for a bounded number of topics."""
+        prefix = java_string_hash(topic + "#") & 0xFFFFFFFF
+        if len(self._prefix_hashes) < _MAX_CACHED_TOPICS:
+            self._prefix_hashes[topic] = prefix
+        return prefix
+
     def _key_hash(self, topic: str, key: bytes) -> int:
         """:func:`index_key_hash` of ``topic#key``, the topic's part computed once."""
         if not key.isascii():
             return index_key_hash(index_key(topic, key.decode("utf-8", "replace")))
         prefix = self._prefix_hashes.get(topic)
         if prefix is None:
-            prefix = java_string_hash(topic + "#") & 0xFFFFFFFF
-            if len(self._prefix_hashes) < _MAX_CACHED_TOPICS:
-                self._prefix_hashes[topic] = prefix
+            prefix = self._prefix_hash(topic)
         h = java_string_hash_extend(prefix, key)
         if h >= 1 << 31:  # negative as an int: abs(), and abs(Integer.MIN_VALUE) counts as 0
             h = (1 << 32) - h if h != 1 << 31 else 0
@@ -378,6 +428,52 @@ class IndexService:
             for key in keys.split(b" "):
                 if key:
                     self._put(self._key_hash(topic, key), phy_offset, store_timestamp, now_ms)
+
+    def build_batch(
+        self,
+        messages: Iterable[tuple[str, int, int, bytes | None, bytes | None]],
+        *,
+        now_ms: int,
+    ) -> None:
+        """:meth:`build_raw` for each of ``messages`` (topic, offset, store time, raw
+        ``UNIQ_KEY``, raw ``KEYS``), in increasing offset order as the dispatcher reads them.
+
+        The same entries, in the same order, as one :meth:`build_raw` per message: the keys
+        are hashed first, then written with one header update per file touched.
+        """
+        last = self.files[-1] if self.files else None
+        # build_raw's skip rule, followed as the entries would move the newest file's end.
+        floor = last.end_phy_offset if last is not None else -1
+        holds = last is not None and last.index_count > 1
+        hashes: list[tuple[int, int, int]] = []
+        add = hashes.append
+        prefixes, extensions, mul = self._prefix_hashes, _EXTENSIONS, operator.mul
+        for topic, phy_offset, stamp, uniq_key, keys in messages:
+            if phy_offset < floor or (phy_offset == floor and holds):
+                continue
+            if uniq_key is None and not keys:
+                continue
+            if uniq_key == b"":  # indexed as it is, unlike an empty token of KEYS
+                add((self._key_hash(topic, uniq_key), phy_offset, stamp))
+                floor, holds = phy_offset, True
+            prefix = prefixes.get(topic)
+            if prefix is None:
+                prefix = self._prefix_hash(topic)
+            for key in (uniq_key, *keys.split(b" ")) if keys else (uniq_key,):
+                if not key:  # no unique key, or an empty token (two spaces, say)
+                    continue
+                if key.isascii():  # _key_hash, inlined: it runs for every key
+                    power, weights = extensions.get(len(key)) or extension_weights(len(key))
+                    h = (prefix * power + sum(map(mul, key, weights))) & 0xFFFFFFFF
+                    if h >= 1 << 31:
+                        h = (1 << 32) - h if h != 1 << 31 else 0
+                else:
+                    h = self._key_hash(topic, key)
+                add((h, phy_offset, stamp))
+                floor, holds = phy_offset, True
+        done = 0
+        while done < len(hashes):
+            done += self._writable(now_ms).put_hashes(hashes, done)
 
     def build(self, message: IndexedMessage, now_ms: int) -> None:
         """:meth:`build_raw` for one message."""
