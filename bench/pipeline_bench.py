@@ -211,13 +211,16 @@ def reference(root: Path) -> tuple[float, int]:
         return time.perf_counter() - t0, count
 
 
-def scan(spark: SparkSession, root: Path, *, arrow: bool = True) -> float:
+def scan(spark: SparkSession, root: Path, *, arrow: bool = True, partition_mib: int = 0) -> float:
     """One full scan into Spark's ``noop`` sink, of a DataFrame loaded for it.
 
     Spark plans a Python data source once per DataFrame and reuses the partitions for later
     actions on it, so a fresh DataFrame makes every timed scan include the planning (the
     driver's walk of the record chain), as :func:`decoder` does."""
-    df = spark.read.format("commitlog").option("arrow", str(arrow).lower()).load(str(root))
+    reader = spark.read.format("commitlog").option("arrow", str(arrow).lower())
+    if partition_mib:
+        reader = reader.option("partitionBytes", str(partition_mib * MIB))
+    df = reader.load(str(root))
     return timed(lambda: df.write.format("noop").mode("overwrite").save())
 
 
@@ -396,6 +399,17 @@ def main() -> None:
                             f"decoder (wall clock / 2 cores); in CPU seconds "
                             f"{dec_cpu / spent:.2f}x ({spent:.2f} s: {cpu_text(by)}; "
                             f"decoder {dec_cpu:.2f} s)"
+                        )
+                        big = [
+                            cpu_of(functools.partial(scan, spark, master, partition_mib=512))
+                            for _ in range(repeat)
+                        ]
+                        took, spent, by = min(big)
+                        print(
+                            f"           local[2] partitionBytes 512 MiB "
+                            f"{rate(nbytes, count, took)}  per core {dec / (2 * took):.2f}x "
+                            f"the decoder; in CPU seconds {dec_cpu / spent:.2f}x ({spent:.2f} s: "
+                            f"{cpu_text(by)})"
                         )
                         replay, replay_cpu, replay_by = replayed(spark, master, repeat)
                         print(

@@ -4,7 +4,9 @@ Theory of operation. Reading a byte range of a segment has three steps.
 
 1. **Framing** (:func:`scan_range`). Records sit back to back, so where one starts is known
    only from the size of the one before: a tight loop follows the TOTALSIZE chain (the one
-   per-record Python step, a few hundred nanoseconds each). It stops at the end-of-file
+   per-record Python step, a few hundred nanoseconds each; where records repeat one size,
+   the next positions are predicted at that stride and confirmed by one gather of their
+   heads, which is exactly the chain, see :func:`_chain`). It stops at the end-of-file
    marker, at zeros, at anything that is not a plausible record, or once past the range.
    A range always begins at a *walk position*, one that following the chain from the
    segment's start reaches (:func:`align_starts`, run by the planner on the driver), and
