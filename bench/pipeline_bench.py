@@ -1,18 +1,24 @@
 """How fast the Spark pipeline reads and audits a commit log, next to plain Python.
 
     .venv/bin/python bench/pipeline_bench.py [--size-gib 1] [--segment-mib 1024] [--quick]
+        [--only reference,decoder,scan,rows,stream,audit,verify] [--repeat 2]
 
 It generates a log (1 KiB bodies by default) in a temporary directory, then prints:
 
 * the reference: the store's own ``iter_messages`` over the same files, one process;
-* the ``commitlog`` data source scanning all of it with ``local[1]``, ``local[2]`` and
-  ``local[*]``, as MB/s, messages/s and the ratio to the reference;
 * the project's own vectorised decoder without Spark (``_read.read_messages`` over every
-  planned partition, one process): the scan at ``local[2]`` per core against it;
+  planned partition, planning included, one process), with the CPU seconds it used;
+* the ``commitlog`` data source scanning all of it with ``local[1]``, ``local[2]`` and
+  ``local[*]``, as MB/s, messages/s and the ratio to the reference, each scan on a freshly
+  loaded DataFrame so that Spark's planning is in it too; for ``local[2]`` the CPU seconds of
+  Spark's JVM and Python workers, the per-core ratio against the decoder (wall clock / 2
+  cores, and CPU seconds), the same scan with 512 MiB partitions, and Spark's side alone:
+  ``bench/_pipeline_replay.py`` replays decoded batches, so no decoding is in it;
 * the same scan yielding Python rows instead of Arrow batches (``arrow=false``);
 * a replica audit of the log against a byte-identical copy, next to ``cmp`` of the same
-  files in the same run (page cache warm for both), and an audit of a copy with one flipped
-  body byte, which must name that byte, its record and the field;
+  files (alternating, page cache warm for both), the same audit with ``--verify-records``,
+  and an audit of a copy with one flipped body byte, which must name that byte, its record
+  and the field;
 * the latency from a put into a live store (appended and flushed, as a master's put) to its
   row arriving in a ``readStream`` query's ``foreachBatch`` sink, p50/p99.
 
