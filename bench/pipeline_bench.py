@@ -1,18 +1,24 @@
 """How fast the Spark pipeline reads and audits a commit log, next to plain Python.
 
     .venv/bin/python bench/pipeline_bench.py [--size-gib 1] [--segment-mib 1024] [--quick]
+        [--only reference,decoder,scan,rows,stream,audit,verify] [--repeat 2]
 
 It generates a log (1 KiB bodies by default) in a temporary directory, then prints:
 
 * the reference: the store's own ``iter_messages`` over the same files, one process;
-* the ``commitlog`` data source scanning all of it with ``local[1]``, ``local[2]`` and
-  ``local[*]``, as MB/s, messages/s and the ratio to the reference;
 * the project's own vectorised decoder without Spark (``_read.read_messages`` over every
-  planned partition, one process): the scan at ``local[2]`` per core against it;
+  planned partition, planning included, one process), with the CPU seconds it used;
+* the ``commitlog`` data source scanning all of it with ``local[1]``, ``local[2]`` and
+  ``local[*]``, as MB/s, messages/s and the ratio to the reference, each scan on a freshly
+  loaded DataFrame so that Spark's planning is in it too; for ``local[2]`` the CPU seconds of
+  Spark's JVM and Python workers, the per-core ratio against the decoder (wall clock / 2
+  cores, and CPU seconds), the same scan with 512 MiB partitions, and Spark's side alone:
+  ``bench/_pipeline_replay.py`` replays decoded batches, so no decoding is in it;
 * the same scan yielding Python rows instead of Arrow batches (``arrow=false``);
 * a replica audit of the log against a byte-identical copy, next to ``cmp`` of the same
-  files in the same run (page cache warm for both), and an audit of a copy with one flipped
-  body byte, which must name that byte, its record and the field;
+  files (alternating, page cache warm for both), the same audit with ``--verify-records``,
+  and an audit of a copy with one flipped body byte, which must name that byte, its record
+  and the field;
 * the latency from a put into a live store (appended and flushed, as a master's put) to its
   row arriving in a ``readStream`` query's ``foreachBatch`` sink, p50/p99.
 
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import shutil
 import struct
 import subprocess
@@ -210,18 +217,35 @@ def reference(root: Path) -> tuple[float, int]:
         return time.perf_counter() - t0, count
 
 
-def scan(spark: SparkSession, root: Path, *, arrow: bool = True, repeat: int = 1) -> float:
-    """The best of *repeat* full scans into Spark's ``noop`` sink."""
-    df = spark.read.format("commitlog").option("arrow", str(arrow).lower()).load(str(root))
-    return min(
-        timed(lambda: df.write.format("noop").mode("overwrite").save()) for _ in range(repeat)
-    )
+def scan(spark: SparkSession, root: Path, *, arrow: bool = True, partition_mib: int = 0) -> float:
+    """One full scan into Spark's ``noop`` sink, of a DataFrame loaded for it.
+
+    Spark plans a Python data source once per DataFrame and reuses the partitions for later
+    actions on it, so a fresh DataFrame makes every timed scan include the planning (the
+    driver's walk of the record chain), as :func:`decoder` does."""
+    reader = spark.read.format("commitlog").option("arrow", str(arrow).lower())
+    if partition_mib:
+        reader = reader.option("partitionBytes", str(partition_mib * MIB))
+    df = reader.load(str(root))
+    return timed(lambda: df.write.format("noop").mode("overwrite").save())
 
 
 def warm(spark: SparkSession, root: Path) -> None:
-    """Start the Python workers and warm the JVM's JIT before timing (the first 256 MiB)."""
-    df = spark.read.format("commitlog").option("endOffset", str(256 * MIB)).load(str(root))
-    df.write.format("noop").mode("overwrite").save()
+    """Start the Python workers and warm the JVM's JIT before timing: one full scan."""
+    scan(spark, root)
+
+
+def replayed(spark: SparkSession, root: Path, repeat: int) -> tuple[float, float, dict[str, float]]:
+    """The best of *repeat* scans of ``commitlog_replay`` (``bench/_pipeline_replay.py``):
+    the rows of every partition, from one decoded batch replayed, so the tasks only hand
+    batches to the JVM. Planned and warmed by one untimed scan, then rescanned."""
+    from bench._pipeline_replay import ReplaySource
+
+    spark.dataSource.register(ReplaySource)
+    df = spark.read.format("commitlog_replay").load(str(root))
+    rescan = functools.partial(df.write.format("noop").mode("overwrite").save)
+    rescan()
+    return min(cpu_of(rescan) for _ in range(repeat))
 
 
 def decoder(root: Path) -> tuple[float, int]:
@@ -250,6 +274,59 @@ def rate(nbytes: int, count: int, seconds: float) -> str:
     return f"{nbytes / seconds / 1e6:8.1f} MB/s {count / seconds:11,.0f} msg/s ({seconds:6.2f} s)"
 
 
+def tree_cpu() -> dict[str, float]:
+    """CPU seconds (user + system) used so far by this process and its descendants, by
+    program (``java``: Spark's JVM; ``python``: this process and Spark's Python workers).
+
+    Read from ``/proc`` (Linux only; empty elsewhere). On a machine shared with other work
+    the wall-clock figures move with the load; the CPU a scan consumes much less so.
+    """
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        return {}
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    used: dict[int, tuple[str, float]] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        close = stat.rfind(")")
+        fields = stat[close + 2 :].split()
+        name = stat[stat.find("(") + 1 : close]
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+        # utime, stime, and what waited-for children used (a reused worker's never ends)
+        used[int(entry.name)] = (name, sum(int(f) for f in fields[11:15]) / tick)
+    total: dict[str, float] = {}
+    todo = [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        if pid in used:
+            name, seconds = used[pid]
+            total[name] = total.get(name, 0.0) + seconds
+        todo.extend(children.get(pid, []))
+    return total
+
+
+def cpu_of(fn: Callable[[], object]) -> tuple[float, float, dict[str, float]]:
+    """Run *fn*: wall seconds, CPU seconds of this process tree, CPU seconds by program."""
+    before = tree_cpu()
+    took = timed(fn)
+    after = tree_cpu()
+    spent = {k: after[k] - before.get(k, 0.0) for k in after if after[k] > before.get(k, 0.0)}
+    return took, sum(spent.values()), spent
+
+
+def cpu_text(spent: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.2f}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1]))
+
+
+PARTS = ("reference", "decoder", "scan", "rows", "stream", "audit", "verify")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size-gib", type=float, default=1.0, help="log size (default 1)")
@@ -257,14 +334,26 @@ def main() -> None:
     parser.add_argument("--body", type=int, default=1024, help="body bytes (1024)")
     parser.add_argument("--quick", action="store_true", help="128 MiB in 32 MiB segments")
     parser.add_argument("--dir", default=None, help="where to generate (default: temp dir)")
-    parser.add_argument("--skip-reference", action="store_true")
-    parser.add_argument("--repeat", type=int, default=2, help="scans per setting, best kept")
+    parser.add_argument("--skip-reference", action="store_true", help="same as --only without it")
+    parser.add_argument("--repeat", type=int, default=2, help="runs per setting, best kept")
+    parser.add_argument(
+        "--only",
+        default=",".join(PARTS),
+        help=f"comma-separated parts to run, of {','.join(PARTS)} (default: all)",
+    )
     args = parser.parse_args()
     total = 128 * MIB if args.quick else int(args.size_gib * GIB)
     segment = 32 * MIB if args.quick else args.segment_mib * MIB
     repeat = 1 if args.quick else args.repeat
+    parts = {p.strip() for p in args.only.split(",") if p.strip()}
+    if parts - set(PARTS):
+        parser.error(f"unknown part(s) {', '.join(sorted(parts - set(PARTS)))}")
+    if args.skip_reference:
+        parts.discard("reference")
+    if "scan" in parts:
+        parts.add("decoder")  # the per-core ratio is against it
 
-    from trioha.pipeline import audit_replicas, spark_session
+    from trioha.pipeline import spark_session
 
     work = Path(tempfile.mkdtemp(prefix="trioha-pipeline-bench-", dir=args.dir))
     try:
@@ -275,76 +364,123 @@ def main() -> None:
         print(
             f"log: {nbytes / GIB:.2f} GiB in {nbytes // segment} segment(s) of "
             f"{segment // MIB} MiB, {count:,} messages of {args.body}-byte bodies "
-            f"(generated in {time.perf_counter() - t0:.1f} s)"
+            f"(generated in {time.perf_counter() - t0:.1f} s); load average "
+            f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}"
         )
         ref = 0.0
-        if not args.skip_reference:
+        if "reference" in parts:
             ref, seen = reference(master)
             assert seen == count, (seen, count)
             print(f"reference  store iter_messages, 1 process  {rate(nbytes, count, ref)}")
-        dec, seen = decoder(master)
-        assert seen == count, (seen, count)
-        results: dict[str, float] = {}
-        for master_url in ("local[1]", "local[2]", "local[*]"):
+        if "decoder" in parts:
+            decoded = [cpu_of(lambda: decoder(master)) for _ in range(repeat)]
+            dec, dec_cpu, _ = min(decoded)
+            print(
+                f"decoder    no Spark, 1 process        {rate(nbytes, count, dec)}  "
+                f"CPU {dec_cpu:.2f} s"
+            )
+        masters = []
+        if parts & {"scan", "rows", "stream", "audit", "verify"}:
+            masters.append("local[2]")
+        if "scan" in parts:
+            masters = ["local[1]", "local[2]", "local[*]"]
+        for master_url in masters:
             spark = spark_session(master_url, app_name="trioha-bench")
             try:
-                warm(spark, master)
-                results[master_url] = scan(spark, master, repeat=repeat)
-                if master_url == "local[2]":
-                    latency = stream_latency(spark, work / "live")
-                if master_url == "local[*]":
-                    results["rows"] = scan(spark, master, arrow=False)
-                    slave = work / "slave"
-                    shutil.copytree(master / "commitlog", slave / "commitlog")
-                    audit = functools.partial(audit_replicas, spark, str(master), [str(slave)])
-                    audit()  # warm: the page cache holds both copies for cmp and the audit
-                    results["cmp"] = min(cmp_files(master, slave) for _ in range(repeat))
-                    results["audit"] = min(timed(audit) for _ in range(repeat))
-                    results["verify"] = timed(
-                        functools.partial(
-                            audit_replicas, spark, str(master), [str(slave)], verify_records=True
-                        )
+                if "scan" in parts or (master_url == "local[*]" and "rows" in parts):
+                    warm(spark, master)
+                if "scan" in parts:
+                    runs = [cpu_of(functools.partial(scan, spark, master)) for _ in range(repeat)]
+                    took, spent, by = min(runs)
+                    ratio = f"  {ref / took:5.1f}x reference" if ref else ""
+                    print(
+                        f"datasource {master_url:<8} Arrow batches     "
+                        f"{rate(nbytes, count, took)}{ratio}"
                     )
-                    results["diverged"], where = diverged(spark, master, slave, count)
+                    if master_url == "local[2]":
+                        # per core: the scan's rate over its 2 cores against the decoder's
+                        # rate on its one; and the same counted in CPU seconds consumed
+                        print(
+                            f"           local[2] per core is {dec / (2 * took):.2f}x the "
+                            f"decoder (wall clock / 2 cores); in CPU seconds "
+                            f"{dec_cpu / spent:.2f}x ({spent:.2f} s: {cpu_text(by)}; "
+                            f"decoder {dec_cpu:.2f} s)"
+                        )
+                        big = [
+                            cpu_of(functools.partial(scan, spark, master, partition_mib=512))
+                            for _ in range(repeat)
+                        ]
+                        took, spent, by = min(big)
+                        print(
+                            f"           local[2] partitionBytes 512 MiB "
+                            f"{rate(nbytes, count, took)}  per core {dec / (2 * took):.2f}x "
+                            f"the decoder; in CPU seconds {dec_cpu / spent:.2f}x ({spent:.2f} s: "
+                            f"{cpu_text(by)})"
+                        )
+                        replay, replay_cpu, replay_by = replayed(spark, master, repeat)
+                        print(
+                            f"           local[2] Spark's side alone   "
+                            f"{rate(nbytes, count, replay)}  CPU {replay_cpu:.2f} s "
+                            f"({cpu_text(replay_by)}): the same rows from decoded batches "
+                            f"replayed, no decoding; per core {dec / (2 * replay):.2f}x "
+                            "the decoder at best"
+                        )
+                if master_url == "local[2]" and "stream" in parts:
+                    p50, p99, worst = stream_latency(spark, work / "live")
+                    print(
+                        f"stream     local[2] put -> sink row   p50 {p50 * 1000:.0f} ms, p99 "
+                        f"{p99 * 1000:.0f} ms, max {worst * 1000:.0f} ms (200 puts 50 ms "
+                        "apart, foreachBatch, processingTime 0)"
+                    )
+                if master_url == masters[-1] and "rows" in parts:
+                    rows = scan(spark, master, arrow=False)
+                    print(f"datasource {master_url} Python rows       {rate(nbytes, count, rows)}")
+                if master_url == masters[-1] and parts & {"audit", "verify"}:
+                    bench_audit(
+                        spark, master, work / "slave", count, repeat, verify="verify" in parts
+                    )
             finally:
                 spark.stop()
-            ratio = f"  {ref / results[master_url]:5.1f}x reference" if ref else ""
-            print(
-                f"datasource {master_url:<8} Arrow batches     "
-                f"{rate(nbytes, count, results[master_url])}{ratio}"
-            )
-        print(
-            f"datasource local[*] Python rows       {rate(nbytes, count, results['rows'])}  "
-            f"Arrow is {results['rows'] / results['local[*]']:.1f}x faster"
-        )
-        # throughput per core of the local[2] scan against the decoder's on its one core
-        per_core = dec / (2 * results["local[2]"])
-        print(
-            f"decoder    no Spark, 1 process        {rate(nbytes, count, dec)}  "
-            f"local[2] per core is {per_core:.2f}x of it"
-        )
-        print(
-            f"cmp        the two copies             {results['cmp']:6.2f} s for 2 x "
-            f"{nbytes / GIB:.2f} GiB"
-        )
-        print(
-            f"audit      local[*] identical pair    {results['audit']:6.2f} s  "
-            f"{results['audit'] / results['cmp']:.1f}x cmp (bytes compared, records decoded "
-            "where they differ)"
-        )
-        print(
-            f"audit      --verify-records           {results['verify']:6.2f} s  "
-            f"{results['verify'] / results['cmp']:.1f}x cmp (framing + every body CRC too)"
-        )
-        print(f"audit      one flipped body byte      {results['diverged']:6.2f} s  {where}")
-        p50, p99, worst = latency
-        print(
-            f"stream     local[2] put -> sink row   p50 {p50 * 1000:.0f} ms, p99 "
-            f"{p99 * 1000:.0f} ms, max {worst * 1000:.0f} ms (200 puts 50 ms apart, "
-            "foreachBatch, processingTime 0)"
-        )
+        print(f"load average at the end {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def bench_audit(
+    spark: SparkSession,
+    master: Path,
+    slave: Path,
+    count: int,
+    repeat: int,
+    *,
+    verify: bool,
+) -> None:
+    """An identical pair against ``cmp`` (alternating, best of *repeat* each), the same
+    audit with ``--verify-records`` (with *verify*), and a pair differing in one body byte."""
+    from trioha.pipeline import audit_replicas
+
+    shutil.copytree(master / "commitlog", slave / "commitlog")
+    audit = functools.partial(audit_replicas, spark, str(master), [str(slave)])
+    audit()  # warm: the page cache holds both copies for cmp and the audit
+    cmps, audits = [], []
+    for _ in range(max(repeat, 2)):
+        cmps.append(cmp_files(master, slave))
+        audits.append(timed(audit))
+    best_cmp, best_audit = min(cmps), min(audits)
+    nbytes = sum(p.stat().st_size for p in (master / "commitlog").iterdir())
+    print(f"cmp        the two copies             {best_cmp:6.2f} s for 2 x {nbytes / GIB:.2f} GiB")
+    print(
+        f"audit      {spark.sparkContext.master:<8} identical pair    {best_audit:6.2f} s  "
+        f"{best_audit / best_cmp:.1f}x cmp (each best of {len(cmps)}, alternating)"
+    )
+    if verify:
+        took = timed(functools.partial(audit, verify_records=True))
+        print(
+            f"audit      --verify-records           {took:6.2f} s  "
+            f"{took / best_cmp:.1f}x cmp (framing + every body CRC too)"
+        )
+    took, where = diverged(spark, master, slave, count)
+    print(f"audit      one flipped body byte      {took:6.2f} s  {where}")
 
 
 if __name__ == "__main__":

@@ -209,3 +209,24 @@ def test_replicated_damage_needs_verify_records(
         assert [(p.kind, p.offset) for p in info.problems] == [
             (ProblemKind.CRC_MISMATCH, victim.physical_offset)
         ]
+
+
+@pytest.mark.parametrize("slots", [1, 2, 3, 8, 40])
+def test_compare_tasks_are_packed_one_group_per_slot(slots: int) -> None:
+    """Many segment files make many compare tasks; Spark gets at most one group per slot,
+    of about equal bytes, holding every task once, in order."""
+    from trioha.pipeline._audit import CompareTask, _pack
+
+    mib = 1 << 20
+    tasks = [
+        CompareTask(
+            1, f"m{i}", i * 64 * mib, f"s{i}", i * 64 * mib, ((i * 64 * mib, (i * 64 + n) * mib),)
+        )
+        for i, n in enumerate([64] * 15 + [3])
+    ]
+    groups = _pack(tasks, slots)
+    assert [t for g in groups for t in g] == tasks
+    assert len(groups) == min(slots, len(tasks))
+    sizes = [sum(e - s for t in g for s, e in t.chunks) for g in groups]
+    assert max(sizes) - min(sizes) <= 64 * mib + 3 * mib
+    assert _pack([], 4) == []

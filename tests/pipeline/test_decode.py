@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.pipeline.conftest import MISSING, SKIP_REASON
 
@@ -34,6 +36,7 @@ from trioha.pipeline import _format
 from trioha.pipeline._decode import (
     MESSAGE_ARROW_SCHEMA,
     SegmentData,
+    _chain,
     _layout,
     explain_record,
     open_segment,
@@ -41,7 +44,7 @@ from trioha.pipeline._decode import (
     written_end,
 )
 from trioha.pipeline._format import Problem, ProblemKind
-from trioha.pipeline._layout import read_layout
+from trioha.pipeline._layout import Segment, read_layout
 from trioha.pipeline._plan import plan_partitions
 from trioha.pipeline._read import read_messages, read_problems
 from trioha.store import _message as codec
@@ -364,3 +367,62 @@ def test_compressed_bodies_are_marked_and_decompressed(tmp_path: Path) -> None:
     assert [r["body"] for r in opened] == [plain] * 5 + [cases[5][1], cases[6][1]]
     assert [r["compressed"] for r in opened] == [False] * 5 + [True, True]
     assert [r["compression"] for r in opened] == [c for _, _, c in cases]
+
+
+def _hop_by_hop(data: bytes, pos: int, hi: int) -> tuple[list[int], int]:
+    """The record chain followed one record at a time (what ``_chain`` must return)."""
+    out = []
+    while pos < hi and pos <= len(data) - 8:
+        total, magic = struct.unpack_from(">iI", data, pos)
+        if magic not in (_format.MESSAGE_MAGIC, _format.MESSAGE_MAGIC_V2) or not (
+            _format.MIN_RECORD_SIZE <= total <= len(data) - pos
+        ):
+            break
+        out.append(pos)
+        pos += total
+    return out, pos
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    runs=st.lists(
+        st.tuples(st.integers(0, 3), st.integers(1, 80), st.sampled_from([0, 1, 2])),
+        min_size=1,
+        max_size=12,
+    ),
+    tail=st.sampled_from(["zeros", "garbage", "short", "oversized", "cut", "none"]),
+    hi_cut=st.floats(0, 1.2),
+)
+def test_the_predicted_chain_is_the_hopped_chain(
+    runs: list[tuple[int, int, int]], tail: str, hi_cut: float
+) -> None:
+    """Runs of same-sized records (where ``_chain`` predicts positions) and of varied
+    ones, then something that ends the chain, cut anywhere: the same positions as hopping
+    one record at a time. Every body is full of record heads claiming the previous run's
+    size, which is what a prediction that ran on past a change of size would accept."""
+    base = _format.MIN_RECORD_SIZE
+    data = bytearray()
+    previous = base
+    for size_code, count, magic_code in runs:
+        size = base + 16 * size_code
+        magic = (_format.MESSAGE_MAGIC, _format.MESSAGE_MAGIC_V2, _format.MESSAGE_MAGIC)[magic_code]
+        record = bytearray(size)
+        for at in range(8, size - 8, 8):  # forged heads inside the body
+            struct.pack_into(">iI", record, at, previous, _format.MESSAGE_MAGIC)
+        struct.pack_into(">iI", record, 0, size, magic)
+        data += bytes(record) * count
+        previous = size
+    data += {
+        "zeros": bytes(64),
+        "garbage": b"\xff" * 64,
+        "short": struct.pack(">iI", base, _format.MESSAGE_MAGIC)[:6],
+        "oversized": struct.pack(">iI", 1 << 30, _format.MESSAGE_MAGIC) + bytes(8),
+        # one more record of the last run's size, cut short by the end of the data
+        "cut": struct.pack(">iI", previous, _format.MESSAGE_MAGIC) + bytes(8),
+        "none": b"",
+    }[tail]
+    blob = bytes(data)
+    sd = SegmentData.from_bytes(Segment("/nonexistent/" + "0" * 20, 0, len(blob)), blob)
+    hi = int(len(blob) * hi_cut)
+    found, stop = _chain(sd, 0, hi)
+    assert (found.tolist(), stop) == _hop_by_hop(blob, 0, hi)

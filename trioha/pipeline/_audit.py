@@ -200,6 +200,33 @@ def compare_task(task: CompareTask) -> Iterator[tuple[int, int, int]]:
         yield task.replica, s, e
 
 
+def compare_tasks(tasks: Sequence[CompareTask]) -> Iterator[tuple[int, int, int]]:
+    """:func:`compare_task` for each of *tasks*, in one Spark task."""
+    for task in tasks:
+        yield from compare_task(task)
+
+
+def _pack(tasks: Sequence[CompareTask], slots: int) -> list[list[CompareTask]]:
+    """*tasks* in at most *slots* consecutive groups of about equal bytes.
+
+    A log of many segments makes a compare task per segment file; each Spark task has a
+    fixed cost (scheduling, a Python worker's round trip) that an identical pair, compared
+    at memory speed, feels: one group per slot pays it once per core instead.
+    """
+    if len(tasks) <= slots:
+        return [[t] for t in tasks]
+    sizes = [sum(e - s for s, e in t.chunks) for t in tasks]
+    total = sum(sizes)
+    groups: list[list[CompareTask]] = [[] for _ in range(max(1, slots))]
+    before = 0
+    for task, size in zip(tasks, sizes, strict=True):
+        # the group whose share of the bytes holds the task's middle
+        at = len(groups) * (2 * before + size) // (2 * total) if total else 0
+        groups[min(at, len(groups) - 1)].append(task)
+        before += size
+    return [g for g in groups if g]
+
+
 #: What :func:`_differing` reads of each file at a time.
 _READ_BYTES = 8 * MIB
 
@@ -478,7 +505,8 @@ def audit_replicas(
         sc = spark.sparkContext
         compared = sum(e - s for t in tasks for s, e in t.chunks)
         sc.setJobDescription(f"trioha audit: compare {compared} bytes of the replicas")
-        differing = set(sc.parallelize(tasks, len(tasks)).flatMap(compare_task).collect())
+        groups = _pack(tasks, sc.defaultParallelism)
+        differing = set(sc.parallelize(groups, len(groups)).flatMap(compare_tasks).collect())
     bads = [
         _merge((s, e) for s, e in slave_chunks[i - 1] if (i, s, e) in differing)
         for i in range(1, len(replicas))

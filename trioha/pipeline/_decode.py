@@ -4,7 +4,9 @@ Theory of operation. Reading a byte range of a segment has three steps.
 
 1. **Framing** (:func:`scan_range`). Records sit back to back, so where one starts is known
    only from the size of the one before: a tight loop follows the TOTALSIZE chain (the one
-   per-record Python step, a few hundred nanoseconds each). It stops at the end-of-file
+   per-record Python step, a few hundred nanoseconds each; where records repeat one size,
+   the next positions are predicted at that stride and confirmed by one gather of their
+   heads, which is exactly the chain, see :func:`_chain`). It stops at the end-of-file
    marker, at zeros, at anything that is not a plausible record, or once past the range.
    A range always begins at a *walk position*, one that following the chain from the
    segment's start reaches (:func:`align_starts`, run by the planner on the driver), and
@@ -456,12 +458,31 @@ def find_record(sd: SegmentData, lo: int, hi: int) -> int | None:
         at = q + 1
 
 
-def _chain(data: Buffer, pos: int, hi: int, size: int) -> tuple[list[int], int]:
-    """Follow TOTALSIZE from *pos* while records look plausible and start before *hi*."""
+#: A run of this many records of one size makes :func:`_chain` predict the next ones.
+_STREAK = 4
+#: How many positions :func:`_chain` predicts at most in one step (it doubles up to this).
+_AHEAD = 1 << 16
+
+
+def _chain(sd: SegmentData, pos: int, hi: int) -> tuple[I64, int]:
+    """Follow TOTALSIZE from *pos* while records look plausible and start before *hi*.
+
+    Returns the positions followed and where the walk stopped. One hop per record in
+    Python, except where records repeat one size (a producer sending same-sized messages):
+    after a few such hops the next positions are predicted at that stride and confirmed
+    together with one numpy gather of their heads. The chain steps from a record at p of
+    size s to p + s, so the confirmed prefix (every record there of size s, with a message
+    magic code, fitting in the file) is exactly what hopping would have followed; the walk
+    goes on from the first position that is not, hop by hop. A failed prediction makes the
+    next one wait for a longer run, so logs of varied sizes stay close to plain hopping.
+    """
+    data, size = sd.data, sd.size
+    found: list[I64] = []
     starts: list[int] = []
     append = starts.append
     unpack = _PREFIX.unpack_from
     last_header = size - 8
+    prev, streak, need, ahead = -1, 0, _STREAK, 16
     while pos < hi and pos <= last_header:
         total, magic = unpack(data, pos)
         if (magic != MESSAGE_MAGIC and magic != MESSAGE_MAGIC_V2) or not (  # noqa: PLR1714
@@ -470,7 +491,34 @@ def _chain(data: Buffer, pos: int, hi: int, size: int) -> tuple[list[int], int]:
             break
         append(pos)
         pos += total
-    return starts, pos
+        streak = streak + 1 if total == prev else 0
+        prev = total
+        if streak < need:
+            continue
+        count = min(ahead, (min(hi - 1, last_header) - pos) // total + 1)
+        if count <= 0:
+            continue
+        guess = pos + total * np.arange(count, dtype=np.int64)
+        heads = _gather(sd.array, guess, 8).view(">u4")
+        magics = heads[:, 1]
+        ok = (
+            (heads[:, 0] == total)
+            & ((magics == MESSAGE_MAGIC) | (magics == MESSAGE_MAGIC_V2))
+            & (guess + total <= size)
+        )
+        good = count if ok.all() else int(np.argmin(ok))
+        if good:
+            found.append(np.array(starts, dtype=np.int64))
+            found.append(guess[:good])
+            starts = []
+            append = starts.append
+            pos += total * good
+        if good == count:
+            ahead, need = min(2 * ahead, _AHEAD), _STREAK
+        else:
+            ahead, need, streak = 16, min(2 * need, 64), 0
+    found.append(np.array(starts, dtype=np.int64))
+    return (found[0] if len(found) == 1 else np.concatenate(found)), pos
 
 
 def _data_end(sd: SegmentData, pos: int) -> int:
@@ -531,9 +579,9 @@ def _frame(
     stops: list[int] = []
     pos: int | None = lo
     while pos is not None and pos < hi:
-        found, stop = _chain(sd.data, pos, hi, sd.size)
-        if found:
-            run = _layout(sd, np.array(found, dtype=np.int64))
+        found, stop = _chain(sd, pos, hi)
+        if found.size:
+            run = _layout(sd, found)
             bad = np.flatnonzero(~run.ok)
             if bad.size:
                 runs.append(run.take(slice(0, int(bad[0]))))

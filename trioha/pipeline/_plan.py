@@ -10,7 +10,8 @@ Every range begins exactly at a record start (or at the damaged region, end-of-f
 or zeros the record chain runs into): after cutting a segment arithmetically, the planner
 follows the TOTALSIZE chain from the segment's start to each cut and moves the cut to the
 first position the chain reaches at or after it (:func:`trioha.pipeline._decode.align_starts`).
-That costs one hop per record on the driver, reading only record heads, and it never
+That costs one hop per record on the driver, reading only record heads (fewer where
+records repeat one size: :func:`trioha.pipeline._decode._chain`), and it never
 depends on what a message body contains: a body may hold a perfect copy of a record, own
 offset included, and still is read as one body. ``startOffset`` is moved the same way.
 
@@ -27,7 +28,8 @@ from trioha.pipeline._format import Problem
 from trioha.pipeline._layout import LogLayout, Segment
 
 MIB = 1 << 20
-#: Partitions aim at this many bytes (the issue asks for about 64–128 MiB).
+#: Partitions aim at this many bytes: big enough that a task's fixed cost is small beside its
+#: scan, small enough that a few cores share a log evenly (docs/pipeline.md, "Speed").
 DEFAULT_PARTITION_BYTES = 128 * MIB
 
 
