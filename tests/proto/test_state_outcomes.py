@@ -32,11 +32,13 @@ from trioha.proto import (
     MasterState,
     ReadIdle,
     ReportReceived,
+    SendHeartbeat,
     SendReady,
     SendTransfer,
     SlaveHandshake,
     SlavePhase,
     SlaveState,
+    Timing,
     encode_epoch_report,
     master_step,
     slave_step,
@@ -380,3 +382,17 @@ def test_the_drawing_has_every_allowed_transition_and_nothing_else() -> None:
             for target in rule.targets
         }
         assert drawn[title] == allowed
+
+
+def test_an_epoch_mode_heartbeat_carries_the_epoch_and_its_start() -> None:
+    # AutoSwitchHAConnection's transfer header: even an empty one names the epoch it is in.
+    log = LogView(0, 100, SEG, epochs=entries_of([(1, 0), (2, 50)]))
+    options = MasterOptions(epoch_mode=True)
+    state, _ = master_step(MasterState(), ReportReceived(100, log), options)
+    state, actions = master_step(state, SendReady(log, heartbeat_due=True), options)
+    assert actions == (SendHeartbeat(100, 2, 50),) and state.write_pending
+
+
+def test_timings_configured_in_milliseconds_become_seconds() -> None:
+    # MessageStoreConfig's haSendHeartbeatInterval and haHousekeepingInterval are in ms.
+    assert Timing.from_millis(2500, 7000) == Timing(heartbeat=2.5, housekeeping=7.0)
