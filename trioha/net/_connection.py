@@ -156,7 +156,7 @@ class HAConnection:
                 scope,
             )
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            self._end(f"connection broken while reading: {exc or type(exc).__name__}", scope)
+            self._end(f"connection broken while reading: {str(exc) or type(exc).__name__}", scope)
 
     async def _refuse(self, diverged_at: int, reason: str) -> None:
         """Tell a diverged slave so in its own protocol, then let the connection close.
@@ -249,4 +249,4 @@ class HAConnection:
                 if not handed_over:
                     self.proto.frame_written(now=trio.current_time())
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            self._end(f"connection broken while writing: {exc or type(exc).__name__}", scope)
+            self._end(f"connection broken while writing: {str(exc) or type(exc).__name__}", scope)

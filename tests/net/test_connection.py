@@ -1,0 +1,186 @@
+"""One master-side connection (``HAConnection``) over memory streams: why it closed, in the
+words the service logs and counts (``close_category``), and what a refused slave is told."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import trio
+import trio.testing
+
+from trioha.net._connection import HAConnection
+from trioha.net._service import close_category, close_level
+from trioha.proto import HEADER_SIZE, MasterOptions, Timing, TransferHeader, encode_report
+from trioha.store import MemoryCommitLog
+
+SEG = 4096
+
+
+class _Acks:
+    def __init__(self) -> None:
+        self.acks: list[int] = []
+
+    def on_ack(self, connection: HAConnection, offset: int) -> None:
+        self.acks.append(offset)
+
+
+def make_log(messages: int) -> MemoryCommitLog:
+    log = MemoryCommitLog(segment_size=SEG)
+    for i in range(messages):
+        log.append(topic="FooBar", body=b"x" * 100, queue_id=i % 2)
+    return log
+
+
+def connection(
+    stream: trio.abc.Stream, commitlog: MemoryCommitLog, timing: Timing | None = None
+) -> HAConnection:
+    return HAConnection(
+        stream,
+        commitlog=commitlog,
+        listener=_Acks(),
+        options=MasterOptions(),
+        timing=timing or Timing(),
+        peer="fake-slave",
+    )
+
+
+def beyond_the_end(report: int, end: int) -> str:
+    """The core's reason for refusing a first report beyond the master's end."""
+    return (
+        f"slave requests offset {report} but the master's log ends at {end}: the slave holds "
+        "data this master does not (diverged history or a wrong master)"
+    )
+
+
+async def test_a_slave_hanging_up_is_named_as_routine(autojump_clock: trio.abc.Clock) -> None:
+    master_end, slave_end = trio.testing.memory_stream_pair()
+    conn = connection(master_end, make_log(1))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        await slave_end.send_all(encode_report(0))
+        await trio.testing.wait_all_tasks_blocked()
+        await slave_end.aclose()
+    assert conn.close_reason == "slave closed the connection"
+    assert close_category(conn.close_reason) == "peer_closed"
+
+
+async def test_a_silent_slave_is_dropped_at_the_configured_interval_and_says_so(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    master_end, _slave_end = trio.testing.memory_stream_pair()
+    conn = connection(master_end, make_log(1), Timing(heartbeat=1.0, housekeeping=7.5))
+    start = trio.current_time()
+    await conn.run()
+    assert trio.current_time() - start == pytest.approx(7.5)
+    assert conn.close_reason == "nothing read from the slave for 7.5 s (housekeeping)"
+    assert close_category(conn.close_reason) == "timeout"
+    assert close_level(conn.close_reason) == logging.INFO
+
+
+async def test_a_protocol_close_keeps_the_cores_reason_and_refuses_nobody(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    commitlog = make_log(3)
+    end = commitlog.max_offset
+    master_end, slave_end = trio.testing.memory_stream_pair()
+    conn = connection(master_end, commitlog)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        await slave_end.send_all(encode_report(end))
+        await trio.testing.wait_all_tasks_blocked()
+        await slave_end.send_all(encode_report(end + 1))
+    assert conn.close_reason == (
+        f"slave acks offset {end + 1}, beyond what was sent to it ({end}; master's log ends at "
+        f"{end}); the ack is not trusted (RocketMQ #3015)"
+    )
+    assert not conn.refused  # an untrusted ack is not a diverged history
+    await master_end.aclose()  # as HAService does once run() returns
+    assert await slave_end.receive_some() == b""  # nothing was written before the close
+
+
+async def test_a_refused_slave_is_told_where_the_master_ends_and_the_operator_why(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    commitlog = make_log(3)
+    end = commitlog.max_offset
+    master_end, slave_end = trio.testing.memory_stream_pair()
+    conn = connection(master_end, commitlog)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        await slave_end.send_all(encode_report(end + 100))
+    reason = beyond_the_end(end + 100, end)
+    assert conn.refused and conn.close_reason == reason
+    # The refusal: a heartbeat header at the master's end, which the slave's offset check
+    # rejects (HAClient.dispatchReadRequest), and nothing more.
+    data = await slave_end.receive_some()
+    assert len(data) == HEADER_SIZE
+    assert TransferHeader.from_bytes(data, max_body=1) == TransferHeader(end, 0)
+    (record,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert record.getMessage() == (
+        f"refusing slave fake-slave: {reason}. Its log and this master's are not one history; "
+        "it gets no data until the operator cuts it back or re-seeds it"
+    )
+
+
+async def test_a_refusal_to_a_slave_that_already_hung_up_keeps_the_reason(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    commitlog = make_log(3)
+    end = commitlog.max_offset
+    master_end, slave_end = trio.testing.memory_stream_pair()
+    conn = connection(master_end, commitlog)
+    await slave_end.send_all(encode_report(end + 100))
+    await slave_end.aclose()  # the refusal's write then fails: it is not a broken link
+    await conn.run()
+    assert conn.refused and conn.close_reason == beyond_the_end(end + 100, end)
+
+
+async def test_a_refusal_waits_at_most_a_second_for_a_slave_that_does_not_read(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    commitlog = make_log(3)
+    end = commitlog.max_offset
+    master_end, slave_end = trio.testing.lockstep_stream_pair()
+    conn = connection(master_end, commitlog)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        await slave_end.send_all(encode_report(end + 100))
+        start = trio.current_time()
+    assert trio.current_time() - start == pytest.approx(1.0)
+    assert conn.refused and conn.close_reason == beyond_the_end(end + 100, end)
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        (trio.BrokenResourceError("connection reset by peer"), "connection reset by peer"),
+        (trio.BrokenResourceError(), "BrokenResourceError"),
+    ],
+)
+async def test_a_broken_transport_is_named_and_counted_as_broken(
+    autojump_clock: trio.abc.Clock, error: Exception, said: str
+) -> None:
+    async def fail() -> None:
+        raise error
+
+    stream = trio.StapledStream(
+        trio.testing.MemorySendStream(), trio.testing.MemoryReceiveStream(fail)
+    )
+    conn = connection(stream, make_log(1))
+    await conn.run()
+    assert conn.close_reason == f"connection broken while reading: {said}"
+    assert close_category(conn.close_reason) == "broken"
+
+
+async def test_a_transport_broken_under_a_write_is_named(autojump_clock: trio.abc.Clock) -> None:
+    async def fail() -> None:
+        raise trio.BrokenResourceError
+
+    receive = trio.testing.MemoryReceiveStream()
+    receive.put_data(encode_report(0))
+    stream = trio.StapledStream(trio.testing.MemorySendStream(fail), receive)
+    conn = connection(stream, make_log(1))
+    await conn.run()
+    assert conn.close_reason == "connection broken while writing: BrokenResourceError"
+    assert close_category(conn.close_reason) == "broken"
