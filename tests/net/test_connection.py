@@ -4,6 +4,7 @@ words the service logs and counts (``close_category``), and what a refused slave
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 import trio
@@ -11,8 +12,18 @@ import trio.testing
 
 from trioha.net._connection import HAConnection
 from trioha.net._service import close_category, close_level
-from trioha.proto import HEADER_SIZE, MasterOptions, Timing, TransferHeader, encode_report
-from trioha.store import MemoryCommitLog
+from trioha.proto import (
+    HEADER_SIZE,
+    MasterOptions,
+    SlaveHandshake,
+    Timing,
+    TransferHeader,
+    encode_epoch_report,
+    encode_master_handshake,
+    encode_report,
+)
+from trioha.proto._epochs import entries_of
+from trioha.store import EpochFile, MemoryCommitLog
 
 SEG = 4096
 
@@ -184,3 +195,35 @@ async def test_a_transport_broken_under_a_write_is_named(autojump_clock: trio.ab
     await conn.run()
     assert conn.close_reason == "connection broken while writing: BrokenResourceError"
     assert close_category(conn.close_reason) == "broken"
+
+
+async def test_an_epoch_mode_close_found_by_the_writer_is_named_and_counts_the_handshake(
+    autojump_clock: trio.abc.Clock, tmp_path: Path
+) -> None:
+    commitlog = make_log(1)
+    end = commitlog.max_offset
+    # The master's only epoch begins beyond its end: the bytes it appends next belong to no
+    # epoch, a local inconsistency that the writer must refuse to send.
+    epochs = EpochFile(tmp_path / "epoch", entries_of([(3, end + 1000)]))
+    master_end, slave_end = trio.testing.memory_stream_pair()
+    conn = HAConnection(
+        master_end,
+        commitlog=commitlog,
+        listener=_Acks(),
+        options=MasterOptions(epoch_mode=True),
+        timing=Timing(),
+        peer="fake-slave",
+        epoch_file=epochs,
+    )
+    received = b""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        await slave_end.send_all(SlaveHandshake().to_bytes() + encode_epoch_report(end))
+        await trio.testing.wait_all_tasks_blocked()
+        received += await slave_end.receive_some()
+        commitlog.append(topic="FooBar", body=b"y" * 100, queue_id=0)
+        conn.wakeup.notify()
+    assert conn.close_reason == f"no epoch of the master holds offset {end}"
+    assert not conn.refused
+    assert received[:20] == encode_master_handshake(end, epochs.history)[:20]
+    assert conn.bytes_sent == len(received) == len(encode_master_handshake(end, epochs.history))

@@ -1,0 +1,67 @@
+"""The record walk shared by recovery, reput, HA serving and queue counting (``RecordScan``):
+what it tells a caller besides the records, progress per segment and pages given back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import trioha.store._scan as scan_module
+from trioha.store import FileCommitLog, MemoryCommitLog
+from trioha.store._contract import SegmentLike
+from trioha.store._scan import PageBudget, QueueOffsets, RecordScan
+
+SEG = 4096
+
+
+def test_recovery_reports_its_progress_once_per_segment(tmp_path: Path) -> None:
+    with FileCommitLog.open(tmp_path / "commitlog", segment_size=SEG) as log:
+        while len(log._segments) < 3:
+            log.append(topic="FooBar", body=b"x" * 300)
+    seen: list[tuple[int, int]] = []
+    with FileCommitLog.open(
+        tmp_path / "commitlog", segment_size=SEG, progress=lambda done, of: seen.append((done, of))
+    ):
+        pass
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+
+
+class _Recording(PageBudget):
+    def __init__(self) -> None:
+        super().__init__()
+        self.notes: list[tuple[int, int]] = []
+
+    def note(self, segment: SegmentLike, nbytes: int) -> None:
+        self.notes.append((segment.start, nbytes))
+
+
+def test_a_long_walk_gives_back_what_it_read_in_steps_of_the_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log = MemoryCommitLog(segment_size=SEG)
+    for _ in range(40):
+        log.append(topic="FooBar", body=b"x" * 200)
+    record = log.read(0, SEG)[:4]
+    size = int.from_bytes(record, "big")  # every record is the same size
+    monkeypatch.setattr(scan_module, "DROP_PAGES_EVERY", 3 * size)
+    budget = _Recording()
+    segments = log._segments
+    walked = RecordScan(segments, 0, SEG, check_crc_from=0, pages=budget)
+    assert sum(1 for _ in walked) == 40
+    for seg in segments:
+        notes = [n for start, n in budget.notes if start == seg.start]
+        # Every byte of the segment counted once: a note each time three records were read,
+        # and the rest when the segment ends.
+        assert sum(notes) == seg.wrote
+        assert all(n == 3 * size for n in notes[:-1]) and notes[-1] <= 3 * size
+
+
+def test_counting_nothing_new_keeps_the_last_store_timestamp() -> None:
+    log = MemoryCommitLog(segment_size=SEG)
+    log.append(topic="FooBar", body=b"x")
+    queues = QueueOffsets(log.max_offset)
+    queues.last_store_timestamp = 1234
+    walked = RecordScan(log._segments, log.max_offset, SEG, check_crc_from=0)
+    assert queues.count(walked) == 0
+    assert queues.last_store_timestamp == 1234 and queues.cursor == log.max_offset
