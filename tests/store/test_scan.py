@@ -65,3 +65,35 @@ def test_counting_nothing_new_keeps_the_last_store_timestamp() -> None:
     walked = RecordScan(log._segments, log.max_offset, SEG, check_crc_from=0)
     assert queues.count(walked) == 0
     assert queues.last_store_timestamp == 1234 and queues.cursor == log.max_offset
+
+
+def test_a_walk_stopped_by_a_torn_record_says_where_and_still_accounts_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log = MemoryCommitLog(segment_size=SEG)
+    for _ in range(40):
+        log.append(topic="FooBar", body=b"x" * 200)
+    size = int.from_bytes(log.read(0, 4), "big")
+    good_end = log.max_offset
+    log.append_raw(good_end, bytes(log.read(0, size))[: size // 2])  # a slave mid-record
+    monkeypatch.setattr(scan_module, "DROP_PAGES_EVERY", 3 * size)
+    budget = _Recording()
+    progress: list[tuple[int, int]] = []
+    segments = log._segments
+    walked = RecordScan(
+        segments,
+        0,
+        SEG,
+        check_crc_from=0,
+        pages=budget,
+        on_segment=lambda done, of: progress.append((done, of)),
+    )
+    assert sum(1 for _ in walked) == 40
+    assert walked.end == good_end
+    assert walked.problem is not None and walked.problem.offset == good_end
+    n = len(segments)
+    assert progress == [(i, n) for i in range(1, n + 1)]  # the torn tail ends the walk: done
+    last = segments[-1]
+    notes = [nbytes for start, nbytes in budget.notes if start == last.start]
+    assert sum(notes) == good_end - last.start
+    assert all(nbytes == 3 * size for nbytes in notes[:-1])
