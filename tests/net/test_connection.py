@@ -4,16 +4,19 @@ words the service logs and counts (``close_category``), and what a refused slave
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 
-from trioha.net._connection import HAConnection
+from trioha.net._connection import WRITE_BATCH, HAConnection
 from trioha.net._service import close_category, close_level
 from trioha.proto import (
+    EPOCH_TRANSFER_HEADER_SIZE,
     HEADER_SIZE,
+    EpochTransferHeader,
     MasterOptions,
     SlaveHandshake,
     Timing,
@@ -24,6 +27,7 @@ from trioha.proto import (
 )
 from trioha.proto._epochs import entries_of
 from trioha.store import EpochFile, MemoryCommitLog
+from trioha.store._sent import SentOffsets
 
 SEG = 4096
 
@@ -227,3 +231,124 @@ async def test_an_epoch_mode_close_found_by_the_writer_is_named_and_counts_the_h
     assert not conn.refused
     assert received[:20] == encode_master_handshake(end, epochs.history)[:20]
     assert conn.bytes_sent == len(received) == len(encode_master_handshake(end, epochs.history))
+
+
+# --- the writer: batching, counting, and when write silence starts ------------------------------
+
+
+async def test_a_long_catch_up_goes_out_in_writes_of_about_a_mebibyte_counted_exactly(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    commitlog = MemoryCommitLog(segment_size=8 << 20)
+    for i in range(300):
+        commitlog.append(topic="FooBar", body=bytes([i % 251]) * 10_000, queue_id=0)
+    end = commitlog.max_offset
+    frame = HEADER_SIZE + 32 * 1024
+    writes: list[int] = []
+    send = trio.testing.MemorySendStream()
+
+    async def record() -> None:
+        writes.append(len(send.get_data_nowait()))
+
+    send.send_all_hook = record
+    receive = trio.testing.MemoryReceiveStream()
+    receive.put_data(encode_report(0))
+    conn = connection(trio.StapledStream(send, receive), commitlog)
+    await conn.run()  # served, then heartbeats, then closed by housekeeping after 20 s
+    frames = -(-end // (32 * 1024))
+    catch_up, heartbeats = writes[:-3], writes[-3:]
+    assert sum(catch_up) == frames * HEADER_SIZE + end
+    # Frames are gathered until a write holds at least WRITE_BATCH bytes, or the log's end.
+    assert all(WRITE_BATCH <= n < WRITE_BATCH + frame for n in catch_up[:-1])
+    assert len(catch_up) == -(-(frames * HEADER_SIZE + end) // (32 * frame))
+    assert heartbeats == [HEADER_SIZE] * 3
+    assert (conn.frames_sent, conn.heartbeats_sent) == (frames, 3)
+    assert conn.bytes_sent == sum(writes)
+
+
+async def test_write_silence_is_counted_from_the_end_of_a_slow_write(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # haSendHeartbeatInterval of silence after the last byte left, not after it was queued.
+    commitlog = make_log(3)
+    master_end, slave_end = trio.testing.lockstep_stream_pair()
+    conn = connection(master_end, commitlog)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        await slave_end.send_all(encode_report(0))
+        await trio.sleep(3.0)  # the slave is slow to read the catch-up
+        data = b""
+        while len(data) < HEADER_SIZE + commitlog.max_offset:
+            data += await slave_end.receive_some()
+        written = trio.current_time()
+        heartbeat = await slave_end.receive_some()
+        assert TransferHeader.from_bytes(heartbeat, max_body=1) == TransferHeader(
+            commitlog.max_offset, 0
+        )
+        assert trio.current_time() - written == pytest.approx(5.0)
+        nursery.cancel_scope.cancel()
+
+
+async def inline(fn: Callable[..., object], *args: object) -> object:
+    """``trio.to_thread.run_sync`` without a thread: the mock clock must not jump meanwhile."""
+    return fn(*args)
+
+
+async def test_the_durable_sent_mark_covers_frames_and_never_moves_for_heartbeats(
+    autojump_clock: trio.abc.Clock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(trio.to_thread, "run_sync", inline)
+    commitlog = make_log(3)
+    end = commitlog.max_offset
+    for report, sent_to in [(end, 0), (0, end)]:
+        sent = SentOffsets(tmp_path / f"sent-{report}", step=1000)
+        master_end, slave_end = trio.testing.memory_stream_pair()
+        conn = HAConnection(
+            master_end,
+            commitlog=commitlog,
+            listener=_Acks(),
+            options=MasterOptions(),
+            timing=Timing(),
+            peer="fake-slave",
+            sent=sent,
+        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(conn.run)
+            await slave_end.send_all(encode_report(report))
+            await trio.sleep(12.0)  # two heartbeats on an idle link
+            nursery.cancel_scope.cancel()
+        assert conn.heartbeats_sent == 2
+        # Reserved before anything went out, and only when bytes did.
+        assert sent.sent == sent_to
+        assert sent.reserved == (sent_to + 1000 if sent_to else 0)
+
+
+async def test_an_epoch_frame_confirms_everything_the_master_wrote(
+    autojump_clock: trio.abc.Clock, tmp_path: Path
+) -> None:
+    # With static roles every written byte is confirmed (getConfirmOffset, no SyncStateSet).
+    commitlog = make_log(3)
+    end = commitlog.max_offset
+    epochs = EpochFile(tmp_path / "epoch", entries_of([(1, 0)]))
+    master_end, slave_end = trio.testing.memory_stream_pair()
+    conn = HAConnection(
+        master_end,
+        commitlog=commitlog,
+        listener=_Acks(),
+        options=MasterOptions(epoch_mode=True),
+        timing=Timing(),
+        peer="fake-slave",
+        epoch_file=epochs,
+    )
+    handshake = len(encode_master_handshake(end, epochs.history))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        await slave_end.send_all(SlaveHandshake().to_bytes() + encode_epoch_report(0))
+        data = b""
+        while len(data) < handshake + EPOCH_TRANSFER_HEADER_SIZE:
+            data += await slave_end.receive_some()
+        nursery.cancel_scope.cancel()
+    header = EpochTransferHeader.from_bytes(
+        data[handshake : handshake + EPOCH_TRANSFER_HEADER_SIZE], max_body=1 << 20
+    )
+    assert header == EpochTransferHeader(0, end, epoch=1, epoch_start=0, confirm_offset=end)
