@@ -49,6 +49,7 @@ def test_a_long_walk_gives_back_what_it_read_in_steps_of_the_budget(
     segments = log._segments
     walked = RecordScan(segments, 0, SEG, check_crc_from=0, pages=budget)
     assert sum(1 for _ in walked) == 40
+    assert walked.problem is None and walked.end == log.max_offset  # it reached the end
     for seg in segments:
         notes = [n for start, n in budget.notes if start == seg.start]
         # Every byte of the segment counted once: a note each time three records were read,
@@ -71,7 +72,7 @@ def test_a_walk_stopped_by_a_torn_record_says_where_and_still_accounts_for_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     log = MemoryCommitLog(segment_size=SEG)
-    for _ in range(40):
+    for _ in range(46):  # four segments, the last holding several records before the torn one
         log.append(topic="FooBar", body=b"x" * 200)
     size = int.from_bytes(log.read(0, 4), "big")
     good_end = log.max_offset
@@ -82,18 +83,59 @@ def test_a_walk_stopped_by_a_torn_record_says_where_and_still_accounts_for_it(
     segments = log._segments
     walked = RecordScan(
         segments,
-        0,
+        segments[1].start,  # as a reader resuming mid-log does: progress counts from there
         SEG,
         check_crc_from=0,
         pages=budget,
         on_segment=lambda done, of: progress.append((done, of)),
     )
-    assert sum(1 for _ in walked) == 40
+    assert sum(1 for _ in walked) == 46 - segments[1].start // size
     assert walked.end == good_end
     assert walked.problem is not None and walked.problem.offset == good_end
-    n = len(segments)
-    assert progress == [(i, n) for i in range(1, n + 1)]  # the torn tail ends the walk: done
+    n = len(segments) - 1
+    assert n == 3
+    assert progress == [(1, n), (2, n), (3, n)]  # the torn tail ends the walk: done
     last = segments[-1]
     notes = [nbytes for start, nbytes in budget.notes if start == last.start]
-    assert sum(notes) == good_end - last.start
+    assert len(notes) > 2 and sum(notes) == good_end - last.start
     assert all(nbytes == 3 * size for nbytes in notes[:-1])
+
+
+class _Segment:
+    def __init__(self) -> None:
+        self.start = 0
+        self.drops = 0
+
+    def drop_pages(self) -> None:
+        self.drops += 1
+
+
+def test_pages_are_given_back_each_time_the_budget_is_spent_exactly() -> None:
+    budget, seg = PageBudget(), _Segment()
+    budget.note(seg, scan_module.DROP_PAGES_EVERY - 1)  # type: ignore[arg-type]
+    assert seg.drops == 0
+    budget.note(seg, 1)  # type: ignore[arg-type]
+    assert seg.drops == 1
+    budget.note(seg, scan_module.DROP_PAGES_EVERY - 1)  # type: ignore[arg-type]
+    assert seg.drops == 1  # the count started again from zero
+    budget.note(seg, 1)  # type: ignore[arg-type]
+    assert seg.drops == 2
+
+
+def test_a_log_with_nothing_stored_has_no_store_timestamp() -> None:
+    assert MemoryCommitLog(segment_size=SEG).last_store_timestamp == 0
+
+
+def test_a_walk_left_early_ends_where_the_record_it_stopped_at_begins() -> None:
+    # A caller that stops at a record (rolling queue offsets back stops at the first one not
+    # counted) reads where that record begins: everything before it was walked.
+    log = MemoryCommitLog(segment_size=SEG)
+    for _ in range(10):
+        log.append(topic="FooBar", body=b"x" * 200)
+    size = int.from_bytes(log.read(0, 4), "big")
+    walked = RecordScan(log._segments, 0, SEG, check_crc_from=0)
+    for n, (_buf, pos, base, _layout) in enumerate(walked, 1):
+        assert base + pos == (n - 1) * size
+        if n == 5:
+            break
+    assert walked.end == 4 * size and walked.problem is None
