@@ -352,3 +352,33 @@ async def test_an_epoch_frame_confirms_everything_the_master_wrote(
         data[handshake : handshake + EPOCH_TRANSFER_HEADER_SIZE], max_body=1 << 20
     )
     assert header == EpochTransferHeader(0, end, epoch=1, epoch_start=0, confirm_offset=end)
+
+
+async def test_a_repeated_handshake_is_answered_again_and_every_byte_counted(
+    autojump_clock: trio.abc.Clock, tmp_path: Path
+) -> None:
+    # AutoSwitchHAClient repeats its handshake when no answer came within 5 s.
+    commitlog = make_log(1)
+    epochs = EpochFile(tmp_path / "epoch", entries_of([(1, 0)]))
+    master_end, slave_end = trio.testing.memory_stream_pair()
+    conn = HAConnection(
+        master_end,
+        commitlog=commitlog,
+        listener=_Acks(),
+        options=MasterOptions(epoch_mode=True),
+        timing=Timing(),
+        peer="fake-slave",
+        epoch_file=epochs,
+    )
+    answer = encode_master_handshake(commitlog.max_offset, epochs.history)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        received = b""
+        for answers in (1, 2):
+            await slave_end.send_all(SlaveHandshake().to_bytes())
+            while len(received) < answers * len(answer):
+                received += await slave_end.receive_some()
+            await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    assert received == answer * 2
+    assert conn.bytes_sent == 2 * len(answer)
