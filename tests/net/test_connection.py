@@ -48,16 +48,33 @@ def make_log(messages: int) -> MemoryCommitLog:
 
 
 def connection(
-    stream: trio.abc.Stream, commitlog: MemoryCommitLog, timing: Timing | None = None
+    stream: trio.abc.Stream,
+    commitlog: MemoryCommitLog,
+    timing: Timing | None = None,
+    *,
+    sent: SentOffsets | None = None,
+    epoch_file: EpochFile | None = None,
 ) -> HAConnection:
+    """The master's side of one slave connection; epoch mode when given an *epoch_file*."""
     return HAConnection(
         stream,
         commitlog=commitlog,
         listener=_Acks(),
-        options=MasterOptions(),
+        options=MasterOptions(epoch_mode=epoch_file is not None),
         timing=timing or Timing(),
         peer="fake-slave",
+        sent=sent,
+        epoch_file=epoch_file,
     )
+
+
+def serving(
+    messages: int = 3, pair: Callable[[], tuple[trio.abc.Stream, trio.abc.Stream]] | None = None
+) -> tuple[MemoryCommitLog, HAConnection, trio.abc.Stream]:
+    """A log of *messages*, a connection serving it and the slave's end of the stream."""
+    commitlog = make_log(messages)
+    master_end, slave_end = (pair or trio.testing.memory_stream_pair)()
+    return commitlog, connection(master_end, commitlog), slave_end
 
 
 def beyond_the_end(report: int, end: int) -> str:
@@ -96,10 +113,8 @@ async def test_a_silent_slave_is_dropped_at_the_configured_interval_and_says_so(
 async def test_a_protocol_close_keeps_the_cores_reason_and_refuses_nobody(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    commitlog = make_log(3)
+    commitlog, conn, slave_end = serving()
     end = commitlog.max_offset
-    master_end, slave_end = trio.testing.memory_stream_pair()
-    conn = connection(master_end, commitlog)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn.run)
         await slave_end.send_all(encode_report(end))
@@ -110,17 +125,15 @@ async def test_a_protocol_close_keeps_the_cores_reason_and_refuses_nobody(
         f"{end}); the ack is not trusted (RocketMQ #3015)"
     )
     assert not conn.refused  # an untrusted ack is not a diverged history
-    await master_end.aclose()  # as HAService does once run() returns
+    await conn.stream.aclose()  # as HAService does once run() returns
     assert await slave_end.receive_some() == b""  # nothing was written before the close
 
 
 async def test_a_refused_slave_is_told_where_the_master_ends_and_the_operator_why(
     autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    commitlog = make_log(3)
+    commitlog, conn, slave_end = serving()
     end = commitlog.max_offset
-    master_end, slave_end = trio.testing.memory_stream_pair()
-    conn = connection(master_end, commitlog)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn.run)
         await slave_end.send_all(encode_report(end + 100))
@@ -141,10 +154,8 @@ async def test_a_refused_slave_is_told_where_the_master_ends_and_the_operator_wh
 async def test_a_refusal_to_a_slave_that_already_hung_up_keeps_the_reason(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    commitlog = make_log(3)
+    commitlog, conn, slave_end = serving()
     end = commitlog.max_offset
-    master_end, slave_end = trio.testing.memory_stream_pair()
-    conn = connection(master_end, commitlog)
     await slave_end.send_all(encode_report(end + 100))
     await slave_end.aclose()  # the refusal's write then fails: it is not a broken link
     await conn.run()
@@ -154,10 +165,8 @@ async def test_a_refusal_to_a_slave_that_already_hung_up_keeps_the_reason(
 async def test_a_refusal_waits_at_most_a_second_for_a_slave_that_does_not_read(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    commitlog = make_log(3)
+    commitlog, conn, slave_end = serving(pair=trio.testing.lockstep_stream_pair)
     end = commitlog.max_offset
-    master_end, slave_end = trio.testing.lockstep_stream_pair()
-    conn = connection(master_end, commitlog)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn.run)
         await slave_end.send_all(encode_report(end + 100))
@@ -210,15 +219,7 @@ async def test_an_epoch_mode_close_found_by_the_writer_is_named_and_counts_the_h
     # epoch, a local inconsistency that the writer must refuse to send.
     epochs = EpochFile(tmp_path / "epoch", entries_of([(3, end + 1000)]))
     master_end, slave_end = trio.testing.memory_stream_pair()
-    conn = HAConnection(
-        master_end,
-        commitlog=commitlog,
-        listener=_Acks(),
-        options=MasterOptions(epoch_mode=True),
-        timing=Timing(),
-        peer="fake-slave",
-        epoch_file=epochs,
-    )
+    conn = connection(master_end, commitlog, epoch_file=epochs)
     received = b""
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn.run)
@@ -303,15 +304,7 @@ async def test_the_durable_sent_mark_covers_frames_and_never_moves_for_heartbeat
     for report, sent_to in [(end, 0), (0, end)]:
         sent = SentOffsets(tmp_path / f"sent-{report}", step=1000)
         master_end, slave_end = trio.testing.memory_stream_pair()
-        conn = HAConnection(
-            master_end,
-            commitlog=commitlog,
-            listener=_Acks(),
-            options=MasterOptions(),
-            timing=Timing(),
-            peer="fake-slave",
-            sent=sent,
-        )
+        conn = connection(master_end, commitlog, sent=sent)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(conn.run)
             await slave_end.send_all(encode_report(report))
@@ -331,15 +324,7 @@ async def test_an_epoch_frame_confirms_everything_the_master_wrote(
     end = commitlog.max_offset
     epochs = EpochFile(tmp_path / "epoch", entries_of([(1, 0)]))
     master_end, slave_end = trio.testing.memory_stream_pair()
-    conn = HAConnection(
-        master_end,
-        commitlog=commitlog,
-        listener=_Acks(),
-        options=MasterOptions(epoch_mode=True),
-        timing=Timing(),
-        peer="fake-slave",
-        epoch_file=epochs,
-    )
+    conn = connection(master_end, commitlog, epoch_file=epochs)
     handshake = len(encode_master_handshake(end, epochs.history))
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn.run)
@@ -361,15 +346,7 @@ async def test_a_repeated_handshake_is_answered_again_and_every_byte_counted(
     commitlog = make_log(1)
     epochs = EpochFile(tmp_path / "epoch", entries_of([(1, 0)]))
     master_end, slave_end = trio.testing.memory_stream_pair()
-    conn = HAConnection(
-        master_end,
-        commitlog=commitlog,
-        listener=_Acks(),
-        options=MasterOptions(epoch_mode=True),
-        timing=Timing(),
-        peer="fake-slave",
-        epoch_file=epochs,
-    )
+    conn = connection(master_end, commitlog, epoch_file=epochs)
     answer = encode_master_handshake(commitlog.max_offset, epochs.history)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn.run)
