@@ -222,9 +222,32 @@ def test_a_half_created_file_left_by_a_crash_is_started_over(tmp_path: Path) -> 
 
 def test_closing_a_segment_twice_closes_its_file_once(tmp_path: Path) -> None:
     seg = SegmentFile.create(tmp_path, 0, 4096)
+    assert bytes(seg.view(0, 4)) == bytes(4)  # mapped and viewed, as a reader leaves it
     fd = seg.fd
     seg.close()
     with pytest.raises(OSError, match="Bad file descriptor"):
         os.fstat(fd)
     assert seg.fd < 0  # it holds no descriptor any more: a second close touches nothing
     seg.close()
+
+
+def test_short_writes_are_continued_where_they_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seg = SegmentFile.create(tmp_path, 0, 4096)
+    try:
+        real = os.pwrite
+        calls: list[int] = []
+
+        def three_at_a_time(fd: int, data: memoryview, pos: int) -> int:
+            calls.append(pos)
+            assert len(calls) < 100, "the write does not advance"
+            return real(fd, data[:3], pos)
+
+        monkeypatch.setattr(os, "pwrite", three_at_a_time)
+        seg.write(10, b"abcdefgh")
+        monkeypatch.undo()
+        assert bytes(seg.view(10, 18)) == b"abcdefgh"
+        assert calls == [10, 13, 16]
+    finally:
+        seg.close()
