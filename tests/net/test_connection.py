@@ -359,3 +359,30 @@ async def test_a_repeated_handshake_is_answered_again_and_every_byte_counted(
         nursery.cancel_scope.cancel()
     assert received == answer * 2
     assert conn.bytes_sent == 2 * len(answer)
+
+
+async def test_a_write_that_reaches_the_batch_size_exactly_goes_out_alone(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    commitlog = MemoryCommitLog(segment_size=8 << 20)
+    while commitlog.max_offset < 2 * WRITE_BATCH + 1000:
+        commitlog.append(topic="FooBar", body=b"z" * 50_000, queue_id=0)
+    writes: list[int] = []
+    send = trio.testing.MemorySendStream()
+
+    async def record() -> None:
+        writes.append(len(send.get_data_nowait()))
+
+    send.send_all_hook = record
+    receive = trio.testing.MemoryReceiveStream()
+    receive.put_data(encode_report(0))
+    conn = HAConnection(
+        trio.StapledStream(send, receive),
+        commitlog=commitlog,
+        listener=_Acks(),
+        options=MasterOptions(batch_size=WRITE_BATCH - HEADER_SIZE),  # one frame: one batch
+        timing=Timing(housekeeping=1.0),
+        peer="fake-slave",
+    )
+    await conn.run()
+    assert writes[:2] == [WRITE_BATCH, WRITE_BATCH]
