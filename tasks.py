@@ -185,8 +185,10 @@ def run_mutation(target: str, bin_dir: Path, root: Path = ROOT) -> tuple[int, in
             "[tool.mutmut]",
             'source_paths = ["trioha/"]',
             f"only_mutate = [{json.dumps(pattern)}]",
-            # A mutant that hangs a test is caught: pytest-timeout fails it after 30 s.
-            'pytest_add_cli_args = ["-p", "no:cacheprovider", "--timeout=30"]',
+            # A mutant that hangs a test is caught: pytest-timeout fails it after 150 s. Not
+            # less: tests/net's Hypothesis runs and its tests that start real brokers take
+            # 15-40 s on a busy machine, and a false timeout would count as a killed mutant.
+            'pytest_add_cli_args = ["-p", "no:cacheprovider", "--timeout=150"]',
             f"pytest_add_cli_args_test_selection = {json.dumps(MUTATE[package])}",
             "",
         ]

@@ -250,16 +250,18 @@ mappedFileSizeCommitLog={seg}
 haMasterAddress=127.0.0.1:10912
 """
 
+# Every path is absolute and the working directory is the test run's: a mutation run
+# (tasks.py mutate) finds its configuration there, also in these child processes.
 _NAMESPACE_SCRIPT = """set -u
 ip link set lo up
-cd {work}
-{py} -m trioha namesrv --listen 127.0.0.1:9876 > ns.out 2>&1 &
+{py} -m trioha namesrv --listen 127.0.0.1:9876 > {work}/ns.out 2>&1 &
 NS=$!
 {py} -m trioha master --store-dir {work}/m --ha-listen 127.0.0.1:10912 \\
-  --listen 127.0.0.1:10911 --mapped-file-size {seg} --namesrv 127.0.0.1:9876 > master.out 2>&1 &
+  --listen 127.0.0.1:10911 --mapped-file-size {seg} --namesrv 127.0.0.1:9876 \\
+  > {work}/master.out 2>&1 &
 M=$!
 sleep 2
-{sh} broker {work}/slave.conf {work}/javalogs > slave.out 2>&1 &
+{sh} broker {work}/slave.conf {work}/javalogs > {work}/slave.out 2>&1 &
 S=$!
 for _ in $(seq 1 120); do
   grep -rqs "master pushed offset not equal" {work}/javalogs && break

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import re
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 import pytest
@@ -26,6 +26,7 @@ from trioha.proto import (
     HeaderReceived,
     LogView,
     MasterConnection,
+    MasterHandshakeHeader,
     MasterOptions,
     MasterPhase,
     RecordEpoch,
@@ -42,6 +43,7 @@ from trioha.proto import (
     encode_master_handshake,
     slave_step,
 )
+from trioha.proto._epochframes import decode_epoch_report
 from trioha.proto._epochs import entries_of
 
 SEG = 64
@@ -544,3 +546,51 @@ def test_a_header_fed_while_a_body_is_expected_is_our_bug() -> None:
     state = SlaveState(phase=SlavePhase.TRANSFER, expected=10, receiving=(10, 4))
     with pytest.raises(LocalProtocolError, match="while a body was still expected"):
         slave_step(state, HeaderReceived(14, 4))
+
+
+# --- the state field and the bounds of each message, named exactly ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("decode", "data", "message"),
+    [
+        (
+            SlaveHandshake.from_bytes,
+            struct.pack(">ihhq", 2, 0, 0, 1),
+            "slave handshake carries state 2 (TRANSFER); expected 1 (HANDSHAKE)",
+        ),
+        (
+            decode_epoch_report,
+            struct.pack(">iq", 1, 5),
+            "slave report carries state 1 (HANDSHAKE); expected 2 (TRANSFER)",
+        ),
+        (
+            lambda data: EpochTransferHeader.from_bytes(data, max_body=64),
+            struct.pack(">iiqiqq", 7, 0, 0, 1, 0, 0),
+            "master frame carries state 7 (unknown state 7); expected 2 (TRANSFER)",
+        ),
+        (
+            lambda data: EpochTransferHeader.from_bytes(data, max_body=64),
+            EpochTransferHeader(10, 4, epoch=2, epoch_start=11, confirm_offset=14).to_bytes(),
+            "master sent a frame at 10 in epoch 2 starting at 11: an epoch cannot start after "
+            "the bytes it holds",
+        ),
+    ],
+)
+def test_a_message_with_the_wrong_state_or_epoch_says_which_and_why(
+    decode: Callable[[bytes], object], data: bytes, message: str
+) -> None:
+    with pytest.raises(RemoteProtocolError, match=f"^{re.escape(message)}$"):
+        decode(data)
+
+
+def test_a_master_handshake_holds_at_most_a_thousand_epoch_entries() -> None:
+    # The Java handshake buffer holds 1000 entries of 12 bytes; one more is refused.
+    header = MasterHandshakeHeader.from_bytes(struct.pack(">iiqi", 1, 12_000, 0, 1))
+    assert header.entry_count == 1000
+    with pytest.raises(
+        RemoteProtocolError,
+        match=r"^master handshake announces 1001 epoch entries; at most 1000 fit a RocketMQ "
+        r"handshake$",
+    ):
+        MasterHandshakeHeader.from_bytes(struct.pack(">iiqi", 1, 12_012, 0, 1))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import zlib
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -24,6 +27,7 @@ def test_entry_ends_and_lookup() -> None:
     assert BASE.end_of(2, 900) == 900
     assert BASE.find_by_offset(350) == (1, EpochEntry(2, 300))
     assert BASE.find_by_offset(99) is None
+    assert EpochHistory().find_by_offset(0) is None
     assert BASE.last_epoch == 3
     assert EpochHistory().last_epoch == 0
 
@@ -62,16 +66,26 @@ def test_consistent_point(
 
 @pytest.mark.parametrize(("epoch", "start"), [(3, 600), (4, 500), (4, 400)])
 def test_append_refuses_non_increasing(epoch: int, start: int) -> None:
-    with pytest.raises(EpochError, match="must both increase"):
+    message = (
+        f"epoch entry {epoch}-{start} does not follow 3-500 (epochs and start offsets must "
+        "both increase)"
+    )
+    with pytest.raises(EpochError, match=f"^{re.escape(message)}$"):
         BASE.append(epoch, start)
     assert BASE.append(4, 600).entries[-1] == EpochEntry(4, 600)
 
 
-def test_out_of_order_entries_refused() -> None:
-    with pytest.raises(EpochError, match="out of order"):
-        entries_of([(2, 100), (1, 200)])
-    with pytest.raises(EpochError, match="out of order"):
-        entries_of([(1, 100), (2, 100)])
+@pytest.mark.parametrize(
+    "history", [[(2, 100), (1, 200)], [(1, 100), (2, 100)], [(1, 100), (1, 200)]]
+)
+def test_out_of_order_entries_refused(history: list[tuple[int, int]]) -> None:
+    (e1, s1), (e2, s2) = history
+    message = (
+        f"epoch entries out of order: {e1}-{s1} then {e2}-{s2} (epochs and start offsets "
+        "must both increase)"
+    )
+    with pytest.raises(EpochError, match=f"^{re.escape(message)}$"):
+        entries_of(history)
 
 
 def test_begin_epoch_never_reuses_a_dropped_epoch() -> None:
@@ -86,29 +100,47 @@ def test_begin_epoch_never_reuses_a_dropped_epoch() -> None:
 def test_file_format_is_rocketmq_checkpoint_file() -> None:
     text = format_epoch_file(BASE.entries)
     # CheckpointFile: count, CRC32 (UtilAll.crc32: & 0x7fffffff) of the entry lines, entries.
-    import zlib
-
     body = "1-100\n2-300\n3-500\n"
     assert text == f"3\n{zlib.crc32(body.encode()) & 0x7FFFFFFF}\n{body}"
     assert parse_epoch_file(text) == BASE
     assert parse_epoch_file("0\n0\n") == EpochHistory()
     assert parse_epoch_file("1\r\n0\r\n7-9\r\n") == entries_of([(7, 9)])  # CRC 0: not checked
+    assert parse_epoch_file("1\n0\n7-9") == entries_of([(7, 9)])  # no final newline
+
+
+def crc(body: str) -> int:
+    return zlib.crc32(body.encode()) & 0x7FFFFFFF
+
+
+def test_the_crc_covers_each_entry_line_as_stored() -> None:
+    plain, blank = crc("7-9\n"), crc("7-9 \n")
+    # Written on Windows: the \r of each line is not part of what the CRC covers.
+    assert parse_epoch_file(f"1\r\n{plain}\r\n7-9\r\n") == entries_of([(7, 9)])
+    # Anything else on a line is: the CRC is of the stored text, not of a cleaned-up one.
+    assert parse_epoch_file(f"1\n{blank}\n7-9 \n") == entries_of([(7, 9)])
+    with pytest.raises(EpochError, match="does not match"):
+        parse_epoch_file(f"1\n{plain}\n7-9 \n")
 
 
 @pytest.mark.parametrize(
     ("text", "match"),
     [
-        ("", "missing"),
-        ("x\n0\n", "entry count"),
+        ("", "missing the entry count and CRC lines"),
+        ("x\n0\n", "the first two lines must be the entry count and the CRC, got 'x' and '0'"),
         ("2\n0\n1-100\n", "expects 2 entries, found 1"),
-        ("1\n12345\n1-100\n", "does not match"),
-        ("1\n0\n1_100\n", "not an 'epoch-startOffset'"),
-        ("2\n0\n2-100\n1-200\n", "out of order"),
+        ("1\n12345\n1-100\n", "CRC 12345 does not match the entries' CRC"),
+        ("1\n0\n1_100\n", "'1_100' is not an 'epoch-startOffset' line"),
+        ("1\n0\n1-100X\n", "'1-100X' is not an 'epoch-startOffset' line"),
+        ("1\n0\n-1-5\n", "'-1-5' is not an 'epoch-startOffset' line"),
+        ("2\n0\n2-100\n1-200\n", "epoch entries out of order"),
     ],
 )
 def test_damaged_files_are_named(text: str, match: str) -> None:
-    with pytest.raises(EpochError, match=match):
+    with pytest.raises(EpochError, match=f"^somewhere: {re.escape(match)}"):
         parse_epoch_file(text, where="somewhere")
+    # Without a name, the error still says what was being read.
+    with pytest.raises(EpochError, match=f"^epoch file: {re.escape(match)}"):
+        parse_epoch_file(text)
 
 
 histories = st.lists(st.tuples(st.integers(1, 5), st.integers(1, 500)), max_size=6).map(
@@ -140,6 +172,8 @@ def test_negative_entries_are_refused_by_name() -> None:
         EpochHistory([EpochEntry(-1, 0)])
     with pytest.raises(EpochError, match="negative epoch entry"):
         EpochHistory([EpochEntry(1, -5)])
+    # 0 is a valid epoch and a valid start: only negatives are refused.
+    assert EpochHistory([EpochEntry(0, 0)]).last_epoch == 0
 
 
 def test_entry_finds_an_epoch_by_number() -> None:

@@ -194,3 +194,60 @@ def test_a_directory_that_cannot_be_created_is_a_layout_error(tmp_path: Path) ->
         ensure_directory(tmp_path / "file" / "commitlog", create=True, what="commit log")
     with pytest.raises(StoreLayoutError, match=r"commit log .* does not exist"):
         ensure_directory(tmp_path / "absent", create=False, what="commit log")
+
+
+def test_a_new_segment_is_read_write_for_its_owner_and_readable_by_others(tmp_path: Path) -> None:
+    # RocketMQ's files are rw-r--r-- under the usual umask; never executable.
+    old = os.umask(0o022)
+    try:
+        seg = SegmentFile.create(tmp_path, 0, 4096)
+    finally:
+        os.umask(old)
+    try:
+        assert (tmp_path / segment_name(0)).stat().st_mode & 0o777 == 0o644
+    finally:
+        seg.close()
+
+
+def test_a_half_created_file_left_by_a_crash_is_started_over(tmp_path: Path) -> None:
+    # A crash between creating the file and giving it its final name leaves "<name>.creating".
+    (tmp_path / f"{segment_name(0)}.creating").write_bytes(b"\xee" * 8192)
+    seg = SegmentFile.create(tmp_path, 0, 4096)
+    try:
+        assert (tmp_path / segment_name(0)).read_bytes() == bytes(4096)
+        assert not (tmp_path / f"{segment_name(0)}.creating").exists()
+    finally:
+        seg.close()
+
+
+def test_closing_a_segment_twice_closes_its_file_once(tmp_path: Path) -> None:
+    seg = SegmentFile.create(tmp_path, 0, 4096)
+    assert bytes(seg.view(0, 4)) == bytes(4)  # mapped and viewed, as a reader leaves it
+    fd = seg.fd
+    seg.close()
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        os.fstat(fd)
+    assert seg.fd < 0  # it holds no descriptor any more: a second close touches nothing
+    seg.close()
+
+
+def test_short_writes_are_continued_where_they_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seg = SegmentFile.create(tmp_path, 0, 4096)
+    try:
+        real = os.pwrite
+        calls: list[int] = []
+
+        def three_at_a_time(fd: int, data: memoryview, pos: int) -> int:
+            calls.append(pos)
+            assert len(calls) < 100, "the write does not advance"
+            return real(fd, data[:3], pos)
+
+        monkeypatch.setattr(os, "pwrite", three_at_a_time)
+        seg.write(10, b"abcdefgh")
+        monkeypatch.undo()
+        assert bytes(seg.view(10, 18)) == b"abcdefgh"
+        assert calls == [10, 13, 16]
+    finally:
+        seg.close()

@@ -11,6 +11,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from trioha.store import (
     segment_name,
     write_checkpoint,
 )
+from trioha.store._contract import system_clock_ms
 
 from .conftest import FakeClock
 
@@ -254,8 +256,21 @@ def test_flush_policy() -> None:
     assert not policy.due(now_ms=10, last_flush_ms=0, unflushed_bytes=100)
     assert policy.due(now_ms=10, last_flush_ms=0, unflushed_bytes=4 * 4096)
     assert policy.due(now_ms=10_000, last_flush_ms=0, unflushed_bytes=1)
+    # The thorough interval counts from the last flush, not from the clock's zero.
+    assert not policy.due(now_ms=20_000, last_flush_ms=15_000, unflushed_bytes=1)
+    assert policy.due(now_ms=25_000, last_flush_ms=15_000, unflushed_bytes=1)
     sync = FlushPolicy(FlushDiskType.SYNC_FLUSH)
     assert sync.due(now_ms=0, last_flush_ms=0, unflushed_bytes=1)
+    # Nothing dirty: no flush is due, whatever the policy and however long ago the last one.
+    assert not sync.due(now_ms=0, last_flush_ms=0, unflushed_bytes=0)
+    assert not policy.due(now_ms=60_000, last_flush_ms=0, unflushed_bytes=0)
+
+
+def test_the_store_clock_is_wall_clock_milliseconds() -> None:
+    # storeTimestamp / bornTimestamp are System.currentTimeMillis().
+    before = time.time_ns() // 1_000_000
+    now = system_clock_ms()
+    assert before <= now <= time.time_ns() // 1_000_000
 
 
 def test_a_checkpoint_that_cannot_be_read_or_written_is_a_named_error(tmp_path: Path) -> None:

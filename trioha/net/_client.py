@@ -302,7 +302,7 @@ class _Session:
                     if not self._apply(self.proto.appended(ack, now=trio.current_time()), scope):
                         return
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            self._end(f"connection broken while reading: {exc or type(exc).__name__}", scope)
+            self._end(f"connection broken while reading: {str(exc) or type(exc).__name__}", scope)
 
     async def _writer(self, scope: trio.CancelScope) -> None:
         try:
@@ -324,7 +324,7 @@ class _Session:
                     deadline = min(self.proto.heartbeat_deadline, self.proto.read_deadline)
                     await self.wakeup.wait(deadline)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            self._end(f"connection broken while writing: {exc or type(exc).__name__}", scope)
+            self._end(f"connection broken while writing: {str(exc) or type(exc).__name__}", scope)
 
 
 class HAClient:

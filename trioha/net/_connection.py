@@ -156,7 +156,7 @@ class HAConnection:
                 scope,
             )
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            self._end(f"connection broken while reading: {exc or type(exc).__name__}", scope)
+            self._end(f"connection broken while reading: {str(exc) or type(exc).__name__}", scope)
 
     async def _refuse(self, diverged_at: int, reason: str) -> None:
         """Tell a diverged slave so in its own protocol, then let the connection close.
@@ -201,8 +201,6 @@ class HAConnection:
                 # Nothing awaits until the write, so the log and the clock stand still meanwhile.
                 parts: list[bytes | memoryview] = []
                 pending = frames = heartbeats = 0
-                handed_over = False  # the last frame was already reported written
-                closing: Close | None = None
                 upto = 0  # the end of the last body in this write
                 while True:
                     header = self.proto.header(action, confirm_offset=view.max_offset)
@@ -228,11 +226,10 @@ class HAConnection:
                         break
                     self.proto.frame_written(now=now)
                     following = self.proto.next_send(now=now, log=view)
-                    if following is None or isinstance(following, Close):
-                        handed_over = True
-                        closing = following
-                        break
-                    action = following  # a transfer, or a heartbeat that ends the batch
+                    # Short of the log's end, with the view and the clock standing still, the
+                    # core always has the next frame: nothing closed it, nothing is pending.
+                    assert isinstance(following, SendTransfer), following
+                    action = following
                 sent = self.sent
                 if sent is not None and sent.needs_reserve(upto):
                     # The durable mark first: a crash must never forget bytes a slave holds.
@@ -243,10 +240,6 @@ class HAConnection:
                 self.frames_sent += frames
                 self.heartbeats_sent += heartbeats
                 self.bytes_sent += pending
-                if closing is not None:
-                    self._end(closing.reason, scope)
-                    return
-                if not handed_over:
-                    self.proto.frame_written(now=trio.current_time())
+                self.proto.frame_written(now=trio.current_time())
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            self._end(f"connection broken while writing: {exc or type(exc).__name__}", scope)
+            self._end(f"connection broken while writing: {str(exc) or type(exc).__name__}", scope)

@@ -42,7 +42,7 @@ class EpochEntry:
         return f"{self.epoch}-{self.start_offset}"
 
     @classmethod
-    def from_line(cls, line: str, *, where: str = "epoch file") -> EpochEntry:
+    def from_line(cls, line: str, *, where: str) -> EpochEntry:
         epoch, sep, start = line.partition("-")
         try:
             if not sep:
@@ -194,7 +194,10 @@ def parse_epoch_file(text: str, *, where: str = "epoch file") -> EpochHistory:
     actual = _crc("".join(f"{line}\n" for line in body))
     if crc not in (NO_CRC, actual):
         raise EpochError(f"{where}: CRC {crc} does not match the entries' CRC {actual}")
-    return EpochHistory(entries)
+    try:
+        return EpochHistory(entries)
+    except EpochError as exc:  # entries out of order or negative: say which file holds them
+        raise EpochError(f"{where}: {exc}") from None
 
 
 def entries_of(history: EpochHistory | Sequence[tuple[int, int]]) -> EpochHistory:
