@@ -237,14 +237,10 @@ async def test_an_epoch_mode_close_found_by_the_writer_is_named_and_counts_the_h
 # --- the writer: batching, counting, and when write silence starts ------------------------------
 
 
-async def test_a_long_catch_up_goes_out_in_writes_of_about_a_mebibyte_counted_exactly(
-    autojump_clock: trio.abc.Clock,
-) -> None:
-    commitlog = MemoryCommitLog(segment_size=8 << 20)
-    for i in range(300):
-        commitlog.append(topic="FooBar", body=bytes([i % 251]) * 10_000, queue_id=0)
-    end = commitlog.max_offset
-    frame = HEADER_SIZE + 32 * 1024
+def _reported_zero() -> tuple[
+    trio.StapledStream[trio.testing.MemorySendStream, trio.testing.MemoryReceiveStream], list[int]
+]:
+    """A master-side stream whose slave has reported 0, and the sizes of its writes in order."""
     writes: list[int] = []
     send = trio.testing.MemorySendStream()
 
@@ -254,7 +250,19 @@ async def test_a_long_catch_up_goes_out_in_writes_of_about_a_mebibyte_counted_ex
     send.send_all_hook = record
     receive = trio.testing.MemoryReceiveStream()
     receive.put_data(encode_report(0))
-    conn = connection(trio.StapledStream(send, receive), commitlog)
+    return trio.StapledStream(send, receive), writes
+
+
+async def test_a_long_catch_up_goes_out_in_writes_of_about_a_mebibyte_counted_exactly(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    commitlog = MemoryCommitLog(segment_size=8 << 20)
+    for i in range(300):
+        commitlog.append(topic="FooBar", body=bytes([i % 251]) * 10_000, queue_id=0)
+    end = commitlog.max_offset
+    frame = HEADER_SIZE + 32 * 1024
+    stream, writes = _reported_zero()
+    conn = connection(stream, commitlog)
     await conn.run()  # served, then heartbeats, then closed by housekeeping after 20 s
     frames = -(-end // (32 * 1024))
     catch_up, heartbeats = writes[:-3], writes[-3:]
@@ -367,17 +375,9 @@ async def test_a_write_that_reaches_the_batch_size_exactly_goes_out_alone(
     commitlog = MemoryCommitLog(segment_size=8 << 20)
     while commitlog.max_offset < 2 * WRITE_BATCH + 1000:
         commitlog.append(topic="FooBar", body=b"z" * 50_000, queue_id=0)
-    writes: list[int] = []
-    send = trio.testing.MemorySendStream()
-
-    async def record() -> None:
-        writes.append(len(send.get_data_nowait()))
-
-    send.send_all_hook = record
-    receive = trio.testing.MemoryReceiveStream()
-    receive.put_data(encode_report(0))
+    stream, writes = _reported_zero()
     conn = HAConnection(
-        trio.StapledStream(send, receive),
+        stream,
         commitlog=commitlog,
         listener=_Acks(),
         options=MasterOptions(batch_size=WRITE_BATCH - HEADER_SIZE),  # one frame: one batch
