@@ -498,6 +498,7 @@ async def test_an_unexpected_error_ends_that_connection_only_and_is_logged(
         await slave.report(0)
         await trio.testing.wait_all_tasks_blocked()
         assert service.connections == {}  # gone from the registry; the service still serves
+        assert await slave.stream.receive_some() == b""  # and its stream closed
         assert service.statistics().connections_closed == 1
         await serve_one(service, nursery)
         assert len(service.connections) == 1
@@ -537,18 +538,140 @@ async def test_statistics_count_closes_by_category(autojump_clock: trio.abc.Cloc
     commitlog = make_log(5)
     service = HAService(config(), commitlog)
     async with running(service) as nursery:
-        for _ in range(2):
+        rogue = await serve_one(service, nursery)
+        await rogue.report(commitlog.max_offset + 1)
+        await trio.testing.wait_all_tasks_blocked()
+        for _ in range(2):  # counts add up: a later close does not overwrite an earlier one
             slave = await serve_one(service, nursery)
             await slave.report(0)
             await trio.testing.wait_all_tasks_blocked()
             await slave.stream.aclose()
             await trio.testing.wait_all_tasks_blocked()
-        rogue = await serve_one(service, nursery)
-        await rogue.report(commitlog.max_offset + 1)
-        await trio.testing.wait_all_tasks_blocked()
         stats = service.statistics()
         nursery.cancel_scope.cancel()
     assert stats.closed_by_reason == {"peer_closed": 2, "diverged": 1}
     assert (stats.connections_accepted, stats.connections_closed) == (3, 3)
     assert stats.slaves_refused == 1
     assert service.connections == {}
+
+
+async def test_a_put_wakes_the_writers_itself(autojump_clock: trio.abc.Clock) -> None:
+    """A put appended without ``notify_log_grew`` still goes out at once: waiting for it does
+    the waking (the next heartbeat, 5 s away, is beyond ``slave_timeout``)."""
+    commitlog = make_log(5)
+    service = HAService(config(), commitlog)
+    async with running(service) as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(commitlog.max_offset)
+        await trio.testing.wait_all_tasks_blocked()
+        put = commitlog.append(topic="FooBar", body=b"no notify")
+        results: list[PutStatus] = []
+
+        async def wait() -> None:
+            results.append(await service.wait_replicated(put.end_offset, start=put.physical_offset))
+
+        nursery.start_soon(wait)
+        header, _ = await slave.frame()
+        assert (header.offset, header.end) == (put.physical_offset, put.end_offset)
+        await slave.report(header.end)
+        await trio.testing.wait_all_tasks_blocked()
+        assert results == [PutStatus.PUT_OK]
+        assert trio.current_time() == 0.0
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_slave_that_acked_and_left_no_longer_counts(autojump_clock: trio.abc.Clock) -> None:
+    commitlog = make_log(5)
+    end = commitlog.max_offset
+    service = HAService(config(), commitlog)
+    async with running(service) as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(0)
+        while (await slave.frame())[0].end < end:
+            pass
+        await slave.report(end)
+        await trio.testing.wait_all_tasks_blocked()
+        assert await service.wait_replicated(end) is PutStatus.PUT_OK
+        assert service.replicated_offset() == end
+        await slave.stream.aclose()
+        await trio.testing.wait_all_tasks_blocked()
+        assert service.connections == {}
+        assert service.replicated_offset() == -1
+        assert await service.wait_replicated(end) is PutStatus.SLAVE_NOT_AVAILABLE
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_unreported_slave_is_available_only_within_fallbehind_max(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A connection that has not reported counts as having acked 0 (``isSlaveOK``): a put
+    ending ``fallbehind_max`` or more past 0 is refused at once, one below waits its time."""
+    commitlog = make_log(20)
+    service = HAService(config(ha_slave_fallbehind_max=1000), commitlog)
+    async with running(service) as nursery:
+        await serve_one(service, nursery)
+        assert await service.wait_replicated(1000) is PutStatus.SLAVE_NOT_AVAILABLE
+        assert trio.current_time() == 0.0
+        assert await service.wait_replicated(999) is PutStatus.FLUSH_SLAVE_TIMEOUT
+        assert trio.current_time() == pytest.approx(3.0)
+        nursery.cancel_scope.cancel()
+
+
+async def test_waiting_for_a_streaming_slave_ends_at_its_first_report(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    service = HAService(config(), make_log(5))
+    async with running(service) as nursery:
+        slave = await serve_one(service, nursery)
+        woke: list[float] = []
+
+        async def wait() -> None:
+            assert await service.wait_connections(1)
+            woke.append(trio.current_time())
+
+        nursery.start_soon(wait)
+        await trio.sleep(2.0)
+        assert woke == []  # connected, but not streaming before it reports
+        await slave.report(0)
+        await trio.testing.wait_all_tasks_blocked()
+        assert woke == [2.0]
+        nursery.cancel_scope.cancel()
+
+
+class _UnconnectedSocket:
+    def getpeername(self) -> tuple[str, int]:
+        raise OSError(107, "Transport endpoint is not connected")
+
+
+class _NoPeer(trio.abc.Stream):
+    """A stream whose socket has no peer address any more (``getpeername`` fails)."""
+
+    def __init__(self, inner: trio.abc.Stream) -> None:
+        self.inner = inner
+        self.socket = _UnconnectedSocket()
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_socket_without_a_peer_address_is_named_question_mark(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    service = HAService(config(), make_log(5))
+    master_end, _slave_end = trio.testing.memory_stream_pair()
+    stream = _NoPeer(master_end)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(service.handle_stream, stream)
+        await trio.testing.wait_all_tasks_blocked()
+        (conn,) = service.connections.values()
+        assert conn.peer == "?"
+        nursery.cancel_scope.cancel()
