@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -423,8 +424,12 @@ async def test_a_port_in_use_is_a_config_error_naming_the_setting() -> None:
     try:
         port = taken.socket.getsockname()[1]
         service = HAService(config(ha_listen_port=port), make_log())
-        with pytest.raises(ConfigError, match=f"cannot listen for slaves on 127.0.0.1:{port} "):
+        with pytest.raises(
+            ConfigError, match=f"cannot listen for slaves on 127.0.0.1:{port} "
+        ) as err:
             await service.serve()
+        # The operator reads the system's words, not Python's ``[Errno 98]`` repr.
+        assert str(err.value).endswith("(haListenPort, --ha-listen): Address already in use")
     finally:
         await taken.aclose()
 
@@ -643,12 +648,16 @@ class _UnconnectedSocket:
         raise OSError(107, "Transport endpoint is not connected")
 
 
-class _NoPeer(trio.abc.Stream):
-    """A stream whose socket has no peer address any more (``getpeername`` fails)."""
+class _V6Socket:
+    def getpeername(self) -> tuple[str, int, int, int]:
+        return ("::1", 10912, 0, 0)  # (host, port, flowinfo, scope_id)
+
+
+class _Wrapped(trio.abc.Stream):
+    """Another stream over *inner* (as a TLS layer is), with no socket of its own."""
 
     def __init__(self, inner: trio.abc.Stream) -> None:
         self.inner = inner
-        self.socket = _UnconnectedSocket()
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         await self.inner.send_all(data)
@@ -663,6 +672,16 @@ class _NoPeer(trio.abc.Stream):
         await self.inner.aclose()
 
 
+class _NoPeer(_Wrapped):
+    """A stream whose socket has no peer address any more (``getpeername`` fails)."""
+
+    def __init__(
+        self, inner: trio.abc.Stream, sock: _UnconnectedSocket | _V6Socket | None = None
+    ) -> None:
+        super().__init__(inner)
+        self.socket = sock or _UnconnectedSocket()
+
+
 async def test_a_socket_without_a_peer_address_is_named_question_mark(
     autojump_clock: trio.abc.Clock,
 ) -> None:
@@ -674,4 +693,59 @@ async def test_a_socket_without_a_peer_address_is_named_question_mark(
         await trio.testing.wait_all_tasks_blocked()
         (conn,) = service.connections.values()
         assert conn.peer == "?"
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_gate_sees_the_socket_and_its_stream_is_served_under_the_sockets_name(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The gate (TLS, auth) gets the accepted socket and may hand back another stream, which
+    has no socket of its own: the connection still carries the socket's peer name."""
+    caplog.set_level(logging.INFO, logger="trioha.ha")
+    gated: list[tuple[trio.abc.Stream, str]] = []
+
+    async def wrap(stream: trio.abc.Stream, peer: str) -> trio.abc.Stream | None:
+        gated.append((stream, peer))
+        return _Wrapped(stream)
+
+    commitlog = make_log(5)
+    service = HAService(config(ha_listen_host="127.0.0.1"), commitlog, accept=wrap)
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(service.serve)
+        assert f"HA service listening on 127.0.0.1:{address[1]}" in caplog.messages
+        stream = await trio.open_tcp_stream(*address)
+        await stream.send_all(encode_report(0))
+        with trio.fail_after(5):
+            assert len(await stream.receive_some()) >= HEADER_SIZE  # served through the gate
+        ((raw, peer),) = gated
+        assert isinstance(raw, trio.SocketStream)
+        assert peer == "{}:{}".format(*stream.socket.getsockname()[:2])
+        (conn,) = service.connections.values()
+        assert conn.peer == peer
+        await stream.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_waiting_for_two_streaming_slaves_is_not_satisfied_by_one(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    service = HAService(config(), make_log(5))
+    async with running(service) as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(0)
+        await trio.testing.wait_all_tasks_blocked()
+        assert await service.wait_connections(1, deadline=trio.current_time() + 1) is True
+        assert await service.wait_connections(2, deadline=trio.current_time() + 1) is False
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_ipv6_peer_is_named_by_address_and_port(autojump_clock: trio.abc.Clock) -> None:
+    service = HAService(config(), make_log(5))
+    master_end, _slave_end = trio.testing.memory_stream_pair()
+    stream = _NoPeer(master_end, _V6Socket())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(service.handle_stream, stream)
+        await trio.testing.wait_all_tasks_blocked()
+        (conn,) = service.connections.values()
+        assert conn.peer == "::1:10912"
         nursery.cancel_scope.cancel()

@@ -226,6 +226,7 @@ async def test_service_statistics_name_the_epoch_and_the_lost_ranges(tmp_path: P
     master_log = make_log(10)
     epochs = EpochFile.open(tmp_path / "epochs")
     epochs.append(1, 0)
+    epochs.append(2, 200)
     epochs.append(3, 500)
     sent = SentOffsets(tmp_path / "sent")
     sent.lost = ((700, 900), (1200, 1300))
@@ -250,11 +251,13 @@ async def test_seconds_behind_is_known_from_a_slaves_first_report(
     service = HAService(config(), master_log)
     async with trio.open_nursery() as nursery:
         await nursery.start(service.time_out_puts)
+        await trio.sleep(4.0)
         master_end, slave_end = trio.testing.memory_stream_pair()
         nursery.start_soon(service.handle_stream, master_end, "slave")
-        await trio.testing.wait_all_tasks_blocked()
+        await trio.sleep(1.5)
         (silent,) = service.statistics().slaves
         assert silent.behind_seconds is None  # nothing reported: nothing to date
+        assert silent.connected_seconds == pytest.approx(1.5)  # since it connected, not since 0
         await slave_end.send_all(encode_report(0))  # an empty slave: all of the log to go
         await trio.testing.wait_all_tasks_blocked()
         (empty,) = service.statistics().slaves
