@@ -16,6 +16,7 @@ from trioha._status import PutStatus
 from trioha.net import HAClient, HAService, Wakeup
 from trioha.net._connection import HAConnection
 from trioha.net._service import close_category
+from trioha.net._timeline import LogTimeline
 from trioha.proto import HEADER_SIZE, MasterOptions, Timing, TransferHeader, encode_report
 from trioha.store import MemoryCommitLog
 
@@ -495,6 +496,7 @@ class _BrokenReads(MemoryCommitLog):
 async def test_an_unexpected_error_ends_that_connection_only_and_is_logged(
     autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="trioha.ha")
     commitlog = _BrokenReads(segment_size=SEG)
     commitlog.append(topic="FooBar", body=b"x" * 100, queue_id=0)
     service = HAService(config(), commitlog)
@@ -511,6 +513,13 @@ async def test_an_unexpected_error_ends_that_connection_only_and_is_logged(
     assert "HA connection with fake-slave failed" in caplog.text
     assert "read of a closed segment" in caplog.text
     assert "slave fake-slave disconnected: internal error" in caplog.text
+    # Each connection's start and end, the end with fields a JSON log pipeline filters on.
+    connected = [r for r in caplog.records if r.getMessage() == "slave connected from fake-slave"]
+    assert [r.levelno for r in connected] == [logging.INFO, logging.INFO]
+    (gone,) = [r for r in caplog.records if "disconnected" in r.getMessage()]
+    assert gone.levelno == logging.WARNING  # an internal error needs an operator
+    fields = {key: gone.__dict__.get(key) for key in ("peer", "reason", "ack_offset")}
+    assert fields == {"peer": "fake-slave", "reason": "internal error", "ack_offset": 0}
 
 
 # --- what the operator reads about closes ------------------------------------------------------
@@ -748,4 +757,43 @@ async def test_an_ipv6_peer_is_named_by_address_and_port(autojump_clock: trio.ab
         await trio.testing.wait_all_tasks_blocked()
         (conn,) = service.connections.values()
         assert conn.peer == "::1:10912"
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_logs_growth_is_forgotten_once_every_slave_holds_it(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The samples behind ``behind_seconds`` stay few while slaves keep up (memory), and a
+    slave that stops is still aged from when the log first went past its ack."""
+    commitlog = make_log(1)
+    service = HAService(config(), commitlog)
+    service.timeline = LogTimeline(commitlog.max_offset, clock=trio.current_time)
+    async with running(service) as nursery:
+        fast, slow = await serve_one(service, nursery), await serve_one(service, nursery)
+        for slave in (fast, slow):
+            await slave.report(commitlog.max_offset)
+        await trio.testing.wait_all_tasks_blocked()
+
+        async def grow(acking: tuple[FakeSlave, ...]) -> None:
+            await trio.sleep(1.0)
+            commitlog.append(topic="FooBar", body=b"y" * 10)
+            service.notify_log_grew()
+            for slave in acking:
+                header, _ = await slave.frame()
+                await slave.report(header.end)
+            await trio.testing.wait_all_tasks_blocked()
+
+        longest = 0
+        for _ in range(100):
+            await grow((fast, slow))
+            longest = max(longest, len(service.timeline))
+        assert longest <= 34  # trimmed as both acked: not 100 samples
+        slow_ack = commitlog.max_offset
+        for i in range(30):
+            if i % 5 == 0:
+                await slow.report(slow_ack)  # alive (housekeeping), but stuck
+            await grow((fast,))
+        (slow_stats, _) = sorted(service.statistics().slaves, key=lambda s: s.ack_offset)
+        assert slow_stats.ack_offset == slow_ack
+        assert slow_stats.behind_seconds == pytest.approx(29.0)  # the first growth past it
         nursery.cancel_scope.cancel()
