@@ -797,3 +797,71 @@ async def test_the_logs_growth_is_forgotten_once_every_slave_holds_it(
         assert slow_stats.ack_offset == slow_ack
         assert slow_stats.behind_seconds == pytest.approx(29.0)  # the first growth past it
         nursery.cancel_scope.cancel()
+
+
+async def test_an_ack_releases_only_the_puts_its_slave_carried(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A slave served from the last segment acks the end: the waiting put that begins there is
+    answered, the one that begins before (bytes the slave never got) waits out its time."""
+    commitlog = make_log(60)
+    end = commitlog.max_offset
+    last = end - end % SEG
+    service = HAService(config(slave_timeout=1000), commitlog)
+    async with running(service) as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(0)
+        while (await slave.frame())[0].end < end:
+            pass
+        answers: dict[str, tuple[PutStatus, float]] = {}
+
+        async def put(name: str, start: int) -> None:
+            status = await service.wait_replicated(end, start=start)
+            answers[name] = (status, trio.current_time())
+
+        nursery.start_soon(put, "older", last - 100)
+        nursery.start_soon(put, "carried", last)
+        await trio.testing.wait_all_tasks_blocked()
+        assert answers == {}
+        await slave.report(end)
+        await trio.testing.wait_all_tasks_blocked()
+        assert answers == {"carried": (PutStatus.PUT_OK, 0.0)}
+        await trio.sleep(2.0)
+        assert answers["older"] == (PutStatus.FLUSH_SLAVE_TIMEOUT, pytest.approx(1.0))
+        nursery.cancel_scope.cancel()
+
+
+async def test_one_unreported_slave_does_not_stand_in_for_two(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    commitlog = make_log(5)
+    service = HAService(config(in_sync_replicas=3), commitlog)
+    async with running(service) as nursery:
+        await serve_one(service, nursery)  # connected, not reported yet
+        assert await service.wait_replicated(commitlog.max_offset) is (
+            PutStatus.SLAVE_NOT_AVAILABLE
+        )
+        assert trio.current_time() == 0.0
+        await serve_one(service, nursery)  # two of them may make it: the put waits
+        assert await service.wait_replicated(commitlog.max_offset) is (
+            PutStatus.FLUSH_SLAVE_TIMEOUT
+        )
+        nursery.cancel_scope.cancel()
+
+
+async def test_by_default_a_put_counts_only_slaves_served_from_the_logs_start(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    commitlog = make_log(5)
+    end = commitlog.max_offset
+    service = HAService(config(slave_timeout=1000), commitlog)
+    async with running(service) as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(1)  # served from offset 1: it never held byte 0
+        while (await slave.frame())[0].end < end:
+            pass
+        await slave.report(end)
+        await trio.testing.wait_all_tasks_blocked()
+        assert await service.wait_replicated(end, start=1) is PutStatus.PUT_OK
+        assert await service.wait_replicated(end) is PutStatus.FLUSH_SLAVE_TIMEOUT
+        nursery.cancel_scope.cancel()
