@@ -511,7 +511,8 @@ async def test_an_unexpected_error_ends_that_connection_only_and_is_logged(
         await serve_one(service, nursery)
         assert len(service.connections) == 1
         nursery.cancel_scope.cancel()
-    assert "HA connection with fake-slave failed" in caplog.text
+    (failed,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert failed.getMessage() == "HA connection with fake-slave failed"
     assert "read of a closed segment" in caplog.text
     assert "slave fake-slave disconnected: internal error" in caplog.text
     # Each connection's start and end, the end with fields a JSON log pipeline filters on.
