@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -867,4 +869,25 @@ async def test_by_default_a_put_counts_only_slaves_served_from_the_logs_start(
         await trio.testing.wait_all_tasks_blocked()
         assert await service.wait_replicated(end, start=1) is PutStatus.PUT_OK
         assert await service.wait_replicated(end) is PutStatus.FLUSH_SLAVE_TIMEOUT
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_closed_connection_is_not_kept_alive_by_the_service(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Nothing of a departed slave stays behind (its acks least of all): a master that sees
+    many reconnects does not grow."""
+    commitlog = make_log(5)
+    service = HAService(config(), commitlog)
+    async with running(service) as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(0)
+        await trio.testing.wait_all_tasks_blocked()
+        (conn,) = service.connections.values()
+        gone = weakref.ref(conn)
+        del conn
+        await slave.stream.aclose()
+        await trio.testing.wait_all_tasks_blocked()
+        gc.collect()
+        assert gone() is None
         nursery.cancel_scope.cancel()
