@@ -891,3 +891,14 @@ async def test_a_closed_connection_is_not_kept_alive_by_the_service(
         gc.collect()
         assert gone() is None
         nursery.cancel_scope.cancel()
+
+
+async def test_frames_are_cut_at_the_configured_batch_size(autojump_clock: trio.abc.Clock) -> None:
+    commitlog = make_log(20)
+    service = HAService(config(ha_transfer_batch_size=1000), commitlog)
+    async with running(service) as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(0)
+        header, body = await slave.frame()
+        assert (header.offset, header.size, len(body)) == (0, 1000, 1000)
+        nursery.cancel_scope.cancel()
