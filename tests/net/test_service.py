@@ -521,6 +521,7 @@ async def test_an_unexpected_error_ends_that_connection_only_and_is_logged(
     connected = [r for r in caplog.records if r.getMessage() == "slave connected from fake-slave"]
     assert [r.levelno for r in connected] == [logging.INFO, logging.INFO]
     (gone,) = [r for r in caplog.records if "disconnected" in r.getMessage()]
+    assert gone.getMessage() == "slave fake-slave disconnected: internal error"
     assert gone.levelno == logging.WARNING  # an internal error needs an operator
     fields = {key: gone.__dict__.get(key) for key in ("peer", "reason", "ack_offset")}
     assert fields == {"peer": "fake-slave", "reason": "internal error", "ack_offset": 0}
