@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+import logging
 import math
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -14,6 +17,8 @@ from trioha import BrokerConfig, ConfigError
 from trioha._status import PutStatus
 from trioha.net import HAClient, HAService, Wakeup
 from trioha.net._connection import HAConnection
+from trioha.net._service import close_category
+from trioha.net._timeline import LogTimeline
 from trioha.proto import HEADER_SIZE, MasterOptions, Timing, TransferHeader, encode_report
 from trioha.store import MemoryCommitLog
 
@@ -413,8 +418,9 @@ async def test_a_body_shorter_than_its_header_is_never_put_on_the_wire(
 
 
 def test_an_epoch_mode_master_without_an_epoch_file_is_refused() -> None:
-    with pytest.raises(ConfigError, match=r"epoch mode \(enable_controller_mode\) needs"):
+    with pytest.raises(ConfigError) as err:
         HAService(config(enable_controller_mode=True), make_log())
+    assert str(err.value) == "epoch mode (enable_controller_mode) needs the store's epoch file"
 
 
 async def test_a_port_in_use_is_a_config_error_naming_the_setting() -> None:
@@ -422,8 +428,12 @@ async def test_a_port_in_use_is_a_config_error_naming_the_setting() -> None:
     try:
         port = taken.socket.getsockname()[1]
         service = HAService(config(ha_listen_port=port), make_log())
-        with pytest.raises(ConfigError, match=f"cannot listen for slaves on 127.0.0.1:{port} "):
+        with pytest.raises(
+            ConfigError, match=f"cannot listen for slaves on 127.0.0.1:{port} "
+        ) as err:
             await service.serve()
+        # The operator reads the system's words, not Python's ``[Errno 98]`` repr.
+        assert str(err.value).endswith("(haListenPort, --ha-listen): Address already in use")
     finally:
         await taken.aclose()
 
@@ -489,6 +499,7 @@ class _BrokenReads(MemoryCommitLog):
 async def test_an_unexpected_error_ends_that_connection_only_and_is_logged(
     autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="trioha.ha")
     commitlog = _BrokenReads(segment_size=SEG)
     commitlog.append(topic="FooBar", body=b"x" * 100, queue_id=0)
     service = HAService(config(), commitlog)
@@ -497,10 +508,398 @@ async def test_an_unexpected_error_ends_that_connection_only_and_is_logged(
         await slave.report(0)
         await trio.testing.wait_all_tasks_blocked()
         assert service.connections == {}  # gone from the registry; the service still serves
+        assert await slave.stream.receive_some() == b""  # and its stream closed
         assert service.statistics().connections_closed == 1
         await serve_one(service, nursery)
         assert len(service.connections) == 1
         nursery.cancel_scope.cancel()
-    assert "HA connection with fake-slave failed" in caplog.text
+    (failed,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert failed.getMessage() == "HA connection with fake-slave failed"
     assert "read of a closed segment" in caplog.text
     assert "slave fake-slave disconnected: internal error" in caplog.text
+    # Each connection's start and end, the end with fields a JSON log pipeline filters on.
+    connected = [r for r in caplog.records if r.getMessage() == "slave connected from fake-slave"]
+    assert [r.levelno for r in connected] == [logging.INFO, logging.INFO]
+    (gone,) = [r for r in caplog.records if "disconnected" in r.getMessage()]
+    assert gone.getMessage() == "slave fake-slave disconnected: internal error"
+    assert gone.levelno == logging.WARNING  # an internal error needs an operator
+    fields = {key: gone.__dict__.get(key) for key in ("peer", "reason", "ack_offset")}
+    assert fields == {"peer": "fake-slave", "reason": "internal error", "ack_offset": 0}
+
+
+# --- what the operator reads about closes ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reason", "category"),
+    [
+        ("slave closed the connection", "peer_closed"),
+        ("connection broken while reading: reset", "broken"),
+        ("nothing read from the slave for 20 s (housekeeping)", "timeout"),
+        ("refusal write timed out", "timeout"),
+        ("slave's log diverged from the master's", "diverged"),
+        ("refusing the slave: DIVERGED history", "diverged"),  # the first phrase wins
+        ("slave refused: wrong master", "refused"),
+        ("disk full while serving", "disk"),
+        ("internal error", "internal_error"),
+        ("cancelled", "shutdown"),
+        (None, "shutdown"),  # still open when the service stopped
+        ("", "shutdown"),
+        ("bytes that are not the HA protocol", "protocol_error"),
+        ("Connection Broken by a Housekeeping bug", "broken"),  # case does not matter
+    ],
+)
+def test_each_close_reason_is_counted_under_one_category(reason: str | None, category: str) -> None:
+    assert close_category(reason) == category
+
+
+async def test_statistics_count_closes_by_category(autojump_clock: trio.abc.Clock) -> None:
+    commitlog = make_log(5)
+    service = HAService(config(), commitlog)
+    async with running(service) as nursery:
+        rogue = await serve_one(service, nursery)
+        await rogue.report(commitlog.max_offset + 1)
+        await trio.testing.wait_all_tasks_blocked()
+        for _ in range(2):  # counts add up: a later close does not overwrite an earlier one
+            slave = await serve_one(service, nursery)
+            await slave.report(0)
+            await trio.testing.wait_all_tasks_blocked()
+            await slave.stream.aclose()
+            await trio.testing.wait_all_tasks_blocked()
+        stats = service.statistics()
+        nursery.cancel_scope.cancel()
+    assert stats.closed_by_reason == {"peer_closed": 2, "diverged": 1}
+    assert (stats.connections_accepted, stats.connections_closed) == (3, 3)
+    assert stats.slaves_refused == 1
+    assert service.connections == {}
+
+
+async def test_a_put_wakes_the_writers_itself(autojump_clock: trio.abc.Clock) -> None:
+    """A put appended without ``notify_log_grew`` still goes out at once: waiting for it does
+    the waking (the next heartbeat, 5 s away, is beyond ``slave_timeout``)."""
+    commitlog = make_log(5)
+    service = HAService(config(), commitlog)
+    async with running(service) as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(commitlog.max_offset)
+        await trio.testing.wait_all_tasks_blocked()
+        put = commitlog.append(topic="FooBar", body=b"no notify")
+        results: list[PutStatus] = []
+
+        async def wait() -> None:
+            results.append(await service.wait_replicated(put.end_offset, start=put.physical_offset))
+
+        nursery.start_soon(wait)
+        header, _ = await slave.frame()
+        assert (header.offset, header.end) == (put.physical_offset, put.end_offset)
+        await slave.report(header.end)
+        await trio.testing.wait_all_tasks_blocked()
+        assert results == [PutStatus.PUT_OK]
+        assert trio.current_time() == 0.0
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_slave_that_acked_and_left_no_longer_counts(autojump_clock: trio.abc.Clock) -> None:
+    commitlog = make_log(5)
+    end = commitlog.max_offset
+    service = HAService(config(), commitlog)
+    async with running(service) as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(0)
+        while (await slave.frame())[0].end < end:
+            pass
+        await slave.report(end)
+        await trio.testing.wait_all_tasks_blocked()
+        assert await service.wait_replicated(end) is PutStatus.PUT_OK
+        assert service.replicated_offset() == end
+        await slave.stream.aclose()
+        await trio.testing.wait_all_tasks_blocked()
+        assert service.connections == {}
+        assert service.replicated_offset() == -1
+        assert await service.wait_replicated(end) is PutStatus.SLAVE_NOT_AVAILABLE
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_unreported_slave_is_available_only_within_fallbehind_max(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A connection that has not reported counts as having acked 0 (``isSlaveOK``): a put
+    ending ``fallbehind_max`` or more past 0 is refused at once, one below waits its time."""
+    commitlog = make_log(20)
+    service = HAService(config(ha_slave_fallbehind_max=1000), commitlog)
+    async with running(service) as nursery:
+        await serve_one(service, nursery)
+        assert await service.wait_replicated(1000) is PutStatus.SLAVE_NOT_AVAILABLE
+        assert trio.current_time() == 0.0
+        assert await service.wait_replicated(999) is PutStatus.FLUSH_SLAVE_TIMEOUT
+        assert trio.current_time() == pytest.approx(3.0)
+        nursery.cancel_scope.cancel()
+
+
+async def test_waiting_for_a_streaming_slave_ends_at_its_first_report(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    service = HAService(config(), make_log(5))
+    async with running(service) as nursery:
+        slave = await serve_one(service, nursery)
+        woke: list[float] = []
+
+        async def wait() -> None:
+            assert await service.wait_connections(1)
+            woke.append(trio.current_time())
+
+        nursery.start_soon(wait)
+        await trio.sleep(2.0)
+        assert woke == []  # connected, but not streaming before it reports
+        await slave.report(0)
+        await trio.testing.wait_all_tasks_blocked()
+        assert woke == [2.0]
+        nursery.cancel_scope.cancel()
+
+
+class _UnconnectedSocket:
+    def getpeername(self) -> tuple[str, int]:
+        raise OSError(107, "Transport endpoint is not connected")
+
+
+class _V6Socket:
+    def getpeername(self) -> tuple[str, int, int, int]:
+        return ("::1", 10912, 0, 0)  # (host, port, flowinfo, scope_id)
+
+
+class _Wrapped(trio.abc.Stream):
+    """Another stream over *inner* (as a TLS layer is), with no socket of its own."""
+
+    def __init__(self, inner: trio.abc.Stream) -> None:
+        self.inner = inner
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _NoPeer(_Wrapped):
+    """A stream whose socket has no peer address any more (``getpeername`` fails)."""
+
+    def __init__(
+        self, inner: trio.abc.Stream, sock: _UnconnectedSocket | _V6Socket | None = None
+    ) -> None:
+        super().__init__(inner)
+        self.socket = sock or _UnconnectedSocket()
+
+
+async def test_a_socket_without_a_peer_address_is_named_question_mark(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    service = HAService(config(), make_log(5))
+    master_end, _slave_end = trio.testing.memory_stream_pair()
+    stream = _NoPeer(master_end)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(service.handle_stream, stream)
+        await trio.testing.wait_all_tasks_blocked()
+        (conn,) = service.connections.values()
+        assert conn.peer == "?"
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_gate_sees_the_socket_and_its_stream_is_served_under_the_sockets_name(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The gate (TLS, auth) gets the accepted socket and may hand back another stream, which
+    has no socket of its own: the connection still carries the socket's peer name."""
+    caplog.set_level(logging.INFO, logger="trioha.ha")
+    gated: list[tuple[trio.abc.Stream, str]] = []
+
+    async def wrap(stream: trio.abc.Stream, peer: str) -> trio.abc.Stream | None:
+        gated.append((stream, peer))
+        return _Wrapped(stream)
+
+    commitlog = make_log(5)
+    service = HAService(config(ha_listen_host="127.0.0.1"), commitlog, accept=wrap)
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(service.serve)
+        assert f"HA service listening on 127.0.0.1:{address[1]}" in caplog.messages
+        stream = await trio.open_tcp_stream(*address)
+        await stream.send_all(encode_report(0))
+        with trio.fail_after(5):
+            assert len(await stream.receive_some()) >= HEADER_SIZE  # served through the gate
+        ((raw, peer),) = gated
+        assert isinstance(raw, trio.SocketStream)
+        assert peer == "{}:{}".format(*stream.socket.getsockname()[:2])
+        (conn,) = service.connections.values()
+        assert conn.peer == peer
+        await stream.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_waiting_for_two_streaming_slaves_is_not_satisfied_by_one(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    service = HAService(config(), make_log(5))
+    async with running(service) as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(0)
+        await trio.testing.wait_all_tasks_blocked()
+        assert await service.wait_connections(1, deadline=trio.current_time() + 1) is True
+        assert await service.wait_connections(2, deadline=trio.current_time() + 1) is False
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_ipv6_peer_is_named_by_address_and_port(autojump_clock: trio.abc.Clock) -> None:
+    service = HAService(config(), make_log(5))
+    master_end, _slave_end = trio.testing.memory_stream_pair()
+    stream = _NoPeer(master_end, _V6Socket())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(service.handle_stream, stream)
+        await trio.testing.wait_all_tasks_blocked()
+        (conn,) = service.connections.values()
+        assert conn.peer == "::1:10912"
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_logs_growth_is_forgotten_once_every_slave_holds_it(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The samples behind ``behind_seconds`` stay few while slaves keep up (memory), and a
+    slave that stops is still aged from when the log first went past its ack."""
+    commitlog = make_log(1)
+    service = HAService(config(), commitlog)
+    service.timeline = LogTimeline(commitlog.max_offset, clock=trio.current_time)
+    async with running(service) as nursery:
+        fast, slow = await serve_one(service, nursery), await serve_one(service, nursery)
+        for slave in (fast, slow):
+            await slave.report(commitlog.max_offset)
+        await trio.testing.wait_all_tasks_blocked()
+
+        async def grow(acking: tuple[FakeSlave, ...]) -> None:
+            await trio.sleep(1.0)
+            commitlog.append(topic="FooBar", body=b"y" * 10)
+            service.notify_log_grew()
+            for slave in acking:
+                header, _ = await slave.frame()
+                await slave.report(header.end)
+            await trio.testing.wait_all_tasks_blocked()
+
+        longest = 0
+        for _ in range(100):
+            await grow((fast, slow))
+            longest = max(longest, len(service.timeline))
+        assert longest <= 34  # trimmed as both acked: not 100 samples
+        slow_ack = commitlog.max_offset
+        for i in range(30):
+            if i % 5 == 0:
+                await slow.report(slow_ack)  # alive (housekeeping), but stuck
+            await grow((fast,))
+        (slow_stats, _) = sorted(service.statistics().slaves, key=lambda s: s.ack_offset)
+        assert slow_stats.ack_offset == slow_ack
+        assert slow_stats.behind_seconds == pytest.approx(29.0)  # the first growth past it
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_ack_releases_only_the_puts_its_slave_carried(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A slave served from the last segment acks the end: the waiting put that begins there is
+    answered, the one that begins before (bytes the slave never got) waits out its time."""
+    commitlog = make_log(60)
+    end = commitlog.max_offset
+    last = end - end % SEG
+    service = HAService(config(slave_timeout=1000), commitlog)
+    async with running(service) as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(0)
+        while (await slave.frame())[0].end < end:
+            pass
+        answers: dict[str, tuple[PutStatus, float]] = {}
+
+        async def put(name: str, start: int) -> None:
+            status = await service.wait_replicated(end, start=start)
+            answers[name] = (status, trio.current_time())
+
+        nursery.start_soon(put, "older", last - 100)
+        nursery.start_soon(put, "carried", last)
+        await trio.testing.wait_all_tasks_blocked()
+        assert answers == {}
+        await slave.report(end)
+        await trio.testing.wait_all_tasks_blocked()
+        assert answers == {"carried": (PutStatus.PUT_OK, 0.0)}
+        await trio.sleep(2.0)
+        status, when = answers["older"]
+        assert status is PutStatus.FLUSH_SLAVE_TIMEOUT and when == pytest.approx(1.0)
+        nursery.cancel_scope.cancel()
+
+
+async def test_one_unreported_slave_does_not_stand_in_for_two(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    commitlog = make_log(5)
+    service = HAService(config(in_sync_replicas=3), commitlog)
+    async with running(service) as nursery:
+        await serve_one(service, nursery)  # connected, not reported yet
+        assert await service.wait_replicated(commitlog.max_offset) is (
+            PutStatus.SLAVE_NOT_AVAILABLE
+        )
+        assert trio.current_time() == 0.0
+        await serve_one(service, nursery)  # two of them may make it: the put waits
+        assert await service.wait_replicated(commitlog.max_offset) is (
+            PutStatus.FLUSH_SLAVE_TIMEOUT
+        )
+        nursery.cancel_scope.cancel()
+
+
+async def test_by_default_a_put_counts_only_slaves_served_from_the_logs_start(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    commitlog = make_log(5)
+    end = commitlog.max_offset
+    service = HAService(config(slave_timeout=1000), commitlog)
+    async with running(service) as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(1)  # served from offset 1: it never held byte 0
+        while (await slave.frame())[0].end < end:
+            pass
+        await slave.report(end)
+        await trio.testing.wait_all_tasks_blocked()
+        assert await service.wait_replicated(end, start=1) is PutStatus.PUT_OK
+        assert await service.wait_replicated(end) is PutStatus.FLUSH_SLAVE_TIMEOUT
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_closed_connection_is_not_kept_alive_by_the_service(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Nothing of a departed slave stays behind (its acks least of all): a master that sees
+    many reconnects does not grow."""
+    commitlog = make_log(5)
+    service = HAService(config(), commitlog)
+    async with running(service) as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(0)
+        await trio.testing.wait_all_tasks_blocked()
+        (conn,) = service.connections.values()
+        gone = weakref.ref(conn)
+        del conn
+        await slave.stream.aclose()
+        await trio.testing.wait_all_tasks_blocked()
+        gc.collect()
+        assert gone() is None
+        nursery.cancel_scope.cancel()
+
+
+async def test_frames_are_cut_at_the_configured_batch_size(autojump_clock: trio.abc.Clock) -> None:
+    commitlog = make_log(20)
+    service = HAService(config(ha_transfer_batch_size=1000), commitlog)
+    async with running(service) as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(0)
+        header, body = await slave.frame()
+        assert (header.offset, header.size, len(body)) == (0, 1000, 1000)
+        nursery.cancel_scope.cancel()

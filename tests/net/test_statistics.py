@@ -8,6 +8,7 @@ TCP connector on 127.0.0.1 with port 0.
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 import trio
@@ -16,7 +17,8 @@ import trio.testing
 from trioha import BrokerConfig, ConfigError
 from trioha.net import HAClient, HAService, Wakeup
 from trioha.proto import HEADER_SIZE, encode_report
-from trioha.store import MemoryCommitLog
+from trioha.store import EpochFile, MemoryCommitLog
+from trioha.store._sent import SentOffsets
 
 SEG = 4096
 
@@ -218,3 +220,51 @@ def test_seconds_behind_is_zero_when_caught_up_else_the_age_of_the_last_message(
     assert client.statistics().behind_seconds == pytest.approx(11.0)  # now: t0 + 15 s
     now[0] -= 60  # a clock behind the master's: never negative
     assert client.statistics().behind_seconds == 0.0
+
+
+async def test_service_statistics_name_the_epoch_and_the_lost_ranges(tmp_path: Path) -> None:
+    master_log = make_log(10)
+    epochs = EpochFile.open(tmp_path / "epochs")
+    epochs.append(1, 0)
+    epochs.append(2, 200)
+    epochs.append(3, 500)
+    sent = SentOffsets(tmp_path / "sent")
+    sent.lost = ((700, 900), (1200, 1300))
+    epoch_mode = HAService(
+        config(enable_controller_mode=True), master_log, sent=sent, epoch_file=epochs
+    )
+    stats = epoch_mode.statistics()
+    assert (stats.epoch, stats.epoch_start) == (3, 500)  # the current epoch, not the first
+    assert stats.lost_ranges == ((700, 900), (1200, 1300))
+    # Classic mode ignores an epoch file it is handed; so does an empty history.
+    classic = HAService(config(), master_log, epoch_file=epochs).statistics()
+    assert (classic.epoch, classic.epoch_start, classic.lost_ranges) == (-1, -1, ())
+    empty = EpochFile.open(tmp_path / "empty")
+    fresh = HAService(config(enable_controller_mode=True), master_log, epoch_file=empty)
+    assert (fresh.statistics().epoch, fresh.statistics().epoch_start) == (-1, -1)
+
+
+async def test_seconds_behind_is_known_from_a_slaves_first_report(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    master_log = make_log(10)
+    service = HAService(config(), master_log)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(service.time_out_puts)
+        await trio.sleep(4.0)
+        master_end, slave_end = trio.testing.memory_stream_pair()
+        nursery.start_soon(service.handle_stream, master_end, "slave")
+        await trio.sleep(1.5)
+        (silent,) = service.statistics().slaves
+        assert silent.behind_seconds is None  # nothing reported: nothing to date
+        assert silent.connected_seconds == pytest.approx(1.5)  # since it connected, not since 0
+        await slave_end.send_all(encode_report(0))  # an empty slave: all of the log to go
+        await trio.testing.wait_all_tasks_blocked()
+        (empty,) = service.statistics().slaves
+        assert (empty.ack_offset, empty.lag) == (0, master_log.max_offset)
+        assert empty.behind_seconds is not None and empty.behind_seconds >= 0.0
+        await slave_end.send_all(encode_report(master_log.max_offset))
+        await trio.testing.wait_all_tasks_blocked()
+        (caught_up,) = service.statistics().slaves
+        assert (caught_up.lag, caught_up.behind_seconds) == (0, 0.0)
+        nursery.cancel_scope.cancel()
