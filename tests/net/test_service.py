@@ -520,8 +520,9 @@ async def test_an_unexpected_error_ends_that_connection_only_and_is_logged(
     # Each connection's start and end, the end with fields a JSON log pipeline filters on.
     connected = [r for r in caplog.records if r.getMessage() == "slave connected from fake-slave"]
     assert [r.levelno for r in connected] == [logging.INFO, logging.INFO]
-    (gone,) = [r for r in caplog.records if "disconnected" in r.getMessage()]
+    gone, stopped = [r for r in caplog.records if "disconnected" in r.getMessage()]
     assert gone.getMessage() == "slave fake-slave disconnected: internal error"
+    assert stopped.getMessage() == "slave fake-slave disconnected: cancelled"  # the second
     assert gone.levelno == logging.WARNING  # an internal error needs an operator
     fields = {key: gone.__dict__.get(key) for key in ("peer", "reason", "ack_offset")}
     assert fields == {"peer": "fake-slave", "reason": "internal error", "ack_offset": 0}
@@ -572,6 +573,25 @@ async def test_statistics_count_closes_by_category(autojump_clock: trio.abc.Cloc
     assert (stats.connections_accepted, stats.connections_closed) == (3, 3)
     assert stats.slaves_refused == 1
     assert service.connections == {}
+
+
+async def test_a_connection_open_when_the_service_stops_is_counted_and_logged(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trioha.ha")
+    commitlog = make_log(5)
+    service = HAService(config(), commitlog)
+    async with running(service) as nursery:
+        slave = await serve_one(service, nursery)
+        await slave.report(0)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    stats = service.statistics()
+    assert stats.closed_by_reason == {"shutdown": 1}
+    assert (stats.connections_accepted, stats.connections_closed) == (1, 1)
+    assert service.connections == {}
+    lines = [r.getMessage() for r in caplog.records if "disconnected" in r.getMessage()]
+    assert lines == ["slave fake-slave disconnected: cancelled"]
 
 
 async def test_a_put_wakes_the_writers_itself(autojump_clock: trio.abc.Clock) -> None:

@@ -246,7 +246,6 @@ class HAService:
             self._closed += 1
             self._refused += conn.refused
             self._connection_change.unpark_all()
-            await trio.aclose_forcefully(stream)
             reason = conn.close_reason or "cancelled"
             self._closed_by_reason[close_category(reason)] += 1
             log.log(
@@ -256,6 +255,9 @@ class HAService:
                 reason,
                 extra={"peer": peer, "reason": reason, "ack_offset": conn.ack_offset},
             )
+            # Last: under cancellation (the service stopping) the forced close re-raises it,
+            # and nothing after this line would run.
+            await trio.aclose_forcefully(stream)
 
     # --- acks and sync replication ----------------------------------------------------------
     def live_acks(self) -> list[int]:
