@@ -383,6 +383,20 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_broker_port() -> int:
+    """A free port for a broker's client port whose VIP channel (the port - 2) is free too."""
+    for _ in range(100):
+        with socket.socket() as main, socket.socket() as vip:
+            main.bind(("127.0.0.1", 0))
+            port = int(main.getsockname()[1])
+            try:
+                vip.bind(("127.0.0.1", port - 2))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port pair (port, port - 2) in 100 tries")
+
+
 def test_two_processes_started_as_in_the_readme_replicate_byte_for_byte(tmp_path: Path) -> None:
     master_dir, slave_dir = tmp_path / "m", tmp_path / "s"
     with open_store(master_dir, segment_size=SEG) as store:

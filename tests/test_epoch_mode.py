@@ -29,6 +29,7 @@ from tests.test_broker import (
     caught_up,
     connected,
     files_identical,
+    free_broker_port,
     master_config,
     put_many,
     running,
@@ -119,6 +120,9 @@ class _Process:
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.output.splitlines()[-lines:])
+
     def check_alive(self) -> None:
         assert self.proc.poll() is None, f"{self.name} exited early:\n{self.output}"
 
@@ -135,14 +139,16 @@ class _Process:
 
 
 def _until(
-    done: Callable[[], bool], what: str, processes: list[_Process], within: float = 60
+    done: Callable[[], bool], what: str, processes: list[_Process], within: float = 120
 ) -> None:
     """Poll ``done`` until it holds; fail at once if a broker died, or after ``within`` s."""
     deadline = time.monotonic() + within
     while not done():
         for p in processes:
             p.check_alive()
-        assert time.monotonic() < deadline, f"{what} within {within} s"
+        if time.monotonic() >= deadline:
+            tails = "\n".join(f"--- {p.name}, last lines:\n{p.tail()}" for p in processes)
+            raise AssertionError(f"{what} within {within} s\n{tails}")
         time.sleep(0.1)
 
 
@@ -228,7 +234,7 @@ def test_a_slave_holding_the_masters_lost_tail_is_cut_back_never_spliced(tmp_pat
         "haSendHeartbeatInterval=200\nhaHousekeepingInterval=2000\n"
         "haReconnectBackoffMax=200\n"
     )
-    ha, m_port, s_port = _free_port(), _free_port(), _free_port()
+    ha, m_port, s_port = _free_port(), free_broker_port(), free_broker_port()
 
     def start(name: str, role: str) -> _Process:
         store, port = (master_dir, m_port) if role == "master" else (slave_dir, s_port)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from tests.test_broker import _free_port, free_broker_port
 from trioha.remoting._client import open_client_pool
 from trioha.remoting._mqclient import runtime_info, send_message
 from trioha.store import open_store
@@ -31,12 +31,6 @@ from trioha.store import open_store
 SEG = 64 * 1024
 CMD = [sys.executable, "-m", "trioha"]
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Broker:
@@ -120,7 +114,7 @@ def test_a_slave_holding_a_lost_tail_is_refused_then_cut_back_and_caught_up(
     conf.write_text(
         f"mappedFileSizeCommitLog={SEG}\nflushIntervalCommitLog=600000\nhaSyncFromOldest=true\n"
     )
-    ha, m_port, s_port = _free_port(), _free_port(), _free_port()
+    ha, m_port, s_port = _free_port(), free_broker_port(), free_broker_port()
     master_args = [
         "master",
         "--store-dir",

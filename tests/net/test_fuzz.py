@@ -1,6 +1,6 @@
 """The real Trio tasks (HAService, HAConnection, HAClient) over streams that misbehave.
 
-Every example is one ``trio.run`` under ``MockClock(autojump_threshold=0)``: a master's HA
+Every example is one ``trio.run`` under an autojump clock (``tests/clock.py``): a master's HA
 service and a slave's HA client talk through :class:`~trioha.testing.FaultyStream` pairs that
 cut writes and reads anywhere, add delays, and kill the first few connections by reset, orderly
 close or black hole, after some bytes or at some moment, while a producer appends and waits for
@@ -45,6 +45,7 @@ import trio.testing
 from hypothesis import Phase, event, example, given, settings
 from hypothesis import strategies as st
 
+from tests.clock import thread_aware_autojump_clock
 from trioha import BrokerConfig
 from trioha._config import BrokerRole
 from trioha._status import PutStatus
@@ -611,7 +612,7 @@ def _quiet_logs() -> Iterator[None]:
 def test_replication_through_faulty_streams(plan: Plan) -> None:
     events: list[str] = []
     with mock.patch.object(trio.to_thread, "run_sync", run_sync_inline):
-        trio.run(run_plan, plan, events, clock=trio.testing.MockClock(autojump_threshold=0))
+        trio.run(run_plan, plan, events, clock=thread_aware_autojump_clock())
     for name in sorted(set(events)):
         event(name)
 
@@ -762,7 +763,7 @@ def test_a_master_power_loss_never_splices_the_slave(case: PowerLoss) -> None:
             case,
             Path(root),
             events,
-            clock=trio.testing.MockClock(autojump_threshold=0),
+            clock=thread_aware_autojump_clock(),
         )
     for name in sorted(set(events)):
         event(name)
