@@ -139,7 +139,7 @@ class _Process:
 
 
 def _until(
-    done: Callable[[], bool], what: str, processes: list[_Process], within: float = 120
+    done: Callable[[], bool], what: str, processes: list[_Process], within: float = 60
 ) -> None:
     """Poll ``done`` until it holds; fail at once if a broker died, or after ``within`` s."""
     deadline = time.monotonic() + within
