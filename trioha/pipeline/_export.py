@@ -30,17 +30,17 @@ class LogRange:
     segment_size: int | None = None
 
     def load(self, spark: SparkSession, *, output: str | None = None) -> DataFrame:
-        """``spark.read.format("commitlog")`` with the range's options."""
-        reader = spark.read.format("commitlog")
-        for name, value in (
-            ("startOffset", self.start_offset),
-            ("endOffset", self.end_offset),
-            ("segmentSize", self.segment_size),
-            ("output", output),
-        ):
-            if value is not None:
-                reader = reader.option(name, str(value))
-        return reader.load(self.directory)
+        """The ``commitlog`` read of the range (the JVM engine when the session has it)."""
+        from trioha.pipeline._jvm import read_commitlog
+
+        return read_commitlog(
+            spark,
+            self.directory,
+            startOffset=self.start_offset,
+            endOffset=self.end_offset,
+            segmentSize=self.segment_size,
+            output=output,
+        )
 
     def damage(self, spark: SparkSession) -> Damage:
         """The problems output over the range, as :class:`Damage`."""

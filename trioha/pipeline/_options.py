@@ -22,6 +22,24 @@ class Output(enum.Enum):
     PROBLEMS = "problems"
 
 
+class Engine(enum.Enum):
+    """Who decodes a read: ``auto`` picks ``jvm`` when the session has the JVM engine's jar
+    and the read is one it does, else ``python`` (:mod:`trioha.pipeline._jvm`)."""
+
+    AUTO = "auto"
+    JVM = "jvm"
+    PYTHON = "python"
+
+    @classmethod
+    def parse(cls, text: str | Engine) -> Engine:
+        if isinstance(text, Engine):
+            return text
+        try:
+            return cls(str(text).strip().lower())
+        except ValueError:
+            raise PipelineError(f"engine={text!r}: expected auto, jvm or python") from None
+
+
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
@@ -45,6 +63,7 @@ class ReadOptions:
     arrow: bool = True
     batch_rows: int = 16384
     batch_bytes: int = 32 * MIB
+    engine: Engine = Engine.AUTO
 
     @classmethod
     def from_options(
@@ -64,13 +83,14 @@ class ReadOptions:
             "arrow",
             "batchrows",
             "batchbytes",
+            "engine",
         }
         unknown = sorted(set(lower) - known)
         if unknown:
             raise PipelineError(
                 f"unknown commitlog option(s) {', '.join(unknown)}; known: "
                 "path, output, startOffset, endOffset, partitionBytes, segmentSize, "
-                "verifyCrc, decompress, arrow, batchRows, batchBytes"
+                "verifyCrc, decompress, arrow, batchRows, batchBytes, engine"
             )
         path = lower.get("path")
         if not path:
@@ -85,6 +105,7 @@ class ReadOptions:
                 raise PipelineError(
                     f"option output={text!r}: expected 'messages' or 'problems'"
                 ) from None
+        engine = Engine.parse(lower.get("engine", Engine.AUTO))
         start = _int(lower, "startoffset", minimum=0)
         end = _int(lower, "endoffset", minimum=0)
         if start is not None and end is not None and end < start:
@@ -101,6 +122,7 @@ class ReadOptions:
             arrow=_bool(lower, "arrow", default=True),
             batch_rows=_int(lower, "batchrows", minimum=1) or 16384,
             batch_bytes=_int(lower, "batchbytes", minimum=1) or 32 * MIB,
+            engine=engine,
         )
 
 

@@ -38,7 +38,7 @@ from pyspark.sql.types import (
 
 from trioha._errors import PipelineError
 from trioha.pipeline._layout import read_layout
-from trioha.pipeline._options import Output, ReadOptions
+from trioha.pipeline._options import Engine, Output, ReadOptions
 from trioha.pipeline._plan import ScanPartition, plan_partitions
 
 #: One row per message. Documented in docs/pipeline.md; keep the two in step.
@@ -175,7 +175,13 @@ class CommitLogDataSource(DataSource):
         return MESSAGE_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return CommitLogReader(self._read_options(), schema)
+        opts = self._read_options()
+        if opts.engine is Engine.JVM:
+            raise PipelineError(
+                'format("commitlog") reads with the Python engine; for the JVM engine use '
+                "trioha.pipeline.read_commitlog(spark, path, engine='jvm')"
+            )
+        return CommitLogReader(opts, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """``spark.readStream.format("commitlog")``: see :mod:`trioha.pipeline._stream`."""
