@@ -297,6 +297,29 @@ def test_compressed_bodies_read_the_same(jvm: SparkSession, tmp_path: Path) -> N
     assert [r[body] for r in opened] == [plain] * 5 + [b for _, b in cases[5:]]
 
 
+def test_large_lz4_frames_of_linked_blocks_read_the_same(jvm: SparkSession, tmp_path: Path) -> None:
+    """``lz4.frame`` links blocks by default: matches reach into earlier 64 KiB blocks."""
+    import lz4.frame
+
+    rng = random.Random(4)
+    plain = b"".join(
+        rng.choice((b"abc ", b"order-", b"\x00" * 9, rng.randbytes(3))) for _ in range(60_000)
+    )
+    frames = [
+        lz4.frame.compress(plain),
+        lz4.frame.compress(plain, block_linked=False, content_checksum=True),
+        lz4.frame.compress(plain, block_checksum=True, store_size=False, block_size=5),
+        lz4.frame.compress(plain)[:-5],  # truncated: left as stored
+    ]
+    write_log(
+        tmp_path,
+        [NewMessage(topic="z", body=f, sysflag=0x1 | 1 << 8) for f in frames],
+        segment_size=4 << 20,
+    )
+    opened = same(jvm, tmp_path, decompress=True)
+    assert [r[18] for r in opened] == [plain] * 3 + [frames[3]]
+
+
 def test_offset_options_and_filters_read_the_same(jvm: SparkSession, varied_log: Log) -> None:
     ms = varied_log.messages
     lo, hi = ms[40].physical_offset + 3, ms[200].physical_offset

@@ -7,15 +7,12 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.util.zip.DataFormatException;
 import java.util.zip.Inflater;
-import net.jpountz.lz4.LZ4Factory;
-import net.jpountz.lz4.LZ4FrameInputStream;
-import net.jpountz.xxhash.XXHashFactory;
 
 /**
  * Compressed bodies, as trioha/pipeline/_decode.py's compression_of and decompress: the
  * algorithm from the sysflag (MessageSysFlag, CompressionType.findByValue), and the body as
- * the producer sent it (UtilAll.uncompress, Lz4Compressor, ZstdCompressor), with the
- * libraries Spark itself ships (java.util.zip, lz4-java, zstd-jni).
+ * the producer sent it (UtilAll.uncompress, Lz4Compressor, ZstdCompressor), with
+ * java.util.zip, the zstd-jni Spark itself ships, and {@link Lz4Frame}.
  */
 final class Bodies {
   private Bodies() {}
@@ -35,14 +32,7 @@ final class Bodies {
     try {
       switch (algorithm) {
         case "zlib": return inflate(b, off, len);
-        case "lz4":
-          // One frame, as lz4.frame.decompress reads: what follows it is ignored.
-          return drain(
-              new LZ4FrameInputStream(
-                  new ByteArrayInputStream(b, off, len),
-                  LZ4Factory.fastestJavaInstance().safeDecompressor(),
-                  XXHashFactory.fastestJavaInstance().hash32(),
-                  true));
+        case "lz4": return Lz4Frame.decode(b, off, len);
         case "zstd": return drain(new ZstdInputStream(new ByteArrayInputStream(b, off, len)));
         default: return null;
       }

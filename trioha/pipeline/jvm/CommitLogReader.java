@@ -6,19 +6,12 @@
  */
 package trioha.pipeline.jvm;
 
-import java.io.ByteArrayOutputStream;
 import java.io.IOException;
-import java.io.InputStream;
 import java.io.RandomAccessFile;
 import java.nio.ByteBuffer;
-import java.nio.MappedByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.charset.StandardCharsets;
-import java.util.ArrayList;
 import java.util.HashMap;
-import java.util.List;
-import java.util.zip.DataFormatException;
-import java.util.zip.Inflater;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
 import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
@@ -64,6 +57,11 @@ final class CommitLogReader implements PartitionReader<ColumnarBatch> {
   private int hi; // the range's end, relative
 
   private byte[] scratch = new byte[1 << 16];
+  // The current record's property pairs: name start, separator (\u0001), value end; kept.
+  private int[] pairStart = new int[16];
+  private int[] pairSep = new int[16];
+  private int[] pairEnd = new int[16];
+  private boolean[] pairKeep = new boolean[16];
   private final HostCache bornHosts = new HostCache();
   private final HostCache storeHosts = new HostCache();
 
@@ -392,7 +390,7 @@ final class CommitLogReader implements PartitionReader<ColumnarBatch> {
       start = 0;
       end = text.length;
     }
-    List<int[]> pairs = new ArrayList<>(); // {name start, separator, value end}
+    int count = 0;
     int p = start;
     while (p <= end) {
       int q = p;
@@ -407,49 +405,47 @@ final class CommitLogReader implements PartitionReader<ColumnarBatch> {
         }
       }
       if (sep > p && sep < q - 1) {
-        pairs.add(new int[] {p, sep, q});
+        if (count == pairStart.length) {
+          pairStart = java.util.Arrays.copyOf(pairStart, 2 * count);
+          pairSep = java.util.Arrays.copyOf(pairSep, 2 * count);
+          pairEnd = java.util.Arrays.copyOf(pairEnd, 2 * count);
+          pairKeep = java.util.Arrays.copyOf(pairKeep, 2 * count);
+        }
+        pairStart[count] = p;
+        pairSep[count] = sep;
+        pairEnd[count] = q;
+        pairKeep[count] = true;
+        count++;
       }
       p = q + 1;
     }
-    int count = pairs.size();
-    boolean[] keep = new boolean[count];
-    java.util.Arrays.fill(keep, true);
     if (count > 1) {
-      HashMap<String, Integer> last = new HashMap<>();
-      for (int k = 0; k < count; k++) {
-        int[] pr = pairs.get(k);
-        Integer before = last.put(new String(b, pr[0], pr[1] - pr[0], StandardCharsets.ISO_8859_1), k);
-        if (before != null) {
-          keep[before] = false;
-        }
-      }
+      dropEarlierDuplicates(b, count);
     }
     int tags = -1;
     int keys = -1;
     for (int k = 0; k < count; k++) {
-      if (!keep[k]) {
+      if (!pairKeep[k]) {
         continue;
       }
-      int[] pr = pairs.get(k);
-      if (is(b, pr[0], pr[1], TAGS_KEY)) {
+      if (is(b, pairStart[k], pairSep[k], TAGS_KEY)) {
         tags = k;
-      } else if (is(b, pr[0], pr[1], KEYS_KEY)) {
+      } else if (is(b, pairStart[k], pairSep[k], KEYS_KEY)) {
         keys = k;
       }
     }
     WritableColumnVector v;
-    if ((v = vectors[TAGS]) != null) putValue(v, i, b, tags < 0 ? null : pairs.get(tags));
-    if ((v = vectors[KEYS]) != null) putValue(v, i, b, keys < 0 ? null : pairs.get(keys));
+    if ((v = vectors[TAGS]) != null) putValue(v, i, b, tags);
+    if ((v = vectors[KEYS]) != null) putValue(v, i, b, keys);
     if ((v = vectors[PROPERTIES]) != null) {
       WritableColumnVector names = v.getChild(0);
       WritableColumnVector values = v.getChild(1);
       int first = names.getElementsAppended();
       int n = 0;
       for (int k = 0; k < count; k++) {
-        if (keep[k]) {
-          int[] pr = pairs.get(k);
-          names.appendByteArray(b, pr[0], pr[1] - pr[0]);
-          values.appendByteArray(b, pr[1] + 1, pr[2] - pr[1] - 1);
+        if (pairKeep[k]) {
+          names.appendByteArray(b, pairStart[k], pairSep[k] - pairStart[k]);
+          values.appendByteArray(b, pairSep[k] + 1, pairEnd[k] - pairSep[k] - 1);
           n++;
         }
       }
@@ -469,11 +465,37 @@ final class CommitLogReader implements PartitionReader<ColumnarBatch> {
     return true;
   }
 
-  private static void putValue(WritableColumnVector v, int i, byte[] b, int[] pair) {
-    if (pair == null) {
+  private void putValue(WritableColumnVector v, int i, byte[] b, int k) {
+    if (k < 0) {
       v.putNull(i);
     } else {
-      v.putByteArray(i, b, pair[1] + 1, pair[2] - pair[1] - 1);
+      v.putByteArray(i, b, pairSep[k] + 1, pairEnd[k] - pairSep[k] - 1);
+    }
+  }
+
+  /** Unmark every pair whose name a later pair repeats (Java's HashMap keeps the last). */
+  private void dropEarlierDuplicates(byte[] b, int count) {
+    if (count <= 16) {
+      for (int k = 0; k < count; k++) {
+        int len = pairSep[k] - pairStart[k];
+        for (int j = k + 1; j < count; j++) {
+          if (pairSep[j] - pairStart[j] == len
+              && java.util.Arrays.equals(
+                  b, pairStart[k], pairSep[k], b, pairStart[j], pairSep[j])) {
+            pairKeep[k] = false;
+            break;
+          }
+        }
+      }
+      return;
+    }
+    HashMap<String, Integer> last = new HashMap<>();
+    for (int k = 0; k < count; k++) {
+      String name = new String(b, pairStart[k], pairSep[k] - pairStart[k], StandardCharsets.ISO_8859_1);
+      Integer before = last.put(name, k);
+      if (before != null) {
+        pairKeep[before] = false;
+      }
     }
   }
 
@@ -486,17 +508,26 @@ final class CommitLogReader implements PartitionReader<ColumnarBatch> {
       if (v4.size() + v6.size() > 4096) {
         v4.clear();
         v6.clear();
+        lastText = null;
       }
     }
+
+    private long lastKey = -1;
+    private byte[] lastText;
 
     byte[] render(byte[] r, int addr, int len, int port) {
       if (len == 4) {
         long key = ((long) i32(r, addr) << 32) | (port & 0xFFFFFFFFL);
-        byte[] text = v4.get(key);
+        if (key == lastKey && lastText != null) {
+          return lastText;
+        }
+        lastKey = key;
+        byte[] text = lastText = v4.get(key);
         if (text == null) {
           text = ((r[addr] & 0xFF) + "." + (r[addr + 1] & 0xFF) + "." + (r[addr + 2] & 0xFF) + "."
                   + (r[addr + 3] & 0xFF) + ":" + port).getBytes(StandardCharsets.US_ASCII);
           v4.put(key, text);
+          lastText = text;
         }
         return text;
       }
