@@ -230,19 +230,9 @@ def plan_json(plan: Sequence[ScanPartition]) -> str:
 
 def load_jvm(spark: SparkSession, opts: ReadOptions) -> DataFrame:
     """A DataFrame of the JVM source over the partitions planned here, on the driver."""
-    from trioha.pipeline._layout import read_layout
-    from trioha.pipeline._plan import plan_partitions
-
-    layout = read_layout(opts.path, segment_size=opts.segment_size)
-    plan = plan_partitions(
-        layout,
-        target_bytes=opts.partition_bytes,
-        start_offset=opts.start_offset,
-        end_offset=opts.end_offset,
-    )
     return (
         spark.read.format(SOURCE_CLASS)
-        .option("partitions", plan_json(plan))
+        .option("partitions", plan_json(opts.plan()))
         .option("decompress", str(opts.decompress).lower())
         .option("batchRows", str(min(opts.batch_rows, 4096)))
         .option("batchBytes", str(opts.batch_bytes))

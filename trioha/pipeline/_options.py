@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import attrs
 
 from trioha._errors import PipelineError
-from trioha.pipeline._plan import DEFAULT_PARTITION_BYTES, MIB
+from trioha.pipeline._plan import DEFAULT_PARTITION_BYTES, MIB, ScanPartition, plan_partitions
 
 
 class Output(enum.Enum):
@@ -64,6 +64,17 @@ class ReadOptions:
     batch_rows: int = 16384
     batch_bytes: int = 32 * MIB
     engine: Engine = Engine.AUTO
+
+    def plan(self) -> tuple[ScanPartition, ...]:
+        """The read's partitions, planned here (on the driver) by both engines alike."""
+        from trioha.pipeline._layout import read_layout
+
+        return plan_partitions(
+            read_layout(self.path, segment_size=self.segment_size),
+            target_bytes=self.partition_bytes,
+            start_offset=self.start_offset,
+            end_offset=self.end_offset,
+        )
 
     @classmethod
     def from_options(

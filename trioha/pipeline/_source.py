@@ -37,9 +37,8 @@ from pyspark.sql.types import (
 )
 
 from trioha._errors import PipelineError
-from trioha.pipeline._layout import read_layout
 from trioha.pipeline._options import Engine, Output, ReadOptions
-from trioha.pipeline._plan import ScanPartition, plan_partitions
+from trioha.pipeline._plan import ScanPartition
 
 #: One row per message. Documented in docs/pipeline.md; keep the two in step.
 MESSAGE_SCHEMA = StructType(
@@ -107,15 +106,7 @@ class CommitLogReader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> list[InputPartition]:
-        opts = self.options
-        layout = read_layout(opts.path, segment_size=opts.segment_size)
-        plan = plan_partitions(
-            layout,
-            target_bytes=opts.partition_bytes,
-            start_offset=opts.start_offset,
-            end_offset=opts.end_offset,
-        )
-        return [_Partition(p) for p in plan]
+        return [_Partition(p) for p in self.options.plan()]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         # Imported here: numpy and the decoder load in the executor's Python worker only.

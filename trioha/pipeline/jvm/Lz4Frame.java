@@ -97,18 +97,13 @@ final class Lz4Frame {
   private static byte[] block(byte[] b, int p, int end, byte[] out, int[] written, int maxBlock) {
     int n = written[0];
     int limit = n + maxBlock;
+    int[] at = new int[1];
     while (p < end) {
       int token = b[p++] & 0xFF;
-      int lit = token >>> 4;
-      if (lit == 15) {
-        int more;
-        do {
-          if (p >= end) return null;
-          more = b[p++] & 0xFF;
-          lit += more;
-        } while (more == 255);
-      }
-      if (lit > end - p || n + lit > limit) {
+      at[0] = p;
+      int lit = length(b, at, end, token >>> 4);
+      p = at[0];
+      if (lit < 0 || lit > end - p || n + lit > limit) {
         return null;
       }
       out = room(out, n, lit);
@@ -126,15 +121,13 @@ final class Lz4Frame {
       if (offset == 0 || offset > n) {
         return null;
       }
-      int match = (token & 15) + 4;
-      if ((token & 15) == 15) {
-        int more;
-        do {
-          if (p >= end) return null;
-          more = b[p++] & 0xFF;
-          match += more;
-        } while (more == 255);
+      at[0] = p;
+      int match = length(b, at, end, token & 15);
+      p = at[0];
+      if (match < 0) {
+        return null;
       }
+      match += 4;
       if (n + match > limit) {
         return null;
       }
@@ -146,6 +139,25 @@ final class Lz4Frame {
     }
     written[0] = n;
     return out;
+  }
+
+  /**
+   * A literal or match length: the token's 4 bits, plus bytes while they are 255 when those
+   * are 15. at[0] is the position of the extra bytes, moved past them; -1 if they run out.
+   */
+  private static int length(byte[] b, int[] at, int end, int nibble) {
+    int len = nibble;
+    if (nibble == 15) {
+      int more;
+      do {
+        if (at[0] >= end) {
+          return -1;
+        }
+        more = b[at[0]++] & 0xFF;
+        len += more;
+      } while (more == 255);
+    }
+    return len;
   }
 
   private static byte[] room(byte[] out, int n, int more) {
