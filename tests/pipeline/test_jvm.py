@@ -382,3 +382,13 @@ def test_engine_options_are_checked(spark: SparkSession, varied_log: Log) -> Non
         spark.read.format("commitlog").option("engine", "jvm").load(str(varied_log.root)).count()
     with pytest.raises(PipelineError, match="output=problems is read by the Python engine"):
         _jvm.read_commitlog(spark, str(varied_log.root), engine="jvm", output="problems")
+
+
+def test_export_and_stats_take_an_engine_option() -> None:
+    from trioha.pipeline._cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["export", "d", "o"]).engine == "auto"
+    assert parser.parse_args(["stats", "d", "--engine", "python"]).engine == "python"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["stats", "d", "--engine", "gpu"])

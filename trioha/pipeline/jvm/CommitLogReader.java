@@ -57,6 +57,7 @@ final class CommitLogReader implements PartitionReader<ColumnarBatch> {
   private int hi; // the range's end, relative
 
   private byte[] scratch = new byte[1 << 16];
+  private final byte[] msgId = new byte[56];
   // The current record's property pairs: name start, separator (\u0001), value end; kept.
   private int[] pairStart = new int[16];
   private int[] pairSep = new int[16];
@@ -317,7 +318,7 @@ final class CommitLogReader implements PartitionReader<ColumnarBatch> {
     if ((v = vectors[MSG_ID]) != null) {
       // MessageDecoder.createMessageId: store host address, port (int32), physical offset.
       int n = storeLen + 12;
-      byte[] id = new byte[2 * n];
+      byte[] id = msgId;
       for (int k = 0; k < n; k++) {
         int b;
         if (k < storeLen + 4) {
@@ -328,7 +329,7 @@ final class CommitLogReader implements PartitionReader<ColumnarBatch> {
         id[2 * k] = HEX[b >> 4];
         id[2 * k + 1] = HEX[b & 15];
       }
-      v.putByteArray(i, id, 0, id.length);
+      v.putByteArray(i, id, 0, 2 * n);
     }
     boolean flagged = (sysflag & SYSFLAG_COMPRESSED) != 0;
     String algorithm = flagged ? Bodies.compressionName(sysflag) : null;
