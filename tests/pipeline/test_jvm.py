@@ -392,3 +392,25 @@ def test_export_and_stats_take_an_engine_option() -> None:
     assert parser.parse_args(["stats", "d", "--engine", "python"]).engine == "python"
     with pytest.raises(SystemExit):
         parser.parse_args(["stats", "d", "--engine", "gpu"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NO_JDK, reason="no javac: the JVM engine cannot be built here")
+def test_an_unwritable_cache_builds_in_a_private_temporary_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("TRIOHA_CACHE_DIR", str(tmp_path / "a-file" / "cache"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    built = _jvm.ensure_jar()
+    assert built.path is not None, built.reason
+    assert built.path.parent.parent == tmp_path / "tmp"
+    assert built.path.parent.stat().st_mode & 0o077 == 0
+    assert _jvm.ensure_jar().path == built.path  # found again, not rebuilt
+    built.path.parent.chmod(0o777)  # a directory others may write to is not trusted
+    again = _jvm.ensure_jar()
+    assert again.path is None
+    assert "not a directory of this user's alone" in again.reason

@@ -11,7 +11,8 @@ partition begins is decided in one place.
 The Java sources ship in the package. :func:`ensure_jar` compiles them with ``javac``
 against the jars of the installed pyspark into a jar in a cache directory (``$TRIOHA_CACHE_DIR``,
 else ``$XDG_CACHE_HOME/trioha``, else ``~/.cache/trioha``), named by a hash of the sources and
-the pyspark version, so a rebuilt or upgraded install compiles once and then reuses it.
+the pyspark version, so a rebuilt or upgraded install compiles once and then reuses it (if
+that directory cannot be written, ``$TMPDIR/trioha-cache-<uid>``).
 :func:`trioha.pipeline.spark_session` puts the jar on ``spark.jars`` before the JVM starts
 (Spark then ships it to every executor). Without a JDK, or in a session started elsewhere,
 there is no jar and reads take the Python engine (:func:`choose_engine`); nothing fails.
@@ -116,17 +117,47 @@ def ensure_jar() -> JarResult:
         return JarResult(None, "no Spark jars found (pyspark not installed?)")
     if not _sources():
         return JarResult(None, f"no Java sources in {SOURCES}")
-    target = cache_dir() / f"trioha-commitlog-{jar_key(jars)}.jar"
-    if target.is_file():
-        return JarResult(target)
+    name = f"trioha-commitlog-{jar_key(jars)}.jar"
+    # The user's cache, else a private directory under the temporary one (a read-only home)
+    fallback = Path(tempfile.gettempdir()) / f"trioha-cache-{_user()}"
+    places = [cache_dir(), fallback]
+    for place in places:
+        if (place / name).is_file() and (place != fallback or _private(place)):
+            return JarResult(place / name)
     javac = find_javac()
     if javac is None:
         return JarResult(None, "no javac (a JDK is needed to build the JVM engine)")
+    failures = []
+    for place in places:
+        try:
+            if place == fallback:
+                place.mkdir(mode=0o700, exist_ok=True)
+                if not _private(place):
+                    raise PermissionError("not a directory of this user's alone")
+            _build(javac, jars, place / name)
+        except OSError as exc:
+            failures.append(f"{place}: {exc}")
+            continue
+        except (subprocess.SubprocessError, PipelineError) as exc:
+            return JarResult(None, f"building the JVM engine failed: {exc}")
+        return JarResult(place / name)
+    return JarResult(None, f"no writable place for the JVM engine's jar ({'; '.join(failures)})")
+
+
+def _private(place: Path) -> bool:
+    """Whether *place* belongs to this user and nobody else may write to it: a jar found
+    in a shared temporary directory is loaded into Spark only then."""
     try:
-        _build(javac, jars, target)
-    except (OSError, subprocess.SubprocessError, PipelineError) as exc:
-        return JarResult(None, f"building the JVM engine failed: {exc}")
-    return JarResult(target)
+        st = place.stat()
+    except OSError:
+        return False
+    getuid = getattr(os, "getuid", None)
+    return getuid is None or (st.st_uid == getuid() and not st.st_mode & 0o022)
+
+
+def _user() -> str:
+    getuid = getattr(os, "getuid", None)
+    return str(getuid()) if getuid is not None else os.environ.get("USERNAME", "user")
 
 
 def _build(javac: str, jars: Path, target: Path) -> None:
