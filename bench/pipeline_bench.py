@@ -1,7 +1,7 @@
 """How fast the Spark pipeline reads and audits a commit log, next to plain Python.
 
     .venv/bin/python bench/pipeline_bench.py [--size-gib 1] [--segment-mib 1024] [--quick]
-        [--only reference,decoder,scan,rows,stream,audit,verify] [--repeat 2]
+        [--only reference,decoder,scan,jvm,rows,stream,audit,verify] [--repeat 2]
 
 It generates a log (1 KiB bodies by default) in a temporary directory, then prints:
 
@@ -14,6 +14,9 @@ It generates a log (1 KiB bodies by default) in a temporary directory, then prin
   Spark's JVM and Python workers, the per-core ratio against the decoder (wall clock / 2
   cores, and CPU seconds), the same scan with 512 MiB partitions, and Spark's side alone:
   ``bench/_pipeline_replay.py`` replays decoded batches, so no decoding is in it;
+* the JVM engine's scan (``read_commitlog(engine="jvm")``, part ``jvm``: records decoded in
+  the executors' JVMs, no Python worker), for ``local[2]`` per core against the decoder
+  (wall clock / 2 cores, and CPU seconds), as for the Python data source;
 * the same scan yielding Python rows instead of Arrow batches (``arrow=false``);
 * a replica audit of the log against a byte-identical copy, next to ``cmp`` of the same
   files (alternating, page cache warm for both), the same audit with ``--verify-records``,
@@ -217,22 +220,36 @@ def reference(root: Path) -> tuple[float, int]:
         return time.perf_counter() - t0, count
 
 
-def scan(spark: SparkSession, root: Path, *, arrow: bool = True, partition_mib: int = 0) -> float:
+def scan(
+    spark: SparkSession,
+    root: Path,
+    *,
+    arrow: bool = True,
+    partition_mib: int = 0,
+    engine: str = "python",
+) -> float:
     """One full scan into Spark's ``noop`` sink, of a DataFrame loaded for it.
 
     Spark plans a Python data source once per DataFrame and reuses the partitions for later
-    actions on it, so a fresh DataFrame makes every timed scan include the planning (the
+    actions on it, and the JVM engine's partitions are planned when the DataFrame is made,
+    so the DataFrame is made inside the timing: every timed scan includes the planning (the
     driver's walk of the record chain), as :func:`decoder` does."""
-    reader = spark.read.format("commitlog").option("arrow", str(arrow).lower())
+    from trioha.pipeline import read_commitlog
+
+    options: dict[str, object] = {"arrow": arrow}
     if partition_mib:
-        reader = reader.option("partitionBytes", str(partition_mib * MIB))
-    df = reader.load(str(root))
-    return timed(lambda: df.write.format("noop").mode("overwrite").save())
+        options["partitionBytes"] = partition_mib * MIB
+
+    def run() -> None:
+        df = read_commitlog(spark, str(root), engine=engine, **options)
+        df.write.format("noop").mode("overwrite").save()
+
+    return timed(run)
 
 
-def warm(spark: SparkSession, root: Path) -> None:
+def warm(spark: SparkSession, root: Path, engine: str = "python") -> None:
     """Start the Python workers and warm the JVM's JIT before timing: one full scan."""
-    scan(spark, root)
+    scan(spark, root, engine=engine)
 
 
 def replayed(spark: SparkSession, root: Path, repeat: int) -> tuple[float, float, dict[str, float]]:
@@ -324,7 +341,7 @@ def cpu_text(spent: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.2f}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1]))
 
 
-PARTS = ("reference", "decoder", "scan", "rows", "stream", "audit", "verify")
+PARTS = ("reference", "decoder", "scan", "jvm", "rows", "stream", "audit", "verify")
 
 
 def main() -> None:
@@ -350,7 +367,7 @@ def main() -> None:
         parser.error(f"unknown part(s) {', '.join(sorted(parts - set(PARTS)))}")
     if args.skip_reference:
         parts.discard("reference")
-    if "scan" in parts:
+    if parts & {"scan", "jvm"}:
         parts.add("decoder")  # the per-core ratio is against it
 
     from trioha.pipeline import spark_session
@@ -380,7 +397,7 @@ def main() -> None:
                 f"CPU {dec_cpu:.2f} s"
             )
         masters = []
-        if parts & {"scan", "rows", "stream", "audit", "verify"}:
+        if parts & {"scan", "jvm", "rows", "stream", "audit", "verify"}:
             masters.append("local[2]")
         if "scan" in parts:
             masters = ["local[1]", "local[2]", "local[*]"]
@@ -425,6 +442,17 @@ def main() -> None:
                             f"replayed, no decoding; per core {dec / (2 * replay):.2f}x "
                             "the decoder at best"
                         )
+                if "jvm" in parts and (master_url == "local[2]" or "scan" in parts):
+                    bench_jvm(
+                        spark,
+                        master,
+                        master_url,
+                        nbytes=nbytes,
+                        count=count,
+                        repeat=repeat,
+                        dec=dec,
+                        dec_cpu=dec_cpu,
+                    )
                 if master_url == "local[2]" and "stream" in parts:
                     p50, p99, worst = stream_latency(spark, work / "live")
                     print(
@@ -444,6 +472,36 @@ def main() -> None:
         print(f"load average at the end {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def bench_jvm(
+    spark: SparkSession,
+    root: Path,
+    master_url: str,
+    *,
+    nbytes: int,
+    count: int,
+    repeat: int,
+    dec: float,
+    dec_cpu: float,
+) -> None:
+    """The JVM engine's scan (``read_commitlog(engine="jvm")``): records decoded in the
+    executors' JVMs, no Python worker; for ``local[2]`` per core against the decoder."""
+    from trioha.pipeline._jvm import jvm_loaded
+
+    if not jvm_loaded(spark):
+        print(f"jvm engine {master_url:<8} not in this session (no JDK?): skipped")
+        return
+    warm(spark, root, engine="jvm")
+    runs = [cpu_of(functools.partial(scan, spark, root, engine="jvm")) for _ in range(repeat)]
+    took, spent, by = min(runs)
+    print(f"jvm engine {master_url:<8} columnar batches  {rate(nbytes, count, took)}")
+    if master_url == "local[2]":
+        print(
+            f"           local[2] JVM engine per core is {dec / (2 * took):.2f}x the decoder "
+            f"(wall clock / 2 cores); in CPU seconds {dec_cpu / spent:.2f}x ({spent:.2f} s: "
+            f"{cpu_text(by)}; decoder {dec_cpu:.2f} s)"
+        )
 
 
 def bench_audit(

@@ -24,6 +24,7 @@ import pytest
 
 from tests.pipeline._logs import copy_log, segments
 from tests.pipeline.conftest import MISSING, Log
+from trioha.pipeline._jvm import find_javac
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -32,7 +33,8 @@ LOOPBACK = "127.0.0.1"
 
 _DRIVER = """
 import json, sys
-from trioha.pipeline import audit_replicas, spark_session
+from trioha.pipeline import audit_replicas, read_commitlog, spark_session
+from trioha.pipeline._jvm import jvm_loaded
 
 master, python, zip_path, store, slave = sys.argv[1:]
 spark = spark_session(
@@ -65,7 +67,12 @@ count = df.count()
 offsets = [r[0] for r in df.select("physical_offset").orderBy("physical_offset").collect()]
 ids = df.select("msg_id").limit(1).collect()[0][0]
 report = audit_replicas(spark, store, [slave], chunk_bytes=8192)
+jvm = None
+if jvm_loaded(spark):  # the engine's jar, shipped by spark.jars, decodes in the executors
+    jdf = read_commitlog(spark, store, engine="jvm", partitionBytes=40000)
+    jvm = [r[0] for r in jdf.select("physical_offset").orderBy("physical_offset").collect()]
 print(json.dumps({
+    "jvm": jvm,
     "tasks": tasks,
     "partitions": df.rdd.getNumPartitions(),
     "count": count,
@@ -242,3 +249,5 @@ def test_a_standalone_cluster_without_trioha_on_the_executors(
     assert len(got["msg_id"]) in (32, 56)
     assert got["verdicts"] == ["missing"]
     assert got["missing"] == [[65536, 131072]]
+    if find_javac() is not None:  # the JVM engine ran in the executors, same rows
+        assert got["jvm"] == got["offsets"]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from trioha.pipeline._format import Problem, ProblemKind
 from trioha.pipeline._layout import LogLayout, Segment, read_layout
-from trioha.pipeline._options import Output, ReadOptions
+from trioha.pipeline._options import Engine, Output, ReadOptions
 from trioha.pipeline._plan import ScanPartition, ScanRange, plan_partitions
 from trioha.pipeline._verdict import (
     AuditReport,
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         log_stats,
         read_export,
     )
+    from trioha.pipeline._jvm import read_commitlog
     from trioha.pipeline._session import spark_session
     from trioha.pipeline._source import (
         MESSAGE_SCHEMA,
@@ -66,6 +67,7 @@ _LAZY = {
     "log_damage": "trioha.pipeline._export",
     "log_stats": "trioha.pipeline._export",
     "read_export": "trioha.pipeline._export",
+    "read_commitlog": "trioha.pipeline._jvm",
     "spark_session": "trioha.pipeline._session",
     "MESSAGE_SCHEMA": "trioha.pipeline._source",
     "PROBLEM_SCHEMA": "trioha.pipeline._source",
@@ -93,6 +95,7 @@ __all__ = [
     "CommitLogProblemsDataSource",
     "Damage",
     "Divergence",
+    "Engine",
     "ExportSummary",
     "LogLayout",
     "LogStats",
@@ -115,6 +118,7 @@ __all__ = [
     "log_damage",
     "log_stats",
     "plan_partitions",
+    "read_commitlog",
     "read_export",
     "read_layout",
     "register",

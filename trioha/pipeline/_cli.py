@@ -63,6 +63,13 @@ def _range(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="exit 0 even when the log is damaged (export then writes the readable messages)",
     )
+    parser.add_argument(
+        "--engine",
+        choices=("auto", "jvm", "python"),
+        default="auto",
+        help="who decodes: the JVM engine when the session has it (auto), or one of them "
+        "(docs/pipeline.md, Engines)",
+    )
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -307,6 +314,7 @@ def _export(args: argparse.Namespace) -> int:
             end_offset=args.end_offset,
             segment_size=args.segment_size,
             allow_damage=args.allow_damage,
+            engine=args.engine,
         )
         return (1 if summary.damage and not args.allow_damage else 0), summary.render()
 
@@ -325,6 +333,7 @@ def _stats(args: argparse.Namespace) -> int:
             start_offset=args.start_offset,
             end_offset=args.end_offset,
             segment_size=args.segment_size,
+            engine=args.engine,
         )
         return (1 if stats.damage and not args.allow_damage else 0), stats.render()
 

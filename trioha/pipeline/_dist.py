@@ -6,6 +6,9 @@ of trioha (the lazy package root, the error tree, the store's record codec) and 
 Those go into one zip for ``--py-files`` / :func:`spark_session`'s *py_files*. Nothing of
 the broker, the network code or Trio is imported, so none of it is shipped.
 
+The JVM engine's jar (:mod:`trioha.pipeline._jvm`) is copied beside the zip when a JDK
+could build it, for ``spark-submit --jars``; :func:`spark_session` adds it by itself.
+
 The binary dependencies (numpy, pyarrow, and lz4/zstandard for compressed bodies) cannot
 travel in a zip; they are written out as a requirements file pinned to the versions the
 driver runs, to install into the executors' Python.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -60,6 +64,9 @@ class Dist:
     requirements_path: Path
     modules: tuple[str, ...]
     requirements: tuple[str, ...]
+    #: The JVM engine's jar, copied beside the zip (None: no JDK to build it, see *jar_note*).
+    jar_path: Path | None = None
+    jar_note: str = ""
 
     def render(self) -> str:
         trioha = sum(1 for m in self.modules if m.startswith("trioha/"))
@@ -71,6 +78,12 @@ class Dist:
                 "executors: install the requirements into their Python, then pass the zip",
                 f"  spark-submit --py-files {self.zip_path} ... or "
                 f"spark_session(master, py_files=[{str(self.zip_path)!r}], python=...)",
+                (
+                    f"wrote {self.jar_path}: the JVM engine; spark_session adds it to "
+                    f"spark.jars itself, under spark-submit pass --jars {self.jar_path}"
+                    if self.jar_path is not None
+                    else f"no JVM engine jar ({self.jar_note}): reads take the Python engine"
+                ),
             ]
         )
 
@@ -127,4 +140,11 @@ def build_dist(out: str | os.PathLike[str]) -> Dist:
     )
     req_path = zip_path.with_name(zip_path.stem + "-requirements.txt")
     req_path.write_text("".join(f"{r}\n" for r in requirements))
-    return Dist(zip_path, req_path, tuple(sorted(entries)), requirements)
+    from trioha.pipeline._jvm import ensure_jar
+
+    built = ensure_jar()
+    jar_path = None
+    if built.path is not None:
+        jar_path = zip_path.with_name(zip_path.stem + "-engine.jar")
+        shutil.copyfile(built.path, jar_path)
+    return Dist(zip_path, req_path, tuple(sorted(entries)), requirements, jar_path, built.reason)

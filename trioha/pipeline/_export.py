@@ -28,19 +28,22 @@ class LogRange:
     start_offset: int | None = None
     end_offset: int | None = None
     segment_size: int | None = None
+    #: Who decodes the messages (``auto``, ``jvm``, ``python``; docs/pipeline.md, "Engines").
+    engine: str = "auto"
 
     def load(self, spark: SparkSession, *, output: str | None = None) -> DataFrame:
-        """``spark.read.format("commitlog")`` with the range's options."""
-        reader = spark.read.format("commitlog")
-        for name, value in (
-            ("startOffset", self.start_offset),
-            ("endOffset", self.end_offset),
-            ("segmentSize", self.segment_size),
-            ("output", output),
-        ):
-            if value is not None:
-                reader = reader.option(name, str(value))
-        return reader.load(self.directory)
+        """The ``commitlog`` read of the range (the JVM engine when the session has it)."""
+        from trioha.pipeline._jvm import read_commitlog
+
+        return read_commitlog(
+            spark,
+            self.directory,
+            startOffset=self.start_offset,
+            endOffset=self.end_offset,
+            segmentSize=self.segment_size,
+            output=output,
+            engine=self.engine if output is None else "python",
+        )
 
     def damage(self, spark: SparkSession) -> Damage:
         """The problems output over the range, as :class:`Damage`."""
@@ -156,6 +159,7 @@ def export_parquet(
     end_offset: int | None = None,
     segment_size: int | None = None,
     allow_damage: bool = False,
+    engine: str = "auto",
 ) -> ExportSummary:
     """Write every message to Parquet under *out*, one ``topic=...`` directory per topic.
 
@@ -163,12 +167,12 @@ def export_parquet(
     INT96) so that other readers understand them. *mode* is Spark's save mode. The log's
     damage over the range is found first; if there is any, nothing is written unless
     *allow_damage*. The counts are observed while writing, so they are this run's in every
-    mode (an append does not count what was there before).
+    mode (an append does not count what was there before). *engine* decodes the messages.
     """
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    source = LogRange(directory, start_offset, end_offset, segment_size)
+    source = LogRange(directory, start_offset, end_offset, segment_size, engine)
     damage = source.damage(spark)
     if damage and not allow_damage:
         return ExportSummary(out, 0, 0, mode, written=False, damage=damage)
@@ -326,12 +330,14 @@ def log_stats(
     start_offset: int | None = None,
     end_offset: int | None = None,
     segment_size: int | None = None,
+    engine: str = "auto",
 ) -> LogStats:
     """Per-topic and per-queue counts, bytes, queue offsets and store-time ranges, and the
-    damage over the same range (what the counts do not include)."""
+    damage over the same range (what the counts do not include). *engine* decodes the
+    messages (the damage is always found by the Python engine's problems output)."""
     from pyspark.sql import functions as F
 
-    source = LogRange(directory, start_offset, end_offset, segment_size)
+    source = LogRange(directory, start_offset, end_offset, segment_size, engine)
     damage = source.damage(spark)
     df = source.load(spark)
     spark.sparkContext.setJobDescription(f"trioha stats {directory}")

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import attrs
 
 from trioha._errors import PipelineError
-from trioha.pipeline._plan import DEFAULT_PARTITION_BYTES, MIB
+from trioha.pipeline._plan import DEFAULT_PARTITION_BYTES, MIB, ScanPartition, plan_partitions
 
 
 class Output(enum.Enum):
@@ -20,6 +20,24 @@ class Output(enum.Enum):
 
     MESSAGES = "messages"
     PROBLEMS = "problems"
+
+
+class Engine(enum.Enum):
+    """Who decodes a read: ``auto`` picks ``jvm`` when the session has the JVM engine's jar
+    and the read is one it does, else ``python`` (:mod:`trioha.pipeline._jvm`)."""
+
+    AUTO = "auto"
+    JVM = "jvm"
+    PYTHON = "python"
+
+    @classmethod
+    def parse(cls, text: str | Engine) -> Engine:
+        if isinstance(text, Engine):
+            return text
+        try:
+            return cls(str(text).strip().lower())
+        except ValueError:
+            raise PipelineError(f"engine={text!r}: expected auto, jvm or python") from None
 
 
 _TRUE = {"true", "1", "yes", "on"}
@@ -45,6 +63,18 @@ class ReadOptions:
     arrow: bool = True
     batch_rows: int = 16384
     batch_bytes: int = 32 * MIB
+    engine: Engine = Engine.AUTO
+
+    def plan(self) -> tuple[ScanPartition, ...]:
+        """The read's partitions, planned here (on the driver) by both engines alike."""
+        from trioha.pipeline._layout import read_layout
+
+        return plan_partitions(
+            read_layout(self.path, segment_size=self.segment_size),
+            target_bytes=self.partition_bytes,
+            start_offset=self.start_offset,
+            end_offset=self.end_offset,
+        )
 
     @classmethod
     def from_options(
@@ -64,13 +94,14 @@ class ReadOptions:
             "arrow",
             "batchrows",
             "batchbytes",
+            "engine",
         }
         unknown = sorted(set(lower) - known)
         if unknown:
             raise PipelineError(
                 f"unknown commitlog option(s) {', '.join(unknown)}; known: "
                 "path, output, startOffset, endOffset, partitionBytes, segmentSize, "
-                "verifyCrc, decompress, arrow, batchRows, batchBytes"
+                "verifyCrc, decompress, arrow, batchRows, batchBytes, engine"
             )
         path = lower.get("path")
         if not path:
@@ -85,6 +116,7 @@ class ReadOptions:
                 raise PipelineError(
                     f"option output={text!r}: expected 'messages' or 'problems'"
                 ) from None
+        engine = Engine.parse(lower.get("engine", Engine.AUTO))
         start = _int(lower, "startoffset", minimum=0)
         end = _int(lower, "endoffset", minimum=0)
         if start is not None and end is not None and end < start:
@@ -101,6 +133,7 @@ class ReadOptions:
             arrow=_bool(lower, "arrow", default=True),
             batch_rows=_int(lower, "batchrows", minimum=1) or 16384,
             batch_bytes=_int(lower, "batchbytes", minimum=1) or 32 * MIB,
+            engine=engine,
         )
 
 

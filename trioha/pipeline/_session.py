@@ -111,6 +111,7 @@ def spark_session(
     conf: Mapping[str, str] | None = None,
     python: str | None = None,
     py_files: Sequence[str] = (),
+    jvm_engine: bool = True,
 ) -> SparkSession:
     """Start (or join) a SparkSession set up as the module docstring says.
 
@@ -122,7 +123,10 @@ def spark_session(
     alone, so it is set there too, before the JVM is launched. *py_files* are shipped to
     every executor and put on its workers' import path (``SparkContext.addPyFile``): the
     zip ``python -m trioha pipeline-dist`` writes, for executors without trioha.
-    Call ``.stop()`` on the result when done. The commitlog data sources are registered.
+    *jvm_engine* puts the JVM engine's jar on ``spark.jars`` (built on first use, see
+    :mod:`trioha.pipeline._jvm`); without a JDK the session starts without it and reads
+    take the Python engine. Call ``.stop()`` on the result when done. The commitlog data
+    sources are registered.
     """
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started our JVM
     if master is None and not submitted:
@@ -166,6 +170,8 @@ def spark_session(
         settings["spark.pyspark.python"] = python
         settings["spark.executorEnv.PYSPARK_PYTHON"] = python
     settings.update(conf or {})
+    if jvm_engine and not submitted:
+        _add_engine_jar(settings)
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
@@ -177,6 +183,18 @@ def spark_session(
         spark.sparkContext.addPyFile(str(Path(path).resolve()))
     register(spark)
     return spark
+
+
+def _add_engine_jar(settings: dict[str, str]) -> None:
+    """Add the JVM engine's jar to ``spark.jars`` (kept with any jars already asked for)."""
+    from trioha.pipeline._jvm import ensure_jar, log
+
+    built = ensure_jar()
+    if built.path is None:
+        log.info("no JVM engine in this session, reads use the Python engine: %s", built.reason)
+        return
+    jars = [j for j in settings.get("spark.jars", "").split(",") if j]
+    settings["spark.jars"] = ",".join([*jars, str(built.path)])
 
 
 def _export_import_path() -> None:

@@ -37,9 +37,8 @@ from pyspark.sql.types import (
 )
 
 from trioha._errors import PipelineError
-from trioha.pipeline._layout import read_layout
-from trioha.pipeline._options import Output, ReadOptions
-from trioha.pipeline._plan import ScanPartition, plan_partitions
+from trioha.pipeline._options import Engine, Output, ReadOptions
+from trioha.pipeline._plan import ScanPartition
 
 #: One row per message. Documented in docs/pipeline.md; keep the two in step.
 MESSAGE_SCHEMA = StructType(
@@ -107,15 +106,7 @@ class CommitLogReader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> list[InputPartition]:
-        opts = self.options
-        layout = read_layout(opts.path, segment_size=opts.segment_size)
-        plan = plan_partitions(
-            layout,
-            target_bytes=opts.partition_bytes,
-            start_offset=opts.start_offset,
-            end_offset=opts.end_offset,
-        )
-        return [_Partition(p) for p in plan]
+        return [_Partition(p) for p in self.options.plan()]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         # Imported here: numpy and the decoder load in the executor's Python worker only.
@@ -175,7 +166,13 @@ class CommitLogDataSource(DataSource):
         return MESSAGE_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return CommitLogReader(self._read_options(), schema)
+        opts = self._read_options()
+        if opts.engine is Engine.JVM:
+            raise PipelineError(
+                'format("commitlog") reads with the Python engine; for the JVM engine use '
+                "trioha.pipeline.read_commitlog(spark, path, engine='jvm')"
+            )
+        return CommitLogReader(opts, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """``spark.readStream.format("commitlog")``: see :mod:`trioha.pipeline._stream`."""
