@@ -436,3 +436,16 @@ def test_a_negative_properties_length_is_a_bad_length() -> None:
     record = bytearray(foobar())
     struct.pack_into(">h", record, 88 + len(BODY) + 1 + len("FooBar"), -1)
     assert _invalid(bytes(record)) is InvalidReason.BAD_LENGTH
+
+
+@pytest.mark.parametrize("as_mapping", [True, False])
+@pytest.mark.parametrize(
+    ("pair", "shown"), [(("DELAY", 3), "'DELAY'=3"), ((b"KEYS", "k"), "b'KEYS'='k'")]
+)
+def test_a_pair_that_is_not_strings_is_refused_by_name(
+    pair: tuple[Any, Any], shown: str, as_mapping: bool
+) -> None:
+    # A Java message's properties are a Map<String, String>: nothing else has a stored form.
+    props: Any = {"TAGS": "a", pair[0]: pair[1]} if as_mapping else [("TAGS", "a"), pair]
+    with pytest.raises(ValueError, match=f"^property {shown}: keys and values must be strings$"):
+        properties_to_string(props)
