@@ -438,6 +438,122 @@ def test_a_negative_properties_length_is_a_bad_length() -> None:
     assert _invalid(bytes(record)) is InvalidReason.BAD_LENGTH
 
 
+# --- exact fields, bounds and messages ------------------------------------------------------
+
+
+def test_fields_left_out_are_stored_as_zeros() -> None:
+    record = encode_message(topic="FooBar", body=BODY, born_host=BORN, store_host=STORE)
+    expected = bytearray(java_record(""))
+    struct.pack_into(">q", expected, 40, 0)  # born timestamp
+    struct.pack_into(">q", expected, 56, 0)  # store timestamp
+    assert record == bytes(expected)
+
+
+@pytest.mark.parametrize("port", [2**31 - 1, -(2**31)])
+def test_ports_at_the_int32_bounds_are_stored(port: int) -> None:
+    host = HostAddress("10.0.0.1", port)
+    record = encode_message(topic="T", body=b"", born_host=host, store_host=host)
+    assert record[48:56] == bytes([10, 0, 0, 1]) + struct.pack(">i", port)
+    assert record[64:72] == bytes([10, 0, 0, 1]) + struct.pack(">i", port)
+    assert decode_message(record).store_host == host
+
+
+def test_msg_id_of_a_negative_port_is_its_java_int_bytes() -> None:
+    # createMessageId puts the port as an int: -1 is FFFFFFFF.
+    assert make_msg_id(HostAddress("10.0.0.1", -1), 16) == "0A000001FFFFFFFF0000000000000010"
+
+
+def test_a_property_not_set_reads_as_none() -> None:
+    msg = decode_message(
+        encode_message(
+            topic="T", body=b"", born_host=BORN, store_host=STORE, properties={"KEYS": "k"}
+        )
+    )
+    assert msg.tags is None
+    assert msg.get_property("TAGS") is None
+    assert msg.keys == "k"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("queue_offset", 2**63),
+        ("physical_offset", -(2**63) - 1),
+        ("store_timestamp", 2**63),
+    ],
+)
+def test_each_out_of_range_placement_field_is_named(field: str, value: int) -> None:
+    fields: dict[str, Any] = {field: value}
+    with pytest.raises(
+        ValueError,
+        match=rf"^{field}={value} is outside the Java range \[-9223372036854775808, "
+        r"9223372036854775807\]$",
+    ):
+        encode_message(topic="t", body=b"", born_host=BORN, store_host=STORE, **fields)
+
+
+def test_size_mismatch_details_name_the_sizes() -> None:
+    record = bytearray(foobar() + b"\0" * 64)
+    struct.pack_into(">i", record, 0, 158)
+    result = decode_record(bytes(record), base_offset=4096)
+    assert result == DecodedInvalid(
+        4096, InvalidReason.SIZE_MISMATCH, "total size 158 at 4096 != computed length 157"
+    )
+    short = bytearray(foobar())
+    short[88 + len(BODY)] = 127  # a topic length running past the record
+    assert decode_record(bytes(short)) == DecodedInvalid(
+        0, InvalidReason.SIZE_MISMATCH, "total size 157 at 0 is too short for its topic length"
+    )
+
+
+def test_properties_that_are_not_utf8_decode_as_java_decodes_them() -> None:
+    # new String(bytes, UTF_8) replaces malformed input with U+FFFD.
+    record = bytearray(foobar())
+    assert record[-2:] == b"G1"
+    record[-2] = 0xFF
+    msg = decode_message(bytes(record))
+    assert msg.tags == "TA\ufffd1"
+
+
+def test_decode_message_reads_at_pos_and_can_skip_the_crc() -> None:
+    buf = b"\0" * 10 + foobar(physical_offset=10)
+    assert decode_message(buf, 10, base_offset=0).physical_offset == 10
+    bad = bytearray(foobar())
+    bad[88] ^= 0x01  # a body byte
+    with pytest.raises(CorruptLogError, match="crc-mismatch"):
+        decode_message(bytes(bad))
+    assert decode_message(bytes(bad), check_crc=False).body == bytes(bad[88 : 88 + len(BODY)])
+
+
+@pytest.mark.parametrize("as_mapping", [True, False])
+@pytest.mark.parametrize(
+    ("pair", "error"),
+    [
+        (("", "v"), "property ''='v': keys and values must be non-empty"),
+        (("k", ""), "property 'k'='': keys and values must be non-empty"),
+        (("k\x01", "v"), "property 'k\\\\x01'='v' contains a \\\\x01 or \\\\x02 separator"),
+        (("k", "v\x02"), "property 'k'='v\\\\x02' contains a \\\\x01 or \\\\x02 separator"),
+        (("k\x02", "v"), "property 'k\\\\x02'='v' contains a \\\\x01 or \\\\x02 separator"),
+        (("k", "\x01"), "property 'k'='\\\\x01' contains a \\\\x01 or \\\\x02 separator"),
+    ],
+)
+def test_a_pair_that_would_not_read_back_is_refused_by_name(
+    pair: tuple[str, str], error: str, as_mapping: bool
+) -> None:
+    props: Any = {"TAGS": "a", pair[0]: pair[1]} if as_mapping else [("TAGS", "a"), pair]
+    with pytest.raises(ValueError, match=f"^{error}$"):
+        properties_to_string(props)
+
+
+@pytest.mark.parametrize("form", list(PropertiesForm))
+def test_a_mapping_and_its_pairs_give_the_same_string(form: PropertiesForm) -> None:
+    for props in ({"KEYS": "k"}, {"KEYS": "k", "TAGS": "a", "UNIQ_KEY": "u"}):
+        text = properties_to_string(props, form)
+        assert text == properties_to_string(list(props.items()), form)
+        assert text.endswith("\x02") is (form is PropertiesForm.V5)
+    assert properties_to_string([], form) == properties_to_string({}, form) == ""
+
+
 @pytest.mark.parametrize("as_mapping", [True, False])
 @pytest.mark.parametrize(
     ("pair", "shown"), [(("DELAY", 3), "'DELAY'=3"), ((b"KEYS", "k"), "b'KEYS'='k'")]
