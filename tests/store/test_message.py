@@ -19,6 +19,7 @@ from trioha.store import (
     BLANK_RECORD_SIZE,
     MESSAGE_MAGIC,
     MESSAGE_MAGIC_V2,
+    MIN_RECORD_SIZE,
     DecodedBlank,
     DecodedIncomplete,
     DecodedInvalid,
@@ -565,3 +566,176 @@ def test_a_pair_that_is_not_strings_is_refused_by_name(
     props: Any = {"TAGS": "a", pair[0]: pair[1]} if as_mapping else [("TAGS", "a"), pair]
     with pytest.raises(ValueError, match=f"^property {shown}: keys and values must be strings$"):
         properties_to_string(props)
+
+
+# --- limits at their exact bounds -------------------------------------------------------------
+
+INT32, INT64 = (-(2**31), 2**31 - 1), (-(2**63), 2**63 - 1)
+RANGES = {
+    "queue_id": INT32,
+    "flag": INT32,
+    "sysflag": INT32,
+    "born_timestamp": INT64,
+    "reconsume_times": INT32,
+    "prepared_transaction_offset": INT64,
+    "queue_offset": INT64,
+    "physical_offset": INT64,
+    "store_timestamp": INT64,
+}
+
+
+@pytest.mark.parametrize("field", sorted(RANGES))
+def test_every_int_field_takes_its_java_range_and_nothing_beyond(field: str) -> None:
+    lo, hi = RANGES[field]
+    for value in (lo, hi):
+        fields: dict[str, Any] = {field: value}
+        record = encode_message(topic="t", body=b"", born_host=BORN, store_host=STORE, **fields)
+        stored = getattr(decode_message(record), field)
+        # The host family bits of sysflag follow the (IPv4) hosts.
+        assert stored == (value & ~0x30 if field == "sysflag" else value)
+    for value in (lo - 1, hi + 1):
+        beyond: dict[str, Any] = {field: value}
+        with pytest.raises(ValueError, match=rf"^{field}={value} is outside the Java range "):
+            encode_message(topic="t", body=b"", born_host=BORN, store_host=STORE, **beyond)
+
+
+def test_a_body_of_exactly_the_limit_is_accepted() -> None:
+    prepared = PreparedMessage(
+        topic="t", body=b"x" * 10, born_host=BORN, store_host=STORE, max_body_size=10
+    )
+    assert prepared.length == message_length(0, 10, 1, 0)
+
+
+def test_a_body_given_as_a_bytearray_is_copied_when_prepared() -> None:
+    # The commit log prepares a batch before it writes it: later changes by the caller
+    # must not reach the log.
+    body = bytearray(b"abc")
+    prepared = PreparedMessage(topic="t", body=body, born_host=BORN, store_host=STORE)  # type: ignore[arg-type]
+    body[0] = ord("X")
+    buf = bytearray(prepared.length)
+    prepared.write_into(buf, 0, queue_offset=0, physical_offset=0, store_timestamp=0)
+    assert decode_message(bytes(buf)).body == b"abc"
+
+
+def test_topic_lengths_at_the_bounds_of_each_version() -> None:
+    v1 = encode_message(
+        topic="t" * 127, body=b"", born_host=BORN, store_host=STORE, magic=MESSAGE_MAGIC
+    )
+    assert v1[88] == 127 and decode_message(v1).topic == "t" * 127
+    v2 = encode_message(
+        topic="t" * 32767, body=b"", born_host=BORN, store_host=STORE, magic=MESSAGE_MAGIC_V2
+    )
+    assert struct.unpack_from(">h", v2, 88)[0] == 32767
+    assert decode_message(v2).topic == "t" * 32767
+    # The automatic choice counts bytes: 64 two-byte characters need V2.
+    wide = encode_message(topic="é" * 64, body=b"", born_host=BORN, store_host=STORE)
+    assert struct.unpack_from(">I", wide, 4)[0] == MESSAGE_MAGIC_V2
+    assert decode_message(wide).topic == "é" * 64
+    assert message_length(0, 0, 128, 0, magic=MESSAGE_MAGIC_V2) == 88 + 2 + 128 + 2
+    assert message_length(0, 0, 127, 0) == 88 + 1 + 127 + 2
+
+
+def test_properties_of_exactly_32767_bytes_are_accepted() -> None:
+    props = {"k": "v" * (32767 - 2)}
+    record = encode_message(topic="t", body=b"", born_host=BORN, store_host=STORE, properties=props)
+    assert struct.unpack_from(">h", record, 88 + 1 + 1)[0] == 32767
+    assert decode_message(record).properties_dict() == props
+
+
+def test_the_smallest_record_is_91_bytes_and_decodes() -> None:
+    record = encode_message(topic="", body=b"", born_host=BORN, store_host=BORN)
+    assert len(record) == MIN_RECORD_SIZE == 91
+    msg = decode_message(record)
+    assert (msg.topic, msg.body, msg.properties, msg.total_size) == ("", b"", (), 91)
+
+
+# --- what a rejected record says ---------------------------------------------------------
+
+
+def _detail(buf: bytes | bytearray, **kw: Any) -> tuple[InvalidReason, str]:
+    result = decode_record(bytes(buf), base_offset=1000, **kw)
+    assert isinstance(result, DecodedInvalid), result
+    assert result.offset == 1000
+    return result.reason, result.detail
+
+
+def test_each_rejection_names_what_was_found_and_where() -> None:
+    record = bytearray(foobar())
+    bad_magic = bytearray(record)
+    bad_magic[4:8] = b"\x12\x34\x56\x78"
+    assert _detail(bad_magic) == (InvalidReason.BAD_MAGIC, "magic 0x12345678 at 1000")
+    small = bytearray(record)
+    struct.pack_into(">i", small, 0, 90)
+    assert _detail(small) == (InvalidReason.BAD_TOTAL_SIZE, "total size 90 at 1000 is too small")
+    body = bytearray(record)
+    struct.pack_into(">i", body, 84, -5)
+    assert _detail(body) == (InvalidReason.BAD_LENGTH, "body length -5 at 1000")
+    topic = bytearray(record)
+    topic[88 + len(BODY)] = 0xFE
+    assert _detail(topic) == (InvalidReason.BAD_LENGTH, "topic length -2 at 1000")
+    props_at = 88 + len(BODY) + 1 + 6
+    props = bytearray(record)
+    struct.pack_into(">h", props, props_at, -3)
+    assert _detail(props) == (InvalidReason.BAD_LENGTH, "properties length -3 at 1000")
+    crc = bytearray(record)
+    crc[88] ^= 0x01
+    computed = zlib.crc32(bytes(crc[88 : 88 + len(BODY)])) & 0x7FFFFFFF
+    stored = zlib.crc32(BODY) & 0x7FFFFFFF
+    assert _detail(crc) == (
+        InvalidReason.CRC_MISMATCH,
+        f"body CRC {computed} != stored {stored} in the record at 1000",
+    )
+
+
+def test_a_body_length_running_past_the_record_is_named() -> None:
+    record = bytearray(foobar())
+    struct.pack_into(">i", record, 84, 157 - 88)  # the body takes everything after the head
+    assert _detail(record, check_crc=False) == (
+        InvalidReason.SIZE_MISMATCH,
+        "total size 157 at 1000 is too short for its body length",
+    )
+    v2 = bytearray(encode_message(topic="t" * 128, body=b"x", born_host=BORN, store_host=STORE))
+    struct.pack_into(">i", v2, 84, len(v2) - 88 - 1)  # one byte left: no room for a short
+    assert _detail(v2, check_crc=False) == (
+        InvalidReason.SIZE_MISMATCH,
+        f"total size {len(v2)} at 1000 is too short for its body length",
+    )
+    exact = bytearray(v2)
+    struct.pack_into(">i", exact, 84, len(v2) - 88 - 2)  # room for the topic length only
+    struct.pack_into(">h", exact, len(v2) - 2, 0)
+    assert _detail(exact, check_crc=False) == (
+        InvalidReason.SIZE_MISMATCH,
+        f"total size {len(v2)} at 1000 is too short for its topic length",
+    )
+
+
+def test_host_bits_making_the_header_exactly_the_record_are_a_body_mismatch() -> None:
+    # 112 bytes is the header of two IPv6 hosts: no room is left for the topic length.
+    record = bytearray(encode_message(topic="t" * 21, body=b"", born_host=BORN, store_host=STORE))
+    assert len(record) == 112
+    record[39] |= 0x30
+    assert _detail(record) == (
+        InvalidReason.SIZE_MISMATCH,
+        "total size 112 at 1000 is too short for its body length",
+    )
+    wider = bytearray(encode_message(topic="t" * 20, body=b"", born_host=BORN, store_host=STORE))
+    wider[39] |= 0x30
+    assert _detail(wider) == (InvalidReason.SIZE_MISMATCH, "total size 111 at 1000 < header 112")
+
+
+def test_strict_decoding_says_what_it_found() -> None:
+    with pytest.raises(CorruptLogError, match=r"^blank record \(remaining 4000\) at 8, not a "):
+        decode_message(b"\0" * 8 + encode_blank(4000), 8)
+    with pytest.raises(
+        CorruptLogError, match=r"^truncated record at 5: 100 bytes of at least 157$"
+    ):
+        decode_message(foobar()[:100], base_offset=5)
+    with pytest.raises(CorruptLogError, match=r"^invalid record at 0 \(bad-magic\): magic 0x00"):
+        decode_message(bytes(200))
+
+
+def test_a_position_or_end_past_the_buffer_is_incomplete_not_an_error() -> None:
+    record = foobar()
+    assert decode_record(record, len(record) + 5) == DecodedIncomplete(len(record) + 5, 0, 8)
+    assert decode_record(record, end=10_000) == decode_record(record)
+    assert decode_record(record[:100], end=10_000) == DecodedIncomplete(0, 100, 157)
