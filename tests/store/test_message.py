@@ -739,3 +739,15 @@ def test_a_position_or_end_past_the_buffer_is_incomplete_not_an_error() -> None:
     assert decode_record(record, len(record) + 5) == DecodedIncomplete(len(record) + 5, 0, 8)
     assert decode_record(record, end=10_000) == decode_record(record)
     assert decode_record(record[:100], end=10_000) == DecodedIncomplete(0, 100, 157)
+
+
+def test_a_prepared_message_stores_zeros_for_fields_left_out_and_says_where_it_ends() -> None:
+    # LogCore.prepare leaves prepared_transaction_offset out; a send path may leave more.
+    prepared = PreparedMessage(topic="FooBar", body=BODY, born_host=BORN, store_host=STORE)
+    buf = bytearray(b"\xee" * (7 + prepared.length + 5))
+    end = prepared.write_into(buf, 7, queue_offset=0, physical_offset=0, store_timestamp=NOW + 5)
+    assert end == 7 + prepared.length == 7 + len(java_record(""))
+    expected = bytearray(java_record(""))
+    struct.pack_into(">q", expected, 40, 0)  # born timestamp left out: 0
+    assert buf[7:end] == expected
+    assert (buf[:7], buf[end:]) == (b"\xee" * 7, b"\xee" * 5)
