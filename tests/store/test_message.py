@@ -743,11 +743,14 @@ def test_a_position_or_end_past_the_buffer_is_incomplete_not_an_error() -> None:
 
 def test_a_prepared_message_stores_zeros_for_fields_left_out_and_says_where_it_ends() -> None:
     # LogCore.prepare leaves prepared_transaction_offset out; a send path may leave more.
-    prepared = PreparedMessage(topic="FooBar", body=BODY, born_host=BORN, store_host=STORE)
+    pairs = [("KEYS", str(NOW)), ("TAGS", "TAG1")]
+    prepared = PreparedMessage(
+        topic="FooBar", body=BODY, born_host=BORN, store_host=STORE, properties=pairs
+    )
     buf = bytearray(b"\xee" * (7 + prepared.length + 5))
     end = prepared.write_into(buf, 7, queue_offset=0, physical_offset=0, store_timestamp=NOW + 5)
-    assert end == 7 + prepared.length == 7 + len(java_record(""))
-    expected = bytearray(java_record(""))
+    assert end == 7 + prepared.length == 7 + 157
+    expected = bytearray(java_record(f"KEYS\x01{NOW}\x02TAGS\x01TAG1"))
     struct.pack_into(">q", expected, 40, 0)  # born timestamp left out: 0
     assert buf[7:end] == expected
-    assert (buf[:7], buf[end:]) == (b"\xee" * 7, b"\xee" * 5)
+    assert (bytes(buf[:7]), bytes(buf[end:])) == (b"\xee" * 7, b"\xee" * 5)
