@@ -152,6 +152,7 @@ def test_a_stale_temporary_file_is_replaced_whole_and_files_are_readable_by_all(
     try:
         f = EpochFile.open(path)
         f.begin_epoch(0)
+        assert EpochFile.open(path).history == entries_of([(1, 0)])
         f.begin_epoch(100)
     finally:
         os.umask(umask)

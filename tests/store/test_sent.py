@@ -278,3 +278,31 @@ def test_the_mark_file_is_replaced_whole_and_readable_by_all(tmp_path: Path) -> 
     path = tmp_path / SENT_OFFSET_FILE
     assert path.read_text() == "sent 1010\nflushed 0\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+def test_a_mark_file_is_read_back_whole(tmp_path: Path) -> None:
+    (tmp_path / SENT_OFFSET_FILE).write_text("sent 700\nflushed 300\nlost 0 4096\nlost 5000 6000\n")
+    sent = SentOffsets.open(tmp_path)
+    assert (sent.reserved, sent.sent, sent.flushed) == (700, 700, 300)
+    assert sent.lost == ((0, 4096), (5000, 6000))  # a range may start at the log's start
+    sent.note_sent(800)
+    assert sent.sent == 800
+
+
+def test_a_mark_file_with_other_than_ascii_is_refused(tmp_path: Path) -> None:
+    # Python's int() reads fullwidth digits; the file is ASCII, so they are damage.
+    (tmp_path / SENT_OFFSET_FILE).write_text("sent \uff17\uff10\uff10\n", encoding="utf-8")
+    with pytest.raises(StoreLayoutError, match=f"^cannot read {tmp_path / SENT_OFFSET_FILE}: "):
+        SentOffsets.open(tmp_path)
+
+
+def test_a_line_not_understood_is_quoted_up_to_60_characters(tmp_path: Path) -> None:
+    path = tmp_path / SENT_OFFSET_FILE
+    line = "snet " + "1" * 100
+    path.write_text(f"sent 12\n{line}\n")
+    with pytest.raises(StoreLayoutError) as refused:
+        SentOffsets.open(tmp_path)
+    assert str(refused.value) == (
+        f"{path} line 2 ({line[:60]!r}) is not understood: unknown entry 'snet'; "
+        "it records what a master sent to its slaves, so it is not ignored"
+    )
