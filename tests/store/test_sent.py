@@ -267,17 +267,18 @@ def test_a_clean_close_leaves_the_marks_usable(tmp_path: Path) -> None:
 
 
 def test_the_mark_file_is_replaced_whole_and_readable_by_all(tmp_path: Path) -> None:
-    # A longer temporary file left by a crash must not leave its tail in the new mark.
-    (tmp_path / (SENT_OFFSET_FILE + ".tmp")).write_text("sent 1\nflushed 1\n" + "lost 1 2\n" * 50)
+    path = tmp_path / SENT_OFFSET_FILE
     umask = os.umask(0o022)
     try:
         sent = SentOffsets.open(tmp_path, step=1000)
         sent.reserve(10)
     finally:
         os.umask(umask)
-    path = tmp_path / SENT_OFFSET_FILE
-    assert path.read_text() == "sent 1010\nflushed 0\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    # A longer temporary file left by a crash must not leave its tail in the new mark.
+    (tmp_path / (SENT_OFFSET_FILE + ".tmp")).write_text("sent 1\nflushed 1\n" + "lost 1 2\n" * 50)
+    sent.reserve(2000)
+    assert path.read_text() == "sent 3000\nflushed 0\n"
 
 
 def test_a_mark_file_is_read_back_whole(tmp_path: Path) -> None:
