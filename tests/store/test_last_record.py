@@ -137,13 +137,14 @@ def test_a_slave_inside_a_message_larger_than_the_search_window(
     # The search looks back 64 KiB first, then twice as far, and so on; 4 + 65538 bytes into
     # the record its magic code straddles the first window's start.
     master = make_log(segment_size=1 << 20)
-    offsets = put(master, [1], body=b"x" * 100)
+    offsets = put(master, [0], body=b"x" * 300_000)  # the windows never reach back to 0
+    offsets += put(master, [1], body=b"x" * 100)
     offsets += put(master, [2], body=b"x" * 200_000)
     slave = make_log(segment_size=1 << 20)
-    slave.append_raw(0, master.read(0, offsets[1] + into))
-    assert slave.last_record() == (offsets[0], 1)
+    slave.append_raw(0, master.read(0, offsets[2] + into))
+    assert slave.last_record() == (offsets[1], 1)
     slave.append_raw(slave.max_offset, master.read(slave.max_offset, 1 << 20))
-    assert slave.last_record() == (offsets[1], 2)
+    assert slave.last_record() == (offsets[2], 2)
 
 
 def test_a_body_holding_what_looks_like_the_head_of_a_long_record_is_passed_over(
