@@ -526,7 +526,7 @@ def test_decode_message_reads_at_pos_and_can_skip_the_crc() -> None:
     assert decode_message(bytes(bad), check_crc=False).body == bytes(bad[88 : 88 + len(BODY)])
 
 
-@pytest.mark.parametrize("as_mapping", [True, False])
+@pytest.mark.parametrize("given_as", ["mapping", "lone mapping", "pairs"])
 @pytest.mark.parametrize(
     ("pair", "error"),
     [
@@ -539,9 +539,13 @@ def test_decode_message_reads_at_pos_and_can_skip_the_crc() -> None:
     ],
 )
 def test_a_pair_that_would_not_read_back_is_refused_by_name(
-    pair: tuple[str, str], error: str, as_mapping: bool
+    pair: tuple[str, str], error: str, given_as: str
 ) -> None:
-    props: Any = {"TAGS": "a", pair[0]: pair[1]} if as_mapping else [("TAGS", "a"), pair]
+    props: Any = {
+        "mapping": {"TAGS": "a", pair[0]: pair[1]},
+        "lone mapping": {pair[0]: pair[1]},
+        "pairs": [("TAGS", "a"), pair],
+    }[given_as]
     with pytest.raises(ValueError, match=f"^{error}$"):
         properties_to_string(props)
 
