@@ -758,3 +758,12 @@ def test_a_prepared_message_stores_zeros_for_fields_left_out_and_says_where_it_e
     struct.pack_into(">q", expected, 40, 0)  # born timestamp left out: 0
     assert buf[7:end] == expected
     assert (bytes(buf[:7]), bytes(buf[end:])) == (b"\xee" * 7, b"\xee" * 5)
+
+
+def test_a_size_mismatch_inside_a_buffer_names_the_record_s_own_computed_length() -> None:
+    record = bytearray(foobar() + b"\0" * 64)
+    struct.pack_into(">i", record, 0, 158)
+    buf = b"\xff" * 10 + bytes(record)
+    assert decode_record(buf, 10, base_offset=5000) == DecodedInvalid(
+        5010, InvalidReason.SIZE_MISMATCH, "total size 158 at 5010 != computed length 157"
+    )
