@@ -351,6 +351,12 @@ def test_a_file_with_one_entry_answers_a_lookup(tmp_path: Path) -> None:
     index_file.close()
 
 
+def _rewind_header(path: Path, count: int) -> None:
+    with open(path, "r+b") as handle:
+        handle.seek(36)
+        handle.write(count.to_bytes(4, "big"))
+
+
 def test_a_header_counting_no_entries_answers_no_lookup_whatever_the_slots_say(
     tmp_path: Path,
 ) -> None:
@@ -360,9 +366,7 @@ def test_a_header_counting_no_entries_answers_no_lookup_whatever_the_slots_say(
     assert index_file.put_key("T#k", 4242, T0)
     index_file.flush()
     index_file.close()
-    with open(tmp_path / "f", "r+b") as handle:
-        handle.seek(36)  # indexCount
-        handle.write(bytes(4))
+    _rewind_header(tmp_path / "f", 0)  # indexCount
     again = IndexFile(tmp_path / "f", slots=7, max_index=10)
     assert again.index_count == 1
     found: list[int] = []
@@ -379,9 +383,7 @@ def test_an_entry_written_before_its_header_is_still_found(tmp_path: Path) -> No
     assert index_file.put_key("T#k", 400, T0 + 3000)
     index_file.flush()
     index_file.close()
-    with open(tmp_path / "f", "r+b") as handle:
-        handle.seek(36)
-        handle.write((4).to_bytes(4, "big"))  # the header of before the last put
+    _rewind_header(tmp_path / "f", 4)  # the header of before the last put
     again = IndexFile(tmp_path / "f", slots=7, max_index=10)
     assert again.index_count == 4
     found: list[int] = []
@@ -797,10 +799,20 @@ def test_a_crash_before_the_first_entry_leaves_an_empty_header(
 # --- a header older than its slots (a lost write) -----------------------------------------
 
 
-def _rewind_header(path: Path, count: int) -> None:
-    with open(path, "r+b") as handle:
-        handle.seek(36)
-        handle.write(count.to_bytes(4, "big"))
+def _put_after_rewinding_the_header(tmp_path: Path, count: int, *, batched: bool) -> IndexFile:
+    """Two entries for T#k, the header's indexCount set back to *count*, then a third put."""
+    index_file = IndexFile(tmp_path / "f", slots=7, max_index=10)
+    assert index_file.put_key("T#k", 100, T0)
+    assert index_file.put_key("T#k", 200, T0)
+    index_file.close()
+    _rewind_header(tmp_path / "f", count)
+    again = IndexFile(tmp_path / "f", slots=7, max_index=10)
+    key_hash = index_key_hash("T#k")
+    if batched:
+        assert again.put_hashes([(key_hash, 300, T0)], 0) == 1
+    else:
+        assert again.put_hash(key_hash, 300, T0)
+    return again
 
 
 @pytest.mark.parametrize("batched", [True, False])
@@ -809,46 +821,18 @@ def test_a_slot_at_the_headers_count_is_linked_as_rocketmq_links_it(
 ) -> None:
     # putKey keeps a slot value up to indexCount: after the header lost the last put, the
     # entry that put is overwritten and links to its own number, as RocketMQ writes it.
-    index_file = IndexFile(tmp_path / "f", slots=7, max_index=10)
-    assert index_file.put_key("T#k", 100, T0)
-    assert index_file.put_key("T#k", 200, T0)
-    index_file.close()
-    _rewind_header(tmp_path / "f", 2)  # entry 2 and the slot written, the header not
-    again = IndexFile(tmp_path / "f", slots=7, max_index=10)
-    key_hash = index_key_hash("T#k")
-    if batched:
-        assert again.put_hashes([(key_hash, 300, T0)], 0) == 1
-    else:
-        assert again.put_hash(key_hash, 300, T0)
-    assert _ENTRY.unpack_from(again._map, HEADER_SIZE + SLOT_SIZE * 7 + 2 * ENTRY_SIZE) == (
-        key_hash,
-        300,
-        0,
-        2,
-    )
+    again = _put_after_rewinding_the_header(tmp_path, 2, batched=batched)
+    entry_2 = HEADER_SIZE + SLOT_SIZE * 7 + 2 * ENTRY_SIZE
+    assert _ENTRY.unpack_from(again._map, entry_2) == (index_key_hash("T#k"), 300, 0, 2)
     assert again.hash_slot_count == 1
     again.close()
 
 
 @pytest.mark.parametrize("batched", [True, False])
 def test_a_slot_past_the_headers_count_is_treated_as_empty(tmp_path: Path, batched: bool) -> None:
-    index_file = IndexFile(tmp_path / "f", slots=7, max_index=10)
-    assert index_file.put_key("T#k", 100, T0)
-    assert index_file.put_key("T#k", 200, T0)
-    index_file.close()
-    _rewind_header(tmp_path / "f", 1)  # the slot says 2, the header counts no entries
-    again = IndexFile(tmp_path / "f", slots=7, max_index=10)
-    key_hash = index_key_hash("T#k")
-    if batched:
-        assert again.put_hashes([(key_hash, 300, T0)], 0) == 1
-    else:
-        assert again.put_hash(key_hash, 300, T0)
-    assert _ENTRY.unpack_from(again._map, HEADER_SIZE + SLOT_SIZE * 7 + ENTRY_SIZE) == (
-        key_hash,
-        300,
-        0,
-        0,
-    )
+    again = _put_after_rewinding_the_header(tmp_path, 1, batched=batched)  # the slot says 2
+    entry_1 = HEADER_SIZE + SLOT_SIZE * 7 + ENTRY_SIZE
+    assert _ENTRY.unpack_from(again._map, entry_1) == (index_key_hash("T#k"), 300, 0, 0)
     assert again.hash_slot_count == 2  # the header's 1 (kept) plus the slot counted again
     found: list[int] = []
     again.select_phy_offsets("T#k", 8, 0, 2**62, found)
