@@ -698,6 +698,12 @@ def test_a_body_length_running_past_the_record_is_named() -> None:
         InvalidReason.SIZE_MISMATCH,
         "total size 157 at 1000 is too short for its body length",
     )
+    v1_exact = bytearray(foobar())
+    struct.pack_into(">i", v1_exact, 84, 157 - 88 - 1)  # room for the topic length byte only
+    assert _detail(v1_exact, check_crc=False) == (
+        InvalidReason.SIZE_MISMATCH,
+        "total size 157 at 1000 is too short for its topic length",
+    )
     v2 = bytearray(encode_message(topic="t" * 128, body=b"x", born_host=BORN, store_host=STORE))
     struct.pack_into(">i", v2, 84, len(v2) - 88 - 1)  # one byte left: no room for a short
     assert _detail(v2, check_crc=False) == (
