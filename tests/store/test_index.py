@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import random
+import stat
+import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +22,7 @@ from trioha.store._index import (
     IndexedMessage,
     IndexFile,
     IndexService,
+    QueryOffsetResult,
     file_name_for,
     index_key_hash,
 )
@@ -299,3 +305,592 @@ def test_put_hashes_clamps_the_time_difference_as_put_hash_does(tmp_path: Path) 
     assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes()
     one_by_one.close()
     batched.close()
+
+
+# --- time ranges, chains and the header's bounds (IndexFile.isTimeMatched, selectPhyOffset) --
+
+T0 = 1_700_000_000_000
+
+
+def test_a_time_range_matches_a_file_as_rocketmqs_is_time_matched(tmp_path: Path) -> None:
+    index_file = IndexFile(tmp_path / "f", slots=7, max_index=10)
+    assert index_file.put_key("T#a", 100, T0)
+    assert index_file.put_key("T#a", 200, T0 + 10_000)
+    begin, end = T0, T0 + 10_000
+    cases = {
+        (begin - 2000, begin - 1000): False,  # wholly before
+        (end + 1, end + 1000): False,  # wholly after
+        (begin - 1000, end + 1000): True,  # around the file
+        (begin, end + 1000): True,  # starting at its first entry
+        (end, end + 1000): True,  # starting at its last entry
+        (begin - 1000, begin): True,  # ending at its first entry
+        (begin - 1000, end): True,  # ending at its last entry
+        (begin + 1, end - 1): True,  # inside
+    }
+    for (lo, hi), matched in cases.items():
+        assert index_file.is_time_matched(lo, hi) is matched, (lo, hi)
+    index_file.close()
+
+
+def test_a_query_starting_or_ending_at_a_files_edges_finds_its_entries(tmp_path: Path) -> None:
+    service = IndexService(tmp_path, slots=11, max_index=10)
+    service.build_all([_message(100, T0, keys="a"), _message(200, T0 + 10_000, keys="a")], T0)
+    assert service.query_offsets("T", "a", 8, T0, T0 + 20_000).phy_offsets == [200, 100]
+    assert service.query_offsets("T", "a", 8, T0 + 10_000, T0 + 20_000).phy_offsets == [200]
+    assert service.query_offsets("T", "a", 8, T0 - 1000, T0).phy_offsets == [100]
+    assert service.query_offsets("T", "a", 8, T0 - 1000, T0 + 10_000).phy_offsets == [200, 100]
+    service.close()
+
+
+def test_a_file_with_one_entry_answers_a_lookup(tmp_path: Path) -> None:
+    index_file = IndexFile(tmp_path / "f", slots=7, max_index=10)
+    assert index_file.put_key("T#k", 4242, T0)
+    found: list[int] = []
+    index_file.select_phy_offsets("T#k", 8, 0, 2**62, found)
+    assert found == [4242]
+    index_file.close()
+
+
+def _rewind_header(path: Path, count: int) -> None:
+    with open(path, "r+b") as handle:
+        handle.seek(36)
+        handle.write(count.to_bytes(4, "big"))
+
+
+def test_a_header_counting_no_entries_answers_no_lookup_whatever_the_slots_say(
+    tmp_path: Path,
+) -> None:
+    # IndexHeader.load reads an indexCount <= 0 as 1 (no entries); selectPhyOffset then
+    # returns nothing, even though the slot and the entry were written before a crash.
+    index_file = IndexFile(tmp_path / "f", slots=7, max_index=10)
+    assert index_file.put_key("T#k", 4242, T0)
+    index_file.flush()
+    index_file.close()
+    _rewind_header(tmp_path / "f", 0)  # indexCount
+    again = IndexFile(tmp_path / "f", slots=7, max_index=10)
+    assert again.index_count == 1
+    found: list[int] = []
+    again.select_phy_offsets("T#k", 8, 0, 2**62, found)
+    assert found == []
+    again.close()
+
+
+def test_an_entry_written_before_its_header_is_still_found(tmp_path: Path) -> None:
+    # putKey writes the entry, then the slot, then the header. After a crash between the last
+    # two, the slot points at the entry numbered indexCount: RocketMQ's bound (> indexCount)
+    # still follows it.
+    index_file = _chain(tmp_path)  # entries 1..3, indexCount 4
+    assert index_file.put_key("T#k", 400, T0 + 3000)
+    index_file.flush()
+    index_file.close()
+    _rewind_header(tmp_path / "f", 4)  # the header of before the last put
+    again = IndexFile(tmp_path / "f", slots=7, max_index=10)
+    assert again.index_count == 4
+    found: list[int] = []
+    again.select_phy_offsets("T#k", 64, 0, 2**62, found)
+    assert found == [400, 300, 200, 100]
+    again.close()
+
+
+def test_a_link_to_the_entry_numbered_index_count_is_followed(tmp_path: Path) -> None:
+    index_file = _chain(tmp_path)  # entries 1..3 for T#k, indexCount 4
+    _corrupt_entry(index_file, 4, key_hash=index_key_hash("T#k"), offset=999)
+    _corrupt_entry(index_file, 2, previous=4)
+    found: list[int] = []
+    index_file.select_phy_offsets("T#k", 64, 0, 2**62, found)
+    assert found == [300, 200, 999]
+    index_file.close()
+
+
+def test_a_key_hashing_to_zero_never_reads_the_unused_entry_0(tmp_path: Path) -> None:
+    # Entry 0 is all zeros: key hash 0, offset 0. A key whose hash is 0 must neither find
+    # it through an empty slot nor through the end of its own chain.
+    assert index_key_hash("polygenelubricants") == 0
+    index_file = IndexFile(tmp_path / "f", slots=7, max_index=10)
+    assert index_file.put_key("T#a", 100, T0)  # slot 6: slot 0 stays empty
+    found: list[int] = []
+    index_file.select_phy_offsets("polygenelubricants", 8, 0, 2**62, found)
+    assert found == []
+    assert index_file.put_key("polygenelubricants", 500, T0 + 1000)
+    index_file.select_phy_offsets("polygenelubricants", 8, 0, 2**62, found)
+    assert found == [500]
+    index_file.close()
+
+
+def test_entries_stored_in_the_first_second_of_a_range_are_all_found(tmp_path: Path) -> None:
+    # Times are stored in whole seconds after the file's first entry: both entries read back
+    # as T0, and a range starting at T0 includes both.
+    index_file = IndexFile(tmp_path / "f", slots=7, max_index=10)
+    assert index_file.put_key("T#k", 100, T0)
+    assert index_file.put_key("T#k", 200, T0 + 500)
+    found: list[int] = []
+    index_file.select_phy_offsets("T#k", 8, T0, 2**62, found)
+    assert found == [200, 100]
+    index_file.close()
+
+
+# --- the service: expiry, flushing, re-dispatch, queries ------------------------------------
+
+
+def _single_keyed(service: IndexService, count: int, start: int = 0) -> None:
+    for n in range(start, start + count):
+        service.build(_message(100 * n, T0 + 1000 * n, keys=f"k{n}"), T0 + n)
+
+
+def test_expired_files_go_but_never_the_last_nor_one_holding_the_oldest_message(
+    tmp_path: Path,
+) -> None:
+    service = IndexService(tmp_path, slots=11, max_index=3)  # 2 entries per file
+    _single_keyed(service, 6)  # files end at 100, 300, 500
+    assert [f.end_phy_offset for f in service.files] == [100, 300, 500]
+    # A file whose last entry is the commit log's first message still serves it.
+    assert service.delete_expired(100) == 0
+    assert service.delete_expired(101) == 1
+    assert service.delete_expired(10_000) == 1  # never the newest file
+    assert [f.end_phy_offset for f in service.files] == [500]
+    assert service.query_offsets("T", "k5", 8, 0, 2**62).phy_offsets == [500]
+    service.close()
+
+
+def test_expiring_a_file_already_removed_from_disk_is_harmless(tmp_path: Path) -> None:
+    service = IndexService(tmp_path, slots=11, max_index=3)
+    _single_keyed(service, 4)
+    first = service.files[0].path
+    first.unlink()  # an operator cleaned up by hand
+    assert service.delete_expired(250) == 1
+    assert len(service.files) == 1
+    service.close()
+
+
+def test_flush_syncs_only_the_two_newest_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Older files were synced when the next one was created; the newest two may hold entries
+    # written since (the one that just filled up, the one being written).
+    service = IndexService(tmp_path, slots=11, max_index=3)
+    _single_keyed(service, 2)
+    synced: list[str] = []
+    monkeypatch.setattr(IndexFile, "flush", lambda self: synced.append(self.path.name))
+    service.flush()
+    assert synced == [service.files[0].path.name]
+    _single_keyed(service, 4, start=2)
+    synced.clear()
+    service.flush()
+    assert synced == [f.path.name for f in service.files[-2:]]
+    assert len(service.files) == 3
+    service.close()
+
+
+Raw = tuple[str, int, int, bytes | None, bytes | None]
+
+
+def _index(service: IndexService, messages: list[Raw], *, batched: bool) -> None:
+    """The dispatcher's way (one batch) or one ``build_raw`` per message: the same result."""
+    if batched:
+        service.build_batch(messages, now_ms=T0)
+    else:
+        for message in messages:
+            service.build_raw(*message, now_ms=T0)
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_redispatch_after_a_restart_indexes_only_what_the_index_lacks(
+    tmp_path: Path, batched: bool
+) -> None:
+    # The reput service restarts from its checkpoint, at or before the index's end: build_batch
+    # skips what the newest file already holds (the message at its end included) and indexes
+    # what follows, whichever file it lands in.
+    messages: list[Raw] = [("T", 100 * n, T0 + 1000 * n, None, b"k%d" % n) for n in range(8)]
+    expected = IndexService(tmp_path / "once", slots=11, max_index=4)  # 3 entries per file
+    _index(expected, messages, batched=batched)
+    assert [f.index_count for f in expected.files] == [4, 4, 3]
+    service = IndexService(tmp_path / "again", slots=11, max_index=4)
+    _index(service, messages[:7], batched=batched)  # the newest file holds one entry
+    assert [f.index_count for f in service.files] == [4, 4, 2]
+    service.close()
+    restarted = IndexService(tmp_path / "again", slots=11, max_index=4)
+    restarted.load(flushed_up_to=None)
+    _index(restarted, messages[6:7], batched=batched)  # only the message at the end: nothing
+    assert [f.index_count for f in restarted.files] == [4, 4, 2]
+    _index(restarted, messages, batched=batched)  # everything again, and one new message
+    assert [f.path.read_bytes() for f in restarted.files] == [
+        f.path.read_bytes() for f in expected.files
+    ]
+    restarted.close()
+    expected.close()
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_an_empty_first_file_left_by_a_crash_takes_the_message_at_offset_0(
+    tmp_path: Path, batched: bool
+) -> None:
+    # The newest file is created before its first entry is put; a crash in between leaves it
+    # empty, ending at 0. The message at offset 0 is not in it and must be indexed.
+    (tmp_path / "index").mkdir()
+    IndexFile(tmp_path / "index" / file_name_for(T0), slots=11, max_index=10).close()
+    service = IndexService(tmp_path, slots=11, max_index=10)
+    service.load(flushed_up_to=None)
+    _index(service, [("T", 0, T0, None, b"first")], batched=batched)
+    assert service.query_offsets("T", "first", 8, 0, 2**62).phy_offsets == [0]
+    service.close()
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_keys_are_split_on_single_spaces_only(tmp_path: Path, batched: bool) -> None:
+    # buildIndex splits KEYS with String.split(" "): a tab or a newline is part of a key.
+    service = IndexService(tmp_path, slots=11, max_index=10)
+    _index(service, [("T", 0, T0, None, b"a\tb c\nd")], batched=batched)
+    assert service.files[0].index_count == 3
+    for key, found in (("a\tb", [0]), ("c\nd", [0]), ("a", []), ("b", []), ("d", [])):
+        assert service.query_offsets("T", key, 8, 0, 2**62).phy_offsets == found, key
+    service.close()
+
+
+def test_a_key_longer_than_the_hash_cache_is_indexed(tmp_path: Path) -> None:
+    key = "x" * 2000  # the weights of keys over 1024 bytes are computed on each use
+    service = IndexService(tmp_path, slots=11, max_index=10)
+    service.build_batch([("T", 0, T0, None, key.encode())], now_ms=T0)
+    assert service.query_offsets("T", key, 8, 0, 2**62).phy_offsets == [0]
+    service.close()
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_key_whose_hash_is_integer_min_value_is_indexed_as_hash_0(
+    tmp_path: Path, batched: bool
+) -> None:
+    # abs(Integer.MIN_VALUE) is negative in Java; indexKeyHashMethod stores it as 0.
+    topic, key = "TopicA", "key-uwj-8))4"
+    assert java_string_hash(f"{topic}#{key}") == -(2**31)
+    service = IndexService(tmp_path, slots=11, max_index=10)
+    _index(service, [(topic, 300, T0, None, key.encode())], batched=batched)
+    index_file = service.files[0]
+    assert _ENTRY.unpack_from(index_file._map, HEADER_SIZE + SLOT_SIZE * 11 + ENTRY_SIZE) == (
+        0,
+        300,
+        0,
+        0,
+    )
+    assert service.query_offsets(topic, key, 8, 0, 2**62).phy_offsets == [300]
+    service.close()
+
+
+def test_a_message_with_a_unique_key_and_no_keys_is_indexed_once(tmp_path: Path) -> None:
+    service = IndexService(tmp_path, slots=11, max_index=10)
+    service.build(_message(700, T0, keys=None, uniq="U7"), T0)
+    assert service.files[0].index_count == 2
+    assert service.query_offsets("T", "U7", 8, 0, 2**62).phy_offsets == [700]
+    service.close()
+
+
+def test_a_query_reports_where_the_newest_file_ends(tmp_path: Path) -> None:
+    service = IndexService(tmp_path, slots=11, max_index=3)
+    assert service.query_offsets("T", "k0", 8, 0, 2**62) == QueryOffsetResult([], 0, 0)
+    _single_keyed(service, 3)
+    assert service.query_offsets("T", "k0", 8, 0, 2**62) == QueryOffsetResult([0], T0 + 2000, 200)
+    service.close()
+
+
+def test_a_message_stored_in_the_same_millisecond_as_the_next_file_begins_is_found(
+    tmp_path: Path,
+) -> None:
+    # The walk over files stops at one that begins before the range; a file beginning
+    # exactly at the range's start may have an older neighbour holding the same millisecond.
+    service = IndexService(tmp_path, slots=11, max_index=3)
+    service.build_batch(
+        [("T", 0, T0 - 5000, None, b"x"), ("T", 100, T0, None, b"k"), ("T", 200, T0, None, b"k")],
+        now_ms=0,
+    )
+    assert [f.begin_timestamp for f in service.files] == [T0 - 5000, T0]
+    assert service.query_offsets("T", "k", 8, T0, 2**62).phy_offsets == [200, 100]
+    service.close()
+
+
+def test_the_file_walk_stops_at_a_file_beginning_before_the_range_like_rocketmq(
+    tmp_path: Path,
+) -> None:
+    # IndexService.queryOffset: files are visited newest first and the walk ends at the first
+    # one that begins before the range. After the store clock stepped back, an older file can
+    # hold later times than a newer one: RocketMQ does not look there, and neither does trioha.
+    service = IndexService(tmp_path, slots=11, max_index=3)
+    service.build_batch(
+        [
+            ("T", 0, T0 + 60_000, None, b"k"),
+            ("T", 100, T0 + 60_000, None, b"x"),
+            ("T", 200, T0, None, b"k"),
+        ],
+        now_ms=0,
+    )
+    assert [f.begin_timestamp for f in service.files] == [T0 + 60_000, T0]
+    assert service.query_offsets("T", "k", 8, T0 + 30_000, 2**62).phy_offsets == []
+    assert service.query_offsets("T", "k", 8, T0, 2**62).phy_offsets == [200, 0]
+    service.close()
+
+
+# --- files: names, modes, headers, mappings ----------------------------------------------
+
+
+def test_file_names_are_the_local_creation_time_to_the_millisecond(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    try:
+        assert file_name_for(1_700_000_000_123) == "20231114221320123"
+        assert file_name_for(1_700_000_000_999) == "20231114221320999"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_files_created_in_the_same_millisecond_take_the_next_free_names(
+    tmp_path: Path,
+) -> None:
+    service = IndexService(tmp_path, slots=11, max_index=2)  # one entry per file
+    service.build_batch([("T", 100 * n, T0, None, b"k") for n in range(3)], now_ms=T0)
+    assert [f.path.name for f in service.files] == [file_name_for(T0 + n) for n in range(3)]
+    service.close()
+
+
+def test_building_before_load_creates_the_index_directory(tmp_path: Path) -> None:
+    service = IndexService(tmp_path / "store" / "new", slots=11, max_index=10)
+    service.build_batch([("T", 0, T0, None, b"k")], now_ms=T0)
+    assert (tmp_path / "store" / "new" / "index" / file_name_for(T0)).is_file()
+    service.close()
+
+
+def test_index_files_are_created_readable_by_all_writable_by_the_owner(tmp_path: Path) -> None:
+    umask = os.umask(0o022)
+    try:
+        IndexFile(tmp_path / "f", slots=7, max_index=10).close()
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "f").stat().st_mode) == 0o644
+
+
+@pytest.mark.parametrize(("end_phy", "end_ts"), [(0, 0), (1, 1), (4096, T0)])
+def test_a_new_file_continues_where_the_previous_one_ended(
+    tmp_path: Path, end_phy: int, end_ts: int
+) -> None:
+    # IndexFile's constructor: the header of an empty file already holds the previous end.
+    index_file = IndexFile(
+        tmp_path / "f", slots=7, max_index=10, end_phy_offset=end_phy, end_timestamp=end_ts
+    )
+    index_file.flush()
+    header = (tmp_path / "f").read_bytes()[:HEADER_SIZE]
+    assert header == struct.pack(">qqqqii", end_ts, end_ts, end_phy, end_phy, 0, 1)
+    index_file.close()
+    # An existing file keeps its own header, whatever the caller passes.
+    again = IndexFile(tmp_path / "f", slots=7, max_index=10, end_phy_offset=9, end_timestamp=9)
+    again.close()
+    assert (tmp_path / "f").read_bytes()[:HEADER_SIZE] == header
+
+
+def test_a_file_without_an_end_starts_with_an_empty_header(tmp_path: Path) -> None:
+    IndexFile(tmp_path / "f", slots=7, max_index=10).close()
+    assert (tmp_path / "f").read_bytes()[:HEADER_SIZE] == bytes(36) + b"\0\0\0\1"
+
+
+def test_a_reloaded_file_reads_every_header_field(tmp_path: Path) -> None:
+    index_file = IndexFile(tmp_path / "f", slots=7, max_index=10)
+    assert index_file.put_key("T#a", 300, T0)
+    assert index_file.put_key("T#b", 700, T0 + 4000)
+    index_file.close()
+    again = IndexFile(tmp_path / "f", slots=7, max_index=10)
+    header = (again.begin_timestamp, again.end_timestamp, again.begin_phy_offset)
+    assert (*header, again.end_phy_offset, again.hash_slot_count, again.index_count) == (
+        T0,
+        T0 + 4000,
+        300,
+        700,
+        2,
+        3,
+    )
+    again.close()
+
+
+@pytest.mark.parametrize(("slots", "entries"), [(1, 10), (7, 2)])
+def test_the_smallest_index_files_work(tmp_path: Path, slots: int, entries: int) -> None:
+    index_file = IndexFile(tmp_path / "f", slots=slots, max_index=entries)
+    assert index_file.put_key("T#k", 100, T0)
+    found: list[int] = []
+    index_file.select_phy_offsets("T#k", 8, 0, 2**62, found)
+    assert found == [100]
+    index_file.close()
+
+
+def test_closing_the_service_unmaps_its_files(tmp_path: Path) -> None:
+    maps = Path("/proc/self/maps")
+    if not maps.exists():
+        pytest.skip("no /proc/self/maps")
+    service = IndexService(tmp_path, slots=11, max_index=3)
+    _single_keyed(service, 3)
+    files = list(service.files)  # a reader may still hold a file: closing unmaps it anyway
+    paths = [str(f.path) for f in files]
+    assert all(p in maps.read_text() for p in paths)
+    service.close()
+    assert not any(p in maps.read_text() for p in paths)
+    files[0].close()  # a second close is harmless
+
+
+def test_the_first_entry_of_a_file_is_timed_from_the_previous_files_end(tmp_path: Path) -> None:
+    # The next file starts at the previous one's end time (IndexFile's constructor), so its
+    # first entry's timeDiff counts from there; the first file's first entry has timeDiff 0.
+    service = IndexService(tmp_path, slots=11, max_index=2)  # one entry per file
+    service.build_batch(
+        [("T", 0, T0 + 999, None, b"a"), ("T", 100, T0 + 5000, None, b"b")], now_ms=0
+    )
+    first, second = (f.path.read_bytes() for f in service.files)
+    entry_1 = HEADER_SIZE + SLOT_SIZE * 11 + ENTRY_SIZE
+    assert _ENTRY.unpack_from(first, entry_1)[1:3] == (0, 0)
+    assert _ENTRY.unpack_from(second, entry_1)[1:3] == (100, 4)
+    service.close()
+
+
+def test_a_file_begun_at_timestamp_1_times_its_entries_from_it(tmp_path: Path) -> None:
+    index_file = IndexFile(tmp_path / "a", slots=7, max_index=10, end_timestamp=1)
+    assert index_file.put_hash(5, 100, 2001)
+    batched = IndexFile(tmp_path / "b", slots=7, max_index=10, end_timestamp=1)
+    assert batched.put_hashes([(5, 100, 2001)], 0) == 1
+    entry_1 = HEADER_SIZE + SLOT_SIZE * 7 + ENTRY_SIZE
+    for f in (index_file, batched):
+        assert _ENTRY.unpack_from(f._map, entry_1) == (5, 100, 2, 0)
+        f.close()
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_crash_right_after_creating_the_next_file_leaves_it_continuing_the_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batched: bool
+) -> None:
+    service = IndexService(tmp_path, slots=11, max_index=2)  # one entry per file
+    _index(service, [("T", 100, T0 + 5000, None, b"a")], batched=batched)
+
+    def crash(*args: object) -> object:
+        raise SystemExit("crash")
+
+    monkeypatch.setattr(IndexFile, "put_hashes", crash)
+    monkeypatch.setattr(IndexFile, "put_hash", crash)
+    with pytest.raises(SystemExit):
+        _index(service, [("T", 200, T0 + 9000, None, b"b")], batched=batched)
+    monkeypatch.undo()
+    _, second = service.files
+    assert (second.begin_phy_offset, second.end_phy_offset) == (100, 100)
+    assert (second.begin_timestamp, second.end_timestamp) == (T0 + 5000, T0 + 5000)
+    service.close()
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_crash_before_the_first_entry_leaves_an_empty_header(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batched: bool
+) -> None:
+    def crash(*args: object) -> object:
+        raise SystemExit("crash")
+
+    monkeypatch.setattr(IndexFile, "put_hashes", crash)
+    monkeypatch.setattr(IndexFile, "put_hash", crash)
+    service = IndexService(tmp_path, slots=11, max_index=10)
+    with pytest.raises(SystemExit):
+        _index(service, [("T", 0, T0, None, b"a")], batched=batched)
+    monkeypatch.undo()
+    (only,) = service.files
+    assert only.path.read_bytes()[:HEADER_SIZE] == bytes(36) + b"\0\0\0\1"
+    service.close()
+
+
+# --- a header older than its slots (a lost write) -----------------------------------------
+
+
+def _put_after_rewinding_the_header(tmp_path: Path, count: int, *, batched: bool) -> IndexFile:
+    """Two entries for T#k, the header's indexCount set back to *count*, then a third put."""
+    index_file = IndexFile(tmp_path / "f", slots=7, max_index=10)
+    assert index_file.put_key("T#k", 100, T0)
+    assert index_file.put_key("T#k", 200, T0)
+    index_file.close()
+    _rewind_header(tmp_path / "f", count)
+    again = IndexFile(tmp_path / "f", slots=7, max_index=10)
+    key_hash = index_key_hash("T#k")
+    if batched:
+        assert again.put_hashes([(key_hash, 300, T0)], 0) == 1
+    else:
+        assert again.put_hash(key_hash, 300, T0)
+    return again
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_slot_at_the_headers_count_is_linked_as_rocketmq_links_it(
+    tmp_path: Path, batched: bool
+) -> None:
+    # putKey keeps a slot value up to indexCount: after the header lost the last put, the
+    # entry that put is overwritten and links to its own number, as RocketMQ writes it.
+    again = _put_after_rewinding_the_header(tmp_path, 2, batched=batched)
+    entry_2 = HEADER_SIZE + SLOT_SIZE * 7 + 2 * ENTRY_SIZE
+    assert _ENTRY.unpack_from(again._map, entry_2) == (index_key_hash("T#k"), 300, 0, 2)
+    assert again.hash_slot_count == 1
+    again.close()
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_slot_past_the_headers_count_is_treated_as_empty(tmp_path: Path, batched: bool) -> None:
+    again = _put_after_rewinding_the_header(tmp_path, 1, batched=batched)  # the slot says 2
+    entry_1 = HEADER_SIZE + SLOT_SIZE * 7 + ENTRY_SIZE
+    assert _ENTRY.unpack_from(again._map, entry_1) == (index_key_hash("T#k"), 300, 0, 0)
+    assert again.hash_slot_count == 2  # the header's 1 (kept) plus the slot counted again
+    found: list[int] = []
+    again.select_phy_offsets("T#k", 8, 0, 2**62, found)
+    assert found == [300]
+    again.close()
+
+
+# --- hashes ------------------------------------------------------------------------------
+
+
+def test_a_hash_of_minus_integer_max_value_is_kept() -> None:
+    assert java_string_hash("T#key-biyk2<=>") == -(2**31 - 1)
+    assert index_key_hash("T#key-biyk2<=>") == 2**31 - 1
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_key_that_is_not_utf8_is_indexed_as_java_decodes_it(
+    tmp_path: Path, batched: bool
+) -> None:
+    # new String(bytes, UTF_8) replaces malformed input with U+FFFD.
+    service = IndexService(tmp_path, slots=11, max_index=10)
+    _index(service, [("T", 0, T0, None, b"k\xff\xfe")], batched=batched)
+    assert service.query_offsets("T", "k\ufffd\ufffd", 8, 0, 2**62).phy_offsets == [0]
+    service.close()
+
+
+# --- loading ------------------------------------------------------------------------------
+
+
+def test_load_logs_what_it_ignores_drops_and_keeps(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    service = IndexService(tmp_path, slots=11, max_index=3)  # 2 entries per file
+    _single_keyed(service, 6)  # files end at 100, 300, 500
+    paths = [f.path for f in service.files]
+    service.close()
+    (tmp_path / "index" / "000.tmp").write_text("not an index file")  # sorts first
+    caplog.set_level(logging.INFO, logger="trioha.store.index")
+    reloaded = IndexService(tmp_path, slots=11, max_index=3)
+    reloaded.load(flushed_up_to=300)  # a file ending exactly at the flush is kept
+    assert [f.path for f in reloaded.files] == paths[:2]
+    assert [p.exists() for p in paths] == [True, True, False]
+    directory = tmp_path / "index"
+    assert caplog.messages == [
+        f"ignoring {directory / '000.tmp'}: not an index file name",
+        f"dropping index file {paths[2]}: it ends at 500, past the last flush (300)",
+        f"message index: 2 file(s) in {directory}",
+    ]
+    reloaded.close()
+
+
+def test_load_drops_every_file_past_the_flush(tmp_path: Path) -> None:
+    service = IndexService(tmp_path, slots=11, max_index=3)
+    _single_keyed(service, 6)  # files end at 100, 300, 500
+    paths = [f.path for f in service.files]
+    service.close()
+    reloaded = IndexService(tmp_path, slots=11, max_index=3)
+    reloaded.load(flushed_up_to=150)
+    assert [f.path for f in reloaded.files] == paths[:1]
+    assert [p.exists() for p in paths] == [True, False, False]
+    reloaded.close()

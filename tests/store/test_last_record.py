@@ -102,3 +102,70 @@ def test_a_log_ending_in_damage_has_none(make_log: LogFactory) -> None:
     slave.append_raw(0, data)
     # Nothing names the end of the second record as a record start: no answer, not a guess.
     assert slave.last_record() is None
+
+
+def test_a_last_record_with_a_damaged_body_still_gives_its_time(make_log: LogFactory) -> None:
+    # CRCs are recovery's business: the answer is for a lag figure, not for reading the log.
+    master = make_log(segment_size=4096)
+    offsets = put(master, [1, 2, 3])
+    data = bytearray(master.read(0, 1 << 20))
+    data[offsets[2] + 100] ^= 0xFF  # a body byte of the last record
+    slave = make_log(segment_size=4096)
+    slave.append_raw(0, data)
+    assert slave.last_record() == (offsets[2], 3)
+
+
+def test_the_next_record_is_trusted_only_once_its_offset_field_has_arrived(
+    make_log: LogFactory,
+) -> None:
+    # Fewer than 36 bytes of the next record: it cannot be checked yet, and the one before
+    # counts as the last. From 36 bytes on it must name its own offset, or nothing counts.
+    master = make_log(segment_size=4096)
+    offsets = put(master, [1, 2, 3])
+    data = bytearray(master.read(0, 1 << 20))
+    data[offsets[2] + 4 : offsets[2] + 8] = b"\xde\xad\xbe\xef"  # the third record's magic
+    for into, expected in ((35, (offsets[1], 2)), (36, None)):
+        slave = make_log(segment_size=4096)
+        slave.append_raw(0, data[: offsets[2] + into])
+        assert slave.last_record() == expected, into
+
+
+@pytest.mark.parametrize("into", [4 + 65538, 150_000])
+def test_a_slave_inside_a_message_larger_than_the_search_window(
+    make_log: LogFactory, into: int
+) -> None:
+    # The search looks back 64 KiB first, then twice as far, and so on; 4 + 65538 bytes into
+    # the record its magic code straddles the first window's start.
+    master = make_log(segment_size=1 << 20)
+    offsets = put(master, [0], body=b"x" * 300_000)  # the windows never reach back to 0
+    offsets += put(master, [1], body=b"x" * 100)
+    offsets += put(master, [2], body=b"x" * 200_000)
+    slave = make_log(segment_size=1 << 20)
+    slave.append_raw(0, master.read(0, offsets[2] + into))
+    assert slave.last_record() == (offsets[1], 1)
+    slave.append_raw(slave.max_offset, master.read(slave.max_offset, 1 << 20))
+    assert slave.last_record() == (offsets[2], 2)
+
+
+def test_a_body_holding_what_looks_like_the_head_of_a_long_record_is_passed_over(
+    make_log: LogFactory,
+) -> None:
+    fake_head = (1 << 20).to_bytes(4, "big") + MESSAGE_MAGIC.to_bytes(4, "big")
+    log = make_log(segment_size=4096)
+    offsets = put(log, [1, 2], body=b"y" * 50 + fake_head + b"z" * 40)
+    assert log.last_record() == (offsets[1], 2)
+
+
+def test_the_search_examines_exactly_its_budget_of_candidates(
+    make_log: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    master = make_log(segment_size=1 << 16)
+    offsets = put(master, [1, 2], body=MAGICS * 50)
+    slave = make_log(segment_size=1 << 16)
+    slave.append_raw(0, master.read(0, offsets[1] + 400))
+    # From the end back: the 78 codes of the second body that arrived whole, that record's
+    # own code, the 150 codes of the first body, then the first record's code: 230.
+    monkeypatch.setattr(_boundary, "LAST_RECORD_CANDIDATES", 230)
+    assert slave.last_record() == (offsets[0], 1)
+    monkeypatch.setattr(_boundary, "LAST_RECORD_CANDIDATES", 229)
+    assert slave.last_record() is None

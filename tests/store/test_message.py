@@ -19,6 +19,7 @@ from trioha.store import (
     BLANK_RECORD_SIZE,
     MESSAGE_MAGIC,
     MESSAGE_MAGIC_V2,
+    MIN_RECORD_SIZE,
     DecodedBlank,
     DecodedIncomplete,
     DecodedInvalid,
@@ -436,3 +437,339 @@ def test_a_negative_properties_length_is_a_bad_length() -> None:
     record = bytearray(foobar())
     struct.pack_into(">h", record, 88 + len(BODY) + 1 + len("FooBar"), -1)
     assert _invalid(bytes(record)) is InvalidReason.BAD_LENGTH
+
+
+# --- exact fields, bounds and messages ------------------------------------------------------
+
+
+def test_fields_left_out_are_stored_as_zeros() -> None:
+    record = encode_message(topic="FooBar", body=BODY, born_host=BORN, store_host=STORE)
+    expected = bytearray(java_record(""))
+    struct.pack_into(">q", expected, 40, 0)  # born timestamp
+    struct.pack_into(">q", expected, 56, 0)  # store timestamp
+    assert record == bytes(expected)
+
+
+@pytest.mark.parametrize("port", [2**31 - 1, -(2**31)])
+def test_ports_at_the_int32_bounds_are_stored(port: int) -> None:
+    host = HostAddress("10.0.0.1", port)
+    record = encode_message(topic="T", body=b"", born_host=host, store_host=host)
+    assert record[48:56] == bytes([10, 0, 0, 1]) + struct.pack(">i", port)
+    assert record[64:72] == bytes([10, 0, 0, 1]) + struct.pack(">i", port)
+    assert decode_message(record).store_host == host
+
+
+def test_msg_id_of_a_negative_port_is_its_java_int_bytes() -> None:
+    # createMessageId puts the port as an int: -1 is FFFFFFFF.
+    assert make_msg_id(HostAddress("10.0.0.1", -1), 16) == "0A000001FFFFFFFF0000000000000010"
+
+
+def test_a_property_not_set_reads_as_none() -> None:
+    msg = decode_message(
+        encode_message(
+            topic="T", body=b"", born_host=BORN, store_host=STORE, properties={"KEYS": "k"}
+        )
+    )
+    assert msg.tags is None
+    assert msg.get_property("TAGS") is None
+    assert msg.keys == "k"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("queue_offset", 2**63),
+        ("physical_offset", -(2**63) - 1),
+        ("store_timestamp", 2**63),
+    ],
+)
+def test_each_out_of_range_placement_field_is_named(field: str, value: int) -> None:
+    fields: dict[str, Any] = {field: value}
+    with pytest.raises(
+        ValueError,
+        match=rf"^{field}={value} is outside the Java range \[-9223372036854775808, "
+        r"9223372036854775807\]$",
+    ):
+        encode_message(topic="t", body=b"", born_host=BORN, store_host=STORE, **fields)
+
+
+def test_size_mismatch_details_name_the_sizes() -> None:
+    record = bytearray(foobar() + b"\0" * 64)
+    struct.pack_into(">i", record, 0, 158)
+    result = decode_record(bytes(record), base_offset=4096)
+    assert result == DecodedInvalid(
+        4096, InvalidReason.SIZE_MISMATCH, "total size 158 at 4096 != computed length 157"
+    )
+    short = bytearray(foobar())
+    short[88 + len(BODY)] = 127  # a topic length running past the record
+    assert decode_record(bytes(short)) == DecodedInvalid(
+        0, InvalidReason.SIZE_MISMATCH, "total size 157 at 0 is too short for its topic length"
+    )
+
+
+def test_properties_that_are_not_utf8_decode_as_java_decodes_them() -> None:
+    # new String(bytes, UTF_8) replaces malformed input with U+FFFD.
+    record = bytearray(foobar())
+    assert record[-2:] == b"G1"
+    record[-2] = 0xFF
+    msg = decode_message(bytes(record))
+    assert msg.tags == "TA\ufffd1"
+
+
+def test_decode_message_reads_at_pos_and_can_skip_the_crc() -> None:
+    buf = b"\0" * 10 + foobar(physical_offset=10)
+    assert decode_message(buf, 10, base_offset=0).physical_offset == 10
+    bad = bytearray(foobar())
+    bad[88] ^= 0x01  # a body byte
+    with pytest.raises(CorruptLogError, match="crc-mismatch"):
+        decode_message(bytes(bad))
+    assert decode_message(bytes(bad), check_crc=False).body == bytes(bad[88 : 88 + len(BODY)])
+
+
+@pytest.mark.parametrize("given_as", ["mapping", "lone mapping", "pairs"])
+@pytest.mark.parametrize(
+    ("pair", "error"),
+    [
+        (("", "v"), "property ''='v': keys and values must be non-empty"),
+        (("k", ""), "property 'k'='': keys and values must be non-empty"),
+        (("k\x01", "v"), "property 'k\\\\x01'='v' contains a \\\\x01 or \\\\x02 separator"),
+        (("k", "v\x02"), "property 'k'='v\\\\x02' contains a \\\\x01 or \\\\x02 separator"),
+        (("k\x02", "v"), "property 'k\\\\x02'='v' contains a \\\\x01 or \\\\x02 separator"),
+        (("k", "\x01"), "property 'k'='\\\\x01' contains a \\\\x01 or \\\\x02 separator"),
+    ],
+)
+def test_a_pair_that_would_not_read_back_is_refused_by_name(
+    pair: tuple[str, str], error: str, given_as: str
+) -> None:
+    props: Any = {
+        "mapping": {"TAGS": "a", pair[0]: pair[1]},
+        "lone mapping": {pair[0]: pair[1]},
+        "pairs": [("TAGS", "a"), pair],
+    }[given_as]
+    with pytest.raises(ValueError, match=f"^{error}$"):
+        properties_to_string(props)
+
+
+@pytest.mark.parametrize("form", list(PropertiesForm))
+def test_a_mapping_and_its_pairs_give_the_same_string(form: PropertiesForm) -> None:
+    for props in ({"KEYS": "k"}, {"KEYS": "k", "TAGS": "a", "UNIQ_KEY": "u"}):
+        text = properties_to_string(props, form)
+        assert text == properties_to_string(list(props.items()), form)
+        assert text.endswith("\x02") is (form is PropertiesForm.V5)
+    assert properties_to_string([], form) == properties_to_string({}, form) == ""
+
+
+@pytest.mark.parametrize("as_mapping", [True, False])
+@pytest.mark.parametrize(
+    ("pair", "shown"), [(("DELAY", 3), "'DELAY'=3"), ((b"KEYS", "k"), "b'KEYS'='k'")]
+)
+def test_a_pair_that_is_not_strings_is_refused_by_name(
+    pair: tuple[Any, Any], shown: str, as_mapping: bool
+) -> None:
+    # A Java message's properties are a Map<String, String>: nothing else has a stored form.
+    props: Any = {"TAGS": "a", pair[0]: pair[1]} if as_mapping else [("TAGS", "a"), pair]
+    with pytest.raises(ValueError, match=f"^property {shown}: keys and values must be strings$"):
+        properties_to_string(props)
+
+
+# --- limits at their exact bounds -------------------------------------------------------------
+
+INT32, INT64 = (-(2**31), 2**31 - 1), (-(2**63), 2**63 - 1)
+RANGES = {
+    "queue_id": INT32,
+    "flag": INT32,
+    "sysflag": INT32,
+    "born_timestamp": INT64,
+    "reconsume_times": INT32,
+    "prepared_transaction_offset": INT64,
+    "queue_offset": INT64,
+    "physical_offset": INT64,
+    "store_timestamp": INT64,
+}
+
+
+@pytest.mark.parametrize("field", sorted(RANGES))
+def test_every_int_field_takes_its_java_range_and_nothing_beyond(field: str) -> None:
+    lo, hi = RANGES[field]
+    for value in (lo, hi):
+        fields: dict[str, Any] = {field: value}
+        record = encode_message(topic="t", body=b"", born_host=BORN, store_host=STORE, **fields)
+        stored = getattr(decode_message(record), field)
+        # The host family bits of sysflag follow the (IPv4) hosts.
+        assert stored == (value & ~0x30 if field == "sysflag" else value)
+    for value in (lo - 1, hi + 1):
+        beyond: dict[str, Any] = {field: value}
+        with pytest.raises(ValueError, match=rf"^{field}={value} is outside the Java range "):
+            encode_message(topic="t", body=b"", born_host=BORN, store_host=STORE, **beyond)
+
+
+def test_a_body_of_exactly_the_limit_is_accepted() -> None:
+    prepared = PreparedMessage(
+        topic="t", body=b"x" * 10, born_host=BORN, store_host=STORE, max_body_size=10
+    )
+    assert prepared.length == message_length(0, 10, 1, 0)
+
+
+def test_a_body_given_as_a_bytearray_is_copied_when_prepared() -> None:
+    # The commit log prepares a batch before it writes it: later changes by the caller
+    # must not reach the log.
+    body = bytearray(b"abc")
+    prepared = PreparedMessage(topic="t", body=body, born_host=BORN, store_host=STORE)  # type: ignore[arg-type]
+    body[0] = ord("X")
+    buf = bytearray(prepared.length)
+    prepared.write_into(buf, 0, queue_offset=0, physical_offset=0, store_timestamp=0)
+    assert decode_message(bytes(buf)).body == b"abc"
+
+
+def test_topic_lengths_at_the_bounds_of_each_version() -> None:
+    v1 = encode_message(
+        topic="t" * 127, body=b"", born_host=BORN, store_host=STORE, magic=MESSAGE_MAGIC
+    )
+    assert v1[88] == 127 and decode_message(v1).topic == "t" * 127
+    v2 = encode_message(
+        topic="t" * 32767, body=b"", born_host=BORN, store_host=STORE, magic=MESSAGE_MAGIC_V2
+    )
+    assert struct.unpack_from(">h", v2, 88)[0] == 32767
+    assert decode_message(v2).topic == "t" * 32767
+    # The automatic choice counts bytes: 64 two-byte characters need V2.
+    wide = encode_message(topic="é" * 64, body=b"", born_host=BORN, store_host=STORE)
+    assert struct.unpack_from(">I", wide, 4)[0] == MESSAGE_MAGIC_V2
+    assert decode_message(wide).topic == "é" * 64
+    assert message_length(0, 0, 128, 0, magic=MESSAGE_MAGIC_V2) == 88 + 2 + 128 + 2
+    assert message_length(0, 0, 127, 0) == 88 + 1 + 127 + 2
+
+
+def test_properties_of_exactly_32767_bytes_are_accepted() -> None:
+    props = {"k": "v" * (32767 - 2)}
+    record = encode_message(topic="t", body=b"", born_host=BORN, store_host=STORE, properties=props)
+    assert struct.unpack_from(">h", record, 88 + 1 + 1)[0] == 32767
+    assert decode_message(record).properties_dict() == props
+
+
+def test_the_smallest_record_is_91_bytes_and_decodes() -> None:
+    record = encode_message(topic="", body=b"", born_host=BORN, store_host=BORN)
+    assert len(record) == MIN_RECORD_SIZE == 91
+    msg = decode_message(record)
+    assert (msg.topic, msg.body, msg.properties, msg.total_size) == ("", b"", (), 91)
+
+
+# --- what a rejected record says ---------------------------------------------------------
+
+
+def _detail(buf: bytes | bytearray, **kw: Any) -> tuple[InvalidReason, str]:
+    result = decode_record(bytes(buf), base_offset=1000, **kw)
+    assert isinstance(result, DecodedInvalid), result
+    assert result.offset == 1000
+    return result.reason, result.detail
+
+
+def test_each_rejection_names_what_was_found_and_where() -> None:
+    record = bytearray(foobar())
+    bad_magic = bytearray(record)
+    bad_magic[4:8] = b"\x12\x34\x56\x78"
+    assert _detail(bad_magic) == (InvalidReason.BAD_MAGIC, "magic 0x12345678 at 1000")
+    small = bytearray(record)
+    struct.pack_into(">i", small, 0, 90)
+    assert _detail(small) == (InvalidReason.BAD_TOTAL_SIZE, "total size 90 at 1000 is too small")
+    body = bytearray(record)
+    struct.pack_into(">i", body, 84, -5)
+    assert _detail(body) == (InvalidReason.BAD_LENGTH, "body length -5 at 1000")
+    topic = bytearray(record)
+    topic[88 + len(BODY)] = 0xFE
+    assert _detail(topic) == (InvalidReason.BAD_LENGTH, "topic length -2 at 1000")
+    props_at = 88 + len(BODY) + 1 + 6
+    props = bytearray(record)
+    struct.pack_into(">h", props, props_at, -3)
+    assert _detail(props) == (InvalidReason.BAD_LENGTH, "properties length -3 at 1000")
+    crc = bytearray(record)
+    crc[88] ^= 0x01
+    computed = zlib.crc32(bytes(crc[88 : 88 + len(BODY)])) & 0x7FFFFFFF
+    stored = zlib.crc32(BODY) & 0x7FFFFFFF
+    assert _detail(crc) == (
+        InvalidReason.CRC_MISMATCH,
+        f"body CRC {computed} != stored {stored} in the record at 1000",
+    )
+
+
+def test_a_body_length_running_past_the_record_is_named() -> None:
+    record = bytearray(foobar())
+    struct.pack_into(">i", record, 84, 157 - 88)  # the body takes everything after the head
+    assert _detail(record, check_crc=False) == (
+        InvalidReason.SIZE_MISMATCH,
+        "total size 157 at 1000 is too short for its body length",
+    )
+    v1_exact = bytearray(foobar())
+    struct.pack_into(">i", v1_exact, 84, 157 - 88 - 1)  # room for the topic length byte only
+    assert _detail(v1_exact, check_crc=False) == (
+        InvalidReason.SIZE_MISMATCH,
+        "total size 157 at 1000 is too short for its topic length",
+    )
+    v2 = bytearray(encode_message(topic="t" * 128, body=b"x", born_host=BORN, store_host=STORE))
+    struct.pack_into(">i", v2, 84, len(v2) - 88 - 1)  # one byte left: no room for a short
+    assert _detail(v2, check_crc=False) == (
+        InvalidReason.SIZE_MISMATCH,
+        f"total size {len(v2)} at 1000 is too short for its body length",
+    )
+    exact = bytearray(v2)
+    struct.pack_into(">i", exact, 84, len(v2) - 88 - 2)  # room for the topic length only
+    struct.pack_into(">h", exact, len(v2) - 2, 0)
+    assert _detail(exact, check_crc=False) == (
+        InvalidReason.SIZE_MISMATCH,
+        f"total size {len(v2)} at 1000 is too short for its topic length",
+    )
+
+
+def test_host_bits_making_the_header_exactly_the_record_are_a_body_mismatch() -> None:
+    # 112 bytes is the header of two IPv6 hosts: no room is left for the topic length.
+    record = bytearray(encode_message(topic="t" * 21, body=b"", born_host=BORN, store_host=STORE))
+    assert len(record) == 112
+    record[39] |= 0x30
+    assert _detail(record) == (
+        InvalidReason.SIZE_MISMATCH,
+        "total size 112 at 1000 is too short for its body length",
+    )
+    wider = bytearray(encode_message(topic="t" * 20, body=b"", born_host=BORN, store_host=STORE))
+    wider[39] |= 0x30
+    assert _detail(wider) == (InvalidReason.SIZE_MISMATCH, "total size 111 at 1000 < header 112")
+
+
+def test_strict_decoding_says_what_it_found() -> None:
+    with pytest.raises(CorruptLogError, match=r"^blank record \(remaining 4000\) at 8, not a "):
+        decode_message(b"\0" * 8 + encode_blank(4000), 8)
+    with pytest.raises(
+        CorruptLogError, match=r"^truncated record at 5: 100 bytes of at least 157$"
+    ):
+        decode_message(foobar()[:100], base_offset=5)
+    with pytest.raises(CorruptLogError, match=r"^invalid record at 0 \(bad-magic\): magic 0x00"):
+        decode_message(bytes(200))
+
+
+def test_a_position_or_end_past_the_buffer_is_incomplete_not_an_error() -> None:
+    record = foobar()
+    assert decode_record(record, len(record) + 5) == DecodedIncomplete(len(record) + 5, 0, 8)
+    assert decode_record(record, end=10_000) == decode_record(record)
+    assert decode_record(record[:100], end=10_000) == DecodedIncomplete(0, 100, 157)
+
+
+def test_a_prepared_message_stores_zeros_for_fields_left_out_and_says_where_it_ends() -> None:
+    # LogCore.prepare leaves prepared_transaction_offset out; a send path may leave more.
+    pairs = [("KEYS", str(NOW)), ("TAGS", "TAG1")]
+    prepared = PreparedMessage(
+        topic="FooBar", body=BODY, born_host=BORN, store_host=STORE, properties=pairs
+    )
+    buf = bytearray(b"\xee" * (7 + prepared.length + 5))
+    end = prepared.write_into(buf, 7, queue_offset=0, physical_offset=0, store_timestamp=NOW + 5)
+    assert end == 7 + prepared.length == 7 + 157
+    expected = bytearray(java_record(f"KEYS\x01{NOW}\x02TAGS\x01TAG1"))
+    struct.pack_into(">q", expected, 40, 0)  # born timestamp left out: 0
+    assert buf[7:end] == expected
+    assert (bytes(buf[:7]), bytes(buf[end:])) == (b"\xee" * 7, b"\xee" * 5)
+
+
+def test_a_size_mismatch_inside_a_buffer_names_the_record_s_own_computed_length() -> None:
+    record = bytearray(foobar() + b"\0" * 64)
+    struct.pack_into(">i", record, 0, 158)
+    buf = b"\xff" * 10 + bytes(record)
+    assert decode_record(buf, 10, base_offset=5000) == DecodedInvalid(
+        5010, InvalidReason.SIZE_MISMATCH, "total size 158 at 5010 != computed length 157"
+    )

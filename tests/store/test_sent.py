@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -175,3 +177,133 @@ def test_a_close_that_cannot_write_keeps_the_higher_reserved_mark(
     assert "keeping the reserved mark 1010" in caplog.text
     assert sent.reserved == 1010
     assert SentOffsets.open(tmp_path).reserved == 1010  # more careful, never less
+
+
+def test_a_fresh_mark_is_all_zeros_and_a_close_without_sending_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    sent = SentOffsets.open(tmp_path)
+    assert (sent.reserved, sent.sent, sent.flushed, sent.lost) == (0, 0, 0, ())
+    sent.close()
+    assert not (tmp_path / SENT_OFFSET_FILE).exists()
+
+
+def test_a_step_of_one_byte_is_allowed(tmp_path: Path) -> None:
+    sent = SentOffsets.open(tmp_path, step=1)
+    sent.reserve(10)
+    assert SentOffsets.open(tmp_path).reserved == 11
+
+
+def test_reserving_what_is_already_reserved_writes_nothing(tmp_path: Path) -> None:
+    sent = SentOffsets.open(tmp_path, step=1000)
+    sent.reserve(10)
+    sent.reserve(1010)
+    assert sent.reserved == 1010
+    assert SentOffsets.open(tmp_path).reserved == 1010
+
+
+def test_a_recovered_end_at_or_past_the_mark_loses_nothing(tmp_path: Path) -> None:
+    # Nothing sent and an empty log: no file is written at all.
+    fresh = SentOffsets.open(tmp_path)
+    assert fresh.note_recovered_end(0) is None
+    assert not (tmp_path / SENT_OFFSET_FILE).exists()
+    marked = SentOffsets.open(tmp_path, step=1000)
+    marked.reserve(500)
+    assert marked.note_recovered_end(1500) is None  # exactly the mark
+    assert (marked.reserved, marked.sent, marked.lost) == (1500, 1500, ())
+    assert marked.note_recovered_end(2000) is None  # durable bytes past it: the mark follows
+    assert (marked.reserved, marked.sent) == (2000, 2000)
+    again = SentOffsets.open(tmp_path)
+    assert (again.reserved, again.lost) == (2000, ())
+
+
+def test_an_epoch_restart_starts_the_marks_afresh(tmp_path: Path) -> None:
+    sent = SentOffsets.open(tmp_path, step=1000)
+    sent.reserve(500)
+    sent.note_flushed(1200, now=0.0)
+    assert sent.note_recovered_end(300) == (300, 1500)
+    sent.restart_at(800)
+    assert (sent.reserved, sent.sent, sent.flushed, sent.lost) == (800, 800, 800, ())
+    assert (tmp_path / SENT_OFFSET_FILE).read_text() == "sent 800\nflushed 800\n"
+    sent.restart_at(2000)  # the flushed bound never rises here
+    assert (tmp_path / SENT_OFFSET_FILE).read_text() == "sent 2000\nflushed 800\n"
+    assert (sent.reserved, sent.sent, sent.flushed) == (2000, 2000, 800)
+
+
+def test_the_same_flushed_end_again_does_not_restart_the_one_second_wait(tmp_path: Path) -> None:
+    sent = SentOffsets.open(tmp_path)
+    sent.note_flushed(100, now=10.0)
+    sent.note_flushed(100, now=11.5)  # nothing new: not written, the clock not reset
+    sent.note_flushed(200, now=12.0)
+    assert SentOffsets.open(tmp_path).flushed == 200
+
+
+def test_warnings_name_the_file_and_the_mark_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / SENT_OFFSET_FILE
+    sent = SentOffsets.open(tmp_path, step=1000)
+    sent.note_flushed(100, now=10.0)
+    sent.reserve(10)
+    sent.note_sent(10)
+    _unwritable(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="trioha.store"):
+        sent.note_flushed(200, now=20.0)
+        sent.close()
+    first, second = caplog.messages
+    assert first.startswith(f"cannot write {path}: ")
+    assert first.endswith("; the flushed mark stays at 100 for now")
+    assert second.startswith(f"cannot write {path}: ")
+    assert second.endswith("; keeping the reserved mark 1010")
+
+
+def test_a_clean_close_leaves_the_marks_usable(tmp_path: Path) -> None:
+    sent = SentOffsets.open(tmp_path, step=1000)
+    sent.reserve(10)
+    sent.note_sent(10)
+    sent.close()
+    assert (sent.reserved, sent.sent) == (10, 10)
+    assert sent.needs_reserve(11) and not sent.needs_reserve(10)
+
+
+def test_the_mark_file_is_replaced_whole_and_readable_by_all(tmp_path: Path) -> None:
+    path = tmp_path / SENT_OFFSET_FILE
+    umask = os.umask(0o022)
+    try:
+        sent = SentOffsets.open(tmp_path, step=1000)
+        sent.reserve(10)
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    # A longer temporary file left by a crash must not leave its tail in the new mark.
+    (tmp_path / (SENT_OFFSET_FILE + ".tmp")).write_text("sent 1\nflushed 1\n" + "lost 1 2\n" * 50)
+    sent.reserve(2000)
+    assert path.read_text() == "sent 3000\nflushed 0\n"
+
+
+def test_a_mark_file_is_read_back_whole(tmp_path: Path) -> None:
+    (tmp_path / SENT_OFFSET_FILE).write_text("sent 700\nflushed 300\nlost 0 4096\nlost 5000 6000\n")
+    sent = SentOffsets.open(tmp_path)
+    assert (sent.reserved, sent.sent, sent.flushed) == (700, 700, 300)
+    assert sent.lost == ((0, 4096), (5000, 6000))  # a range may start at the log's start
+    sent.note_sent(800)
+    assert sent.sent == 800
+
+
+def test_a_mark_file_with_other_than_ascii_is_refused(tmp_path: Path) -> None:
+    # Python's int() reads fullwidth digits; the file is ASCII, so they are damage.
+    (tmp_path / SENT_OFFSET_FILE).write_text("sent \uff17\uff10\uff10\n", encoding="utf-8")
+    with pytest.raises(StoreLayoutError, match=f"^cannot read {tmp_path / SENT_OFFSET_FILE}: "):
+        SentOffsets.open(tmp_path)
+
+
+def test_a_line_not_understood_is_quoted_up_to_60_characters(tmp_path: Path) -> None:
+    path = tmp_path / SENT_OFFSET_FILE
+    line = "snet " + "1" * 100
+    path.write_text(f"sent 12\n{line}\n")
+    with pytest.raises(StoreLayoutError) as refused:
+        SentOffsets.open(tmp_path)
+    assert str(refused.value) == (
+        f"{path} line 2 ({line[:60]!r}) is not understood: unknown entry 'snet'; "
+        "it records what a master sent to its slaves, so it is not ignored"
+    )

@@ -242,7 +242,7 @@ def properties_to_string(
         text: str | None
         try:
             text = "\x02".join(map("\x01".join, properties.items()))
-        except TypeError:  # not strings: the loop below formats them
+        except TypeError:  # not strings: the loop below names the pair
             text = None
         n = len(properties)
         if (
@@ -256,6 +256,10 @@ def properties_to_string(
     items = properties.items() if isinstance(properties, Mapping) else properties
     parts: list[str] = []
     for key, value in items:
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise MessageIllegalError(
+                f"property {key!r}={value!r}: keys and values must be strings"
+            )
         if not key or not value:
             raise MessageIllegalError(
                 f"property {key!r}={value!r}: keys and values must be non-empty"
