@@ -1,0 +1,144 @@
+"""The file commit log's own duties (``CommitLog``, ``MappedFileQueue``): what reaches the disk
+and when, the files it keeps aside, the log lines and errors an operator reads.
+
+Recovery's cut points are tested in test_recovery.py and the behaviour every commit log shares
+in test_commitlog_contract.py; this file pins what only the file-backed log does.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from trioha import StorageError
+from trioha.store import FileCommitLog, SetAside, _commitlog
+
+from .conftest import FakeClock
+
+
+@pytest.fixture
+def dir_syncs(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Every directory the commit log makes durable (``fsync`` of the directory), in order."""
+    synced: list[Path] = []
+    real = _commitlog.fsync_directory
+
+    def recording(directory: Path) -> None:
+        synced.append(Path(directory))
+        real(directory)
+
+    monkeypatch.setattr(_commitlog, "fsync_directory", recording)
+    return synced
+
+
+def _log_over(directory: Path, end: int, segment_size: int = 1024) -> FileCommitLog:
+    log = FileCommitLog.open(directory, segment_size=segment_size, clock_ms=FakeClock())
+    while log.max_offset < end:
+        log.append(topic="FooBar", body=b"b" * 100)
+    return log
+
+
+def test_segments_deleted_by_retention_are_made_durable_by_the_next_flush(
+    tmp_path: Path, dir_syncs: list[Path]
+) -> None:
+    directory = tmp_path / "commitlog"
+    log = _log_over(directory, 2100)
+    log.flush()
+    dir_syncs.clear()
+    assert log.delete_segments_before(2048) == 2
+    assert sorted(p.name for p in directory.iterdir()) == [f"{2048:020d}"]
+    assert dir_syncs == []  # deleting only marks the directory
+    log.flush()
+    assert dir_syncs == [directory]
+    log.flush()
+    assert dir_syncs == [directory]  # once: nothing changed since
+    log.close()
+
+
+def test_a_segment_that_cannot_be_deleted_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = tmp_path / "commitlog"
+    log = _log_over(directory, 1100)
+
+    def refuse(path: object, *args: object, **kwargs: object) -> None:
+        raise OSError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "unlink", refuse)
+    with pytest.raises(
+        StorageError, match=rf"^cannot delete {directory}/{0:020d}: \[Errno 13\] Permission denied$"
+    ):
+        log.delete_segments_before(1024)
+    monkeypatch.undo()
+    log.close()
+
+
+def test_a_truncate_makes_its_moves_durable_and_reports_what_each_file_holds(
+    tmp_path: Path, dir_syncs: list[Path]
+) -> None:
+    directory = tmp_path / "commitlog"
+    log = _log_over(directory, 2100)
+    first = next(iter(log.iter_messages()))
+    log.flush()
+    second, third = bytes(log.read(1024, 1024)), bytes(log.read(2048, 1024))
+    dir_syncs.clear()
+    log.truncate(first.end_offset)
+    aside = tmp_path / "lost+found"
+    bin_file = aside / f"{first.end_offset:020d}-truncated.bin"
+    moved = [aside / f"{s:020d}-truncated.segment" for s in (1024, 2048)]
+    assert log.set_aside == [
+        SetAside(first.end_offset, 1024 - first.end_offset, "truncated", str(bin_file)),
+        # A moved segment counts its data up to its last non-zero byte.
+        SetAside(1024, len(second.rstrip(b"\0")), "truncated", str(moved[0])),
+        SetAside(2048, len(third.rstrip(b"\0")), "truncated", str(moved[1])),
+    ]
+    assert moved[0].read_bytes() == second
+    assert moved[1].read_bytes()[: len(third)] == third
+    # The copies are durable before anything changes in place; the log's own directory
+    # (two entries gone) with the next flush.
+    assert dir_syncs == [aside, aside, aside]
+    log.flush()
+    assert dir_syncs == [aside, aside, aside, directory]
+    log.close()
+
+
+def test_a_segment_left_empty_by_a_full_disk_is_set_aside_as_holding_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    master = _log_over(tmp_path / "m" / "commitlog", 1100)
+    slave = FileCommitLog.open(tmp_path / "s" / "commitlog", segment_size=1024)
+    slave.append_raw(0, master.read(0, 1024))
+
+    def full(*args: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", full)
+    with pytest.raises(StorageError, match="No space left on device"):
+        slave.append_raw(1024, master.read(1024, 1024))  # the next segment's file is made
+    monkeypatch.undo()
+    assert slave.max_offset == 1024
+    assert (tmp_path / "s" / "commitlog" / f"{1024:020d}").exists()
+    boundary = next(iter(master.iter_messages())).end_offset
+    slave.truncate(boundary)
+    empty = tmp_path / "s" / "lost+found" / f"{1024:020d}-truncated.segment"
+    assert slave.set_aside[-1] == SetAside(1024, 0, "truncated", str(empty))
+    assert empty.read_bytes() == bytes(1024)
+    slave.close()
+    master.close()
+
+
+def test_a_new_segment_file_is_made_durable_by_the_next_flush(
+    tmp_path: Path, dir_syncs: list[Path]
+) -> None:
+    directory = tmp_path / "commitlog"
+    log = _log_over(directory, 900)
+    assert len(list(directory.iterdir())) == 1
+    log.flush()
+    dir_syncs.clear()
+    while log.max_offset < 1024:
+        log.append(topic="FooBar", body=b"b" * 100)
+    assert len(list(directory.iterdir())) == 2
+    log.flush()
+    assert dir_syncs == [directory]  # the new name, not only the bytes in it
+    log.close()
