@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from trioha import StorageError
+from trioha import StorageError, StoreLayoutError
 from trioha.store import FileCommitLog, SetAside, _commitlog
+from trioha.store._segment import fsync_directory
 
 from .conftest import FakeClock
 
@@ -22,7 +23,7 @@ from .conftest import FakeClock
 def dir_syncs(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Every directory the commit log makes durable (``fsync`` of the directory), in order."""
     synced: list[Path] = []
-    real = _commitlog.fsync_directory
+    real = fsync_directory
 
     def recording(directory: Path) -> None:
         synced.append(Path(directory))
@@ -142,3 +143,36 @@ def test_a_new_segment_file_is_made_durable_by_the_next_flush(
     log.flush()
     assert dir_syncs == [directory]  # the new name, not only the bytes in it
     log.close()
+
+
+def test_an_aside_directory_is_created_with_its_parents(tmp_path: Path) -> None:
+    aside = tmp_path / "kept" / "by" / "operator"
+    log = FileCommitLog.open(tmp_path / "commitlog", segment_size=1024, aside_dir=aside)
+    first = log.append(topic="FooBar", body=b"a" * 100)
+    log.append(topic="FooBar", body=b"b" * 100)
+    log.truncate(first.end_offset)
+    assert [p.name for p in aside.iterdir()] == [f"{first.end_offset:020d}-truncated.bin"]
+    log.close()
+
+
+def test_a_leftover_segment_file_that_cannot_be_read_is_a_layout_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = tmp_path / "commitlog"
+    directory.mkdir()
+    leftover = directory / f"{0:020d}.creating"
+    leftover.write_bytes(bytes(1024))
+    real = os.open
+
+    def refuse_leftovers(path: str | os.PathLike[str], flags: int, *args: int) -> int:
+        if str(path).endswith(".creating"):
+            raise OSError(13, "Permission denied")
+        return real(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", refuse_leftovers)
+    with pytest.raises(
+        StoreLayoutError, match=rf"^cannot open {leftover}: \[Errno 13\] Permission denied$"
+    ):
+        FileCommitLog.open(directory, segment_size=1024)
+    monkeypatch.undo()
+    assert leftover.read_bytes() == bytes(1024)  # left as it was

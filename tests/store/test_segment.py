@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import mmap
 import os
+import struct
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -127,6 +132,91 @@ def test_dropped_pages_still_read_the_same_bytes(tmp_path: Path) -> None:
     del view
     seg.close()
     seg.drop_pages()  # closed: nothing to drop, no error
+
+
+def _mapping_of(seg: SegmentFile) -> tuple[int, int] | None:
+    """The address range of the segment's mapping in this process (Linux), or None."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    for line in maps.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[5] == str(seg.path) and int(fields[2], 16) == 0:
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            return lo, hi
+    return None
+
+
+def _mapped_pages(seg: SegmentFile) -> set[int]:
+    """The pages of the segment that this process has mapped in (``present`` in pagemap):
+    what ``MADV_DONTNEED`` takes away and what counts in RSS."""
+    where = _mapping_of(seg)
+    if where is None:
+        return set()
+    lo, hi = where
+    page = mmap.PAGESIZE
+    with open("/proc/self/pagemap", "rb") as f:
+        f.seek(lo // page * 8)
+        raw = f.read((hi - lo) // page * 8)
+    return {i for i, (entry,) in enumerate(struct.iter_unpack("Q", raw)) if entry >> 63}
+
+
+@pytest.fixture
+def paged_segment(tmp_path: Path) -> Iterator[tuple[SegmentFile, bytes]]:
+    """A 64-page segment full of data, every page of it read through the mapping."""
+    if not os.access("/proc/self/pagemap", os.R_OK) or not hasattr(mmap, "MADV_DONTNEED"):
+        pytest.skip("needs Linux's /proc/self/pagemap and MADV_DONTNEED")
+    seg = SegmentFile.create(tmp_path, 0, 64 * mmap.PAGESIZE)
+    data = os.urandom(seg.size)
+    seg.write(0, data)
+    assert bytes(seg.view(0, seg.size)) == data
+    if _mapped_pages(seg) != set(range(64)):
+        seg.close()
+        pytest.skip("pagemap does not show this process's mapped pages")
+    yield seg, data
+    seg.close()
+
+
+def test_drop_pages_unmaps_exactly_the_pages_of_the_range(
+    paged_segment: tuple[SegmentFile, bytes],
+) -> None:
+    seg, data = paged_segment
+    page = mmap.PAGESIZE
+    seg.drop_pages(page + 1, 5 * page)  # a start inside page 1 takes all of page 1
+    assert _mapped_pages(seg) == set(range(64)) - {1, 2, 3, 4}
+    seg.drop_pages(40 * page, 40 * page + 1)  # one byte: its whole page
+    assert _mapped_pages(seg) == set(range(64)) - {1, 2, 3, 4, 40}
+    seg.drop_pages(50 * page, 50 * page)  # an empty range
+    seg.drop_pages(64 * page, 65 * page)  # past the file's end: nothing there, no error
+    assert _mapped_pages(seg) == set(range(64)) - {1, 2, 3, 4, 40}
+    seg.drop_pages(60 * page)  # to the end of the file
+    assert _mapped_pages(seg) == set(range(60)) - {1, 2, 3, 4, 40}
+    assert bytes(seg.view(0, seg.size)) == data  # read back from the page cache
+    assert _mapped_pages(seg) == set(range(64))
+    seg.drop_pages()
+    assert _mapped_pages(seg) == set()
+
+
+def test_pages_locked_in_memory_stay_mapped_and_dropping_them_is_no_error(
+    paged_segment: tuple[SegmentFile, bytes],
+) -> None:
+    # MADV_DONTNEED refuses locked pages (EINVAL); a reader's page budget must not fail on it.
+    seg, data = paged_segment
+    where = _mapping_of(seg)
+    assert where is not None
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    address, length = ctypes.c_void_p(where[0]), ctypes.c_size_t(where[1] - where[0])
+    if libc.mlock(address, length) != 0:
+        pytest.skip(f"mlock refused: {os.strerror(ctypes.get_errno())}")
+    try:
+        seg.drop_pages()
+        assert _mapped_pages(seg) == set(range(64))
+    finally:
+        libc.munlock(address, length)
+    assert bytes(seg.view(0, seg.size)) == data
+    seg.drop_pages()
+    assert _mapped_pages(seg) == set()
 
 
 def test_streaming_a_log_through_read_keeps_rss_flat(tmp_path: Path) -> None:
