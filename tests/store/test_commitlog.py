@@ -176,3 +176,25 @@ def test_a_leftover_segment_file_that_cannot_be_read_is_a_layout_error_naming_it
         FileCommitLog.open(directory, segment_size=1024)
     monkeypatch.undo()
     assert leftover.read_bytes() == bytes(1024)  # left as it was
+
+
+def test_cuts_at_one_offset_are_kept_under_numbered_names_readable_by_others(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "commitlog"
+    old = os.umask(0o022)
+    try:
+        for round_ in range(3):
+            log = FileCommitLog.open(directory, segment_size=1024)
+            log.append_raw(log.max_offset, b"\x00\x00\x00\x10garbage" + bytes([1 + round_]))
+            log.close()
+            FileCommitLog.open(directory).close()
+    finally:
+        os.umask(old)
+    aside = tmp_path / "lost+found"
+    name = f"{0:020d}-bad-magic.bin"
+    assert sorted(p.name for p in aside.iterdir()) == [name, f"{name}.1", f"{name}.2"]
+    for n, suffix in enumerate(["", ".1", ".2"]):
+        kept = aside / f"{name}{suffix}"
+        assert kept.read_bytes() == b"\x00\x00\x00\x10garbage" + bytes([1 + n])
+        assert kept.stat().st_mode & 0o777 == 0o644  # as the segments: rw-r--r--
