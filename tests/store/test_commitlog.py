@@ -8,13 +8,14 @@ in test_commitlog_contract.py; this file pins what only the file-backed log does
 from __future__ import annotations
 
 import os
+import zlib
 from pathlib import Path
 
 import pytest
 
 from trioha import StorageError, StoreLayoutError
-from trioha.store import FileCommitLog, SetAside, _commitlog
-from trioha.store._segment import fsync_directory
+from trioha.store import FileCommitLog, RecoveryReport, SetAside, _commitlog
+from trioha.store._segment import fsync_directory, segment_name
 
 from .conftest import FakeClock
 
@@ -198,3 +199,135 @@ def test_cuts_at_one_offset_are_kept_under_numbered_names_readable_by_others(
         kept = aside / f"{name}{suffix}"
         assert kept.read_bytes() == b"\x00\x00\x00\x10garbage" + bytes([1 + n])
         assert kept.stat().st_mode & 0o777 == 0o644  # as the segments: rw-r--r--
+
+
+# --- recovery: what an operator reads -------------------------------------------------
+
+
+def _store_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+    return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "trioha.store"]
+
+
+def test_recovery_reports_and_logs_every_file_it_cut_moved_or_deleted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = tmp_path / "commitlog"
+    log = _log_over(directory, 2100)
+    offsets = [m.physical_offset for m in log.iter_messages()]
+    log.close()
+    seg1 = directory / f"{1024:020d}"
+    seg2_bytes = (directory / f"{2048:020d}").read_bytes()
+    data = bytearray(seg1.read_bytes())
+    data[offsets[6] - 1024 + 100] ^= 0xFF  # inside record 6's body
+    seg1.write_bytes(bytes(data))
+    empty = directory / f"{3072:020d}"
+    empty.write_bytes(bytes(1024))
+    leftover = directory / f"{4096:020d}.creating"
+    leftover.write_bytes(b"")
+    caplog.set_level("INFO")
+    log = FileCommitLog.open(directory, clean_shutdown=False)
+    aside = tmp_path / "lost+found"
+    bin_file = aside / f"{offsets[6]:020d}-crc-mismatch.bin"
+    moved = aside / f"{2048:020d}-after-{offsets[6]}.segment"
+    cut = len(data.rstrip(b"\0")) - (offsets[6] - 1024)
+    total = cut + len(seg2_bytes.rstrip(b"\0"))
+    assert bin_file.read_bytes() == bytes(data[offsets[6] - 1024 :]).rstrip(b"\0")
+    assert log.recovery == RecoveryReport(
+        clean_shutdown=False,
+        min_offset=0,
+        valid_end=offsets[6],
+        messages=6,
+        segments=2,
+        crc_checked_from=0,
+        cut_bytes=total,
+        kept_aside=(bin_file, moved),
+        reason="crc-mismatch",
+        deleted_empty=(empty,),
+    )
+    log.close()
+    stored = int.from_bytes(data[offsets[6] - 1024 + 8 : offsets[6] - 1024 + 12], "big")
+    body = data[offsets[6] - 1024 + 88 : offsets[6] - 1024 + 188]
+    detail = (
+        f"body CRC {zlib.crc32(body) & 0x7FFFFFFF} != stored {stored} in the record at {offsets[6]}"
+    )
+    assert _store_lines(caplog) == [
+        ("INFO", f"segment size 1024, from {directory / segment_name(0)}"),
+        ("INFO", f"removing {leftover}, an empty file from an interrupted segment creation"),
+        (
+            "WARNING",
+            f"commit log ends at {offsets[6]} ({detail}); {cut} bytes after it kept in {bin_file}",
+        ),
+        (
+            "WARNING",
+            f"commit log ends at {offsets[6]} ({detail}); later segment {segment_name(2048)} "
+            f"moved to {moved}",
+        ),
+        ("INFO", f"deleted {empty}: past the end of the log and empty"),
+        (
+            "INFO",
+            f"commit log {directory} recovered (after a crash): 6 messages in 2 segments, "
+            f"[0, {offsets[6]}); {total} bytes kept aside (crc-mismatch)",
+        ),
+    ]
+    assert not leftover.exists()
+
+
+def test_a_record_running_past_its_segments_end_is_cut_as_torn(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    master = _log_over(tmp_path / "m" / "commitlog", 1)
+    record = bytes(master.read(0, master.max_offset))
+    master.close()
+    directory = tmp_path / "s" / "commitlog"
+    slave = FileCommitLog.open(directory, segment_size=1024)
+    at = 1024 - 100  # a log started where only 100 of the record's bytes fit
+    slave.append_raw(at, record[:100])
+    slave.close()
+    caplog.set_level("INFO")
+    log = FileCommitLog.open(directory)
+    kept = tmp_path / "s" / "lost+found" / f"{at:020d}-torn-record.bin"
+    assert log.recovery == RecoveryReport(
+        clean_shutdown=True,
+        min_offset=at,
+        valid_end=at,
+        messages=0,
+        segments=1,
+        crc_checked_from=0,
+        cut_bytes=100,
+        kept_aside=(kept,),
+        reason="torn-record",
+    )
+    assert kept.read_bytes() == record[:100]
+    assert _store_lines(caplog) == [
+        ("INFO", f"segment size 1024, from {directory / segment_name(0)}"),
+        (
+            "WARNING",
+            f"commit log ends at {at} (a record of {len(record)} bytes at {at} runs past the "
+            f"segment end); 100 bytes after it kept in {kept}",
+        ),
+        (
+            "INFO",
+            f"commit log {directory} recovered (clean shutdown): 0 messages in 1 segments, "
+            f"[{at}, {at}); 100 bytes kept aside (torn-record)",
+        ),
+    ]
+    log.close()
+
+
+def test_a_clean_recovery_logs_one_line_and_checks_the_last_three_segments(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = tmp_path / "commitlog"
+    _log_over(directory, 4100).close()
+    caplog.set_level("INFO")
+    log = FileCommitLog.open(directory, segment_size=1024)
+    end = log.max_offset
+    assert log.recovery == RecoveryReport(True, 0, end, 21, 5, 2048)
+    assert _store_lines(caplog) == [
+        (
+            "INFO",
+            f"commit log {directory} recovered (clean shutdown): 21 messages in 5 segments, "
+            f"[0, {end})",
+        )
+    ]
+    log.close()
