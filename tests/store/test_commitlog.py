@@ -331,3 +331,34 @@ def test_a_clean_recovery_logs_one_line_and_checks_the_last_three_segments(
         )
     ]
     log.close()
+
+
+def test_a_flush_with_standard_input_closed_syncs_and_closes_descriptor_0(
+    tmp_path: Path, dir_syncs: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A daemonised broker may run with fd 0 closed: the segment descriptor duplicated for the
+    # fsync is then 0, and is synced and closed like any other.
+    log = _log_over(tmp_path / "commitlog", 300)
+    log.flush()
+    log.append(topic="FooBar", body=b"c" * 100)
+    synced: list[int] = []
+    real = os.fdatasync
+
+    def recording(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", recording)
+    dir_syncs.clear()
+    saved = os.dup(0)
+    os.close(0)
+    try:
+        assert log.flush() == log.max_offset
+        assert synced == [0]
+        with pytest.raises(OSError, match="Bad file descriptor"):
+            os.fstat(0)  # closed again, not leaked
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+    assert dir_syncs == []
+    log.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import mmap
 import os
 import struct
@@ -88,6 +89,31 @@ def test_last_nonzero_end_skips_holes_and_spans_chunks(tmp_path: Path) -> None:
         assert last_nonzero_end(fd, 0, 11) == 11
         assert last_nonzero_end(fd, 11, 1 << 20) == 11
         assert last_nonzero_end(fd, 0, 10) == 0
+    finally:
+        os.close(fd)
+
+
+def test_last_nonzero_end_without_seek_data_reads_everything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Some filesystems refuse SEEK_DATA (EINVAL): the whole range is then read as data.
+    path = tmp_path / "f"
+    with open(path, "wb") as f:
+        f.truncate(3 << 20)
+        f.seek((3 << 20) - 5)
+        f.write(b"\x07")
+    real = os.lseek
+
+    def no_seek_data(fd: int, pos: int, how: int) -> int:
+        if how in (os.SEEK_DATA, os.SEEK_HOLE):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real(fd, pos, how)
+
+    monkeypatch.setattr(os, "lseek", no_seek_data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert last_nonzero_end(fd, 0, 3 << 20) == (3 << 20) - 4
+        assert last_nonzero_end(fd, 0, 1 << 20) == 0
     finally:
         os.close(fd)
 
