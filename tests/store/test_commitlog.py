@@ -362,3 +362,36 @@ def test_a_flush_with_standard_input_closed_syncs_and_closes_descriptor_0(
         os.close(saved)
     assert dir_syncs == []
     log.close()
+
+
+# --- the start marker -------------------------------------------------------------------
+
+
+def test_a_start_marker_of_0_is_a_log_starting_at_its_first_byte(tmp_path: Path) -> None:
+    directory = tmp_path / "commitlog"
+    _log_over(directory, 300).close()
+    (tmp_path / "commitlog.start").write_text(" 0\n")
+    with FileCommitLog.open(directory) as log:
+        assert log.min_offset == 0
+        assert log.recovery.messages == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("-1024\n", "'-1024\\n'"),
+        ("", "''"),
+        ("1" * 30 + "x" * 30, repr("1" * 30 + "x" * 10)),  # the first 40 characters
+    ],
+)
+def test_a_start_marker_not_holding_an_offset_is_a_layout_error_quoting_it(
+    tmp_path: Path, text: str, shown: str
+) -> None:
+    directory = tmp_path / "commitlog"
+    _log_over(directory, 300).close()
+    marker = tmp_path / "commitlog.start"
+    marker.write_text(text)
+    with pytest.raises(StoreLayoutError) as caught:
+        FileCommitLog.open(directory)
+    assert str(caught.value) == f"{marker} should hold the log's start offset, found {shown}"
+    assert marker.read_text() == text
