@@ -89,6 +89,7 @@ def test_last_nonzero_end_skips_holes_and_spans_chunks(tmp_path: Path) -> None:
         assert last_nonzero_end(fd, 0, 11) == 11
         assert last_nonzero_end(fd, 11, 1 << 20) == 11
         assert last_nonzero_end(fd, 0, 10) == 0
+        assert last_nonzero_end(fd, 1 << 20, (5 << 19) - 1) == 1 << 20  # the 7 is past the end
     finally:
         os.close(fd)
 
