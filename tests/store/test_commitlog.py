@@ -395,3 +395,33 @@ def test_a_start_marker_not_holding_an_offset_is_a_layout_error_quoting_it(
         FileCommitLog.open(directory)
     assert str(caught.value) == f"{marker} should hold the log's start offset, found {shown}"
     assert marker.read_text() == text
+
+
+# --- opening ------------------------------------------------------------------------------
+
+
+def test_a_leftover_holding_data_is_refused_by_name(tmp_path: Path) -> None:
+    directory = tmp_path / "commitlog"
+    _log_over(directory, 300).close()
+    leftover = directory / f"{1024:020d}.creating"
+    leftover.write_bytes(bytes(1000) + b"x" + bytes(23))
+    with pytest.raises(StoreLayoutError) as caught:
+        FileCommitLog.open(directory)
+    assert (
+        str(caught.value) == f"{leftover} is an unfinished segment file holding data; move it away"
+    )
+    assert leftover.stat().st_size == 1024
+
+
+def test_an_open_whose_recovery_fails_closes_every_segment(tmp_path: Path) -> None:
+    directory = tmp_path / "commitlog"
+    log = _log_over(directory, 2100)
+    log.append_raw(log.max_offset, b"\x00\x00\x00\x10garbage")  # to be cut on the next open
+    log.close()
+    (tmp_path / "file").write_text("")
+    before = sorted(os.listdir("/proc/self/fd"))
+    with pytest.raises(StorageError, match=r"^cannot create .*file/lost\+found: "):
+        FileCommitLog.open(directory, aside_dir=tmp_path / "file" / "lost+found")
+    assert sorted(os.listdir("/proc/self/fd")) == before
+    with FileCommitLog.open(directory) as again:  # nothing was cut meanwhile
+        assert again.recovery.reason == "bad-magic"
