@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 from trioha import StorageError, StoreLayoutError
-from trioha.store import FileCommitLog, RecoveryReport, SetAside, _commitlog
+from trioha.store import (
+    FileCommitLog,
+    HostAddress,
+    PropertiesForm,
+    RecoveryReport,
+    SetAside,
+    _commitlog,
+)
 from trioha.store._segment import fsync_directory, segment_name
 
 from .conftest import FakeClock
@@ -398,6 +405,21 @@ def test_a_start_marker_not_holding_an_offset_is_a_layout_error_quoting_it(
 
 
 # --- opening ------------------------------------------------------------------------------
+
+
+def test_the_store_host_and_properties_form_given_to_open_are_what_appends_write(
+    tmp_path: Path,
+) -> None:
+    host = HostAddress("10.0.0.5", 10911)
+    directory = tmp_path / "commitlog"
+    with FileCommitLog.open(
+        directory, segment_size=1024, store_host=host, properties_form=PropertiesForm.V5
+    ) as log:
+        r = log.append(topic="FooBar", body=b"x", properties=(("TAGS", "a"),))
+        record = bytes(log.read(r.physical_offset, r.size))
+        (stored,) = log.iter_messages()
+    assert stored.store_host == host
+    assert record.endswith(b"TAGS\x01a\x02")  # 5.x ends every pair with \x02
 
 
 def test_a_leftover_holding_data_is_refused_by_name(tmp_path: Path) -> None:

@@ -368,3 +368,74 @@ def test_short_writes_are_continued_where_they_stopped(
         assert calls == [10, 13, 16]
     finally:
         seg.close()
+
+
+def test_views_are_read_only(tmp_path: Path) -> None:
+    # Readers get the log's bytes without a copy; none of them may change a byte of it.
+    seg = SegmentFile.create(tmp_path, 0, 4096)
+    try:
+        seg.write(0, b"kept")
+        view = seg.view(0, 4)
+        assert view.readonly
+        with pytest.raises(TypeError, match="read-only"):
+            view[0] = 0
+        assert seg.mapping()[:4] == b"kept"
+        view.release()
+    finally:
+        seg.close()
+
+
+def test_a_segment_holding_descriptor_0_closes_it(tmp_path: Path) -> None:
+    # A daemonised broker may run with fd 0 closed: a segment can then get descriptor 0.
+    saved = os.dup(0)
+    os.close(0)
+    try:
+        seg = SegmentFile.create(tmp_path, 0, 4096)
+        assert seg.fd == 0
+        seg.write(0, b"kept")
+        seg.close()
+        with pytest.raises(OSError, match="Bad file descriptor"):
+            os.fstat(0)
+        assert seg.fd < 0
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+    assert (tmp_path / segment_name(0)).read_bytes()[:4] == b"kept"
+
+
+def test_a_symlink_named_like_a_segment_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.write_bytes(bytes(1024))
+    directory = tmp_path / "commitlog"
+    directory.mkdir()
+    link = directory / segment_name(0)
+    link.symlink_to(target)
+    with pytest.raises(StoreLayoutError) as caught:
+        list_segments(directory, 1024)
+    assert str(caught.value) == (
+        f"unexpected non-regular entry {link} in the commit log directory: segment files are "
+        "named by their start offset in 20 digits"
+    )
+
+
+def test_a_creation_that_fails_reports_its_cause_even_if_the_cleanup_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(fd: int, size: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def refuse(path: object, *args: object, **kwargs: object) -> None:
+        raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(os, "ftruncate", full)
+    monkeypatch.setattr(os, "unlink", refuse)
+    open_fds = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(StorageError) as caught:
+        SegmentFile.create(tmp_path, 1024, 1024)
+    monkeypatch.undo()
+    assert str(caught.value) == (
+        f"cannot create commit log file {tmp_path / segment_name(1024)}: "
+        "[Errno 28] No space left on device"
+    )
+    assert len(os.listdir("/proc/self/fd")) == open_fds
+    assert os.listdir(tmp_path) == [f"{segment_name(1024)}.creating"]  # could not be removed
