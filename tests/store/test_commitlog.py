@@ -447,3 +447,31 @@ def test_an_open_whose_recovery_fails_closes_every_segment(tmp_path: Path) -> No
     assert sorted(os.listdir("/proc/self/fd")) == before
     with FileCommitLog.open(directory) as again:  # nothing was cut meanwhile
         assert again.recovery.reason == "bad-magic"
+
+
+def test_a_new_log_recovers_nothing(tmp_path: Path) -> None:
+    with FileCommitLog.open(tmp_path / "commitlog", segment_size=1024) as log:
+        assert log.recovery == RecoveryReport(True, 0, 0, 0, 0, 0)
+    with FileCommitLog.open(tmp_path / "commitlog", clean_shutdown=False) as log:
+        assert log.recovery == RecoveryReport(False, 0, 0, 0, 0, 0)
+
+
+def test_opening_a_clean_log_syncs_its_segments_but_not_its_directory(
+    tmp_path: Path, dir_syncs: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Recovery changed no directory entry, so there is nothing to make durable there.
+    directory = tmp_path / "commitlog"
+    _log_over(directory, 1100).close()
+    synced: list[int] = []
+    real = os.fdatasync
+
+    def recording(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", recording)
+    dir_syncs.clear()
+    log = FileCommitLog.open(directory)
+    assert dir_syncs == []
+    assert len(synced) == 2
+    log.close()

@@ -439,3 +439,33 @@ def test_a_creation_that_fails_reports_its_cause_even_if_the_cleanup_fails(
     )
     assert len(os.listdir("/proc/self/fd")) == open_fds
     assert os.listdir(tmp_path) == [f"{segment_name(1024)}.creating"]  # could not be removed
+
+
+def test_an_entry_that_cannot_be_stated_while_listing_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / segment_name(0)).write_bytes(bytes(1024))
+    real = os.scandir
+
+    class Vanished:
+        """A directory entry removed between the listing and its stat."""
+
+        def __init__(self, entry: os.DirEntry[str]) -> None:
+            self.name, self.path = entry.name, entry.path
+
+        def is_file(self, *, follow_symlinks: bool = True) -> bool:
+            return True
+
+        def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory")
+
+    def listing(path: Path) -> list[Vanished]:
+        with real(path) as entries:
+            return [Vanished(e) for e in entries]
+
+    monkeypatch.setattr(os, "scandir", listing)
+    with pytest.raises(StoreLayoutError) as caught:
+        list_segments(tmp_path, 1024)
+    assert str(caught.value) == (
+        f"cannot stat {tmp_path / segment_name(0)}: [Errno 2] No such file or directory"
+    )
