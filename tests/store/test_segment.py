@@ -469,3 +469,15 @@ def test_an_entry_that_cannot_be_stated_while_listing_is_named(
     assert str(caught.value) == (
         f"cannot stat {tmp_path / segment_name(0)}: [Errno 2] No such file or directory"
     )
+
+
+def test_a_segment_size_taken_from_too_small_files_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / segment_name(0)).write_bytes(bytes(100))
+    with pytest.raises(StoreLayoutError) as caught:
+        list_segments(tmp_path, None)
+    assert str(caught.value) == (
+        f"segment size 100 (the size of {tmp_path / segment_name(0)}) is below the minimum 256"
+    )
+    with pytest.raises(StoreLayoutError) as caught:
+        list_segments(tmp_path, 255)
+    assert str(caught.value) == "segment size 255 is below the minimum 256"
