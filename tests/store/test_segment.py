@@ -8,7 +8,7 @@ import errno
 import mmap
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,7 @@ from trioha.store._scan import DROP_PAGES_EVERY
 from trioha.store._segment import (
     DEFAULT_SEGMENT_SIZE,
     SegmentFile,
+    SegmentListing,
     ensure_directory,
     last_nonzero_end,
     list_segments,
@@ -481,3 +482,73 @@ def test_a_segment_size_taken_from_too_small_files_names_the_file(tmp_path: Path
     with pytest.raises(StoreLayoutError) as caught:
         list_segments(tmp_path, 255)
     assert str(caught.value) == "segment size 255 is below the minimum 256"
+
+
+def _layout_error(call: Callable[[], object]) -> str:
+    with pytest.raises(StoreLayoutError) as caught:
+        call()
+    return str(caught.value)
+
+
+def test_every_layout_error_names_the_file_and_what_was_expected(tmp_path: Path) -> None:
+    d = tmp_path
+    for start in (0, 1024):
+        (d / segment_name(start)).write_bytes(bytes(1024))
+    (d / segment_name(2048)).write_bytes(bytes(1000))
+    assert _layout_error(lambda: list_segments(d, 1024)) == (
+        f"{d / segment_name(2048)} is 1000 bytes; every commit log file must be exactly 1024"
+    )
+    (d / segment_name(2048)).unlink()
+    (d / segment_name(3072)).write_bytes(bytes(1024))
+    assert _layout_error(lambda: list_segments(d, 1024)) == (
+        f"gap in the commit log: {d / segment_name(3072)} follows {segment_name(1024)}; "
+        f"expected {segment_name(2048)}"
+    )
+    (d / segment_name(3072)).unlink()
+    (d / segment_name(2000)).write_bytes(bytes(1024))
+    assert _layout_error(lambda: list_segments(d, 1024)) == (
+        f"{d / segment_name(2000)} starts at 2000, not a multiple of the segment size 1024"
+    )
+    (d / segment_name(2000)).unlink()
+    (d / "notes.txt").write_text("hi")
+    assert _layout_error(lambda: list_segments(d, 1024)) == (
+        f"unexpected file {d / 'notes.txt'} in the commit log directory: segment files are "
+        "named by their start offset in 20 digits"
+    )
+    (d / "notes.txt").unlink()
+    assert list_segments(d, 1024) == SegmentListing(1024, (0, 1024), ())
+
+
+def test_directory_and_file_errors_say_what_and_where(tmp_path: Path) -> None:
+    missing = tmp_path / "missing"
+    assert _layout_error(lambda: list_segments(missing, None)) == (
+        f"cannot list commit log directory {missing}: [Errno 2] No such file or directory: "
+        f"'{missing}'"
+    )
+    assert _layout_error(lambda: ensure_directory(missing, create=False, what="store")) == (
+        f"store {missing} does not exist"
+    )
+    (tmp_path / "file").write_text("")
+    assert _layout_error(lambda: ensure_directory(tmp_path / "file", create=True, what="x")) == (
+        f"x {tmp_path / 'file'} is not a directory"
+    )
+    below = tmp_path / "file" / "commitlog"
+    assert _layout_error(lambda: ensure_directory(below, create=True, what="commit log")) == (
+        f"cannot create commit log {below}: [Errno 20] Not a directory: '{below}'"
+    )
+    ensure_directory(tmp_path / "a" / "b", create=True, what="commit log")
+    assert (tmp_path / "a" / "b").is_dir()
+    assert _layout_error(lambda: SegmentFile.open(missing, 0, 1024)) == (
+        f"cannot open commit log file {missing}: [Errno 2] No such file or directory: '{missing}'"
+    )
+    with pytest.raises(StorageError) as caught:
+        SegmentFile.create(missing, 0, 1024)
+    creating = missing / f"{segment_name(0)}.creating"
+    assert str(caught.value) == (
+        f"cannot create commit log file {creating}: [Errno 2] No such file or directory: "
+        f"'{creating}'"
+    )
+    SegmentFile.create(tmp_path, 0, 1024).close()
+    with pytest.raises(StorageError) as caught:
+        SegmentFile.create(tmp_path, 0, 1024)
+    assert str(caught.value) == f"commit log file {tmp_path / segment_name(0)} already exists"
