@@ -377,10 +377,29 @@ def test_a_flush_with_standard_input_closed_syncs_and_closes_descriptor_0(
 def test_a_start_marker_of_0_is_a_log_starting_at_its_first_byte(tmp_path: Path) -> None:
     directory = tmp_path / "commitlog"
     _log_over(directory, 300).close()
-    (tmp_path / "commitlog.start").write_text(" 0\n")
+    marker = tmp_path / "commitlog.start"
+    marker.write_text(" 0\n")
     with FileCommitLog.open(directory) as log:
         assert log.min_offset == 0
         assert log.recovery.messages == 2
+    assert marker.exists()  # taken as it is, not ignored
+
+
+def test_a_start_marker_at_the_first_segments_end_is_ignored_and_removed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = tmp_path / "commitlog"
+    _log_over(directory, 300).close()
+    marker = tmp_path / "commitlog.start"
+    marker.write_text("1024\n")
+    caplog.set_level("INFO")
+    with FileCommitLog.open(directory, segment_size=1024) as log:
+        assert (log.min_offset, log.recovery.messages) == (0, 2)
+    assert not marker.exists()
+    assert _store_lines(caplog)[0] == (
+        "INFO",
+        f"ignoring {marker} (1024): not inside the first segment",
+    )
 
 
 @pytest.mark.parametrize(
