@@ -482,6 +482,22 @@ def test_a_segment_size_taken_from_too_small_files_names_the_file(tmp_path: Path
     with pytest.raises(StoreLayoutError) as caught:
         list_segments(tmp_path, 255)
     assert str(caught.value) == "segment size 255 is below the minimum 256"
+    (tmp_path / "empty").mkdir()
+    assert list_segments(tmp_path / "empty", 256) == SegmentListing(256, (), ())
+
+
+def test_a_segment_size_taken_from_the_files_is_logged_with_the_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / segment_name(4096)).write_bytes(bytes(4096))
+    caplog.set_level("INFO")
+    assert list_segments(tmp_path, None) == SegmentListing(4096, (4096,), ())
+    assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("trioha.store", "INFO", f"segment size 4096, from {tmp_path / segment_name(4096)}")
+    ]
+    caplog.clear()
+    list_segments(tmp_path, 4096)  # given: nothing to say
+    assert caplog.records == []
 
 
 def _layout_error(call: Callable[[], object]) -> str:
