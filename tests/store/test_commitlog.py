@@ -494,3 +494,26 @@ def test_opening_a_clean_log_syncs_its_segments_but_not_its_directory(
     assert dir_syncs == []
     assert len(synced) == 2
     log.close()
+
+
+def test_one_replicated_byte_in_a_new_segment_is_synced_by_the_next_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The master may split its stream anywhere: a frame can put a single byte in a new file.
+    master = _log_over(tmp_path / "m" / "commitlog", 1100)
+    slave = FileCommitLog.open(tmp_path / "s" / "commitlog", segment_size=1024)
+    slave.append_raw(0, master.read(0, 1024))
+    slave.flush()
+    synced: list[int] = []
+    real = os.fdatasync
+
+    def recording(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", recording)
+    assert slave.append_raw(1024, master.read(1024, 1)) == 1025
+    assert slave.flush() == 1025
+    assert len(synced) == 1  # the new segment's file
+    slave.close()
+    master.close()

@@ -568,3 +568,29 @@ def test_directory_and_file_errors_say_what_and_where(tmp_path: Path) -> None:
     with pytest.raises(StorageError) as caught:
         SegmentFile.create(tmp_path, 0, 1024)
     assert str(caught.value) == f"commit log file {tmp_path / segment_name(0)} already exists"
+
+
+def test_a_write_whose_zeroing_fails_too_still_reports_the_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seg = SegmentFile.create(tmp_path, 1024, 4096)
+    try:
+        real = os.pwrite
+        calls: list[int] = []
+
+        def short_then_broken(fd: int, data: memoryview, pos: int) -> int:
+            calls.append(pos)
+            if len(calls) == 1:
+                return real(fd, data[:3], pos)
+            raise OSError(errno.EIO, "Input/output error")
+
+        monkeypatch.setattr(os, "pwrite", short_then_broken)
+        with pytest.raises(StorageError) as caught:
+            seg.write(4, b"abcdef")
+        monkeypatch.undo()
+        assert str(caught.value) == (
+            f"write of 6 bytes at 1028 to {seg.path} failed after 3: [Errno 5] Input/output error"
+        )
+        assert calls == [4, 7, 4]  # the zeroing was tried
+    finally:
+        seg.close()
