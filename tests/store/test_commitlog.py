@@ -517,3 +517,50 @@ def test_one_replicated_byte_in_a_new_segment_is_synced_by_the_next_flush(
     assert len(synced) == 1  # the new segment's file
     slave.close()
     master.close()
+
+
+def test_a_segment_cut_short_by_a_crash_takes_the_later_ones_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, dir_syncs: list[Path]
+) -> None:
+    # The tail of segment 1 never reached the disk, segment 2 did: the log ends in segment 1,
+    # and segment 2 goes aside whole; zeros in segment 1 are its normal end, nothing to keep.
+    directory = tmp_path / "commitlog"
+    log = _log_over(directory, 2100)
+    offsets = [m.physical_offset for m in log.iter_messages()]
+    log.close()
+    seg1 = directory / segment_name(1024)
+    keep = offsets[7] - 1024
+    seg1.write_bytes(seg1.read_bytes()[:keep] + bytes(1024 - keep))
+    dir_syncs.clear()
+    caplog.set_level("INFO")
+    log = FileCommitLog.open(directory, segment_size=1024, clean_shutdown=False)
+    moved = tmp_path / "lost+found" / f"{segment_name(2048)}-after-{offsets[7]}.segment"
+    report = log.recovery
+    assert (report.valid_end, report.messages, report.segments) == (offsets[7], 7, 2)
+    assert report.kept_aside == (moved,)
+    assert report.reason == "bad-magic"
+    assert dir_syncs == [tmp_path / "lost+found", directory]
+    assert _store_lines(caplog)[0] == (
+        "WARNING",
+        f"commit log ends at {offsets[7]} (magic 0x00000000 at {offsets[7]}); later segment "
+        f"{segment_name(2048)} moved to {moved}",
+    )
+    log.flush()
+    assert dir_syncs == [tmp_path / "lost+found", directory]  # nothing new to sync
+    log.close()
+
+
+def test_an_empty_segment_past_the_end_is_deleted_durably(
+    tmp_path: Path, dir_syncs: list[Path]
+) -> None:
+    directory = tmp_path / "commitlog"
+    _log_over(directory, 300).close()
+    empty = directory / segment_name(1024)
+    empty.write_bytes(bytes(1024))
+    dir_syncs.clear()
+    log = FileCommitLog.open(directory, segment_size=1024)
+    assert log.recovery.deleted_empty == (empty,)
+    assert log.recovery.reason is None and log.recovery.kept_aside == ()
+    assert not empty.exists()
+    assert dir_syncs == [directory]
+    log.close()
