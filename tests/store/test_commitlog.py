@@ -564,3 +564,39 @@ def test_an_empty_segment_past_the_end_is_deleted_durably(
     assert not empty.exists()
     assert dir_syncs == [directory]
     log.close()
+
+
+def test_an_unreadable_start_marker_is_named_with_the_cause(tmp_path: Path) -> None:
+    (tmp_path / "commitlog").mkdir()
+    marker = tmp_path / "commitlog.start"
+    marker.mkdir()
+    with pytest.raises(StoreLayoutError) as caught:
+        FileCommitLog.open(tmp_path / "commitlog", segment_size=1024)
+    assert str(caught.value) == f"cannot read {marker}: [Errno 21] Is a directory: '{marker}'"
+
+
+def test_a_start_marker_given_to_open_is_the_one_written_and_read(tmp_path: Path) -> None:
+    master = _log_over(tmp_path / "m" / "commitlog", 1100)
+    offsets = [m.physical_offset for m in master.iter_messages()]
+    marker = tmp_path / "state" / "start"
+    marker.parent.mkdir()
+    directory = tmp_path / "s" / "commitlog"
+    slave = FileCommitLog.open(directory, segment_size=1024, start_marker=marker)
+    slave.append_raw(offsets[2], master.read(offsets[2], 1024 - offsets[2]))
+    slave.close()
+    assert marker.read_text() == f"{offsets[2]}\n"
+    assert not (tmp_path / "s" / "commitlog.start").exists()
+    with FileCommitLog.open(directory, start_marker=marker) as again:
+        assert (again.min_offset, again.recovery.messages) == (offsets[2], 3)
+    master.close()
+
+
+def test_a_missing_directory_is_created_unless_told_not_to(tmp_path: Path) -> None:
+    directory = tmp_path / "store" / "commitlog"
+    with pytest.raises(StoreLayoutError) as caught:
+        FileCommitLog.open(directory, create=False)
+    assert str(caught.value) == f"commit log directory {directory} does not exist"
+    assert not (tmp_path / "store").exists()
+    with FileCommitLog.open(directory) as log:
+        assert log.segment_size == 1 << 30  # RocketMQ's default for a new log
+    assert directory.is_dir()
