@@ -41,6 +41,20 @@ def dir_syncs(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     return synced
 
 
+@pytest.fixture
+def data_syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every descriptor the commit log ``fdatasync``s (a segment file's data), in order."""
+    synced: list[int] = []
+    real = os.fdatasync
+
+    def recording(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", recording)
+    return synced
+
+
 def _log_over(directory: Path, end: int, segment_size: int = 1024) -> FileCommitLog:
     log = FileCommitLog.open(directory, segment_size=segment_size, clock_ms=FakeClock())
     while log.max_offset < end:
@@ -341,27 +355,20 @@ def test_a_clean_recovery_logs_one_line_and_checks_the_last_three_segments(
 
 
 def test_a_flush_with_standard_input_closed_syncs_and_closes_descriptor_0(
-    tmp_path: Path, dir_syncs: list[Path], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, dir_syncs: list[Path], data_syncs: list[int]
 ) -> None:
     # A daemonised broker may run with fd 0 closed: the segment descriptor duplicated for the
     # fsync is then 0, and is synced and closed like any other.
     log = _log_over(tmp_path / "commitlog", 300)
     log.flush()
     log.append(topic="FooBar", body=b"c" * 100)
-    synced: list[int] = []
-    real = os.fdatasync
-
-    def recording(fd: int) -> None:
-        synced.append(fd)
-        real(fd)
-
-    monkeypatch.setattr(os, "fdatasync", recording)
     dir_syncs.clear()
+    data_syncs.clear()
     saved = os.dup(0)
     os.close(0)
     try:
         assert log.flush() == log.max_offset
-        assert synced == [0]
+        assert data_syncs == [0]
         with pytest.raises(OSError, match="Bad file descriptor"):
             os.fstat(0)  # closed again, not leaked
     finally:
@@ -476,45 +483,31 @@ def test_a_new_log_recovers_nothing(tmp_path: Path) -> None:
 
 
 def test_opening_a_clean_log_syncs_its_segments_but_not_its_directory(
-    tmp_path: Path, dir_syncs: list[Path], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, dir_syncs: list[Path], data_syncs: list[int]
 ) -> None:
     # Recovery changed no directory entry, so there is nothing to make durable there.
     directory = tmp_path / "commitlog"
     _log_over(directory, 1100).close()
-    synced: list[int] = []
-    real = os.fdatasync
-
-    def recording(fd: int) -> None:
-        synced.append(fd)
-        real(fd)
-
-    monkeypatch.setattr(os, "fdatasync", recording)
     dir_syncs.clear()
+    data_syncs.clear()
     log = FileCommitLog.open(directory)
     assert dir_syncs == []
-    assert len(synced) == 2
+    assert len(data_syncs) == 2
     log.close()
 
 
 def test_one_replicated_byte_in_a_new_segment_is_synced_by_the_next_flush(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, data_syncs: list[int]
 ) -> None:
     # The master may split its stream anywhere: a frame can put a single byte in a new file.
     master = _log_over(tmp_path / "m" / "commitlog", 1100)
     slave = FileCommitLog.open(tmp_path / "s" / "commitlog", segment_size=1024)
     slave.append_raw(0, master.read(0, 1024))
     slave.flush()
-    synced: list[int] = []
-    real = os.fdatasync
-
-    def recording(fd: int) -> None:
-        synced.append(fd)
-        real(fd)
-
-    monkeypatch.setattr(os, "fdatasync", recording)
+    data_syncs.clear()
     assert slave.append_raw(1024, master.read(1024, 1)) == 1025
     assert slave.flush() == 1025
-    assert len(synced) == 1  # the new segment's file
+    assert len(data_syncs) == 1  # the new segment's file
     slave.close()
     master.close()
 
