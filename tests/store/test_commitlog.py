@@ -593,3 +593,24 @@ def test_a_missing_directory_is_created_unless_told_not_to(tmp_path: Path) -> No
     with FileCommitLog.open(directory) as log:
         assert log.segment_size == 1 << 30  # RocketMQ's default for a new log
     assert directory.is_dir()
+
+
+def test_recovery_goes_on_past_an_empty_later_segment(tmp_path: Path) -> None:
+    # Segment 1 lost its tail, segment 2 never reached the disk, segment 3 did.
+    directory = tmp_path / "commitlog"
+    log = _log_over(directory, 3100)
+    offsets = [m.physical_offset for m in log.iter_messages()]
+    log.close()
+    seg1 = directory / segment_name(1024)
+    keep = offsets[7] - 1024
+    seg1.write_bytes(seg1.read_bytes()[:keep] + bytes(1024 - keep))
+    empty = directory / segment_name(2048)
+    empty.write_bytes(bytes(1024))
+    log = FileCommitLog.open(directory, clean_shutdown=False)
+    moved = tmp_path / "lost+found" / f"{segment_name(3072)}-after-{offsets[7]}.segment"
+    assert log.recovery.deleted_empty == (empty,)
+    assert log.recovery.kept_aside == (moved,)
+    assert sorted(p.name for p in directory.iterdir()) == [segment_name(0), segment_name(1024)]
+    log.close()
+    with FileCommitLog.open(directory) as again:
+        assert again.max_offset == offsets[7]
