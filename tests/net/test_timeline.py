@@ -62,3 +62,18 @@ def test_what_every_slave_acked_is_forgotten() -> None:
     timeline.acked(55)
     assert len(timeline) == 6  # 50 (the anchor), 60, 70, 80, 90, 100
     assert timeline.seconds_behind(55, 100) == clock.now - 106
+
+
+def test_a_timeline_needs_room_for_three_samples_and_stays_within_them() -> None:
+    for capacity in (1, 2):  # with 2, merging pairs after the start-up sample frees nothing
+        with pytest.raises(ValueError, match="a timeline needs room for at least 3 samples"):
+            LogTimeline(0, capacity=capacity)
+    clock = Clock()
+    timeline = LogTimeline(0, capacity=3, clock=clock)
+    for end in (10, 20, 30, 40, 50):
+        clock.now += 1
+        timeline.grew(end)
+        assert len(timeline) <= 3
+    clock.now += 1
+    assert timeline.seconds_behind(45, 50) == 1.0  # the newest sample is exact
+    assert timeline.seconds_behind(0, 50) == 5.0  # older ones merged, at their earlier time
