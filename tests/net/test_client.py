@@ -10,8 +10,10 @@ before its append (or flush), and configured timings ignored in favour of the de
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 import trio
@@ -21,7 +23,7 @@ from trioha import BrokerConfig
 from trioha._status import PutStatus
 from trioha.net import HAClient, HAService, Wakeup
 from trioha.proto import HEADER_SIZE, REPORT_SIZE, Report, TransferHeader, encode_report
-from trioha.store import MemoryCommitLog
+from trioha.store import EpochFile, MemoryCommitLog
 from trioha.testing import Breakage, FaultyLink, faulty_stream_pair
 
 MIB = 1 << 20
@@ -374,3 +376,92 @@ async def test_reconnects_back_off_up_to_the_configured_cap(
         assert max(gaps) <= 0.3 + 0.011
         assert gaps[-1] == pytest.approx(0.3, abs=0.011)
         nursery.cancel_scope.cancel()
+
+
+# --- epoch mode: the cut to the consistent point and the new epoch --------------------------
+
+
+def diverged_pair(tmp_path: Path) -> tuple[MemoryCommitLog, EpochFile, MemoryCommitLog, EpochFile]:
+    """A master whose epoch 2 began at the end of epoch 1's 10 messages, and a slave that
+    holds those 10 and 5 of its own after them (an epoch-1 tail the master lost)."""
+    master_log = MemoryCommitLog(segment_size=MIB)
+    for i in range(10):
+        master_log.append(topic="T", body=b"shared %d" % i)
+    point = master_log.max_offset
+    slave_log = MemoryCommitLog(segment_size=MIB)
+    slave_log.append_raw(0, master_log.read(0, point))
+    for i in range(5):
+        slave_log.append(topic="T", body=b"lost tail %d" % i)
+    for i in range(7):
+        master_log.append(topic="T", body=b"epoch 2 message %d" % i)
+    master_epochs = EpochFile.open(tmp_path / "master-epochs")
+    master_epochs.append(1, 0)
+    master_epochs.append(2, point)
+    slave_epochs = EpochFile.open(tmp_path / "slave-epochs")
+    slave_epochs.append(1, 0)
+    return master_log, master_epochs, slave_log, slave_epochs
+
+
+@pytest.mark.parametrize("own_truncator", [False, True])
+async def test_an_epoch_mode_slave_cuts_to_the_consistent_point_and_records_the_new_epoch(
+    autojump_clock: trio.abc.Clock,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    own_truncator: bool,
+) -> None:
+    master_log, master_epochs, slave_log, slave_epochs = diverged_pair(tmp_path)
+    point = master_epochs.history.entries[1].start_offset
+    before = slave_log.max_offset
+    cfg = BrokerConfig(
+        ha_listen_port=0,
+        mapped_file_size_commit_log=MIB,
+        ha_master_address="127.0.0.1:1",
+        enable_controller_mode=True,
+    )
+    service = HAService(cfg, master_log, epoch_file=master_epochs)
+    cuts: list[int] = []
+
+    async def truncate(offset: int) -> None:  # what the broker passes: log and queues
+        cuts.append(offset)
+        slave_log.truncate_to_boundary(offset)
+
+    appended = Wakeup()
+    async with trio.open_nursery() as nursery:
+
+        async def connect(host: str, port: int) -> trio.abc.Stream:
+            master_end, slave_end = trio.testing.memory_stream_pair()
+            nursery.start_soon(service.handle_stream, master_end, "slave")
+            return slave_end
+
+        client = HAClient(
+            cfg,
+            slave_log,
+            connect=connect,
+            on_appended=appended.notify,
+            epoch_file=slave_epochs,
+            truncate=truncate if own_truncator else None,
+        )
+        with caplog.at_level(logging.INFO, logger="trioha.ha"):
+            await nursery.start(client.run)
+            await wait_caught_up(master_log, slave_log, appended)
+        stats = client.statistics()
+        nursery.cancel_scope.cancel()
+    assert cuts == ([point] if own_truncator else [])
+    assert same_bytes(master_log, slave_log)
+    assert slave_epochs.history == master_epochs.history
+    assert EpochFile.open(tmp_path / "slave-epochs").history == master_epochs.history
+    assert (stats.last_epoch, stats.truncations) == (2, ((before, point),))
+    assert stats.connects == 1 and stats.state == "connected"
+    lines = [r.getMessage() for r in caplog.records if r.name == "trioha.ha"]
+    cut = (
+        f"cut this slave's log back from {before} to {point}, the consistent point with "
+        "master 127.0.0.1:1: the bytes after it were not the master's history (kept in "
+        "lost+found)"
+    )
+    epoch = f"epoch 2 begins at {point} (from master 127.0.0.1:1)"
+    assert cut in lines and epoch in lines
+    assert lines.index(cut) < lines.index(epoch)
+    levels = {r.getMessage(): r.levelno for r in caplog.records}
+    assert (levels[cut], levels[epoch]) == (logging.WARNING, logging.INFO)
+    if not own_truncator:  # the log's own cut keeps the bytes aside
+        assert [a.offset for a in slave_log.set_aside] == [point]

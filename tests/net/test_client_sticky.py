@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -57,7 +58,10 @@ def test_a_divergence_that_cannot_be_recorded_is_logged_and_kept_in_memory(
     path = tmp_path / "missing-dir" / "diverged"
     with caplog.at_level(logging.ERROR):
         RECORD.write(path)
-    assert f"cannot record the divergence in {path}" in caplog.text
+    assert [r.getMessage() for r in caplog.records] == [
+        f"cannot record the divergence in {path}: [Errno 2] No such file or directory: "
+        f"'{path.with_name('diverged.tmp')}'"
+    ]
     assert not path.exists()
 
 
@@ -222,3 +226,60 @@ async def test_an_epoch_the_slave_cannot_record_ends_the_session_before_any_byte
     assert reason.startswith("cannot record epoch 1 from 0: cannot write epoch file")
     assert slave_log.max_offset == 0 and not epochs.history  # no byte without its epoch
     assert "cannot record epoch 1 from 0 (master 127.0.0.1:1)" in caplog.text
+
+
+def test_a_divergence_file_without_master_or_reason_reads_with_placeholders(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "diverged"
+    path.write_text("master_offset 4096\nslave_offset 8192\n")
+    found = Divergence.read(path)
+    assert found == Divergence(4096, 8192, "?", "")
+    assert found.describe() == (
+        "diverged from master ?: the master's history ends at 4096 where this slave's "
+        "differs, and this slave holds up to 8192 (). Replication is stopped: cut this slave "
+        "back to 4096 with `trioha slave --truncate-to-master` (the cut bytes are kept in "
+        "lost+found) or re-seed it"
+    )
+
+
+def test_a_divergence_file_not_understood_is_quoted_up_to_80_characters(tmp_path: Path) -> None:
+    path = tmp_path / "diverged"
+    text = "master_offset 1\nslave_offset x" + "y" * 100
+    path.write_text(text)
+    with pytest.raises(StoreLayoutError) as raised:
+        Divergence.read(path)
+    assert str(raised.value) == (
+        f"{path} does not record a divergence as trioha writes it ({text[:80]!r}); check it "
+        "and remove it by hand if the slave was re-seeded"
+    )
+
+
+def test_a_temporary_file_left_by_an_interrupted_record_is_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "haDiverged"
+    (tmp_path / "haDiverged.tmp").write_text("master_offset 1\n")  # a crash before the rename
+    RECORD.write(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["haDiverged"]
+    assert Divergence.read(path) == Divergence(
+        4096, 8192, "10.0.0.1:10912", "the master's log ends at 4096 for good"
+    )
+
+
+def test_a_divergence_is_recorded_in_utf_8_whatever_the_locale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reason may carry any text (a path, a peer's message): on a machine whose locale
+    encoding is ASCII the record must neither fail nor be read back differently."""
+    path = tmp_path / "haDiverged"
+    record = Divergence(1, 2, "m\u00e4ster:10912", "caf\u00e9 \u2192 bad")
+    # Where Python turns "no encoding given" into the locale's (pathlib asks io for it).
+    monkeypatch.setattr(io, "text_encoding", lambda encoding, stacklevel=2: encoding or "ascii")
+    record.write(path)
+    assert (
+        path.read_bytes()
+        == (
+            "master_offset 1\nslave_offset 2\n"
+            "master m\u00e4ster:10912\nreason caf\u00e9 \u2192 bad\n"
+        ).encode()
+    )
+    assert Divergence.read(path) == record
