@@ -283,3 +283,91 @@ def test_a_divergence_is_recorded_in_utf_8_whatever_the_locale(
         ).encode()
     )
     assert Divergence.read(path) == record
+
+
+def _longer_slave(master_log: MemoryCommitLog) -> MemoryCommitLog:
+    """A slave holding the master's log and two messages more (a history it never had)."""
+    slave_log = MemoryCommitLog(segment_size=SEG)
+    slave_log.append_raw(0, master_log.read(0, master_log.max_offset))
+    slave_log.append(topic="T", body=b"not the master's")
+    slave_log.append(topic="T", body=b"nor this")
+    return slave_log
+
+
+async def test_a_diverged_slave_stops_says_so_every_minute_and_resumes_when_cleared(
+    autojump_clock: trio.abc.Clock, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    master_log, cfg, service = _master()
+    slave_log = _longer_slave(master_log)
+    slave_end = slave_log.max_offset
+    record = tmp_path / "haDiverged"
+    async with trio.open_nursery() as nursery:
+        client = HAClient(
+            cfg, slave_log, connect=_connector(nursery, service), diverged_file=record
+        )
+        assert not await client.wait_diverged(trio.current_time() + 1)  # not before it runs
+        with caplog.at_level(logging.ERROR, logger="trioha.ha"):
+            await nursery.start(client.run)
+            start = trio.current_time()
+            assert await client.wait_diverged(start + 10)
+            expected = Divergence(
+                master_log.max_offset,
+                slave_end,
+                "127.0.0.1:1",
+                f"master pushed offset {master_log.max_offset} but the slave's log ends at "
+                f"{slave_end}; nothing appended",
+            )
+            assert client.divergence == expected
+            assert Divergence.read(record) == expected
+            stats = client.statistics()
+            assert (stats.state, stats.needs_reseed, stats.connects) == ("diverged", True, 1)
+            assert (stats.diverged_master_offset, stats.diverged_slave_offset) == (
+                master_log.max_offset,
+                slave_end,
+            )
+            said = expected.describe()
+
+            def repeats() -> int:
+                return sum(
+                    r.getMessage() == said and r.levelno == logging.ERROR for r in caplog.records
+                )
+
+            await trio.sleep(59)  # when it diverged, and when it settled into the stop
+            assert repeats() == 2
+            await trio.sleep(2)
+            assert repeats() == 3  # a minute later, again
+            await trio.sleep(120)
+            assert repeats() == 5
+            assert client.connects == 1  # and never tried the master again
+        # The operator cuts the slave back (and may have removed the record already).
+        slave_log.truncate(master_log.max_offset)
+        record.unlink()
+        client.clear_divergence()
+        assert not client.statistics().needs_reseed
+        assert await client.wait_connected(trio.current_time() + 10, connects=2)
+        assert client.statistics().state == "connected"
+        nursery.cancel_scope.cancel()
+    assert not record.exists()
+
+
+async def test_a_recorded_divergence_keeps_a_restarted_slave_from_its_master(
+    autojump_clock: trio.abc.Clock, tmp_path: Path
+) -> None:
+    _, cfg, service = _master()
+    record = tmp_path / "haDiverged"
+    RECORD.write(record)
+    async with trio.open_nursery() as nursery:
+        client = HAClient(
+            cfg,
+            MemoryCommitLog(segment_size=SEG),
+            connect=_connector(nursery, service),
+            diverged_file=record,
+        )
+        await nursery.start(client.run)
+        assert await client.wait_diverged(trio.current_time())  # at once: it was recorded
+        await trio.sleep(300)
+        assert (client.connects, client.statistics().state) == (0, "diverged")
+        client.clear_divergence()  # the record goes with it
+        assert not record.exists()
+        assert await client.wait_connected(trio.current_time() + 10)
+        nursery.cancel_scope.cancel()
