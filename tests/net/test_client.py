@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -22,6 +23,7 @@ import trio.testing
 from trioha import BrokerConfig
 from trioha._status import PutStatus
 from trioha.net import HAClient, HAService, Wakeup
+from trioha.net._client import HAClientStatistics
 from trioha.proto import HEADER_SIZE, REPORT_SIZE, Report, TransferHeader, encode_report
 from trioha.store import EpochFile, MemoryCommitLog
 from trioha.testing import Breakage, FaultyLink, faulty_stream_pair
@@ -465,3 +467,65 @@ async def test_an_epoch_mode_slave_cuts_to_the_consistent_point_and_records_the_
     assert (levels[cut], levels[epoch]) == (logging.WARNING, logging.INFO)
     if not own_truncator:  # the log's own cut keeps the bytes aside
         assert [a.offset for a in slave_log.set_aside] == [point]
+
+
+# --- what statistics() says -------------------------------------------------------------------
+
+
+async def test_a_caught_up_slaves_statistics_say_exactly_what_it_holds(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    master_log = backlog(200_000, 64 * 1024)
+    slave_log = MemoryCommitLog(segment_size=64 * 1024)
+    end = master_log.max_offset
+    async with replicating(master_log, slave_log, ha_transfer_batch_size=10_000) as (
+        _service,
+        client,
+        _wire,
+        appended,
+    ):
+        await wait_caught_up(master_log, slave_log, appended)
+        stats = client.statistics()
+        frames, rest = divmod(stats.bytes_received - end, HEADER_SIZE)
+        assert rest == 0 and frames >= end // 10_000  # the data and one header per frame
+        assert attrs.evolve(stats, bytes_received=0) == HAClientStatistics(
+            master="127.0.0.1:1",
+            connected=True,
+            reported_offset=end,
+            bytes_received=0,
+            connects=1,
+            last_close_reason=None,
+            append_error=None,
+            needs_reseed=False,
+            diverged_master_offset=-1,
+            diverged_slave_offset=-1,
+            last_epoch=-1,
+            truncations=(),
+            bytes_appended=end,
+            closed_by_reason={},
+            state="connected",
+            master_end=None,
+            behind_bytes=None,
+            behind_seconds=None,
+        )
+        # Once the master's end is learned: bytes and seconds behind it.
+        last = slave_log.last_record()
+        assert last is not None
+        client.wall_clock = lambda: last[1] / 1000 + 7.5
+        client.learn_master_end(end + 1000)
+        client.learn_master_end(end)  # an older answer does not move it back
+        stats = client.statistics()
+        assert (stats.master_end, stats.behind_bytes) == (end + 1000, 1000)
+        assert stats.behind_seconds == pytest.approx(7.5)
+    # Stopped: the bytes of the ended connection still count.
+    after = client.statistics()
+    assert (after.connected, after.bytes_received) == (False, stats.bytes_received)
+
+
+def test_a_master_end_of_0_is_known_and_nothing_is_behind_it() -> None:
+    config = BrokerConfig(ha_master_address="127.0.0.1:1")
+    client = HAClient(config, MemoryCommitLog(segment_size=4096))
+    assert client.statistics().master_end is None
+    client.learn_master_end(0)
+    stats = client.statistics()
+    assert (stats.master_end, stats.behind_bytes, stats.behind_seconds) == (0, 0, 0.0)

@@ -130,6 +130,12 @@ async def test_a_full_disk_pauses_replication_and_it_resumes_with_one_log_line_e
         started = trio.current_time()
         await nursery.start(client.run)
         with trio.fail_after(60):
+            while client.statistics().append_error is None:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        stats = client.statistics()
+        assert (stats.state, stats.append_error) == ("disk_full", "write at 0 failed")
+        assert (stats.connected, stats.closed_by_reason) == (False, {"disk": 1})
+        with trio.fail_after(60):
             while slave_log.max_offset < master_log.max_offset:
                 await appended.wait()
         # Three failed sessions, each followed by the disk retry interval, not the backoff.
