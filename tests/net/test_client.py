@@ -60,6 +60,7 @@ class Wire:
         self.service = service
         self.nursery = nursery
         self.links: list[FaultyLink] = []
+        self.connected_at: list[float] = []
         #: The first report of each connection (the slave's request offset), as sent.
         self.requests: list[int] = []
         #: (report, what the slave's log held then) for every report the slave wrote.
@@ -70,6 +71,7 @@ class Wire:
         link = FaultyLink()
         master_end, slave_end = faulty_stream_pair(link=link)
         self.links.append(link)
+        self.connected_at.append(trio.current_time())
         self.nursery.start_soon(self.service.handle_stream, master_end, f"slave#{len(self.links)}")
         return _Recording(slave_end, self, first=True)
 
@@ -529,3 +531,114 @@ def test_a_master_end_of_0_is_known_and_nothing_is_behind_it() -> None:
     client.learn_master_end(0)
     stats = client.statistics()
     assert (stats.master_end, stats.behind_bytes, stats.behind_seconds) == (0, 0, 0.0)
+
+
+def test_a_new_clients_statistics_before_it_ever_connects() -> None:
+    config = BrokerConfig(ha_master_address="10.0.0.7:10912")
+    assert HAClient(config, MemoryCommitLog(segment_size=4096)).statistics() == (
+        HAClientStatistics(
+            master="10.0.0.7:10912",
+            connected=False,
+            reported_offset=-1,
+            bytes_received=0,
+            connects=0,
+            last_close_reason=None,
+        )
+    )
+
+
+# --- connecting, reconnecting, and what the log says -----------------------------------------
+
+
+def ha_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    """The slave's own lines (the master's service logs to the same logger)."""
+    return [(r.levelno, r.getMessage()) for r in caplog.records if r.module == "_client"]
+
+
+async def test_an_unreachable_master_is_retried_with_a_doubling_capped_backoff_and_named(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    master_log = backlog(10_000, 64 * 1024)
+    cfg = small_config(ha_master_address="127.0.0.1:1", ha_reconnect_backoff_max=300)
+    service = HAService(cfg.evolve(mapped_file_size_commit_log=64 * 1024), master_log)
+    attempts: list[float] = []
+    async with trio.open_nursery() as nursery:
+
+        async def connect(host: str, port: int) -> trio.abc.Stream:
+            attempts.append(trio.current_time())
+            if len(attempts) == 3:
+                await trio.sleep_forever()  # a SYN that nobody answers
+            if len(attempts) <= 4:
+                raise OSError(111, "Connection refused")
+            master_end, slave_end = trio.testing.memory_stream_pair()
+            nursery.start_soon(service.handle_stream, master_end, "slave")
+            return slave_end
+
+        slave_log = MemoryCommitLog(segment_size=64 * 1024)
+        client = HAClient(cfg, slave_log, connect=connect)
+        with caplog.at_level(logging.INFO, logger="trioha.ha"):
+            start = trio.current_time()
+            await nursery.start(client.run)
+            assert await client.wait_connected(start + 60)
+            await trio.testing.wait_all_tasks_blocked()
+        stats = client.statistics()
+        nursery.cancel_scope.cancel()
+    # 0.1, 0.2, then the 5 s connect timeout and the cap of 0.3 s, twice.
+    assert [round(t - start, 3) for t in attempts] == [0.0, 0.1, 0.3, 5.6, 5.9]
+    refused = "cannot connect to master 127.0.0.1:1: [Errno 111] Connection refused"
+    assert ha_lines(caplog)[:5] == [
+        (logging.WARNING, f"{refused}; retrying in 0.1 s"),
+        (logging.WARNING, f"{refused}; retrying in 0.2 s"),
+        (logging.WARNING, "cannot connect to master 127.0.0.1:1: timed out; retrying in 0.3 s"),
+        (logging.WARNING, f"{refused}; retrying in 0.3 s"),
+        (logging.INFO, "connected to master 127.0.0.1:1; requesting from offset 0"),
+    ]
+    assert stats.closed_by_reason == {"connect_failed": 4}
+    assert (stats.connects, stats.state) == (1, "connected")
+
+
+async def test_a_session_that_brought_data_resets_the_backoff(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    master_log = backlog(100_000, 64 * 1024)
+    slave_log = MemoryCommitLog(segment_size=64 * 1024)
+    breaks: list[float] = []
+
+    def drop_twice(wire: Wire) -> None:
+        """The first two connections die after their first data, with more to come."""
+        link = wire.links[-1]
+        if len(wire.links) <= 2 and not link.broken:
+            breaks.append(trio.current_time())
+            link.break_(Breakage.RESET)
+            master_log.append(topic="Later", body=b"x" * 500)
+            wire.service.notify_log_grew()
+
+    with caplog.at_level(logging.INFO, logger="trioha.ha"):
+        async with replicating(
+            master_log,
+            slave_log,
+            on_appended=drop_twice,
+            ha_transfer_batch_size=10_000,
+            ha_reconnect_backoff_max=5000,
+        ) as (_service, client, wire, appended):
+            assert await client.wait_connected(trio.current_time() + 30, connects=3)
+            await wait_caught_up(master_log, slave_log, appended)
+            stats = client.statistics()
+    # Each reconnect 0.1 s after its break: data came, so the backoff starts over.
+    assert [round(b - a, 3) for a, b in zip(breaks, wire.connected_at[1:], strict=True)] == [
+        0.1,
+        0.1,
+    ]
+    assert (stats.connects, stats.closed_by_reason) == (3, {"broken": 2})
+    reason = "connection broken while reading: <FaultyStream b broken=Breakage.RESET>: "
+    assert stats.last_close_reason == reason + "connection reset"
+    dropped = (logging.INFO, f"disconnected from master 127.0.0.1:1: {reason}connection reset")
+    lines = ha_lines(caplog)
+    assert lines.count(dropped) == 2  # a routine close: INFO
+    assert lines[-2:] == [
+        (
+            logging.INFO,
+            f"connected to master 127.0.0.1:1; requesting from offset {wire.requests[2]}",
+        ),
+        (logging.INFO, "disconnected from master 127.0.0.1:1: cancelled"),  # the test's end
+    ]
