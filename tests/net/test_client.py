@@ -642,3 +642,24 @@ async def test_a_session_that_brought_data_resets_the_backoff(
         ),
         (logging.INFO, "disconnected from master 127.0.0.1:1: cancelled"),  # the test's end
     ]
+
+
+async def test_a_master_that_hangs_up_at_once_is_named_with_the_offset_asked(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="trioha.ha"):
+        async with trio.open_nursery() as nursery:
+            _client, masters, _attempts = await slave_client_against(nursery)
+            for n in (1, 2):
+                await trio.testing.wait_all_tasks_blocked()
+                assert len(masters) == n
+                await masters[-1].aclose()
+                await trio.sleep(0.15)  # past the backoff: the next connection is made
+            nursery.cancel_scope.cancel()
+    said = [(level, m) for level, m in ha_lines(caplog) if "does not speak RocketMQ HA" in m]
+    line = (
+        "the master at 127.0.0.1:1 does not speak RocketMQ HA (is that the broker port? the HA "
+        "port is usually listenPort+1): it closed the connection at once without sending "
+        "anything (if it is the HA port, it refused this slave's offset 0: its log says why)"
+    )
+    assert said == [(logging.WARNING, line), (logging.ERROR, line)]  # then louder
