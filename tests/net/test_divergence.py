@@ -71,10 +71,12 @@ def test_a_master_whose_log_ends_below_its_flushed_mark_refuses_to_start_naming_
 def test_the_damage_error_says_why_recovery_stopped_and_where_it_kept_the_cut_bytes(
     tmp_path: Path,
 ) -> None:
-    with open_store(tmp_path, segment_size=SEG) as store:
-        offsets = [store.commitlog.append(topic="T", body=b"x" * 100).physical_offset]
-        offsets += [store.commitlog.append(topic="T", body=b"x" * 100).physical_offset]
+    with open_store(tmp_path, segment_size=SEG) as store:  # three segments of records
+        offsets = [
+            store.commitlog.append(topic="T", body=b"x" * 100).physical_offset for _ in range(80)
+        ]
         end = store.commitlog.max_offset
+        assert end > 2 * SEG
     SentOffsets.open(tmp_path).note_flushed(end, now=0.0)
     with (tmp_path / "commitlog" / f"{0:020d}").open("r+b") as f:
         f.seek(offsets[1] + 4)
@@ -82,7 +84,8 @@ def test_the_damage_error_says_why_recovery_stopped_and_where_it_kept_the_cut_by
     (tmp_path / "abort").touch()
     with open_store(tmp_path, segment_size=SEG) as store:
         report = store.recovery
-        assert report.reason and report.kept_aside and report.cut_bytes
+        assert report.reason and report.cut_bytes
+        assert len(report.kept_aside) == 4  # the first segment's cut tail, 3 later segments
         with pytest.raises(DamagedLogError) as raised:
             open_master_history(store)
     kept = ", ".join(str(p) for p in report.kept_aside)
@@ -227,3 +230,28 @@ def test_in_epoch_mode_an_accepted_damaged_log_still_cuts_the_flushed_mark(
         check_master_history(log, sent, epoch_mode=True)
     check_master_history(log, sent, epoch_mode=True, accept_damaged=True)
     assert SentOffsets.open(tmp_path).flushed == end
+
+
+def test_a_store_opened_as_master_passes_on_what_the_operator_accepts_and_the_mode(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with open_store(tmp_path, segment_size=SEG) as store:
+        store.commitlog.append(topic="T", body=b"x" * 100)
+        end = store.commitlog.max_offset
+    marks = SentOffsets.open(tmp_path, step=10)
+    marks.reserve(end + 100)  # sent past the end: a lost tail
+    marks.note_flushed(end + 50, now=0.0)  # and flushed past it: damage
+    with open_store(tmp_path, segment_size=SEG) as store:
+        with pytest.raises(DamagedLogError):
+            open_master_history(store)
+        with caplog.at_level(logging.ERROR):
+            sent = open_master_history(store, accept_damaged=True)
+        assert sent.flushed == end
+        assert store.commitlog.max_offset == SEG  # classic by default: padded past the loss
+    marks = SentOffsets.open(tmp_path, step=10)
+    marks.reserve(2 * SEG + 100)
+    marks.note_flushed(2 * SEG + 50, now=1.0)
+    with open_store(tmp_path, segment_size=SEG) as store:
+        sent = open_master_history(store, accept_damaged=True, epoch_mode=True)
+        assert store.commitlog.max_offset == SEG  # epoch mode: no padding, the marks restart
+        assert (sent.reserved, sent.flushed, sent.lost) == (SEG, SEG, ())
