@@ -24,7 +24,14 @@ from trioha import BrokerConfig
 from trioha._status import PutStatus
 from trioha.net import HAClient, HAService, Wakeup
 from trioha.net._client import HAClientStatistics
-from trioha.proto import HEADER_SIZE, REPORT_SIZE, Report, TransferHeader, encode_report
+from trioha.proto import (
+    HEADER_SIZE,
+    REPORT_SIZE,
+    Report,
+    TransferHeader,
+    encode_header,
+    encode_report,
+)
 from trioha.store import EpochFile, MemoryCommitLog
 from trioha.testing import Breakage, FaultyLink, faulty_stream_pair
 
@@ -663,3 +670,43 @@ async def test_a_master_that_hangs_up_at_once_is_named_with_the_offset_asked(
         "anything (if it is the HA port, it refused this slave's offset 0: its log says why)"
     )
     assert said == [(logging.WARNING, line), (logging.ERROR, line)]  # then louder
+
+
+async def test_bytes_appended_before_a_bad_frame_in_the_same_read_are_announced(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A read may bring good frames and then one the slave refuses: the good ones are in
+    the log, so those waiting for it to grow (the broker's reput, long polls) are told, but
+    no report covers them on a connection that is being closed."""
+    source = MemoryCommitLog(segment_size=4096)
+    source.append(topic="T", body=b"kept")
+    record = bytes(source.read(0, source.max_offset))
+    slave_log = MemoryCommitLog(segment_size=4096)
+    grew: list[int] = []
+    async with trio.open_nursery() as nursery:
+        master_end, slave_end = trio.testing.memory_stream_pair()
+
+        async def connect(host: str, port: int) -> trio.abc.Stream:
+            return slave_end
+
+        client = HAClient(
+            small_config(ha_master_address="127.0.0.1:1"),
+            slave_log,
+            connect=connect,
+            on_appended=lambda: grew.append(slave_log.max_offset),
+        )
+        nursery.start_soon(client.session, slave_end)
+        assert await master_end.receive_some() == encode_report(0)
+        bad = len(record) + 100  # not where the slave's log ends
+        await master_end.send_all(encode_header(0, len(record)) + record + encode_header(bad, 0))
+        received = b""
+        while data := await master_end.receive_some():
+            received += data
+        nursery.cancel_scope.cancel()
+    assert grew == [len(record)]
+    assert bytes(slave_log.read(0, len(record))) == record
+    assert received == b""  # no report after the first: the session ended instead
+    assert client.last_close_reason == (
+        f"master pushed offset {bad} but the slave's log ends at {len(record)}; nothing appended"
+    )
+    assert client.statistics().diverged_master_offset == bad
