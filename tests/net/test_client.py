@@ -366,8 +366,11 @@ async def test_the_slave_heartbeats_and_gives_up_on_a_silent_master_as_configure
         assert [t for t, _ in received] == pytest.approx([0.0, 0.9, 1.8, 2.7])
         assert all(data == encode_report(0) for _, data in received)
         assert trio.current_time() - start == pytest.approx(3.1)
-        assert client.last_close_reason is not None
-        assert "housekeeping" in client.last_close_reason
+        assert client.last_close_reason == (
+            "nothing read from the master within the housekeeping interval"
+        )
+        await trio.sleep(0.2)  # and it tries again, after the first backoff
+        assert [round(t - start, 3) for t in attempts] == [0.0, 3.2]
         nursery.cancel_scope.cancel()
 
 
@@ -710,3 +713,23 @@ async def test_bytes_appended_before_a_bad_frame_in_the_same_read_are_announced(
         f"master pushed offset {bad} but the slave's log ends at {len(record)}; nothing appended"
     )
     assert client.statistics().diverged_master_offset == bad
+
+
+async def test_a_peer_that_is_no_master_is_named_by_its_first_bytes_however_they_arrive(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="trioha.ha"):
+        async with trio.open_nursery() as nursery:
+            _client, masters, _attempts = await slave_client_against(nursery)
+            await trio.testing.wait_all_tasks_blocked()
+            await masters[0].send_all(b"GET ")  # a web server, answering in pieces
+            await trio.testing.wait_all_tasks_blocked()
+            await masters[0].send_all(b"/ HTTP/1.1\r\nHost: x\r\n\r\n")
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()
+    said = [m for _, m in ha_lines(caplog) if "does not speak RocketMQ HA" in m]
+    assert said == [
+        "the master at 127.0.0.1:1 does not speak RocketMQ HA (is that the broker port? the HA "
+        "port is usually listenPort+1): its first bytes (47 45 54 20 2f 20 48 54 54 50 2f 31) "
+        "are not an HA frame"
+    ]
