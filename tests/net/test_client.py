@@ -20,7 +20,7 @@ import pytest
 import trio
 import trio.testing
 
-from trioha import BrokerConfig
+from trioha import BrokerConfig, NotAMessageBoundaryError, StorageError
 from trioha._status import PutStatus
 from trioha.net import HAClient, HAService, Wakeup
 from trioha.net._client import HAClientStatistics
@@ -733,3 +733,81 @@ async def test_a_peer_that_is_no_master_is_named_by_its_first_bytes_however_they
         "port is usually listenPort+1): its first bytes (47 45 54 20 2f 20 48 54 54 50 2f 31) "
         "are not an HA frame"
     ]
+
+
+@pytest.mark.parametrize("inside_a_record", [False, True])
+async def test_a_cut_to_the_consistent_point_that_fails_ends_the_session_named(
+    autojump_clock: trio.abc.Clock,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    inside_a_record: bool,
+) -> None:
+    """A cut the disk refuses is retried on the next connection; a consistent point inside
+    one of this slave's records cannot be reached by any cut: the slave stops, diverged."""
+    master_log, master_epochs, slave_log, slave_epochs = diverged_pair(tmp_path)
+    point = master_epochs.history.entries[1].start_offset
+    cfg = BrokerConfig(
+        ha_listen_port=0,
+        mapped_file_size_commit_log=MIB,
+        ha_master_address="127.0.0.1:1",
+        enable_controller_mode=True,
+    )
+    service = HAService(cfg, master_log, epoch_file=master_epochs)
+    problem = (
+        NotAMessageBoundaryError("inside a record", offset=point, before=0, after=None)
+        if inside_a_record
+        else StorageError("disk says no")
+    )
+
+    async def truncate(offset: int) -> None:
+        raise problem
+
+    client = HAClient(cfg, slave_log, epoch_file=slave_epochs, truncate=truncate)
+    async with trio.open_nursery() as nursery:
+        master_end, slave_end = trio.testing.memory_stream_pair()
+        nursery.start_soon(service.handle_stream, master_end, "slave")
+        with caplog.at_level(logging.ERROR, logger="trioha.ha"):
+            assert await client.session(slave_end) is False
+        nursery.cancel_scope.cancel()
+    what = f"cut the log back to the consistent point {point}"
+    assert client.last_close_reason == f"cannot {what}: {problem}"
+    assert (logging.ERROR, f"cannot {what} (master 127.0.0.1:1): {problem}") in ha_lines(caplog)
+    assert client.statistics().truncations == ()  # nothing was cut
+    if inside_a_record:
+        assert client.divergence is not None and client.divergence.master_offset == point
+    else:
+        assert client.divergence is None
+
+
+async def test_only_reads_that_appended_are_announced_and_acked(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Heartbeats from a master with nothing new are neither log growth nor a reason to ack
+    (with flushed acks, not a reason to flush either)."""
+    master_log = backlog(50_000, 64 * 1024)
+    slave_log = MemoryCommitLog(segment_size=64 * 1024)
+    flushes: list[int] = []
+    flush = slave_log.flush
+
+    def counted_flush() -> int:
+        flushes.append(slave_log.max_offset)
+        return flush()
+
+    slave_log.flush = counted_flush  # type: ignore[method-assign]
+    announced: list[int] = []
+    async with replicating(
+        master_log,
+        slave_log,
+        on_appended=lambda wire: announced.append(slave_log.max_offset),
+        ha_send_heartbeat_interval=500,
+        ha_slave_ack_flushed=True,
+    ) as (_service, _client, wire, appended):
+        await wait_caught_up(master_log, slave_log, appended)
+        with trio.fail_after(30):
+            while not wire.reports or wire.reports[-1][0] < master_log.max_offset:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        before = (len(announced), len(flushes), len(wire.reports))
+        await trio.sleep(5)  # ten heartbeats from the master, five reports from the slave
+        after = (len(announced), len(flushes), len(wire.reports))
+    assert after[:2] == before[:2]
+    assert after[2] > before[2]  # the slave's own heartbeats went on
