@@ -135,6 +135,9 @@ async def test_a_full_disk_pauses_replication_and_it_resumes_with_one_log_line_e
         stats = client.statistics()
         assert (stats.state, stats.append_error) == ("disk_full", "write at 0 failed")
         assert (stats.connected, stats.closed_by_reason) == (False, {"disk": 1})
+        assert stats.last_close_reason == (
+            f"cannot append {master_log.max_offset} bytes at 0: write at 0 failed"
+        )
         with trio.fail_after(60):
             while slave_log.max_offset < master_log.max_offset:
                 await appended.wait()
