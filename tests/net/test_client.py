@@ -811,3 +811,40 @@ async def test_only_reads_that_appended_are_announced_and_acked(
         after = (len(announced), len(flushes), len(wire.reports))
     assert after[:2] == before[:2]
     assert after[2] > before[2]  # the slave's own heartbeats went on
+
+
+class _Breaking(trio.abc.Stream):
+    """A transport that fails, without a message, on the first send or the first read."""
+
+    def __init__(self, *, on_send: bool) -> None:
+        self.on_send = on_send
+        self.blocked = trio.Event()
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self.on_send:
+            raise trio.BrokenResourceError
+        await self.blocked.wait()
+
+    async def wait_send_all_might_not_block(self) -> None:
+        pass
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        if not self.on_send:
+            raise trio.BrokenResourceError
+        await self.blocked.wait()
+        return b""
+
+    async def aclose(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("on_send", "where"), [(True, "writing"), (False, "reading")])
+async def test_a_transport_broken_without_a_message_is_named_by_its_error_type(
+    autojump_clock: trio.abc.Clock, on_send: bool, where: str
+) -> None:
+    client = HAClient(
+        small_config(ha_master_address="127.0.0.1:1"), MemoryCommitLog(segment_size=4096)
+    )
+    assert await client.session(_Breaking(on_send=on_send)) is False
+    assert client.last_close_reason == f"connection broken while {where}: BrokenResourceError"
+    assert client.statistics().closed_by_reason == {"broken": 1}

@@ -184,6 +184,11 @@ async def test_a_slave_that_must_ack_flushed_bytes_stops_acking_while_fsync_fail
     async with trio.open_nursery() as nursery:
         client = HAClient(cfg, slave_log, connect=_connector(nursery, service))
         await nursery.start(client.run)
+        with trio.fail_after(60):
+            while client.statistics().append_error is None:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        # The session start's flush worked; the ack's, the second, did not.
+        assert client.last_close_reason == "cannot flush what was appended: fsync 2 failed"
         for more in (0, 5):
             for i in range(more):
                 master_log.append(topic="T", body=b"later %d" % i)
