@@ -68,7 +68,7 @@ def test_what_every_slave_acked_is_forgotten() -> None:
 
 def test_a_timeline_needs_room_for_three_samples_and_stays_within_them() -> None:
     for capacity in (1, 2):  # with 2, merging pairs after the start-up sample frees nothing
-        with pytest.raises(ValueError, match="a timeline needs room for at least 3 samples"):
+        with pytest.raises(ValueError, match=r"^a timeline needs room for at least 3 samples$"):
             LogTimeline(0, capacity=capacity)
     clock = Clock()
     timeline = LogTimeline(0, capacity=3, clock=clock)
@@ -170,3 +170,39 @@ def test_a_full_ring_merges_pairs_into_the_later_offset_at_the_earlier_time(capa
     for acked, behind in expected[capacity]:
         assert timeline.seconds_behind(acked, 10 * capacity) == behind, acked
     assert len(timeline) == 4
+
+
+def test_growth_within_the_resolution_moves_the_newest_sample_only() -> None:
+    clock = Clock()
+    timeline = LogTimeline(0, resolution=0.5, clock=clock)
+    for t, end in ((101.0, 10), (102.0, 20), (102.25, 30)):  # 30: the same instant as 20
+        clock.now = t
+        timeline.grew(end)
+    assert len(timeline) == 3
+    clock.now = 110.0
+    assert timeline.seconds_behind(25, 30) == 8.0  # past 25: the sample of t=102
+    assert timeline.seconds_behind(10, 30) == 8.0
+    assert timeline.seconds_behind(9, 30) == 9.0
+
+
+def test_acks_below_the_start_up_end_keep_the_start_up_time_through_merges() -> None:
+    clock = Clock()
+    timeline = LogTimeline(5, capacity=4, clock=clock)  # the log ended at 5 at t=100
+    for i in range(1, 6):
+        clock.now = 100.0 + i
+        timeline.grew(10 * i)
+    clock.now = 200.0
+    assert timeline.seconds_behind(0, 50) == 100.0  # older than start-up: at least this old
+
+
+def test_an_ack_past_the_second_sample_drops_the_first() -> None:
+    clock = Clock()
+    timeline = LogTimeline(0, clock=clock)
+    for end in (10, 20, 30):
+        clock.now += 1
+        timeline.grew(end)
+    timeline.acked(9)  # below the second sample: nothing to drop
+    assert len(timeline) == 4
+    timeline.acked(15)  # 10 is the anchor now; 0 goes
+    assert len(timeline) == 3
+    assert timeline.seconds_behind(15, 30) == clock.now - 102
