@@ -848,3 +848,46 @@ async def test_a_transport_broken_without_a_message_is_named_by_its_error_type(
     assert await client.session(_Breaking(on_send=on_send)) is False
     assert client.last_close_reason == f"connection broken while {where}: BrokenResourceError"
     assert client.statistics().closed_by_reason == {"broken": 1}
+
+
+class _NoEpochTwo(EpochFile):
+    """An epoch file that records epoch 1 but cannot record epoch 2 (the disk filled)."""
+
+    def append(self, epoch: int, start_offset: int) -> None:
+        if epoch >= 2:
+            raise StorageError(f"cannot write epoch file {self.path}: [Errno 28] No space left")
+        super().append(epoch, start_offset)
+
+
+async def test_bytes_of_one_epoch_appended_before_the_next_cannot_be_recorded_are_announced(
+    autojump_clock: trio.abc.Clock, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    master_log, master_epochs, _, _ = diverged_pair(tmp_path)
+    point = master_epochs.history.entries[1].start_offset
+    cfg = BrokerConfig(
+        ha_listen_port=0,
+        mapped_file_size_commit_log=MIB,
+        ha_master_address="127.0.0.1:1",
+        enable_controller_mode=True,
+    )
+    service = HAService(cfg, master_log, epoch_file=master_epochs)
+    slave_log = MemoryCommitLog(segment_size=MIB)
+    epochs = _NoEpochTwo.open(tmp_path / "slave-epochs")
+    grew: list[int] = []
+    client = HAClient(
+        cfg,
+        slave_log,
+        epoch_file=epochs,
+        on_appended=lambda: grew.append(slave_log.max_offset),
+    )
+    async with trio.open_nursery() as nursery:
+        master_end, slave_end = trio.testing.memory_stream_pair()
+        nursery.start_soon(service.handle_stream, master_end, "slave")
+        with caplog.at_level(logging.ERROR, logger="trioha.ha"):
+            assert await client.session(slave_end) is True
+        nursery.cancel_scope.cancel()
+    assert slave_log.max_offset == point  # all of epoch 1, nothing of epoch 2
+    assert grew == [point]
+    assert client.last_close_reason is not None
+    assert client.last_close_reason.startswith(f"cannot record epoch 2 from {point}: ")
+    assert client.divergence is None  # a full disk: retried, not diverged
