@@ -385,3 +385,34 @@ async def test_a_recorded_divergence_keeps_a_restarted_slave_from_its_master(
         assert not record.exists()
         assert await client.wait_connected(trio.current_time() + 10)
         nursery.cancel_scope.cancel()
+
+
+class _SecondAppendFails(MemoryCommitLog):
+    """A slave log whose second append fails as on a full disk."""
+
+    def __init__(self) -> None:
+        super().__init__(segment_size=SEG)
+        self.appends = 0
+
+    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> int:
+        self.appends += 1
+        if self.appends == 2:
+            raise StorageError(f"write at {offset} failed") from OSError(28, "No space left")
+        return super().append_raw(offset, data)
+
+
+async def test_bytes_appended_before_the_disk_filled_in_the_same_read_are_announced(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    _, cfg, service = _master(ha_transfer_batch_size=200)
+    slave_log = _SecondAppendFails()
+    grew: list[int] = []
+    client = HAClient(cfg, slave_log, on_appended=lambda: grew.append(slave_log.max_offset))
+    async with trio.open_nursery() as nursery:
+        master_end, slave_end = trio.testing.memory_stream_pair()
+        nursery.start_soon(service.handle_stream, master_end, "slave")
+        assert await client.session(slave_end) is True
+        nursery.cancel_scope.cancel()
+    assert slave_log.appends == 2  # both frames came in one read
+    assert grew == [slave_log.max_offset] and 0 < slave_log.max_offset <= 200
+    assert client.append_error is not None
