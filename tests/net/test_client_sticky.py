@@ -16,6 +16,7 @@ from trioha import BrokerConfig, ConfigError, StorageError, StoreLayoutError
 from trioha.net import HAClient, HAService, Wakeup
 from trioha.net._client import Divergence
 from trioha.store import EpochFile, MemoryCommitLog
+from trioha.testing import Breakage, FaultyLink, faulty_stream_pair
 
 SEG = 4096
 RECORD = Divergence(4096, 8192, "10.0.0.1:10912", "the master's log ends at 4096\nfor good")
@@ -66,13 +67,18 @@ def test_a_divergence_that_cannot_be_recorded_is_logged_and_kept_in_memory(
 
 
 def test_a_slave_without_a_master_address_is_refused() -> None:
-    with pytest.raises(ConfigError, match="a slave needs ha_master_address"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^a slave needs ha_master_address \(HOST:PORT of the master's HA port\)$",
+    ):
         HAClient(BrokerConfig(), MemoryCommitLog())
 
 
 def test_an_epoch_mode_slave_without_an_epoch_file_is_refused() -> None:
     config = BrokerConfig(ha_master_address="127.0.0.1:10912", enable_controller_mode=True)
-    with pytest.raises(ConfigError, match=r"epoch mode .* needs the store's epoch file"):
+    with pytest.raises(
+        ConfigError, match=r"^epoch mode \(enable_controller_mode\) needs the store's epoch file$"
+    ):
         HAClient(config, MemoryCommitLog())
 
 
@@ -416,3 +422,56 @@ async def test_bytes_appended_before_the_disk_filled_in_the_same_read_are_announ
     assert slave_log.appends == 2  # both frames came in one read
     assert grew == [slave_log.max_offset] and 0 < slave_log.max_offset <= 200
     assert client.append_error is not None
+
+
+def test_a_classic_slave_ignores_an_epoch_file_it_is_handed(tmp_path: Path) -> None:
+    epochs = EpochFile.open(tmp_path / "epochs")
+    epochs.append(3, 0)
+    config = BrokerConfig(ha_master_address="127.0.0.1:10912")
+    client = HAClient(config, MemoryCommitLog(), epoch_file=epochs)
+    assert client.epoch_file is None
+    assert client.statistics().last_epoch == -1  # classic mode, not epoch 3
+
+
+async def test_a_wrong_port_is_said_at_warning_again_after_a_real_master_served_data(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    master_log, cfg, service = _master()
+    slave_log = MemoryCommitLog(segment_size=SEG)
+    links: list[FaultyLink] = []
+    async with trio.open_nursery() as nursery:
+        attempts = 0
+
+        async def alternate(host: str, port: int) -> trio.abc.Stream:
+            nonlocal attempts
+            attempts += 1
+            if attempts == 2:  # the real master, once
+                link = FaultyLink()
+                links.append(link)
+                master_end, slave_end = faulty_stream_pair(link=link)
+                nursery.start_soon(service.handle_stream, master_end, "slave")
+                return slave_end
+            refusing, slave_side = trio.testing.memory_stream_pair()
+
+            async def hang_up() -> None:  # a port that hangs up on the slave's first report
+                await refusing.receive_some()
+                await refusing.aclose()
+
+            nursery.start_soon(hang_up)
+            return slave_side
+
+        appended = Wakeup()
+        client = HAClient(cfg, slave_log, connect=alternate, on_appended=appended.notify)
+        with caplog.at_level(logging.WARNING, logger="trioha.ha"):
+            await nursery.start(client.run)
+            with trio.fail_after(60):
+                while slave_log.max_offset < master_log.max_offset:
+                    await appended.wait()
+            links[0].break_(Breakage.RESET)
+            with trio.fail_after(60):
+                while attempts < 3:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+            await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    levels = [r.levelno for r in caplog.records if "does not speak RocketMQ HA" in r.getMessage()]
+    assert levels == [logging.WARNING, logging.WARNING]  # not louder: a master came between
