@@ -475,3 +475,47 @@ async def test_a_wrong_port_is_said_at_warning_again_after_a_real_master_served_
         nursery.cancel_scope.cancel()
     levels = [r.levelno for r in caplog.records if "does not speak RocketMQ HA" in r.getMessage()]
     assert levels == [logging.WARNING, logging.WARNING]  # not louder: a master came between
+
+
+class _FirstFlushFails(MemoryCommitLog):
+    """A slave log whose first flush fails as on a broken disk, then works."""
+
+    def __init__(self) -> None:
+        super().__init__(segment_size=SEG)
+        self.flushes = 0
+
+    def flush(self) -> int:
+        self.flushes += 1
+        if self.flushes == 1:
+            raise StorageError("fsync 1 failed") from OSError(5, "I/O error")
+        return super().flush()
+
+
+async def test_a_slave_that_cannot_flush_at_the_start_of_a_session_asks_for_nothing(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With flushed acks a session starts with a flush: if it fails the slave does not even
+    report (it could not ack what it holds), says so once, and retries after the disk wait."""
+    master_log, cfg, service = _master(ha_slave_ack_flushed=True)
+    slave_log = _FirstFlushFails()
+    client = HAClient(cfg, slave_log)
+    with caplog.at_level(logging.WARNING, logger="trioha.ha"):
+        async with trio.open_nursery() as nursery:
+            master_end, slave_end = trio.testing.memory_stream_pair()
+            nursery.start_soon(service.handle_stream, master_end, "slave")
+            assert await client.session(slave_end) is False
+            assert client.append_error == "fsync 1 failed"
+            assert client.statistics().state == "disk_full"
+            master_end, slave_end = trio.testing.memory_stream_pair()
+            nursery.start_soon(service.handle_stream, master_end, "slave")
+            nursery.start_soon(client.session, slave_end)
+            with trio.fail_after(30):
+                while slave_log.max_offset < master_log.max_offset:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()
+    assert client.connects == 1  # the first session never got as far as connecting
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if r.module == "_client"]
+    assert lines[:2] == [
+        (logging.ERROR, "slave cannot flush its commit log: fsync 1 failed; retrying every 2 s"),
+        (logging.WARNING, "slave flushes its commit log again (after: fsync 1 failed)"),
+    ]
