@@ -891,3 +891,44 @@ async def test_bytes_of_one_epoch_appended_before_the_next_cannot_be_recorded_ar
     assert client.last_close_reason is not None
     assert client.last_close_reason.startswith(f"cannot record epoch 2 from {point}: ")
     assert client.divergence is None  # a full disk: retried, not diverged
+
+
+async def test_an_empty_epoch_mode_slave_asks_for_the_last_file_when_configured(
+    autojump_clock: trio.abc.Clock, tmp_path: Path
+) -> None:
+    """The handshake carries the slave's sync_from_last_file (and broker id): an empty slave
+    that wants only the last file is served from the master's last segment."""
+    segment = 4096
+    master_log = MemoryCommitLog(segment_size=segment)
+    while master_log.max_offset < 2 * segment + 100:
+        master_log.append(topic="T", body=b"x" * 300)
+    epochs = EpochFile.open(tmp_path / "master-epochs")
+    epochs.append(1, 0)
+    cfg = BrokerConfig(
+        ha_listen_port=0,
+        mapped_file_size_commit_log=segment,
+        ha_master_address="127.0.0.1:1",
+        enable_controller_mode=True,
+        sync_from_last_file=True,
+    )
+    service = HAService(cfg, master_log, epoch_file=epochs)
+    slave_log = MemoryCommitLog(segment_size=segment)
+    appended = Wakeup()
+    async with trio.open_nursery() as nursery:
+
+        async def connect(host: str, port: int) -> trio.abc.Stream:
+            master_end, slave_end = trio.testing.memory_stream_pair()
+            nursery.start_soon(service.handle_stream, master_end, "slave")
+            return slave_end
+
+        client = HAClient(
+            cfg,
+            slave_log,
+            connect=connect,
+            on_appended=appended.notify,
+            epoch_file=EpochFile.open(tmp_path / "slave-epochs"),
+        )
+        await nursery.start(client.run)
+        await wait_caught_up(master_log, slave_log, appended)
+        nursery.cancel_scope.cancel()
+    assert slave_log.min_offset == 2 * segment  # the last file only, not from 0
