@@ -28,6 +28,7 @@ from trioha.proto import (
     HEADER_SIZE,
     REPORT_SIZE,
     Report,
+    SlaveHandshake,
     TransferHeader,
     encode_header,
     encode_report,
@@ -932,3 +933,23 @@ async def test_an_empty_epoch_mode_slave_asks_for_the_last_file_when_configured(
         await wait_caught_up(master_log, slave_log, appended)
         nursery.cancel_scope.cancel()
     assert slave_log.min_offset == 2 * segment  # the last file only, not from 0
+
+
+async def test_an_epoch_mode_slave_opens_with_its_handshake_naming_its_broker_id(
+    autojump_clock: trio.abc.Clock, tmp_path: Path
+) -> None:
+    cfg = BrokerConfig(
+        ha_master_address="127.0.0.1:1",
+        enable_controller_mode=True,
+        sync_from_last_file=True,
+        broker_id=3,
+    )
+    client = HAClient(
+        cfg, MemoryCommitLog(segment_size=4096), epoch_file=EpochFile.open(tmp_path / "epochs")
+    )
+    async with trio.open_nursery() as nursery:
+        master_end, slave_end = trio.testing.memory_stream_pair()
+        nursery.start_soon(client.session, slave_end)
+        first = await master_end.receive_some()
+        nursery.cancel_scope.cancel()
+    assert first == SlaveHandshake(sync_from_last_file=True, broker_id=3).to_bytes()
