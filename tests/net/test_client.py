@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -417,6 +417,29 @@ def diverged_pair(tmp_path: Path) -> tuple[MemoryCommitLog, EpochFile, MemoryCom
     return master_log, master_epochs, slave_log, slave_epochs
 
 
+def epoch_config(segment: int = MIB, **changes: object) -> BrokerConfig:
+    """An epoch-mode config, shared by the master and the slave of these tests."""
+    return BrokerConfig(
+        ha_listen_port=0,
+        mapped_file_size_commit_log=segment,
+        ha_master_address="127.0.0.1:1",
+        enable_controller_mode=True,
+    ).evolve(**changes)
+
+
+def connector(
+    nursery: trio.Nursery, service: HAService
+) -> Callable[[str, int], Awaitable[trio.abc.Stream]]:
+    """The slave's connections, to *service* over memory streams."""
+
+    async def connect(host: str, port: int) -> trio.abc.Stream:
+        master_end, slave_end = trio.testing.memory_stream_pair()
+        nursery.start_soon(service.handle_stream, master_end, "slave")
+        return slave_end
+
+    return connect
+
+
 @pytest.mark.parametrize("own_truncator", [False, True])
 async def test_an_epoch_mode_slave_cuts_to_the_consistent_point_and_records_the_new_epoch(
     autojump_clock: trio.abc.Clock,
@@ -427,12 +450,7 @@ async def test_an_epoch_mode_slave_cuts_to_the_consistent_point_and_records_the_
     master_log, master_epochs, slave_log, slave_epochs = diverged_pair(tmp_path)
     point = master_epochs.history.entries[1].start_offset
     before = slave_log.max_offset
-    cfg = BrokerConfig(
-        ha_listen_port=0,
-        mapped_file_size_commit_log=MIB,
-        ha_master_address="127.0.0.1:1",
-        enable_controller_mode=True,
-    )
+    cfg = epoch_config()
     service = HAService(cfg, master_log, epoch_file=master_epochs)
     cuts: list[int] = []
 
@@ -442,16 +460,10 @@ async def test_an_epoch_mode_slave_cuts_to_the_consistent_point_and_records_the_
 
     appended = Wakeup()
     async with trio.open_nursery() as nursery:
-
-        async def connect(host: str, port: int) -> trio.abc.Stream:
-            master_end, slave_end = trio.testing.memory_stream_pair()
-            nursery.start_soon(service.handle_stream, master_end, "slave")
-            return slave_end
-
         client = HAClient(
             cfg,
             slave_log,
-            connect=connect,
+            connect=connector(nursery, service),
             on_appended=appended.notify,
             epoch_file=slave_epochs,
             truncate=truncate if own_truncator else None,
@@ -581,9 +593,7 @@ async def test_an_unreachable_master_is_retried_with_a_doubling_capped_backoff_a
                 await trio.sleep_forever()  # a SYN that nobody answers
             if len(attempts) <= 4:
                 raise OSError(111, "Connection refused")
-            master_end, slave_end = trio.testing.memory_stream_pair()
-            nursery.start_soon(service.handle_stream, master_end, "slave")
-            return slave_end
+            return await connector(nursery, service)(host, port)
 
         slave_log = MemoryCommitLog(segment_size=64 * 1024)
         client = HAClient(cfg, slave_log, connect=connect)
@@ -691,14 +701,9 @@ async def test_bytes_appended_before_a_bad_frame_in_the_same_read_are_announced(
     grew: list[int] = []
     async with trio.open_nursery() as nursery:
         master_end, slave_end = trio.testing.memory_stream_pair()
-
-        async def connect(host: str, port: int) -> trio.abc.Stream:
-            return slave_end
-
         client = HAClient(
             small_config(ha_master_address="127.0.0.1:1"),
             slave_log,
-            connect=connect,
             on_appended=lambda: grew.append(slave_log.max_offset),
         )
         nursery.start_soon(client.session, slave_end)
@@ -749,12 +754,7 @@ async def test_a_cut_to_the_consistent_point_that_fails_ends_the_session_named(
     one of this slave's records cannot be reached by any cut: the slave stops, diverged."""
     master_log, master_epochs, slave_log, slave_epochs = diverged_pair(tmp_path)
     point = master_epochs.history.entries[1].start_offset
-    cfg = BrokerConfig(
-        ha_listen_port=0,
-        mapped_file_size_commit_log=MIB,
-        ha_master_address="127.0.0.1:1",
-        enable_controller_mode=True,
-    )
+    cfg = epoch_config()
     service = HAService(cfg, master_log, epoch_file=master_epochs)
     problem = (
         NotAMessageBoundaryError("inside a record", offset=point, before=0, after=None)
@@ -867,12 +867,7 @@ async def test_bytes_of_one_epoch_appended_before_the_next_cannot_be_recorded_ar
 ) -> None:
     master_log, master_epochs, _, _ = diverged_pair(tmp_path)
     point = master_epochs.history.entries[1].start_offset
-    cfg = BrokerConfig(
-        ha_listen_port=0,
-        mapped_file_size_commit_log=MIB,
-        ha_master_address="127.0.0.1:1",
-        enable_controller_mode=True,
-    )
+    cfg = epoch_config()
     service = HAService(cfg, master_log, epoch_file=master_epochs)
     slave_log = MemoryCommitLog(segment_size=MIB)
     epochs = _NoEpochTwo.open(tmp_path / "slave-epochs")
@@ -907,27 +902,15 @@ async def test_an_empty_epoch_mode_slave_asks_for_the_last_file_when_configured(
         master_log.append(topic="T", body=b"x" * 300)
     epochs = EpochFile.open(tmp_path / "master-epochs")
     epochs.append(1, 0)
-    cfg = BrokerConfig(
-        ha_listen_port=0,
-        mapped_file_size_commit_log=segment,
-        ha_master_address="127.0.0.1:1",
-        enable_controller_mode=True,
-        sync_from_last_file=True,
-    )
+    cfg = epoch_config(segment, sync_from_last_file=True)
     service = HAService(cfg, master_log, epoch_file=epochs)
     slave_log = MemoryCommitLog(segment_size=segment)
     appended = Wakeup()
     async with trio.open_nursery() as nursery:
-
-        async def connect(host: str, port: int) -> trio.abc.Stream:
-            master_end, slave_end = trio.testing.memory_stream_pair()
-            nursery.start_soon(service.handle_stream, master_end, "slave")
-            return slave_end
-
         client = HAClient(
             cfg,
             slave_log,
-            connect=connect,
+            connect=connector(nursery, service),
             on_appended=appended.notify,
             epoch_file=EpochFile.open(tmp_path / "slave-epochs"),
         )
@@ -940,12 +923,7 @@ async def test_an_empty_epoch_mode_slave_asks_for_the_last_file_when_configured(
 async def test_an_epoch_mode_slave_opens_with_its_handshake_naming_its_broker_id(
     autojump_clock: trio.abc.Clock, tmp_path: Path
 ) -> None:
-    cfg = BrokerConfig(
-        ha_master_address="127.0.0.1:1",
-        enable_controller_mode=True,
-        sync_from_last_file=True,
-        broker_id=3,
-    )
+    cfg = epoch_config(4096, sync_from_last_file=True, broker_id=3)
     client = HAClient(
         cfg, MemoryCommitLog(segment_size=4096), epoch_file=EpochFile.open(tmp_path / "epochs")
     )

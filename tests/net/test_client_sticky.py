@@ -5,13 +5,13 @@ from __future__ import annotations
 import io
 import logging
 import re
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 
+from tests.net.test_client import connector
 from trioha import BrokerConfig, ConfigError, StorageError, StoreLayoutError
 from trioha.net import HAClient, HAService, Wakeup
 from trioha.net._client import Divergence
@@ -97,19 +97,6 @@ def _master(**changes: object) -> tuple[MemoryCommitLog, BrokerConfig, HAService
     return master_log, cfg, HAService(cfg, master_log)
 
 
-def _connector(
-    nursery: trio.Nursery, service: HAService
-) -> Callable[[str, int], Awaitable[trio.abc.Stream]]:
-    """Connections to *service* over memory streams (what the slave's ``connect`` does)."""
-
-    async def connect(host: str, port: int) -> trio.abc.Stream:
-        master_end, slave_end = trio.testing.memory_stream_pair()
-        nursery.start_soon(service.handle_stream, master_end, "slave")
-        return slave_end
-
-    return connect
-
-
 class _FullDisk(MemoryCommitLog):
     """A slave log whose first appends fail as on a full disk."""
 
@@ -131,7 +118,7 @@ async def test_a_full_disk_pauses_replication_and_it_resumes_with_one_log_line_e
     slave_log = _FullDisk(failures=3)
     async with trio.open_nursery() as nursery:
         appended = Wakeup()
-        connect = _connector(nursery, service)
+        connect = connector(nursery, service)
         client = HAClient(cfg, slave_log, connect=connect, on_appended=appended.notify)
         started = trio.current_time()
         await nursery.start(client.run)
@@ -188,7 +175,7 @@ async def test_a_slave_that_must_ack_flushed_bytes_stops_acking_while_fsync_fail
     # flush at its start fails too; then the disk works again.
     slave_log = _FlushFails()
     async with trio.open_nursery() as nursery:
-        client = HAClient(cfg, slave_log, connect=_connector(nursery, service))
+        client = HAClient(cfg, slave_log, connect=connector(nursery, service))
         await nursery.start(client.run)
         with trio.fail_after(60):
             while client.statistics().append_error is None:  # noqa: ASYNC110
@@ -322,9 +309,7 @@ async def test_a_diverged_slave_stops_says_so_every_minute_and_resumes_when_clea
     slave_end = slave_log.max_offset
     record = tmp_path / "haDiverged"
     async with trio.open_nursery() as nursery:
-        client = HAClient(
-            cfg, slave_log, connect=_connector(nursery, service), diverged_file=record
-        )
+        client = HAClient(cfg, slave_log, connect=connector(nursery, service), diverged_file=record)
         assert not await client.wait_diverged(trio.current_time() + 1)  # not before it runs
         with caplog.at_level(logging.ERROR, logger="trioha.ha"):
             await nursery.start(client.run)
@@ -380,7 +365,7 @@ async def test_a_recorded_divergence_keeps_a_restarted_slave_from_its_master(
         client = HAClient(
             cfg,
             MemoryCommitLog(segment_size=SEG),
-            connect=_connector(nursery, service),
+            connect=connector(nursery, service),
             diverged_file=record,
         )
         await nursery.start(client.run)

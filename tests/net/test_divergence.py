@@ -137,13 +137,20 @@ def test_an_accepted_damaged_log_starts_with_the_flushed_mark_cut_to_its_end(
     assert ha_records(caplog) == []
 
 
-def test_a_lost_sent_range_is_padded_past_with_end_of_file_records_flushed_and_logged(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def sent_past_the_end(tmp_path: Path, past: int) -> tuple[MemoryCommitLog, int, SentOffsets]:
+    """A log of 5 messages, its end, and marks saying up to *past* bytes beyond the end may
+    have been sent (reserved in steps of 10): a master that lost the tail it had sent."""
     log = filled(5)
     end = log.max_offset
     sent = SentOffsets.open(tmp_path, step=10)
-    sent.reserve(end + 100)  # the master had sent up to end + 100 (+ its step)
+    sent.reserve(end + past)
+    return log, end, sent
+
+
+def test_a_lost_sent_range_is_padded_past_with_end_of_file_records_flushed_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log, end, sent = sent_past_the_end(tmp_path, 100)  # up to end + 100, + its step
     with caplog.at_level(logging.INFO):
         assert check_master_history(log, sent) is sent
     mark = end + 110
@@ -166,10 +173,7 @@ def test_a_lost_sent_range_is_padded_past_with_end_of_file_records_flushed_and_l
 def test_ranges_lost_in_earlier_crashes_are_recalled_at_every_start(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    log = filled(5)
-    first_end = log.max_offset
-    sent = SentOffsets.open(tmp_path, step=10)
-    sent.reserve(first_end + 1)
+    log, first_end, sent = sent_past_the_end(tmp_path, 1)
     check_master_history(log, sent)  # first crash: [first_end, first_end + 11) lost
     log.append(topic="T", body=b"after")
     second_end = log.max_offset
