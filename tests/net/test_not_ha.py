@@ -174,3 +174,24 @@ async def test_a_diverged_slave_is_not_mistaken_for_a_wrong_port(
     master_side = [r for r in caplog.records if "diverged history" in r.getMessage()]
     assert master_side and all(r.levelno >= logging.WARNING for r in master_side)
     assert not [r for r in caplog.records if MESSAGE in r.getMessage()]
+
+
+def test_the_signs_read_exact_bytes_and_times() -> None:
+    # The serialize-type byte is the fifth: a remoting frame whose header is longer than
+    # 128 KiB (the header length's high byte is then 2) is still one...
+    big_header = (1 << 20).to_bytes(4, "big") + b"\x00" + (0x020010).to_bytes(3, "big") + b'{"a'
+    assert not_ha_sign(big_header, protocol_error=False, closed_by_peer=False, seconds=5) == (
+        "it answered with a RocketMQ remoting frame"
+    )
+    # ... and bytes whose fifth is no serialize type are not, whatever follows.
+    not_remoting = bytes(4) + b"\x02\x00\x00\x10" + b'{"a'
+    assert not_ha_sign(not_remoting, protocol_error=False, closed_by_peer=False, seconds=5) is None
+    assert not_ha_sign(
+        b"GET / HTTP/1.1\r\n", protocol_error=True, closed_by_peer=True, seconds=0
+    ) == ("its first bytes (47 45 54 20 2f 20 48 54 54 50 2f 31) are not an HA frame")
+    # A close a whole second after connecting is no longer "at once".
+    assert not_ha_sign(b"", protocol_error=False, closed_by_peer=True, seconds=1.0) is None
+    assert not_ha_sign(b"", protocol_error=False, closed_by_peer=True, seconds=0.99) == (
+        "it closed the connection at once without sending anything (if it is the HA port, it "
+        "refused this slave's offset: its log says why)"
+    )

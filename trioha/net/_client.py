@@ -252,7 +252,7 @@ class _Session:
                     isinstance(a, Close) and a.diverged_at is None for a in actions
                 ):
                     self.protocol_error = True  # bytes that are no HA frame, not a refusal
-                appended = False
+                appended = ended = False
                 for action in actions:
                     if isinstance(action, Truncate | RecordEpoch):
                         try:
@@ -272,7 +272,8 @@ class _Session:
                                 # help: stop, as a refused slave does, until it is re-seeded.
                                 self.diverged_at = action.offset
                             self._end(f"cannot {what}: {exc}", scope)
-                            return
+                            ended = True
+                            break
                     elif isinstance(action, Append):
                         try:
                             commitlog.append_raw(action.offset, action.data)
@@ -283,15 +284,22 @@ class _Session:
                                 f"cannot append {action.size} bytes at {action.offset}: {exc}",
                                 scope,
                             )
-                            return
+                            ended = True
+                            break
                         appended = True
                         self.client.bytes_appended += action.size
                         self.received_data = True
                         self.client.append_worked()
                     elif not self._apply((action,), scope):
-                        return
+                        ended = True
+                        break
                 if appended:
+                    # Also when the batch ended the session (a bad frame after good ones): the
+                    # bytes appended are in the log, and whoever waits for it to grow is told.
                     self.client.on_appended()
+                if ended:
+                    return
+                if appended:
                     try:
                         ack = await self.client.ack_offset()
                     except StorageError as exc:  # ha_slave_ack_flushed: the fsync failed

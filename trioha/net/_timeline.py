@@ -33,8 +33,10 @@ class LogTimeline:
         resolution: float = 0.01,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if capacity < 2:
-            raise ValueError("a timeline needs room for at least 2 samples")
+        if capacity < 3:
+            # The start-up sample is kept and the rest merged in pairs: with 2 samples there
+            # is no pair to merge, and the ring would hold one more than its capacity.
+            raise ValueError("a timeline needs room for at least 3 samples")
         self.capacity = capacity
         self.resolution = resolution
         self._clock = clock
