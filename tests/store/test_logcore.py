@@ -1,0 +1,211 @@
+"""LogCore's placement rules as a caller sees them, on the file log and the in-memory log alike.
+
+``test_commitlog_contract.py`` holds the contract every commit log keeps; this file pins what
+``LogCore`` adds on top: the send path's prepared messages (``prepare``), the lines an operator
+reads when the log starts over or closes its segments, and segment ends reached by replicated
+bytes rather than by appends (docs/rocketmq-protocol.md §4.3).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from trioha import MessageTooLargeError
+from trioha.store import DecodedBlank, HostAddress, PropertiesForm, decode_record
+from trioha.store._logcore import LogCore
+
+from .conftest import FakeClock, LogFactory
+
+Log = LogCore[Any]
+OVERHEAD = 97  # a record's bytes besides its body, for topic FooBar and no properties
+REC = 100 + OVERHEAD  # what fill() appends
+
+
+def fill(log: Log, n: int, *, body: bytes = b"b" * 100) -> list[int]:
+    return [log.append(topic="FooBar", body=body, queue_id=i % 2).physical_offset for i in range(n)]
+
+
+# --- prepare (the send path's messages) ------------------------------------------------
+
+
+def test_a_prepared_message_is_stored_with_its_request_fields_and_the_logs_host_and_form(
+    make_log: LogFactory,
+) -> None:
+    clock = FakeClock(5000)
+    host = HostAddress("10.0.0.9", 10911)
+    log = make_log(clock_ms=clock, store_host=host, properties_form=PropertiesForm.V5)
+    client = HostAddress("10.0.0.2", 40000)
+    sent = log.prepare(
+        topic="Orders",
+        body=b"payload",
+        queue_id=5,
+        flag=7,
+        sysflag=0x8,  # TRANSACTION_COMMIT_TYPE
+        born_timestamp=123,
+        born_host=client,
+        reconsume_times=2,
+        properties={"KEYS": "k1", "TAGS": "paid"},
+    )
+    anonymous = log.prepare(
+        topic="Orders",
+        body=b"",
+        queue_id=5,
+        flag=0,
+        sysflag=0,
+        born_timestamp=124,
+        born_host=None,
+        reconsume_times=0,
+        properties={},
+    )
+    results = log.append_batch([sent, anonymous])
+    assert [(r.queue_offset, r.store_timestamp) for r in results] == [(0, 5001), (1, 5001)]
+    first, second = log.iter_messages()
+    assert (first.topic, first.body, first.queue_id, first.flag, first.sysflag) == (
+        "Orders",
+        b"payload",
+        5,
+        7,
+        0x8,
+    )
+    assert (first.born_timestamp, first.born_host, first.reconsume_times) == (123, client, 2)
+    assert (first.store_host, first.store_timestamp, first.queue_offset) == (host, 5001, 0)
+    assert (first.keys, first.tags, first.properties_form) == ("k1", "paid", PropertiesForm.V5)
+    # Without a born host (a request that carries none) the broker's own address stands in.
+    assert (second.born_host, second.store_host, second.born_timestamp) == (host, host, 124)
+    assert second.queue_offset == 1
+
+
+def test_a_prepared_message_over_the_logs_size_limit_is_refused_before_anything_is_written(
+    make_log: LogFactory,
+) -> None:
+    log = make_log(max_message_size=300)
+    fields: dict[str, Any] = {
+        "topic": "T",
+        "queue_id": 0,
+        "flag": 0,
+        "sysflag": 0,
+        "born_timestamp": 1,
+        "born_host": None,
+        "reconsume_times": 0,
+        "properties": {},
+    }
+    log.prepare(body=b"x" * 300, **fields)
+    with pytest.raises(MessageTooLargeError, match="301 bytes, more than maxMessageSize 300"):
+        log.prepare(body=b"x" * 301, **fields)
+    assert log.max_offset == 0
+
+
+# --- replicated bytes (append_raw) -----------------------------------------------------
+
+
+def test_an_empty_log_starting_over_says_where_from_and_where_to(
+    make_log: LogFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    slave = make_log(segment_size=1024)
+    slave.append_raw(1024, b"")
+    with caplog.at_level(logging.INFO, logger="trioha.store"):
+        slave.append_raw(3072, b"abc")
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("INFO", "empty commit log at 1024 starts over at 3072 for replicated data")
+    ]
+    assert (slave.min_offset, slave.max_offset) == (3072, 3075)
+
+
+def test_a_record_partly_received_at_the_start_of_a_segment_ends_iteration_quietly(
+    make_log: LogFactory,
+) -> None:
+    master = make_log(segment_size=1024)
+    offsets = fill(master, 7)  # five records, a blank, then the sixth opens segment 1024
+    assert offsets[5] == 1024
+    slave = make_log(segment_size=1024)
+    slave.append_raw(0, master.read(0, 1024))
+    slave.append_raw(1024, master.read(1024, 50))  # the first 50 bytes of the record at 1024
+    assert [m.physical_offset for m in slave.iter_messages()] == offsets[:5]
+    assert slave.next_queue_offset("FooBar", 1) == 2
+
+
+def test_replicated_bytes_that_cross_a_segment_end_mid_segment_are_split_there(
+    make_log: LogFactory,
+) -> None:
+    master = make_log(segment_size=1024)
+    fill(master, 9)
+    data = bytes(master.read(0, 1024)) + bytes(master.read(1024, 1024))
+    slave = make_log(segment_size=1024)
+    slave.append_raw(0, data[:500])
+    assert slave.append_raw(500, data[500:]) == master.max_offset
+    assert len(slave.read(500, 1 << 20)) == 524  # the first segment ends at 1024
+    assert bytes(slave.read(1024, 1 << 20)) == bytes(master.read(1024, 1 << 20))
+    assert list(slave.iter_messages()) == list(master.iter_messages())
+
+
+# --- cutting back -----------------------------------------------------------------------
+
+
+def test_each_cut_to_a_boundary_returns_only_what_it_set_aside(make_log: LogFactory) -> None:
+    log = make_log(segment_size=1024)
+    offsets = fill(log, 9)
+    first = log.truncate_to_boundary(offsets[7])
+    second = log.truncate_to_boundary(offsets[6])
+    assert [(s.offset, s.reason) for s in first] == [(offsets[7], "truncated")]
+    assert [(s.offset, s.reason) for s in second] == [(offsets[6], "truncated")]
+    assert log.set_aside == [*first, *second]
+    assert log.truncate_to_boundary(log.max_offset) == []
+
+
+def test_retention_says_how_many_segments_went_and_where_the_log_now_starts(
+    make_log: LogFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = make_log(segment_size=1024)
+    fill(log, 16)  # four segments
+    with caplog.at_level(logging.INFO, logger="trioha.store"):
+        assert log.delete_segments_before(2100) == 2
+        assert log.delete_segments_before(2100) == 0  # nothing more: no second line
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("INFO", "deleted 2 commit log segment(s) below 2100; the log now starts at 2048")
+    ]
+
+
+# --- skip_past (closing segments with END_OF_FILE records) -------------------------------
+
+
+def test_skip_past_says_where_new_data_starts_and_only_when_it_closed_something(
+    make_log: LogFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = make_log(segment_size=1024)
+    fill(log, 2)
+    with caplog.at_level(logging.INFO, logger="trioha.store"):
+        assert log.skip_past(1500) == 2048
+        assert log.skip_past(1500) == 2048  # the log already ends at that boundary
+        assert log.skip_past(2047) == 2048
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", "commit log closed with end-of-file records up to 2048: new data starts there")
+    ]
+
+
+def test_skip_past_closes_a_segment_with_exactly_room_for_the_marker(
+    make_log: LogFactory,
+) -> None:
+    log = make_log(segment_size=1024)
+    log.append(topic="FooBar", body=b"b" * (1016 - OVERHEAD))  # 8 bytes left: the marker's size
+    assert log.max_offset == 1016
+    assert log.skip_past(0) == 1024
+    assert decode_record(bytes(log.read(1016, 8))) == DecodedBlank(0, 8)
+    assert log.append(topic="FooBar", body=b"x").physical_offset == 1024
+
+
+def test_skip_past_leaves_a_tail_too_short_for_a_marker_as_it_was(make_log: LogFactory) -> None:
+    """A slave that received all but the last 4 bytes of a segment (mid-way through the
+    master's blank record) closes it without writing: an 8-byte marker does not fit."""
+    master = make_log(segment_size=1024)
+    offsets = fill(master, 6)
+    blank_at = offsets[4] + REC
+    assert blank_at == 985
+    slave = make_log(segment_size=1024)
+    slave.append_raw(0, master.read(0, 1020))
+    assert slave.skip_past(1020) == 1024
+    assert bytes(slave.read(blank_at, 1024)) == bytes(master.read(blank_at, 1024))
+    assert slave.append(topic="FooBar", body=b"b" * 100, queue_id=1).physical_offset == 1024
+    assert [m.physical_offset for m in slave.iter_messages()] == offsets
