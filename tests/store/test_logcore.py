@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 
 from trioha import MessageTooLargeError
-from trioha.store import DecodedBlank, HostAddress, PropertiesForm, decode_record
+from trioha.store import (
+    DecodedBlank,
+    HostAddress,
+    MemoryCommitLog,
+    PropertiesForm,
+    decode_record,
+)
 from trioha.store._logcore import LogCore
 
 from .conftest import FakeClock, LogFactory
@@ -166,6 +172,71 @@ def test_retention_says_how_many_segments_went_and_where_the_log_now_starts(
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
         ("INFO", "deleted 2 commit log segment(s) below 2100; the log now starts at 2048")
     ]
+
+
+def test_a_truncate_says_where_it_cut_and_where_the_log_ended(
+    make_log: LogFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = make_log(segment_size=1024)
+    offsets = fill(log, 7)
+    with caplog.at_level(logging.INFO, logger="trioha.store"):
+        log.truncate(offsets[2])
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", f"commit log truncated at {offsets[2]} (was up to {offsets[6] + REC})")
+    ]
+
+
+def test_a_cut_inside_a_record_recounts_the_queues_from_the_start(make_log: LogFactory) -> None:
+    log = make_log(segment_size=1024)
+    offsets = [log.append(topic="FooBar", body=b"b" * 100).physical_offset for _ in range(4)]
+    log.truncate(offsets[2] + 10)  # what is left ends with 10 bytes of a record
+    assert log.next_queue_offset("FooBar", 0) == 2
+    log.truncate(5)  # inside the first record: no message is left
+    assert log.last_store_timestamp == 0
+    assert log.next_queue_offset("FooBar", 0) == 0
+
+
+def test_a_cut_below_replicated_bytes_not_counted_yet_rolls_the_queues_back(
+    make_log: LogFactory,
+) -> None:
+    master = make_log(segment_size=1024)
+    offsets = [master.append(topic="FooBar", body=b"b" * 100).physical_offset for _ in range(8)]
+    slave = make_log(segment_size=1024)
+    slave.append_raw(0, master.read(0, offsets[4]))
+    assert slave.next_queue_offset("FooBar", 0) == 4  # counts up to offsets[4]
+    slave.append_raw(offsets[4], master.read(offsets[4], offsets[7] - offsets[4]))  # uncounted
+    slave.truncate(offsets[2])
+    assert slave.next_queue_offset("FooBar", 0) == 2
+    assert slave.append(topic="FooBar", body=b"x").queue_offset == 2
+
+
+def test_a_read_of_one_byte_gives_one_byte(make_log: LogFactory) -> None:
+    log = make_log()
+    fill(log, 1)
+    assert bytes(log.read(0, 1)) == bytes(log.read(0, 4))[:1] != b""
+    assert len(log.read(10, 1)) == 1
+
+
+class RacingLog(MemoryCommitLog):
+    """A memory log whose flush is overtaken by a truncate while it syncs (in a worker
+    thread in a broker; here at a fixed point, so the interleaving is exact)."""
+
+    cut_during_sync: int | None = None
+
+    def _sync(self, handles: list[Any]) -> None:
+        cut, self.cut_during_sync = self.cut_during_sync, None
+        if cut is not None:
+            self.truncate(cut)
+
+
+def test_a_flush_overtaken_by_a_second_truncate_claims_nothing_it_synced() -> None:
+    log = RacingLog(segment_size=4096, clock_ms=FakeClock())
+    offsets = fill(log, 6)
+    log.truncate(offsets[5])  # an earlier cut: the flush starts after it
+    log.cut_during_sync = offsets[3]
+    assert log.flush() == 0  # its bytes may be gone: it claims nothing
+    assert log.flushed_offset == 0 and log.max_offset == offsets[3]
+    assert log.flush() == offsets[3]
 
 
 # --- skip_past (closing segments with END_OF_FILE records) -------------------------------
