@@ -557,3 +557,18 @@ def test_a_stray_file_in_the_consume_queue_directory_does_not_hide_the_topics(
         ("WARNING", f"ignoring {root / 'T' / 'x'}: not a consume queue directory")
     ]
     again.close()
+
+
+def test_recovery_counts_every_unit_with_a_positive_size(tmp_path: Path) -> None:
+    """``ConsumeQueue.recover`` stops at ``size <= 0`` only: the smallest size is a unit too."""
+    store = ConsumeQueueStore(tmp_path, file_size=FILE)
+    queue = store.find_or_create("T", 0)
+    queue.put(0, 0, 1, 0)
+    queue.put(1, 1, 1, 0)
+    store.close()
+    again = ConsumeQueueStore(tmp_path, file_size=FILE)
+    again.load()
+    reloaded = again.get("T", 0)
+    assert reloaded is not None
+    assert (reloaded.max_offset, reloaded.max_physical_offset) == (2, 2)
+    again.close()

@@ -104,6 +104,17 @@ def test_a_prepared_message_over_the_logs_size_limit_is_refused_before_anything_
     assert log.max_offset == 0
 
 
+def test_an_append_with_only_a_topic_and_body_stores_rocketmqs_defaults(
+    make_log: LogFactory,
+) -> None:
+    log = make_log(properties_form=PropertiesForm.V5)
+    log.append(topic="T", body=b"x", properties={"TAGS": "a"})
+    (m,) = log.iter_messages()
+    assert (m.queue_id, m.flag, m.sysflag, m.reconsume_times) == (0, 0, 0, 0)
+    assert m.prepared_transaction_offset == 0
+    assert m.properties_form is PropertiesForm.V5  # the log's form, as for prepared messages
+
+
 # --- replicated bytes (append_raw) -----------------------------------------------------
 
 
