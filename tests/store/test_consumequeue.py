@@ -15,7 +15,9 @@ from trioha.store._consumequeue import (
     ConsumeQueue,
     ConsumeQueueStore,
     CQUnit,
+    extension_weights,
     java_string_hash,
+    java_string_hash_extend,
     tags_code,
 )
 
@@ -31,6 +33,24 @@ def test_java_string_hash_matches_java() -> None:
     assert java_string_hash("日本") == 0x65E5 * 31 + 0x672C
     assert java_string_hash("\U0001f600") == 0xD83D * 31 + 0xDE00  # UTF-16 code units
     assert tags_code(None) == 0
+
+
+@pytest.mark.parametrize(
+    ("prefix", "data"),
+    [("", b""), ("TopicA", b"key-1"), ("polygene", b"lubricants"), ("K", b"k" * 1500)],
+)
+def test_extending_a_hash_is_hashing_the_whole_string(prefix: str, data: bytes) -> None:
+    """What the message index does: the hash of ``topic#key`` from the hash of ``topic#``."""
+    whole = java_string_hash(prefix + data.decode("ascii")) & 0xFFFFFFFF
+    assert java_string_hash_extend(java_string_hash(prefix) & 0xFFFFFFFF, data) == whole
+    assert java_string_hash_extend(java_string_hash(prefix) & 0xFFFFFFFF, data) == whole  # cached
+
+
+def test_extension_weights_are_powers_of_31_mod_2_to_the_32() -> None:
+    power, weights = extension_weights(7)
+    assert power == 31**7 % 2**32 == 1742810335
+    assert weights == tuple(31**e % 2**32 for e in range(6, -1, -1))
+    assert extension_weights(2000)[0] == pow(31, 2000, 2**32)  # beyond what is cached
 
 
 def test_default_file_size_is_rocketmq_s() -> None:
