@@ -9,6 +9,7 @@ bytes rather than by appends (docs/rocketmq-protocol.md §4.3).
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ import pytest
 from trioha import MessageTooLargeError
 from trioha.store import (
     DecodedBlank,
+    FileCommitLog,
     HostAddress,
     MemoryCommitLog,
     PropertiesForm,
@@ -219,6 +221,41 @@ def test_a_cut_below_replicated_bytes_not_counted_yet_rolls_the_queues_back(
     slave.truncate(offsets[2])
     assert slave.next_queue_offset("FooBar", 0) == 2
     assert slave.append(topic="FooBar", body=b"x").queue_offset == 2
+
+
+def damaged_log(directory: Path, bad: list[int]) -> tuple[FileCommitLog, list[int]]:
+    """Eight messages of one queue, those at ``bad`` with a body that no longer matches its
+    CRC, reopened without CRC checks (RocketMQ's ``checkCRCOnRecover=false``): recovery
+    counts every one."""
+    log = FileCommitLog.open(directory, segment_size=4096, clock_ms=FakeClock())
+    offsets = [log.append(topic="T", body=b"body-%d" % i).physical_offset for i in range(8)]
+    log.close()
+    segment = directory / f"{0:020d}"
+    data = bytearray(segment.read_bytes())
+    for i in bad:
+        at = data.index(b"body-%d" % i)
+        data[at] = ord("B")
+    segment.write_bytes(data)
+    log = FileCommitLog.open(directory, check_crc=False, clock_ms=FakeClock())
+    assert log.next_queue_offset("T", 0) == 8
+    return log, offsets
+
+
+def test_a_cut_rolls_queue_offsets_back_without_recounting_what_recovery_counted(
+    tmp_path: Path,
+) -> None:
+    log, offsets = damaged_log(tmp_path / "a" / "commitlog", bad=[1, 5])
+    log.truncate(offsets[4])  # the cut holds a damaged body too
+    assert log.next_queue_offset("T", 0) == 4
+    assert log.append(topic="T", body=b"again").queue_offset == 4
+    log.close()
+    log, offsets = damaged_log(tmp_path / "b" / "commitlog", bad=[1])
+    whole = bytes(log.read(offsets[7], 1 << 20))
+    log.truncate(offsets[7])
+    log.append_raw(offsets[7], whole[:30])  # a replicated record, partly received
+    log.truncate(offsets[3])
+    assert log.next_queue_offset("T", 0) == 3
+    log.close()
 
 
 def test_a_read_of_one_byte_gives_one_byte(make_log: LogFactory) -> None:
