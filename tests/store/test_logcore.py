@@ -9,12 +9,13 @@ bytes rather than by appends (docs/rocketmq-protocol.md §4.3).
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from trioha import MessageTooLargeError
+from trioha import CorruptLogError, MessageTooLargeError
 from trioha.store import (
     DecodedBlank,
     FileCommitLog,
@@ -255,6 +256,56 @@ def test_a_cut_rolls_queue_offsets_back_without_recounting_what_recovery_counted
     log.append_raw(offsets[7], whole[:30])  # a replicated record, partly received
     log.truncate(offsets[3])
     assert log.next_queue_offset("T", 0) == 3
+    log.close()
+
+
+def test_a_record_running_past_the_end_of_a_closed_segment_is_corrupt(
+    make_log: LogFactory,
+) -> None:
+    """Only the last segment may end in a record still being received."""
+    master = make_log(segment_size=1024)
+    fill(master, 7)
+    data = bytearray(bytes(master.read(0, 1024)) + bytes(master.read(1024, 1024)))
+    data[985:1024] = data[0:39]  # the blank replaced by the start of a 197-byte record
+    slave = make_log(segment_size=1024)
+    slave.append_raw(0, data)
+    message = r"record at 985 is not valid \(a record of 197 bytes runs past the written end\)"
+    with pytest.raises(CorruptLogError, match=message):
+        list(slave.iter_messages())
+
+
+def test_iteration_checks_the_crc_of_the_first_segment_too(make_log: LogFactory) -> None:
+    master = make_log(segment_size=1024)
+    fill(master, 2)
+    data = bytearray(master.read(0, 1024))
+    data[data.index(b"b" * 100)] = ord("c")  # a body byte of the first record
+    slave = make_log(segment_size=1024)
+    slave.append_raw(0, data)
+    with pytest.raises(CorruptLogError, match=r"record at 0 is not valid \(crc-mismatch: body CRC"):
+        list(slave.iter_messages())
+
+
+def test_a_flush_syncs_only_segments_written_since_the_last_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = FileCommitLog.open(tmp_path / "commitlog", segment_size=1024, clock_ms=FakeClock())
+    fill(log, 8)  # two segments
+    synced: list[int] = []
+    real = os.fdatasync
+
+    def counting(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", counting)
+    log.flush()
+    assert len(synced) == 2
+    synced.clear()
+    assert log.flush() == log.max_offset
+    assert synced == []  # nothing written since
+    fill(log, 1)
+    log.flush()
+    assert len(synced) == 1  # the second segment only
     log.close()
 
 
