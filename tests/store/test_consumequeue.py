@@ -47,9 +47,9 @@ def test_extending_a_hash_is_hashing_the_whole_string(prefix: str, data: bytes) 
 
 
 def test_extension_weights_are_powers_of_31_mod_2_to_the_32() -> None:
-    power, weights = extension_weights(7)
-    assert power == 31**7 % 2**32 == 1742810335
-    assert weights == tuple(31**e % 2**32 for e in range(6, -1, -1))
+    power, weights = extension_weights(9)
+    assert power == 31**9 % 2**32 == 4098453791
+    assert weights == tuple(31**e % 2**32 for e in range(8, -1, -1))
     assert extension_weights(2000)[0] == pow(31, 2000, 2**32)  # beyond what is cached
 
 
