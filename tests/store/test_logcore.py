@@ -309,6 +309,34 @@ def test_a_flush_syncs_only_segments_written_since_the_last_one(
     log.close()
 
 
+def test_queue_offsets_stop_at_a_replicated_record_with_a_bad_crc_and_say_so(
+    make_log: LogFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    master = make_log(segment_size=1024)
+    offsets = fill(master, 4)
+    data = bytearray(master.read(0, 1024))
+    data[offsets[1] + data[offsets[1] :].index(b"b" * 100)] = ord("c")  # record 1's body
+    slave = make_log(segment_size=1024)
+    slave.append_raw(0, data)
+    with caplog.at_level(logging.INFO, logger="trioha.store"):
+        assert slave.next_queue_offset("FooBar", 0) == 1  # record 0 only
+        assert slave.next_queue_offset("FooBar", 1) == 0
+    (record,) = caplog.records  # counted once: the damage is not rescanned on every call
+    assert record.levelname == "WARNING"
+    assert record.getMessage().startswith(
+        f"queue offsets are counted up to {offsets[1]} only: DecodedInvalid("
+    )
+    assert "crc-mismatch" in record.getMessage()
+
+
+def test_the_last_store_timestamp_is_the_last_appended_messages(make_log: LogFactory) -> None:
+    log = make_log(clock_ms=FakeClock(1000))
+    log.append(topic="T", body=b"", store_timestamp=42)
+    assert log.last_store_timestamp == 42
+    log.append_batch([{"topic": "T", "body": b""}, {"topic": "T", "body": b""}])
+    assert log.last_store_timestamp == 1002  # one clock reading for the batch
+
+
 def test_a_read_of_one_byte_gives_one_byte(make_log: LogFactory) -> None:
     log = make_log()
     fill(log, 1)
