@@ -21,6 +21,7 @@ from trioha.store import (
     FileCommitLog,
     HostAddress,
     MemoryCommitLog,
+    NewMessage,
     PropertiesForm,
     decode_record,
 )
@@ -116,6 +117,56 @@ def test_an_append_with_only_a_topic_and_body_stores_rocketmqs_defaults(
     assert (m.queue_id, m.flag, m.sysflag, m.reconsume_times) == (0, 0, 0, 0)
     assert m.prepared_transaction_offset == 0
     assert m.properties_form is PropertiesForm.V5  # the log's form, as for prepared messages
+
+
+def test_a_message_fits_a_segment_only_with_room_for_the_end_marker(
+    make_log: LogFactory,
+) -> None:
+    log = make_log(segment_size=1024)
+    refused = (
+        "message of 1020 bytes does not fit a segment of 1024 bytes "
+        r"\(a segment keeps 8 bytes for its end marker\)"
+    )
+    with pytest.raises(MessageTooLargeError, match=refused):
+        log.append(topic="FooBar", body=b"x" * (1020 - OVERHEAD))
+    assert log.append(topic="FooBar", body=b"x" * (1016 - OVERHEAD)).physical_offset == 0
+    assert log.max_offset == 1016
+
+
+def test_a_message_moves_on_when_it_would_leave_less_than_a_marker(make_log: LogFactory) -> None:
+    log = make_log(segment_size=1024)
+    log.append(topic="FooBar", body=b"x" * (1024 - REC - 4 - OVERHEAD))  # REC + 4 bytes left
+    assert log.append(topic="FooBar", body=b"b" * 100).physical_offset == 1024
+    assert decode_record(bytes(log.read(1024 - REC - 4, 1024))) == DecodedBlank(0, REC + 4)
+
+
+def test_a_message_after_exactly_a_markers_room_closes_the_segment_with_it(
+    make_log: LogFactory,
+) -> None:
+    log = make_log(segment_size=1024)
+    log.append(topic="FooBar", body=b"x" * (1016 - OVERHEAD))
+    assert log.append(topic="FooBar", body=b"").physical_offset == 1024
+    assert decode_record(bytes(log.read(1016, 8))) == DecodedBlank(0, 8)
+
+
+def test_a_promoted_slave_closes_a_segment_too_short_for_a_marker_without_writing(
+    make_log: LogFactory,
+) -> None:
+    master = make_log(segment_size=1024)
+    fill(master, 6)  # five records and the blank record closing the segment at 985
+    slave = make_log(segment_size=1024)
+    slave.append_raw(0, master.read(0, 1020))  # all but the last 4 bytes of the blank record
+    assert slave.append(topic="FooBar", body=b"b" * 100).physical_offset == 1024
+    assert bytes(slave.read(985, 1024)) == bytes(master.read(985, 1024))
+
+
+def test_a_batch_keeps_the_store_time_each_message_brings(make_log: LogFactory) -> None:
+    log = make_log(clock_ms=FakeClock(1000))
+    results = log.append_batch(
+        [NewMessage(topic="T", body=b"", store_timestamp=42), NewMessage(topic="T", body=b"")]
+    )
+    assert [r.store_timestamp for r in results] == [42, 1001]
+    assert [m.store_timestamp for m in log.iter_messages()] == [42, 1001]
 
 
 # --- replicated bytes (append_raw) -----------------------------------------------------
