@@ -169,6 +169,42 @@ def test_a_batch_keeps_the_store_time_each_message_brings(make_log: LogFactory) 
     assert [m.store_timestamp for m in log.iter_messages()] == [42, 1001]
 
 
+def test_a_batch_stores_every_field_each_new_message_brings(make_log: LogFactory) -> None:
+    log = make_log(clock_ms=FakeClock(1000))
+    assert log.closed is False
+    client = HostAddress("10.0.0.2", 40000)
+    log.append_batch(
+        [
+            NewMessage(
+                topic="T",
+                body=b"x",
+                queue_id=3,
+                flag=5,
+                sysflag=0x8,
+                born_timestamp=77,
+                born_host=client,
+                reconsume_times=2,
+                prepared_transaction_offset=1234,
+                properties={"TAGS": "a"},
+                properties_form=PropertiesForm.V5,
+            ),
+            NewMessage(topic="T", body=b"y", queue_id=3, properties={"TAGS": "b"}),
+        ]
+    )
+    first, second = log.iter_messages()
+    assert (first.queue_id, first.flag, first.sysflag, first.born_timestamp) == (3, 5, 0x8, 77)
+    assert (first.born_host, first.reconsume_times, first.prepared_transaction_offset) == (
+        client,
+        2,
+        1234,
+    )
+    assert first.properties_form is PropertiesForm.V5  # the message's own form wins
+    assert second.properties_form is PropertiesForm.V4_9  # else the log's
+    assert (second.queue_offset, second.born_timestamp) == (1, 1001)
+    log.append(topic="T", body=b"z", born_timestamp=5)
+    assert [m.born_timestamp for m in log.iter_messages()][-1] == 5
+
+
 # --- replicated bytes (append_raw) -----------------------------------------------------
 
 
