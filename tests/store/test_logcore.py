@@ -105,6 +105,8 @@ def test_a_prepared_message_over_the_logs_size_limit_is_refused_before_anything_
     log.prepare(body=b"x" * 300, **fields)
     with pytest.raises(MessageTooLargeError, match="301 bytes, more than maxMessageSize 300"):
         log.prepare(body=b"x" * 301, **fields)
+    with pytest.raises(MessageTooLargeError, match="301 bytes, more than maxMessageSize 300"):
+        log.append(topic="T", body=b"x" * 301)
     assert log.max_offset == 0
 
 
@@ -172,8 +174,9 @@ def test_a_batch_keeps_the_store_time_each_message_brings(make_log: LogFactory) 
 def test_a_batch_stores_every_field_each_new_message_brings(make_log: LogFactory) -> None:
     log = make_log(clock_ms=FakeClock(1000))
     assert log.closed is False
+    log.append(topic="Other", body=b"before")  # the batch starts past 0
     client = HostAddress("10.0.0.2", 40000)
-    log.append_batch(
+    results = log.append_batch(
         [
             NewMessage(
                 topic="T",
@@ -191,7 +194,9 @@ def test_a_batch_stores_every_field_each_new_message_brings(make_log: LogFactory
             NewMessage(topic="T", body=b"y", queue_id=3, properties={"TAGS": "b"}),
         ]
     )
-    first, second = log.iter_messages()
+    _, first, second = log.iter_messages()
+    assert [(r.topic, r.queue_id) for r in results] == [("T", 3), ("T", 3)]
+    assert [first.physical_offset, second.physical_offset] == [r.physical_offset for r in results]
     assert (first.queue_id, first.flag, first.sysflag, first.born_timestamp) == (3, 5, 0x8, 77)
     assert (first.born_host, first.reconsume_times, first.prepared_transaction_offset) == (
         client,
@@ -200,7 +205,7 @@ def test_a_batch_stores_every_field_each_new_message_brings(make_log: LogFactory
     )
     assert first.properties_form is PropertiesForm.V5  # the message's own form wins
     assert second.properties_form is PropertiesForm.V4_9  # else the log's
-    assert (second.queue_offset, second.born_timestamp) == (1, 1001)
+    assert (second.queue_offset, second.born_timestamp) == (1, 1002)
     log.append(topic="T", body=b"z", born_timestamp=5)
     assert [m.born_timestamp for m in log.iter_messages()][-1] == 5
 
