@@ -276,6 +276,14 @@ def test_units_the_disk_refuses_stay_pending_unread_and_are_never_half_seen(
     again.close()
 
 
+def filled(directory: Path, units: int, *, queue_id: int = 0) -> ConsumeQueue:
+    """A queue of topic T whose unit ``i`` points at 100 bytes at commit log offset ``100 * i``."""
+    queue = ConsumeQueue(directory, "T", queue_id, FILE)
+    for i in range(units):
+        queue.put(i, 100 * i, 100, 0)
+    return queue
+
+
 def names(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir())
 
@@ -340,9 +348,7 @@ def test_a_flush_syncs_each_written_file_once(tmp_path: Path) -> None:
 def test_truncate_dirty_keeps_a_unit_ending_exactly_at_the_commit_log_end(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    queue = ConsumeQueue(tmp_path / "q", "T", 2, FILE)
-    for i in range(4):
-        queue.put(i, 100 * i, 100, 0)
+    queue = filled(tmp_path / "q", 4, queue_id=2)
     with caplog.at_level("INFO", logger="trioha.store.consumequeue"):
         assert queue.truncate_dirty(400) == 0  # the last unit ends at 400: it stays
         assert queue.truncate_dirty(399) == 1
@@ -381,9 +387,7 @@ def test_truncate_dirty_to_a_file_boundary_drops_the_file_that_starts_there(
     tmp_path: Path,
 ) -> None:
     directory = tmp_path / "q"
-    queue = ConsumeQueue(directory, "T", 0, FILE)
-    for i in range(7):
-        queue.put(i, 100 * i, 100, 0)
+    queue = filled(directory, 7)
     assert queue.truncate_dirty(500) == 2
     assert names(directory) == [f"{0:020d}"]
     assert queue.max_offset == 5
@@ -392,9 +396,7 @@ def test_truncate_dirty_to_a_file_boundary_drops_the_file_that_starts_there(
 
 def test_truncate_dirty_of_every_unit_keeps_the_first_file_for_new_units(tmp_path: Path) -> None:
     directory = tmp_path / "q"
-    queue = ConsumeQueue(directory, "T", 0, FILE)
-    for i in range(7):
-        queue.put(i, 100 * i, 100, 0)
+    queue = filled(directory, 7)
     assert queue.truncate_dirty(0) == 7
     assert (queue.min_offset, queue.max_offset, queue.max_physical_offset) == (0, 0, -1)
     assert names(directory) == [f"{0:020d}"]
@@ -427,9 +429,7 @@ def test_truncate_dirty_of_a_queue_starting_at_its_file_stops_at_the_file_start(
 
 def test_a_queue_file_already_gone_when_truncation_drops_it_is_no_error(tmp_path: Path) -> None:
     directory = tmp_path / "q"
-    queue = ConsumeQueue(directory, "T", 0, FILE)
-    for i in range(7):
-        queue.put(i, 100 * i, 100, 0)
+    queue = filled(directory, 7)
     queue.write_pending()
     (directory / f"{FILE:020d}").unlink()  # removed by hand while the queue is open
     assert queue.truncate_dirty(300) == 4
@@ -475,9 +475,7 @@ def test_queue_files_are_created_readable_by_all_writable_by_the_broker(tmp_path
 
 def test_units_gathered_across_a_file_end_are_split_there(tmp_path: Path) -> None:
     directory = tmp_path / "q"
-    queue = ConsumeQueue(directory, "T", 0, FILE)
-    for i in range(3):
-        queue.put(i, 100 * i, 100, 0)
+    queue = filled(directory, 3)
     queue.write_pending()
     for i in range(3, 12):  # one batch from the middle of the first file into the third
         queue.put(i, 100 * i, 100, 0)
@@ -520,9 +518,7 @@ def test_a_gap_fill_marks_every_file_it_wrote_for_the_next_flush(
 def test_a_unit_after_a_queue_truncated_to_nothing_leaves_a_logged_gap(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    queue = ConsumeQueue(tmp_path / "q", "T", 0, FILE)
-    for i in range(3):
-        queue.put(i, 100 * i, 100, 0)
+    queue = filled(tmp_path / "q", 3)
     queue.truncate_dirty(0)
     caplog.clear()
     queue.put(3, 300, 100, 0)
