@@ -229,8 +229,11 @@ def _messages(store_dir: Path, scratch: Path) -> list[StoredMessage]:
 def test_a_slave_holding_the_masters_lost_tail_is_cut_back_never_spliced(tmp_path: Path) -> None:
     master_dir, slave_dir = tmp_path / "m", tmp_path / "s"
     conf = tmp_path / "broker.conf"
+    # No flush by interval: the master's tail stays unflushed, so the power cut below takes
+    # only bytes that were never durable. (A flush that got in first would make the cut
+    # damage below the flushed mark, which a master rightly refuses to start on.)
     conf.write_text(
-        f"mappedFileSizeCommitLog={SEG}\nenableControllerMode=true\n"
+        f"mappedFileSizeCommitLog={SEG}\nenableControllerMode=true\nflushIntervalCommitLog=600000\n"
         "haSendHeartbeatInterval=200\nhaHousekeepingInterval=2000\n"
         "haReconnectBackoffMax=200\n"
     )
@@ -258,6 +261,9 @@ def test_a_slave_holding_the_masters_lost_tail_is_cut_back_never_spliced(tmp_pat
         # must not act on them (no END_OF_FILE padding past the lost range, no refusal).
         marks = (master_dir / SENT_OFFSET_FILE).read_text().split()
         assert int(marks[marks.index("sent") + 1]) > cut, marks
+        # ... and none of the bytes the cut takes had been flushed: a lost tail, not damage.
+        flushed = int(marks[marks.index("flushed") + 1]) if "flushed" in marks else 0
+        assert flushed <= cut, marks
         segment = master_dir / "commitlog" / f"{0:020d}"
         with open(segment, "r+b") as f:
             f.seek(cut)
