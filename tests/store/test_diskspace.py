@@ -198,6 +198,11 @@ def test_used_ratio_scales_blocks_by_the_fragment_size(monkeypatch: pytest.Monke
     assert used_ratio("/x") == 0.67  # 2 used of 3: 66.7% rounds up
 
 
+def test_used_ratio_of_the_smallest_partition_is_known(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "statvfs", lambda path: statvfs_of(1, 0, 0, frsize=1))
+    assert used_ratio("/x") == 1.0  # one byte, used: full, not unknown
+
+
 def test_used_ratio_of_a_partition_with_no_blocks_but_usable_space_is_unknown(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -352,13 +357,19 @@ def test_a_full_slave_says_it_keeps_appending(caplog: pytest.LogCaptureFixture) 
     ]
 
 
-def test_a_check_without_the_commit_log_ratio_is_unknown_and_keeps_the_others() -> None:
+def test_a_check_without_the_commit_log_ratio_is_unknown_and_keeps_the_others(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
     g = guard()
     g.check({"CL": 0.95, "CQ": 0.93})
     g.check({"CQ": 0.40})  # no CL measure: -1, not full
     assert g.level is DiskLevel.OK
     assert g.ratios == {"CL": 0.95, "CQ": 0.40}
     assert writable(g)
+    assert caplog.records[-1].getMessage() == (
+        "disk of the commit log (/cl) is -1.00 used: back to normal"
+    )
 
 
 def test_statistics_show_ratios_level_and_failures_exactly() -> None:
@@ -413,7 +424,8 @@ def test_the_first_failure_is_logged_exactly_and_later_ones_update_the_error(
         f"{COMMIT_LOG}: [Errno 30] Read-only file system; "
         f"{METADATA}: [Errno 28] No space left on device"
     )
-    assert not g.retry_due(COMMIT_LOG) and g.retry_due(METADATA)
+    assert g.retry_due(COMMIT_LOG) is False  # a bool, as annotated
+    assert g.retry_due(METADATA) is True
     assert caplog.record_tuples == [
         (
             "trioha.store.disk",
