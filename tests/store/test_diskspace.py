@@ -21,6 +21,8 @@ from trioha.store._diskspace import (
     used_ratio,
 )
 
+DISK = "trioha.store.disk"
+
 
 def guard() -> DiskGuard:
     return DiskGuard({"CL": Path("/cl"), "CQ": Path("/root")})
@@ -251,6 +253,25 @@ def test_the_default_measure_is_statvfs(monkeypatch: pytest.MonkeyPatch) -> None
     assert DiskGuard({"CL": Path("/cl")}).measure() == {"CL": 0.95}
 
 
+def above_line(
+    ratio: str, ratio_name: str, threshold: str, warning: str, *, again: bool = False
+) -> str:
+    """The WARNING an operator reads when the commit log's disk passes a cleaning ratio."""
+    return (
+        f"disk of the commit log (/cl) is {ratio} used, above {ratio_name} {threshold}"
+        + ("; puts are accepted again" if again else "")
+        + f"; trioha deletes no old commit log files, so free space before it passes {warning} "
+        "and puts are refused"
+    )
+
+
+def full_line(ratio: str, warning: str) -> str:
+    return (
+        f"disk of the commit log (/cl) is {ratio} used, above diskSpaceWarningLevelRatio "
+        f"{warning}: puts are refused (SERVICE_NOT_AVAILABLE) until it is at or below"
+    )
+
+
 def test_configured_ratios_decide_the_levels_and_the_log_lines(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -269,14 +290,9 @@ def test_configured_ratios_decide_the_levels_and_the_log_lines(
         DiskLevel.OK,
     ]
     assert [m for _, _, m in caplog.record_tuples] == [
-        "disk of the commit log (/cl) is 0.41 used, above diskMaxUsedSpaceRatio 0.40; trioha "
-        "deletes no old commit log files, so free space before it passes 0.60 and puts are "
-        "refused",
-        "disk of the commit log (/cl) is 0.51 used, above diskSpaceCleanForciblyRatio 0.50; "
-        "trioha deletes no old commit log files, so free space before it passes 0.60 and puts "
-        "are refused",
-        "disk of the commit log (/cl) is 0.61 used, above diskSpaceWarningLevelRatio 0.60: puts "
-        "are refused (SERVICE_NOT_AVAILABLE) until it is at or below",
+        above_line("0.41", "diskMaxUsedSpaceRatio", "0.40", "0.60"),
+        above_line("0.51", "diskSpaceCleanForciblyRatio", "0.50", "0.60"),
+        full_line("0.61", "0.60"),
         "disk of the commit log (/cl) is 0.40 used: back to normal",
     ]
 
@@ -289,57 +305,21 @@ def test_every_level_change_is_logged_once_with_its_exact_line(
     for ratio in (0.80, 0.82, 0.87, 0.88, 0.95, 0.97, 0.86, 0.76, 0.50, 0.95, 0.80):
         g.check({"CL": ratio})
     assert caplog.record_tuples == [
+        (DISK, logging.WARNING, above_line("0.80", "diskMaxUsedSpaceRatio", "0.75", "0.90")),
+        (DISK, logging.WARNING, above_line("0.87", "diskSpaceCleanForciblyRatio", "0.85", "0.90")),
+        (DISK, logging.ERROR, full_line("0.95", "0.90")),
         (
-            "trioha.store.disk",
+            DISK,
             logging.WARNING,
-            "disk of the commit log (/cl) is 0.80 used, above diskMaxUsedSpaceRatio 0.75; "
-            "trioha deletes no old commit log files, so free space before it passes 0.90 and "
-            "puts are refused",
+            above_line("0.86", "diskSpaceCleanForciblyRatio", "0.85", "0.90", again=True),
         ),
+        (DISK, logging.WARNING, above_line("0.76", "diskMaxUsedSpaceRatio", "0.75", "0.90")),
+        (DISK, logging.INFO, "disk of the commit log (/cl) is 0.50 used: back to normal"),
+        (DISK, logging.ERROR, full_line("0.95", "0.90")),
         (
-            "trioha.store.disk",
+            DISK,
             logging.WARNING,
-            "disk of the commit log (/cl) is 0.87 used, above diskSpaceCleanForciblyRatio 0.85; "
-            "trioha deletes no old commit log files, so free space before it passes 0.90 and "
-            "puts are refused",
-        ),
-        (
-            "trioha.store.disk",
-            logging.ERROR,
-            "disk of the commit log (/cl) is 0.95 used, above diskSpaceWarningLevelRatio 0.90: "
-            "puts are refused (SERVICE_NOT_AVAILABLE) until it is at or below",
-        ),
-        (
-            "trioha.store.disk",
-            logging.WARNING,
-            "disk of the commit log (/cl) is 0.86 used, above diskSpaceCleanForciblyRatio 0.85; "
-            "puts are accepted again; trioha deletes no old commit log files, so free space "
-            "before it passes 0.90 and puts are refused",
-        ),
-        (
-            "trioha.store.disk",
-            logging.WARNING,
-            "disk of the commit log (/cl) is 0.76 used, above diskMaxUsedSpaceRatio 0.75; "
-            "trioha deletes no old commit log files, so free space before it passes 0.90 and "
-            "puts are refused",
-        ),
-        (
-            "trioha.store.disk",
-            logging.INFO,
-            "disk of the commit log (/cl) is 0.50 used: back to normal",
-        ),
-        (
-            "trioha.store.disk",
-            logging.ERROR,
-            "disk of the commit log (/cl) is 0.95 used, above diskSpaceWarningLevelRatio 0.90: "
-            "puts are refused (SERVICE_NOT_AVAILABLE) until it is at or below",
-        ),
-        (
-            "trioha.store.disk",
-            logging.WARNING,
-            "disk of the commit log (/cl) is 0.80 used, above diskMaxUsedSpaceRatio 0.75; "
-            "puts are accepted again; trioha deletes no old commit log files, so free space "
-            "before it passes 0.90 and puts are refused",
+            above_line("0.80", "diskMaxUsedSpaceRatio", "0.75", "0.90", again=True),
         ),
     ]
 
@@ -349,7 +329,7 @@ def test_a_full_slave_says_it_keeps_appending(caplog: pytest.LogCaptureFixture) 
     g.check({"CL": 0.93})
     assert caplog.record_tuples == [
         (
-            "trioha.store.disk",
+            DISK,
             logging.ERROR,
             "disk of the commit log (/slave/cl) is 0.93 used, above diskSpaceWarningLevelRatio "
             "0.90: the slave appends replicated data until a write fails; free space",
@@ -428,13 +408,13 @@ def test_the_first_failure_is_logged_exactly_and_later_ones_update_the_error(
     assert g.retry_due(METADATA) is True
     assert caplog.record_tuples == [
         (
-            "trioha.store.disk",
+            DISK,
             logging.ERROR,
             "commit log cannot be written: [Errno 28] No space left on device; puts are refused "
             "(SERVICE_NOT_AVAILABLE); retrying every check until it works",
         ),
         (
-            "trioha.store.disk",
+            DISK,
             logging.ERROR,
             "metadata files cannot be written: [Errno 28] No space left on device; retrying "
             "every check until it works",
@@ -455,12 +435,12 @@ def test_a_recovered_writer_says_whether_puts_are_accepted(
     g.succeeded(CONSUME_QUEUE)  # healthy already: nothing more to say
     assert caplog.record_tuples == [
         (
-            "trioha.store.disk",
+            DISK,
             logging.WARNING,
             "commit log written again; consume queues cannot be written "
             "([Errno 28] No space left on device)",
         ),
-        ("trioha.store.disk", logging.WARNING, "consume queues written again; puts accepted"),
+        (DISK, logging.WARNING, "consume queues written again; puts accepted"),
     ]
 
 
