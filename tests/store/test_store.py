@@ -316,3 +316,99 @@ def test_closing_twice_is_harmless(tmp_path: Path) -> None:
     store.close()
     store._lock.release()  # already released: nothing to do
     assert store.commitlog.flush() == 0  # a closed log answers with what it flushed
+
+
+# --- what open_store passes on, and what an operator sees -----------------------------
+
+
+def test_an_unclean_stop_is_logged_once_with_the_abort_path(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    open_store(tmp_path, segment_size=4096).close()
+    with caplog.at_level("WARNING", logger="trioha.store"):
+        open_store(tmp_path, segment_size=4096).close()  # clean: nothing to say
+    assert [r.getMessage() for r in caplog.records if r.name == "trioha.store"] == []
+    (tmp_path / "abort").touch()  # what a crash leaves behind
+    with (
+        caplog.at_level("WARNING", logger="trioha.store"),
+        open_store(tmp_path, segment_size=4096) as store,
+    ):
+        assert not store.recovery.clean_shutdown
+    assert [r.getMessage() for r in caplog.records if r.name == "trioha.store"] == [
+        f"{tmp_path / 'abort'} exists: the store was not shut down cleanly; full recovery"
+    ]
+
+
+def test_a_commitlog_elsewhere_keeps_the_stores_markers_in_the_root(tmp_path: Path) -> None:
+    """``storePathCommitLog`` on a disk of its own: the segments go there, while lost+found
+    and commitlog.start stay in the store root."""
+    root, disk = tmp_path / "store", tmp_path / "disk" / "commitlog"
+    disk.parent.mkdir()
+    with open_store(root, segment_size=1024, commitlog_dir=disk) as store:
+        for _ in range(3):
+            store.commitlog.append(topic="FooBar", body=b"b" * 100)
+        store.commitlog.append_raw(store.commitlog.max_offset, b"\x00\x00\x01\x00half")
+        end = store.commitlog.max_offset
+    assert os.listdir(disk) == [segment_name(0)]
+    assert not (root / "commitlog").exists()
+    (root / "abort").touch()
+    with open_store(root, commitlog_dir=disk) as store:
+        assert store.recovery.messages == 3
+        assert store.recovery.reason == "bad-magic"
+        assert [p.parent for p in store.recovery.kept_aside] == [root / "lost+found"]
+        assert store.commitlog.max_offset < end
+    assert not (disk.parent / "lost+found").exists()
+    (root / "commitlog.start").write_text("not a number\n")
+    with pytest.raises(
+        StoreLayoutError,
+        match=f"{root / 'commitlog.start'} should hold the log's start offset, found 'not a",
+    ):
+        open_store(root, commitlog_dir=disk)
+
+
+def test_open_options_reach_the_commit_log(tmp_path: Path) -> None:
+    from trioha.store._message import HostAddress, PropertiesForm
+
+    calls: list[tuple[int, int]] = []
+    host = HostAddress("10.1.2.3", 10911)
+    _store_with_data(tmp_path)
+    with open_store(
+        tmp_path,
+        store_host=host,
+        max_message_size=512,
+        properties_form=PropertiesForm.V5,
+        recovery_progress=lambda done, total: calls.append((done, total)),
+        flush_disk_type=FlushDiskType.SYNC_FLUSH,
+        flush_interval_ms=200,
+    ) as store:
+        assert store.commitlog.store_host == host
+        assert store.commitlog.max_message_size == 512
+        assert store.commitlog.properties_form is PropertiesForm.V5
+        assert store.flush_policy == FlushPolicy(FlushDiskType.SYNC_FLUSH, 200)
+        assert calls and calls[-1][0] == calls[-1][1] == len(os.listdir(tmp_path / "commitlog"))
+        with pytest.raises(
+            StorageError, match="message body is 513 bytes, more than maxMessageSize 512"
+        ):
+            store.commitlog.append(topic="t", body=b"x" * 513)
+    with open_store(tmp_path) as store:
+        assert store.flush_policy == FlushPolicy(FlushDiskType.ASYNC_FLUSH, 500)
+
+
+def test_create_false_does_not_create_a_missing_commitlog(tmp_path: Path) -> None:
+    with pytest.raises(StoreLayoutError, match=f"{tmp_path / 'commitlog'}"):
+        open_store(tmp_path, segment_size=4096, create=False)
+    assert os.listdir(tmp_path) == ["lock"]  # no commitlog, no abort, no checkpoint
+
+
+def test_the_checkpoint_file_is_made_when_the_store_opens(tmp_path: Path) -> None:
+    """StoreCheckpoint takes its 4 KiB at start, so a clean stop can record itself even on
+    a disk that filled up meanwhile."""
+    with open_store(tmp_path, segment_size=4096, clock_ms=FakeClock()):
+        assert (tmp_path / "checkpoint").read_bytes() == bytes(CHECKPOINT_SIZE)
+        assert sorted(os.listdir(tmp_path)) == [
+            "abort",
+            "checkpoint",
+            "commitlog",
+            "config",
+            "lock",
+        ]
