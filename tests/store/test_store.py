@@ -412,3 +412,75 @@ def test_the_checkpoint_file_is_made_when_the_store_opens(tmp_path: Path) -> Non
             "config",
             "lock",
         ]
+
+
+# --- the lock and close, as a second opener and an operator see them ----------------------
+
+
+def test_a_second_opener_here_is_refused_before_it_touches_the_lock(tmp_path: Path) -> None:
+    """Opening the lock file again would drop this process's POSIX lock when closed, so the
+    refusal comes from the table of held locks, and the first store keeps its lock."""
+    with open_store(tmp_path, segment_size=4096) as store:
+        for _ in range(2):
+            with pytest.raises(StoreLockedError) as info:
+                open_store(tmp_path, segment_size=4096)
+            assert str(info.value) == (
+                f"{tmp_path / 'lock'} is locked: the store is already open here"
+            )
+        store.commitlog.append(topic="t", body=b"still mine")
+    open_store(tmp_path, segment_size=4096).close()
+
+
+def test_the_lock_file_is_made_readable_by_all(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        open_store(tmp_path, segment_size=4096).close()
+    finally:
+        os.umask(old)
+    assert (tmp_path / "lock").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_lock_on_descriptor_zero_is_released(tmp_path: Path) -> None:
+    """A daemon runs with stdin closed: the lock file then gets descriptor 0, and closing the
+    store must still release it."""
+    saved = os.dup(0)
+    os.close(0)
+    try:
+        store = open_store(tmp_path, segment_size=4096)
+        assert store._lock._fd == 0
+        store.close()
+        with pytest.raises(OSError, match="Bad file descriptor"):
+            os.fstat(0)  # closed again: the lock is gone with it
+        open_store(tmp_path, segment_size=4096).close()
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+
+
+def test_closing_again_leaves_other_descriptors_and_a_later_opener_alone(tmp_path: Path) -> None:
+    first = open_store(tmp_path, segment_size=4096, clock_ms=FakeClock(1_000))
+    first.commitlog.append(topic="t", body=b"1")
+    first.close()
+    with open_store(tmp_path, segment_size=4096, clock_ms=FakeClock(5_000)) as second:
+        second.commitlog.append(topic="t", body=b"2")
+        checkpoint = (tmp_path / "checkpoint").read_bytes()
+        first.close()  # a stale handle: must not end the running store's session
+        first._lock.release()
+        os.fstat(1)
+        os.fstat(2)
+        assert (tmp_path / "abort").exists()
+        assert (tmp_path / "checkpoint").read_bytes() == checkpoint
+        with pytest.raises(StoreLockedError, match="already open here"):
+            open_store(tmp_path, segment_size=4096)
+    assert read_checkpoint(tmp_path / "checkpoint").physic_msg_timestamp == 5_001
+
+
+def test_an_abort_file_removed_by_hand_does_not_stop_close(tmp_path: Path) -> None:
+    store = open_store(tmp_path, segment_size=4096, clock_ms=FakeClock(7_000))
+    store.commitlog.append(topic="t", body=b"1")
+    (tmp_path / "abort").unlink()
+    store.close()
+    assert read_checkpoint(tmp_path / "checkpoint").physic_msg_timestamp == 7_001
+    with open_store(tmp_path) as again:  # the lock was released
+        assert again.recovery.clean_shutdown
+        assert again.recovery.messages == 1
