@@ -484,3 +484,22 @@ def test_an_abort_file_removed_by_hand_does_not_stop_close(tmp_path: Path) -> No
     with open_store(tmp_path) as again:  # the lock was released
         assert again.recovery.clean_shutdown
         assert again.recovery.messages == 1
+
+
+def test_check_crc_false_trusts_the_bodies_even_after_a_crash(tmp_path: Path) -> None:
+    with open_store(tmp_path, segment_size=4096, clock_ms=FakeClock()) as store:
+        for body in (b"first", b"second", b"third-body"):
+            store.commitlog.append(topic="t", body=body)
+    segment = tmp_path / "commitlog" / segment_name(0)
+    raw = segment.read_bytes()
+    segment.write_bytes(raw.replace(b"third-body", b"THIRD-body"))
+    (tmp_path / "abort").touch()
+    with open_store(tmp_path, check_crc=False) as store:
+        assert not store.recovery.clean_shutdown
+        assert store.recovery.messages == 3
+        assert store.recovery.kept_aside == ()
+    (tmp_path / "abort").touch()
+    with open_store(tmp_path) as store:  # checked: the damaged message is cut
+        assert store.recovery.messages == 2
+        assert store.recovery.reason == "crc-mismatch"
+        assert store.recovery.valid_end == 195
