@@ -503,3 +503,11 @@ def test_check_crc_false_trusts_the_bodies_even_after_a_crash(tmp_path: Path) ->
         assert store.recovery.messages == 2
         assert store.recovery.reason == "crc-mismatch"
         assert store.recovery.valid_end == 195
+
+
+def test_a_short_checkpoint_is_extended_to_4_kib_when_the_store_opens(tmp_path: Path) -> None:
+    """StoreCheckpoint maps 4 KiB at start whatever the file held; the fields are kept."""
+    (tmp_path / "checkpoint").write_bytes(struct.pack(">qqqqq", 5, 6, 7, 8, 9))
+    with open_store(tmp_path, segment_size=4096, clock_ms=FakeClock()):
+        raw = (tmp_path / "checkpoint").read_bytes()
+        assert raw == struct.pack(">qqqqq", 5, 6, 7, 8, 9).ljust(CHECKPOINT_SIZE, b"\0")
