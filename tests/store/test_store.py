@@ -316,3 +316,198 @@ def test_closing_twice_is_harmless(tmp_path: Path) -> None:
     store.close()
     store._lock.release()  # already released: nothing to do
     assert store.commitlog.flush() == 0  # a closed log answers with what it flushed
+
+
+# --- what open_store passes on, and what an operator sees -----------------------------
+
+
+def test_an_unclean_stop_is_logged_once_with_the_abort_path(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    open_store(tmp_path, segment_size=4096).close()
+    with caplog.at_level("WARNING", logger="trioha.store"):
+        open_store(tmp_path, segment_size=4096).close()  # clean: nothing to say
+    assert [r.getMessage() for r in caplog.records if r.name == "trioha.store"] == []
+    (tmp_path / "abort").touch()  # what a crash leaves behind
+    with (
+        caplog.at_level("WARNING", logger="trioha.store"),
+        open_store(tmp_path, segment_size=4096) as store,
+    ):
+        assert not store.recovery.clean_shutdown
+    assert [r.getMessage() for r in caplog.records if r.name == "trioha.store"] == [
+        f"{tmp_path / 'abort'} exists: the store was not shut down cleanly; full recovery"
+    ]
+
+
+def test_a_commitlog_elsewhere_keeps_the_stores_markers_in_the_root(tmp_path: Path) -> None:
+    """``storePathCommitLog`` on a disk of its own: the segments go there, while lost+found
+    and commitlog.start stay in the store root."""
+    root, disk = tmp_path / "store", tmp_path / "disk" / "commitlog"
+    disk.parent.mkdir()
+    with open_store(root, segment_size=1024, commitlog_dir=disk) as store:
+        for _ in range(3):
+            store.commitlog.append(topic="FooBar", body=b"b" * 100)
+        store.commitlog.append_raw(store.commitlog.max_offset, b"\x00\x00\x01\x00half")
+        end = store.commitlog.max_offset
+    assert os.listdir(disk) == [segment_name(0)]
+    assert not (root / "commitlog").exists()
+    (root / "abort").touch()
+    with open_store(root, commitlog_dir=disk) as store:
+        assert store.recovery.messages == 3
+        assert store.recovery.reason == "bad-magic"
+        assert [p.parent for p in store.recovery.kept_aside] == [root / "lost+found"]
+        assert store.commitlog.max_offset < end
+    assert not (disk.parent / "lost+found").exists()
+    (root / "commitlog.start").write_text("not a number\n")
+    with pytest.raises(
+        StoreLayoutError,
+        match=f"{root / 'commitlog.start'} should hold the log's start offset, found 'not a",
+    ):
+        open_store(root, commitlog_dir=disk)
+
+
+def test_open_options_reach_the_commit_log(tmp_path: Path) -> None:
+    from trioha.store._message import HostAddress, PropertiesForm
+
+    calls: list[tuple[int, int]] = []
+    host = HostAddress("10.1.2.3", 10911)
+    _store_with_data(tmp_path)
+    with open_store(
+        tmp_path,
+        store_host=host,
+        max_message_size=512,
+        properties_form=PropertiesForm.V5,
+        recovery_progress=lambda done, total: calls.append((done, total)),
+        flush_disk_type=FlushDiskType.SYNC_FLUSH,
+        flush_interval_ms=200,
+    ) as store:
+        assert store.commitlog.store_host == host
+        assert store.commitlog.max_message_size == 512
+        assert store.commitlog.properties_form is PropertiesForm.V5
+        assert store.flush_policy == FlushPolicy(FlushDiskType.SYNC_FLUSH, 200)
+        assert calls and calls[-1][0] == calls[-1][1] == len(os.listdir(tmp_path / "commitlog"))
+        with pytest.raises(
+            StorageError, match="message body is 513 bytes, more than maxMessageSize 512"
+        ):
+            store.commitlog.append(topic="t", body=b"x" * 513)
+    with open_store(tmp_path) as store:
+        assert store.flush_policy == FlushPolicy(FlushDiskType.ASYNC_FLUSH, 500)
+
+
+def test_create_false_does_not_create_a_missing_commitlog(tmp_path: Path) -> None:
+    with pytest.raises(StoreLayoutError, match=f"{tmp_path / 'commitlog'}"):
+        open_store(tmp_path, segment_size=4096, create=False)
+    assert os.listdir(tmp_path) == ["lock"]  # no commitlog, no abort, no checkpoint
+
+
+def test_the_checkpoint_file_is_made_when_the_store_opens(tmp_path: Path) -> None:
+    """StoreCheckpoint takes its 4 KiB at start, so a clean stop can record itself even on
+    a disk that filled up meanwhile."""
+    with open_store(tmp_path, segment_size=4096, clock_ms=FakeClock()):
+        assert (tmp_path / "checkpoint").read_bytes() == bytes(CHECKPOINT_SIZE)
+        assert sorted(os.listdir(tmp_path)) == [
+            "abort",
+            "checkpoint",
+            "commitlog",
+            "config",
+            "lock",
+        ]
+
+
+# --- the lock and close, as a second opener and an operator see them ----------------------
+
+
+def test_a_second_opener_here_is_refused_before_it_touches_the_lock(tmp_path: Path) -> None:
+    """Opening the lock file again would drop this process's POSIX lock when closed, so the
+    refusal comes from the table of held locks, and the first store keeps its lock."""
+    with open_store(tmp_path, segment_size=4096) as store:
+        for _ in range(2):
+            with pytest.raises(StoreLockedError) as info:
+                open_store(tmp_path, segment_size=4096)
+            assert str(info.value) == (
+                f"{tmp_path / 'lock'} is locked: the store is already open here"
+            )
+        store.commitlog.append(topic="t", body=b"still mine")
+    open_store(tmp_path, segment_size=4096).close()
+
+
+def test_the_lock_file_is_made_readable_by_all(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        open_store(tmp_path, segment_size=4096).close()
+    finally:
+        os.umask(old)
+    assert (tmp_path / "lock").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_lock_on_descriptor_zero_is_released(tmp_path: Path) -> None:
+    """A daemon runs with stdin closed: the lock file then gets descriptor 0, and closing the
+    store must still release it."""
+    saved = os.dup(0)
+    os.close(0)
+    try:
+        store = open_store(tmp_path, segment_size=4096)
+        assert store._lock._fd == 0
+        store.close()
+        with pytest.raises(OSError, match="Bad file descriptor"):
+            os.fstat(0)  # closed again: the lock is gone with it
+        open_store(tmp_path, segment_size=4096).close()
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+
+
+def test_closing_again_leaves_other_descriptors_and_a_later_opener_alone(tmp_path: Path) -> None:
+    first = open_store(tmp_path, segment_size=4096, clock_ms=FakeClock(1_000))
+    first.commitlog.append(topic="t", body=b"1")
+    first.close()
+    with open_store(tmp_path, segment_size=4096, clock_ms=FakeClock(5_000)) as second:
+        second.commitlog.append(topic="t", body=b"2")
+        checkpoint = (tmp_path / "checkpoint").read_bytes()
+        first.close()  # a stale handle: must not end the running store's session
+        first._lock.release()
+        os.fstat(1)
+        os.fstat(2)
+        assert (tmp_path / "abort").exists()
+        assert (tmp_path / "checkpoint").read_bytes() == checkpoint
+        with pytest.raises(StoreLockedError, match="already open here"):
+            open_store(tmp_path, segment_size=4096)
+    assert read_checkpoint(tmp_path / "checkpoint").physic_msg_timestamp == 5_001
+
+
+def test_an_abort_file_removed_by_hand_does_not_stop_close(tmp_path: Path) -> None:
+    store = open_store(tmp_path, segment_size=4096, clock_ms=FakeClock(7_000))
+    store.commitlog.append(topic="t", body=b"1")
+    (tmp_path / "abort").unlink()
+    store.close()
+    assert read_checkpoint(tmp_path / "checkpoint").physic_msg_timestamp == 7_001
+    with open_store(tmp_path) as again:  # the lock was released
+        assert again.recovery.clean_shutdown
+        assert again.recovery.messages == 1
+
+
+def test_check_crc_false_trusts_the_bodies_even_after_a_crash(tmp_path: Path) -> None:
+    with open_store(tmp_path, segment_size=4096, clock_ms=FakeClock()) as store:
+        for body in (b"first", b"second", b"third-body"):
+            store.commitlog.append(topic="t", body=body)
+    segment = tmp_path / "commitlog" / segment_name(0)
+    raw = segment.read_bytes()
+    segment.write_bytes(raw.replace(b"third-body", b"THIRD-body"))
+    (tmp_path / "abort").touch()
+    with open_store(tmp_path, check_crc=False) as store:
+        assert not store.recovery.clean_shutdown
+        assert store.recovery.messages == 3
+        assert store.recovery.kept_aside == ()
+    (tmp_path / "abort").touch()
+    with open_store(tmp_path) as store:  # checked: the damaged message is cut
+        assert store.recovery.messages == 2
+        assert store.recovery.reason == "crc-mismatch"
+        assert store.recovery.valid_end == 195
+
+
+def test_a_short_checkpoint_is_extended_to_4_kib_when_the_store_opens(tmp_path: Path) -> None:
+    """StoreCheckpoint maps 4 KiB at start whatever the file held; the fields are kept."""
+    (tmp_path / "checkpoint").write_bytes(struct.pack(">qqqqq", 5, 6, 7, 8, 9))
+    with open_store(tmp_path, segment_size=4096, clock_ms=FakeClock()):
+        raw = (tmp_path / "checkpoint").read_bytes()
+        assert raw == struct.pack(">qqqqq", 5, 6, 7, 8, 9).ljust(CHECKPOINT_SIZE, b"\0")

@@ -234,10 +234,10 @@ def open_store(
         )
         try:
             checkpoint = read_checkpoint(path / "checkpoint")
-            if not (path / "checkpoint").exists():
-                # StoreCheckpoint creates its file at start: its space is then taken while
-                # there is some, and a clean stop can record itself on a full disk.
-                write_checkpoint(path / "checkpoint", checkpoint)
+            # StoreCheckpoint maps its 4 KiB at start, creating or extending the file: its
+            # space is then taken while there is some, and a clean stop can record itself on
+            # a full disk. Written in place, a whole file's bytes stay as they were.
+            write_checkpoint(path / "checkpoint", checkpoint)
             (path / "config").mkdir(exist_ok=True)
             abort.touch()
             fsync_directory(path)
