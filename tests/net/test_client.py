@@ -20,6 +20,7 @@ import pytest
 import trio
 import trio.testing
 
+from tests.net._streams import DelegatingStream
 from trioha import BrokerConfig, NotAMessageBoundaryError, StorageError
 from trioha._status import PutStatus
 from trioha.net import HAClient, HAService, Wakeup
@@ -84,11 +85,11 @@ class Wire:
         return _Recording(slave_end, self, first=True)
 
 
-class _Recording(trio.abc.Stream):
+class _Recording(DelegatingStream):
     """The slave's end: notes each report with what the slave's log held when it was sent."""
 
     def __init__(self, inner: trio.abc.Stream, wire: Wire, *, first: bool) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.wire = wire
         self.first = first
 
@@ -101,15 +102,6 @@ class _Recording(trio.abc.Stream):
             self.first = False
         self.wire.reports.append((offset, log.max_offset, log.flushed_offset))
         await self.inner.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self.inner.wait_send_all_might_not_block()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        return await self.inner.receive_some(max_bytes)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 @asynccontextmanager

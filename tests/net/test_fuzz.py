@@ -46,6 +46,7 @@ from hypothesis import Phase, event, example, given, settings
 from hypothesis import strategies as st
 
 from tests.clock import thread_aware_autojump_clock
+from tests.net._streams import DelegatingStream
 from trioha import BrokerConfig
 from trioha._config import BrokerRole
 from trioha._status import PutStatus
@@ -226,27 +227,18 @@ class PutRecord:
     answered_at: float | None = None
 
 
-class LateFirstWrite(trio.abc.Stream):
+class LateFirstWrite(DelegatingStream):
     """A slave's end whose first write waits ``delay`` seconds (a Java slave's first report)."""
 
     def __init__(self, stream: trio.abc.Stream, delay: float) -> None:
-        self.stream = stream
+        super().__init__(stream)
         self.delay = delay
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         if self.delay:
             delay, self.delay = self.delay, 0.0
             await trio.sleep(delay)
-        await self.stream.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self.stream.wait_send_all_might_not_block()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        return await self.stream.receive_some(max_bytes)
-
-    async def aclose(self) -> None:
-        await self.stream.aclose()
+        await self.inner.send_all(data)
 
 
 class RecordingService(HAService):

@@ -13,6 +13,7 @@ import pytest
 import trio
 import trio.testing
 
+from tests.net._streams import DelegatingStream
 from trioha import BrokerConfig, ConfigError
 from trioha._status import PutStatus
 from trioha.net import HAClient, HAService, Wakeup
@@ -687,26 +688,7 @@ class _V6Socket:
         return ("::1", 10912, 0, 0)  # (host, port, flowinfo, scope_id)
 
 
-class _Wrapped(trio.abc.Stream):
-    """Another stream over *inner* (as a TLS layer is), with no socket of its own."""
-
-    def __init__(self, inner: trio.abc.Stream) -> None:
-        self.inner = inner
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self.inner.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self.inner.wait_send_all_might_not_block()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        return await self.inner.receive_some(max_bytes)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
-class _NoPeer(_Wrapped):
+class _NoPeer(DelegatingStream):
     """A stream whose socket has no peer address any more (``getpeername`` fails)."""
 
     def __init__(
@@ -740,7 +722,7 @@ async def test_a_gate_sees_the_socket_and_its_stream_is_served_under_the_sockets
 
     async def wrap(stream: trio.abc.Stream, peer: str) -> trio.abc.Stream | None:
         gated.append((stream, peer))
-        return _Wrapped(stream)
+        return DelegatingStream(stream)
 
     commitlog = make_log(5)
     service = HAService(config(ha_listen_host="127.0.0.1"), commitlog, accept=wrap)
