@@ -37,6 +37,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "root": frozenset({"base", "config", "broker"}),  # the public face, resolved lazily
     "base": frozenset(),
     "proto": frozenset({"base"}),
+    "failover": frozenset({"base"}),  # the control plane's sans-IO core, like proto
     "config": frozenset({"base", "proto"}),  # the protocol's timing defaults, written once
     "store": frozenset({"base", "config", "proto"}),  # the epoch file holds proto's EpochHistory
     "net": frozenset({"base", "config", "proto", "store"}),
@@ -46,7 +47,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "broker": frozenset({"base", "config", "proto", "store", "net", "remoting", "namesrv", "acl"}),
     "pipeline": frozenset({"base", "config", "store"}),
     "metrics": frozenset({"base", "config"}),  # reads statistics() snapshots, imports no broker
-    "testing": frozenset({"base", "config", "proto", "store", "net"}),
+    "testing": frozenset({"base", "config", "proto", "store", "net", "failover"}),
     "cli": frozenset(
         {
             "base",
@@ -78,6 +79,7 @@ ORDER = [
     "remoting",
     "store",
     "config",
+    "failover",
     "proto",
     "base",
 ]
