@@ -28,16 +28,18 @@ FAILOVER_CONFIGS: dict[str, FailoverConfig] = {
         # --- must pass ------------------------------------------------------------------------
         _config(
             "failover-smoke",
-            "2 brokers, 2 puts, SyncStateSet {1, 2}; broker 1 master at epoch 1. One power "
-            "cut (the unflushed tail lost) and one pause past the lease. Seconds.",
-            faults=FailoverFaults(crashes=1, pauses=1),
-            liveness_bound=None,
+            "2 brokers, 2 puts, SyncStateSet {1, 2}; broker 1 master at epoch 1; one power cut "
+            "(the unflushed tail lost) at any moment. A second.",
+            faults=FailoverFaults(crashes=1),
+            liveness_bound=6,
         ),
         _config(
             "failover-ci",
-            "2 brokers, 2 puts, SyncStateSet {1, 2}; a power cut, a pause past the lease and "
-            "a cut from etcd, each at any moment. At least 10^5 states; the default test run.",
-            faults=FailoverFaults(crashes=1, pauses=1, cuts=1),
+            "2 brokers, 2 puts, SyncStateSet {1, 2}; broker 1 master at epoch 1; a power cut "
+            "and a pause past the lease, each at any moment. At least 10^5 states; the default "
+            "test run.",
+            faults=FailoverFaults(crashes=1, pauses=1),
+            liveness_bound=9,
         ),
         _config(
             "failover-network",
@@ -58,9 +60,10 @@ FAILOVER_CONFIGS: dict[str, FailoverConfig] = {
         ),
         _config(
             "failover-min-in-sync",
-            "2 brokers, 2 puts, minInSyncReplicas 2: a master alone may not acknowledge; a cut "
+            "2 brokers, 1 put, minInSyncReplicas 2: a master alone may not acknowledge; a cut "
             "and a pause shrink the set.",
             min_in_sync_replicas=2,
+            messages=1,
             faults=FailoverFaults(pauses=1, cuts=1),
         ),
         _config(
@@ -69,6 +72,7 @@ FAILOVER_CONFIGS: dict[str, FailoverConfig] = {
             messages=1,
             initial_sss=(),
             faults=FailoverFaults(crashes=1),
+            liveness_bound=9,
         ),
         # --- known-bad twins: each fails on its property --------------------------------------
         _config(
