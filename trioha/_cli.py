@@ -264,6 +264,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(damage); slaves holding them are refused (docs/replication.md)",
     )
     master.add_argument(
+        "--accept-lost-acknowledged",
+        action="store_true",
+        help="start even though recovery ended below messages this master answered "
+        "PUT_OK and sent to slaves (ha_accept_lost_acknowledged): they are discarded, and "
+        "slaves holding them are refused (docs/replication.md)",
+    )
+    master.add_argument(
         "--embedded-namesrv",
         action="store_true",
         help="also run a name server on 127.0.0.1:9876 for a one-command setup",
@@ -351,6 +358,8 @@ def _run_master(args: argparse.Namespace) -> int:
         extra["ha_sync_from_oldest"] = True
     if args.accept_damaged_log:
         extra["ha_accept_damaged_log"] = True
+    if args.accept_lost_acknowledged:
+        extra["ha_accept_lost_acknowledged"] = True
     role = BrokerRole(args.role) if args.role else None
     config = _broker_config(args, role, **extra)
     if not config.broker_role.is_master:

@@ -39,7 +39,16 @@ def test_signs() -> None:
         b"", protocol_error=False, closed_by_peer=True, seconds=0.01, offset=123
     ) == (
         "it closed the connection at once without sending anything (if it is the HA port, it "
-        "refused this slave's offset 123: its log says why)"
+        "refused this slave's offset 123, or it runs the AutoSwitch (epoch) protocol, "
+        "enableControllerMode=true, which this slave (enableControllerMode=false) does not "
+        "speak: its log says which)"
+    )
+    # An epoch-mode slave sends a handshake, which is what a master refuses then.
+    assert not_ha_sign(
+        b"", protocol_error=False, closed_by_peer=True, seconds=0.01, offset=0, epoch_mode=True
+    ) == (
+        "it closed the connection at once without sending anything (if it is the HA port, it "
+        "refused this slave's handshake: its log says which)"
     )
     # A master that closes after a while, or a network break, is no sign.
     assert not_ha_sign(b"", protocol_error=False, closed_by_peer=True, seconds=30) is None
@@ -193,5 +202,7 @@ def test_the_signs_read_exact_bytes_and_times() -> None:
     assert not_ha_sign(b"", protocol_error=False, closed_by_peer=True, seconds=1.0) is None
     assert not_ha_sign(b"", protocol_error=False, closed_by_peer=True, seconds=0.99) == (
         "it closed the connection at once without sending anything (if it is the HA port, it "
-        "refused this slave's offset: its log says why)"
+        "refused this slave's offset, or it runs the AutoSwitch (epoch) protocol, "
+        "enableControllerMode=true, which this slave (enableControllerMode=false) does not "
+        "speak: its log says which)"
     )
