@@ -514,3 +514,20 @@ async def test_a_master_on_a_damaged_log_starts_only_when_the_operator_accepts_i
         assert result.offset == offsets[3]  # nothing was sent past it: no padding needed
     async with running(master_config(root)) as master:  # accepted once: the mark follows
         assert master.store.commitlog.max_offset > offsets[3]
+
+
+async def test_a_clean_stop_leaves_the_flushed_mark_at_the_logs_end(tmp_path: Path) -> None:
+    """The flushers write the flushed mark at most once a second; a clean stop flushes the
+    whole log, and says so in the mark, so that the next start's damage check covers it."""
+    from trioha.store import SentOffsets
+
+    root = tmp_path / "m"
+    # No flush by interval while the broker runs: only the stop can move the mark.
+    async with running(master_config(root, flush_interval_commit_log=600_000)) as master:
+        for i in range(30):
+            assert (await master.put(topic="T", body=b"m%d" % i)).status is PutStatus.PUT_OK
+        end = master.store.commitlog.max_offset
+        assert SentOffsets.open(root).flushed == 0
+    marks = SentOffsets.open(root)
+    assert marks.flushed == end
+    assert (marks.reserved, marks.acked_reserved) == (0, end)  # exact: nothing sent, all acked

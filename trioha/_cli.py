@@ -296,6 +296,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="cut a slave its master refused back to where their histories "
         "part (kept in lost+found), then exit (docs/replication.md)",
     )
+    slave.add_argument(
+        "--truncate-to",
+        type=int,
+        metavar="OFFSET",
+        help="cut a stopped store back to OFFSET (a message boundary; kept in lost+found), "
+        "then exit: for a store its master's refusal left no record in, such as a Java "
+        "RocketMQ slave's (the master's log names the offset)",
+    )
     slave.set_defaults(handler=_run_slave)
 
     demo = sub.add_parser("demo", help="run a master and a slave on loopback with a sync workload")
@@ -376,10 +384,17 @@ def _run_slave(args: argparse.Namespace) -> int:
         ha_master_address=args.master_ha,
         ha_slave_ack_flushed=True if args.ack_flushed else None,
     )
+    if args.truncate_to_master and args.truncate_to is not None:
+        raise ConfigError("give --truncate-to-master or --truncate-to OFFSET, not both")
     if args.truncate_to_master:
         from trioha._reseed import truncate_to_master
 
         print(truncate_to_master(config))
+        return 0
+    if args.truncate_to is not None:
+        from trioha._reseed import truncate_to_offset
+
+        print(truncate_to_offset(config, args.truncate_to))
         return 0
     if config.ha_master is None:
         raise ConfigError("a slave needs --master-ha HOST:PORT (or haMasterAddress in -c)")

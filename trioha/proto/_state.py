@@ -436,6 +436,15 @@ def _closed(
     )
 
 
+def _cut_back(offset: int) -> str:
+    """What the operator does with a refused slave, trioha's or Java's."""
+    return (
+        f"Cut the slave back to {offset} (a trioha slave: `trioha slave --truncate-to-master`; "
+        f"a Java slave, stopped: `trioha slave --store-dir <its store> --truncate-to {offset}`) "
+        "or re-seed it"
+    )
+
+
 def _master_first_report(
     state: MasterState, event: ReportReceived, options: MasterOptions
 ) -> MasterStep:
@@ -445,18 +454,23 @@ def _master_first_report(
             return _closed(
                 state,
                 f"slave requests offset {offset}, inside [{lost_from}, {lost_to}): bytes this "
-                f"master may have sent before it crashed and lost them (its log was recovered "
-                f"to {lost_from}); the slave's log after {lost_from} is a history the master no "
-                f"longer has. Cut the slave back to {lost_from} (`trioha slave "
-                "--truncate-to-master`) or re-seed it",
+                "master may have sent before it crashed and lost them, or, promoted from a "
+                "slave, bytes of the history it took over that it never had (its log was "
+                f"recovered to {lost_from}); the slave's log after {lost_from} is a history the "
+                f"master does not have. {_cut_back(lost_from)}",
                 diverged_at=lost_from,
             )
     if offset > log.max_offset:
+        # Nothing this master sent lies past its end, so the slave's history parts from its
+        # own at the latest where this master's latest history begins: the newest lost range.
+        at = max((lo for lo, _ in log.lost if lo < log.max_offset), default=log.max_offset)
+        where = "" if at == log.max_offset else f" (from {at}, where its latest history begins)"
         return _closed(
             state,
             f"slave requests offset {offset} but the master's log ends at {log.max_offset}: "
-            "the slave holds data this master does not (diverged history or a wrong master)",
-            diverged_at=log.max_offset,
+            "the slave holds data this master does not (diverged history or a wrong "
+            f"master){where}. {_cut_back(at)}",
+            diverged_at=at,
         )
     if options.epoch_mode:
         start = choose_epoch_start(offset, log, state.from_last_file)
