@@ -110,6 +110,7 @@ class SentOffsets:
         self.existed = False
         self._slaves_written: dict[str, int] = {}
         self._flushed_at = -FLUSHED_EVERY
+        self._flushed_failing = False
         self._guard = threading.Lock()  # several connections may reserve at once
 
     @classmethod
@@ -289,9 +290,16 @@ class SentOffsets:
                 self._write()
             except StorageError as exc:
                 # Only the damage check on the next start reads this mark, and a lower one
-                # is the cautious side of it: keep serving, try again on a later flush.
+                # is the cautious side of it: keep serving, try again on a later flush
+                # (said once per spell: a full disk would repeat it every second).
                 self.flushed = previous
-                log.warning("%s; the flushed mark stays at %d for now", exc, previous)
+                if not self._flushed_failing:
+                    log.warning("%s; the flushed mark stays at %d for now", exc, previous)
+                self._flushed_failing = True
+                return
+            if self._flushed_failing:
+                log.info("%s written again (flushed mark %d)", self.path, flushed)
+                self._flushed_failing = False
 
     def cut_to(self, end: int) -> None:
         """The log was cut back to ``end`` on purpose (a truncation): lower the flushed mark."""
