@@ -70,6 +70,15 @@ class _Cluster:
         for process in self.processes:
             process.stop()
 
+    def pair_in_step(self, ha: int, count: int) -> tuple[_Process, _Process]:
+        """A master on store ``m`` and its slave on ``s``, holding ``count`` messages alike."""
+        master = self.start("m1", "master", "m", ha)
+        slave = self.start("s1", "slave", "s", ha)
+        self.produce(master, "m", count, b"old")
+        m, s = self.tmp_path / "m", self.tmp_path / "s"
+        _until(lambda: _same_files(m, s), "the slave copies the master", [master, slave])
+        return master, slave
+
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "trioha", *args, "-c", str(self.conf)],
@@ -99,10 +108,7 @@ def test_classic_promote_the_slave_and_the_old_master_returns_refused_never_spli
     ha1, ha2 = _free_port(), _free_port()
     try:
         # 1. A master and its slave in step.
-        master = c.start("m1", "master", "m", ha1)
-        slave = c.start("s1", "slave", "s", ha1)
-        c.produce(master, "m", 40, b"old")
-        _until(lambda: _same_files(tmp_path / "m", tmp_path / "s"), "the copy", [master, slave])
+        master, slave = c.pair_in_step(ha1, 40)
         # 2. The slave's host loses power: its unflushed tail is gone. Then the master is
         # stopped, holding bytes the slave no longer has (it sent them: no self-refusal).
         slave.stop(signal.SIGKILL)
@@ -160,10 +166,7 @@ def test_epoch_promote_the_slave_and_the_old_master_returns_cut_back(tmp_path: P
     c = _Cluster(tmp_path, _CONF + "enableControllerMode=true\n")
     ha1, ha2 = _free_port(), _free_port()
     try:
-        master = c.start("m1", "master", "m", ha1)
-        slave = c.start("s1", "slave", "s", ha1)
-        c.produce(master, "m", 40, b"old")
-        _until(lambda: _same_files(tmp_path / "m", tmp_path / "s"), "the copy", [master, slave])
+        master, slave = c.pair_in_step(ha1, 40)
         # The slave goes away; the master takes 20 more it never sends, then stops.
         slave.stop()
         kept = len(_messages(tmp_path / "s", tmp_path / "copy1"))

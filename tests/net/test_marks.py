@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import errno
 import logging
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 
+from tests.net.test_connection import inline
 from tests.net.test_service import FakeSlave, config
 from trioha._errors import StorageError
 from trioha.net import HAService, MarkKeeper
@@ -41,11 +41,6 @@ class FlakyMarks(SentOffsets):
                 errno.ENOSPC, "No space left on device"
             )
         super()._write(reserved, acked=acked)
-
-
-async def inline(fn: Callable[..., object], *args: object) -> object:
-    """``trio.to_thread.run_sync`` without a thread: the mock clock must not jump meanwhile."""
-    return fn(*args)
 
 
 def make_log(messages: int) -> MemoryCommitLog:
