@@ -182,3 +182,30 @@ async def test_a_put_is_covered_by_the_acknowledged_mark_before_it_is_answered(
     await trio.sleep(10.0)
     assert await keeper.cover_acked(152)
     assert disk.statistics().writable and marks.acked == 152
+
+
+async def test_the_next_step_is_reserved_ahead_before_a_put_or_a_frame_has_to_wait(
+    autojump_clock: trio.abc.Clock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(trio.to_thread, "run_sync", inline)
+    marks = FlakyMarks(tmp_path / "haSentOffset", step=100)
+    keeper = MarkKeeper(marks)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(keeper.run)
+        assert await keeper.cover_acked(10)  # the first answer waits: to 110
+        assert keeper.covers_acked(40)  # within the first half: nothing more
+        await trio.testing.wait_all_tasks_blocked()
+        assert marks.acked_reserved == 110
+        assert keeper.covers_acked(70)  # past half: the next step, in the background
+        await trio.testing.wait_all_tasks_blocked()
+        assert marks.acked_reserved == 170
+        assert SentOffsets.open(tmp_path).acked_reserved == 170
+        writes = marks.attempts
+        assert keeper.covers_acked(160)  # never waited; and it asks again, both at once
+        assert not keeper.covers_sent(300)
+        assert await keeper.reserve_sent(300) == 400
+        assert keeper.covers_sent(360)
+        await trio.testing.wait_all_tasks_blocked()
+        assert (marks.acked_reserved, marks.reserved) == (260, 460)
+        assert marks.attempts == writes + 2  # the sent reservation, then one write for both
+        nursery.cancel_scope.cancel()

@@ -203,7 +203,7 @@ class HAConnection:
         start = self.proto.state.next_transfer
         if self.transferring:
             want = min(view.max_offset, start + WRITE_BATCH + self.proto.options.batch_size)
-            if want > start and marks.sent.needs_reserve(want):
+            if want > start and not marks.covers_sent(want):
                 await marks.reserve_sent(want)
                 view = self.view()
         # Never below where the next frame starts: what lies before it was sent (or the slave

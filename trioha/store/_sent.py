@@ -206,7 +206,8 @@ class SentOffsets:
         return end > self.reserved
 
     def reserve(self, end: int) -> None:
-        """Make the durable mark at least ``end`` (blocking: call from a worker thread)."""
+        """Make the durable mark at least ``end`` (blocking: call from a worker thread); it
+        moves to ``end + step``."""
         with self._guard:
             if end <= self.reserved:
                 return
@@ -225,13 +226,27 @@ class SentOffsets:
         return end > self.acked_reserved
 
     def reserve_acked(self, end: int) -> None:
-        """Make the durable acknowledged mark at least ``end`` (blocking)."""
+        """Make the durable acknowledged mark at least ``end`` (blocking); it moves to
+        ``end + step``."""
         with self._guard:
             if end <= self.acked_reserved:
                 return
             target = end + self.step
             self._write(acked=target)
             self.acked_reserved = target
+
+    def reserve_ahead(self, sent: int | None, acked: int | None) -> None:
+        """Reserve the next step past ``sent`` and ``acked`` (None: leave that mark) in one
+        write (blocking): what a master in steady traffic does before anyone has to wait."""
+        with self._guard:
+            sent_target = self.reserved if sent is None else max(self.reserved, sent + self.step)
+            acked_target = self.acked_reserved
+            if acked is not None:
+                acked_target = max(acked_target, acked + self.step)
+            if (sent_target, acked_target) == (self.reserved, self.acked_reserved):
+                return
+            self._write(sent_target, acked=acked_target)
+            self.reserved, self.acked_reserved = sent_target, acked_target
 
     def note_acked(self, end: int) -> None:
         """A put ending at ``end`` is answered PUT_OK (it must be covered by the mark)."""
