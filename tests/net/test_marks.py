@@ -209,3 +209,21 @@ async def test_the_next_step_is_reserved_ahead_before_a_put_or_a_frame_has_to_wa
         assert (marks.acked_reserved, marks.reserved) == (260, 460)
         assert marks.attempts == writes + 2  # the sent reservation, then one write for both
         nursery.cancel_scope.cancel()
+
+
+async def test_a_mark_nobody_uses_is_never_reserved_ahead(
+    autojump_clock: trio.abc.Clock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under SYNC_FLUSH nothing keeps the acknowledged mark: frames sent must not make it
+    grow, or the next start would take it for messages answered and lost."""
+    monkeypatch.setattr(trio.to_thread, "run_sync", inline)
+    marks = SentOffsets.open(tmp_path, step=100)
+    keeper = MarkKeeper(marks)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(keeper.run)
+        assert await keeper.reserve_sent(10) == 110
+        assert keeper.covers_sent(90)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    assert (marks.reserved, marks.acked_reserved) == (190, 0)
+    assert SentOffsets.open(tmp_path).acked_reserved == 0

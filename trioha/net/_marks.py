@@ -73,6 +73,7 @@ class MarkKeeper:
         #: A mark is used past half of its reservation: the next step is reserved ahead.
         self._low = Wakeup()
         self._half = max(1, sent.step // 2)
+        self._sent_low = self._acked_low = False
         #: The furthest a writer wanted to send so far (what the sent mark must cover next).
         self._sent_want = 0
 
@@ -91,6 +92,7 @@ class MarkKeeper:
         if want > reserved:
             return False
         if reserved - want < self._half:
+            self._sent_low = True
             self._low.notify()
         return True
 
@@ -136,6 +138,7 @@ class MarkKeeper:
             return False
         sent.acked = max(sent.acked, end)
         if reserved - end < self._half:
+            self._acked_low = True
             self._low.notify()
         return True
 
@@ -195,12 +198,20 @@ class MarkKeeper:
         while True:
             await self._low.wait()
             async with self._lock:
+                # Only a mark in use (a mark nobody keeps, such as the acknowledged one under
+                # SYNC_FLUSH, must not grow by itself).
+                acked_low, sent_low = self._acked_low, self._sent_low
+                self._acked_low = self._sent_low = False
                 half = self._half
                 acked: int | None = sent.acked
-                if sent.acked_reserved - sent.acked >= half or self.disk.failing(ACKED_MARK):
+                if (
+                    not acked_low
+                    or sent.acked_reserved - sent.acked >= half
+                    or self.disk.failing(ACKED_MARK)
+                ):
                     acked = None
                 want: int | None = self._sent_want
-                if sent.reserved - self._sent_want >= half or self.sending_paused:
+                if not sent_low or sent.reserved - self._sent_want >= half or self.sending_paused:
                     want = None
                 if acked is None and want is None:
                     continue
