@@ -55,7 +55,8 @@ Where trioha deliberately differs from RocketMQ (docs/replication.md says why):
   request offset that no longer exists on the master (RocketMQ #3388) close the connection with
   a reason that says so, instead of heartbeating forever;
 * classic mode's divergence check: a first report inside a range the master may have sent and
-  then lost in a crash (``LogView.lost``, kept by ``trioha.store.SentOffsets``) is refused,
+  then lost in a crash, or, promoted from a slave, a range of the history it took over that it
+  never had (``LogView.lost``, kept by ``trioha.store.SentOffsets``) is refused,
   and a refusal of a diverged slave carries ``Close.diverged_at``, which the IO layer sends as
   a heartbeat header that the slave's own offset check rejects. On the slave side a frame off
   its end is such a signal (``Close.diverged_at`` again), and the client stops for good.
@@ -86,9 +87,11 @@ class LogView:
     min_offset: int
     max_offset: int
     segment_size: int
-    #: Ranges ``(from, to)`` of bytes this master may have sent and then lost in a crash
-    #: (``trioha.store.SentOffsets``): a first report ``from < offset <= to`` comes from a
-    #: slave holding a history this master no longer has (classic mode's divergence check).
+    #: Ranges ``(from, to)`` of bytes this master may have sent and then lost in a crash, or
+    #: that a broker it was promoted over may hold (``trioha.store.SentOffsets``): a first
+    #: report ``from < offset <= to`` comes from a slave holding a history this master does
+    #: not have (classic mode's divergence check). A report beyond the end is cut back to
+    #: the newest range's ``from`` when there is one.
     lost: tuple[tuple[int, int], ...] = attrs.field(default=(), kw_only=True)
     #: The master's epoch history (epoch mode only; None in classic mode).
     epochs: EpochHistory | None = attrs.field(default=None, kw_only=True)
