@@ -136,7 +136,8 @@ class MarkKeeper:
         reserved = sent.acked_reserved
         if end > reserved:
             return False
-        sent.acked = max(sent.acked, end)
+        if end > sent.acked:  # noqa: PLR1730 - on every put: max() costs 1.3k instructions more
+            sent.acked = end
         if reserved - end < self._half:
             self._acked_low = True
             self._low.notify()
