@@ -227,3 +227,27 @@ async def test_a_mark_nobody_uses_is_never_reserved_ahead(
         nursery.cancel_scope.cancel()
     assert (marks.reserved, marks.acked_reserved) == (190, 0)
     assert SentOffsets.open(tmp_path).acked_reserved == 0
+
+
+async def test_marks_in_use_are_never_lowered_and_a_new_slave_is_written_once(
+    autojump_clock: trio.abc.Clock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slave's acks change all the time: that alone must not write the file, and settling
+    must wait for quiet (lowering a mark in use makes the next put wait for a write)."""
+    monkeypatch.setattr(trio.to_thread, "run_sync", inline)
+    marks = FlakyMarks(tmp_path / "haSentOffset", step=10_000)
+    keeper = MarkKeeper(marks)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(keeper.run)
+        assert await keeper.cover_acked(1)
+        writes = marks.attempts
+        for end in range(2, 202):  # two seconds of puts and acks
+            assert keeper.covers_acked(end)
+            keeper.note_slave("10.0.0.7", end)
+            await trio.sleep(0.01)
+        assert marks.attempts == writes + 1  # the new host, once
+        assert marks.acked_reserved == 10_001  # never lowered while in use
+        await trio.sleep(1.0)  # quiet: now written down
+        assert marks.acked_reserved == 201
+        nursery.cancel_scope.cancel()
+    assert SentOffsets.open(tmp_path).slaves == {"10.0.0.7": 201}

@@ -171,11 +171,13 @@ class MarkKeeper:
         """The slave on ``host`` acknowledged ``acked``."""
         self.sent.note_slave(host, acked)  # a new host is written at the next look (run)
 
-    async def settle_once(self) -> bool:
-        """Write the marks down to the exact figures (and new slave hosts); True if written."""
+    async def settle_once(self, *, lower: bool = True) -> bool:
+        """Write the marks down to the exact figures (with ``lower``: only while they do not
+        move) and any new slave host; True if written."""
         sent = self.sent
         async with self._lock:
-            if not sent.settle() and not sent.slaves_changed():
+            lowered = lower and sent.settle()
+            if not lowered and not sent.slaves_changed():
                 return False
             await trio.to_thread.run_sync(sent.write_settled)
             return True
@@ -231,4 +233,4 @@ class MarkKeeper:
             self._seen = now
             due = sent.sent < sent.reserved or sent.acked < sent.acked_reserved
             if (quiet and due) or sent.slaves_changed():
-                await self.settle_once()
+                await self.settle_once(lower=quiet)

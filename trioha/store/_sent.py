@@ -265,8 +265,9 @@ class SentOffsets:
         return new and host not in self._slaves_written
 
     def slaves_changed(self) -> bool:
-        """True when the slaves known differ from the file's."""
-        return self.slaves != self._slaves_written
+        """True when a slave host is known that the file does not name yet (how far each
+        acknowledged is written with whatever is written next)."""
+        return self.slaves.keys() != self._slaves_written.keys()
 
     def settle(self) -> bool:
         """Lower the in-memory marks to what was really sent and acknowledged.
