@@ -119,7 +119,8 @@ async def test_every_writer_waits_for_the_one_retry_of_a_failing_mark(
     marks = FlakyMarks(tmp_path / "haSentOffset", step=100)
     marks.broken = True
     keeper = MarkKeeper(marks, retry_interval=10.0)
-    service = HAService(config(), commitlog, marks=keeper)
+    # Silent slaves: housekeeping must not close them within the 25 s watched.
+    service = HAService(config(ha_housekeeping_interval=60_000), commitlog, marks=keeper)
     async with trio.open_nursery() as nursery:
         slaves = []
         for n in range(3):
