@@ -358,7 +358,9 @@ async def test_batch_code_and_send_back(tmp_path: Path) -> None:
         bad = await pool.request(
             side.broker_addr,
             RemotingCommand.request(
-                RequestCode.SEND_BATCH_MESSAGE, {"b": "T", "e": 0}, b"\x00\x00"
+                RequestCode.SEND_BATCH_MESSAGE,
+                {"a": "PG", "b": "T", "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 1, "h": 0},
+                b"\x00\x00",
             ),
         )
         assert bad.code == ResponseCode.MESSAGE_ILLEGAL
@@ -432,7 +434,10 @@ async def test_retry_topic_send_past_max_goes_to_dead_letters(tmp_path: Path) ->
             side.broker_addr,
             RemotingCommand.request(
                 RequestCode.SEND_MESSAGE_V2,
-                {"a": "PG", "b": "%RETRY%G", "e": 0, "i": "", "j": 16, "l": 16},
+                {
+                    **{"a": "PG", "b": "%RETRY%G", "c": "TBW102", "d": 4, "e": 0},
+                    **{"f": 0, "g": 1, "h": 0, "i": "", "j": 16, "l": 16},
+                },
                 b"dead",
             ),
         )

@@ -389,6 +389,9 @@ async def test_delayed_send_is_parked_and_reported(tmp_path: Path) -> None:
                     "c": "TBW102",
                     "d": 4,
                     "e": 1,
+                    "f": 0,
+                    "g": 1,
+                    "h": 0,
                     "i": "DELAY\x012\x02TAGS\x01x",
                 },
                 b"later",
@@ -408,7 +411,17 @@ async def test_delayed_send_is_parked_and_reported(tmp_path: Path) -> None:
             side.broker_addr,
             RemotingCommand.request(
                 RequestCode.SEND_MESSAGE_V2,
-                {"a": "PG", "b": "T", "c": "TBW102", "d": 4, "e": 1, "i": "DELAY\x01soon"},
+                {
+                    "a": "PG",
+                    "b": "T",
+                    "c": "TBW102",
+                    "d": 4,
+                    "e": 1,
+                    "f": 0,
+                    "g": 1,
+                    "h": 0,
+                    "i": "DELAY\x01soon",
+                },
                 b"?",
             ),
         )
@@ -428,7 +441,17 @@ async def test_delayed_message_is_stored_as_rocketmq_stores_it(tmp_path: Path) -
             side.broker_addr,
             RemotingCommand.request(
                 RequestCode.SEND_MESSAGE_V2,
-                {"a": "PG", "b": "TopicA", "c": "TBW102", "d": 4, "e": 1, "i": props},
+                {
+                    "a": "PG",
+                    "b": "TopicA",
+                    "c": "TBW102",
+                    "d": 4,
+                    "e": 1,
+                    "f": 0,
+                    "g": 1,
+                    "h": 0,
+                    "i": props,
+                },
                 b"later",
             ),
         )
