@@ -104,3 +104,46 @@ async def test_namesrv_command_serves_until_terminated() -> None:
                 seen += chunk
             process.terminate()
         assert process.returncode == 0
+
+
+async def test_namesrv_command_takes_a_properties_file_and_settings(tmp_path: Path) -> None:
+    """``trioha namesrv -c namesrv.properties --set ...``, as ``mqnamesrv -c``: the file's keys
+    (a RocketMQ one trioha ignores is said so), and a --set cap that bites."""
+    conf = tmp_path / "namesrv.properties"
+    conf.write_text(
+        "listenPort=0\nserverChannelMaxIdleTimeSeconds=300\nrocketmqHome=/opt/rocketmq\n"
+    )
+    command = [
+        *[sys.executable, "-m", "trioha", "namesrv", "-c", str(conf)],
+        *["--set", "serverMaxConnections=2", "--set", "serverConnectionReservePercent=0"],
+    ]
+    seen = b""
+
+    async def read_until(process: trio.Process, text: bytes) -> None:
+        nonlocal seen
+        assert process.stderr is not None
+        while text not in seen:
+            chunk = await process.stderr.receive_some(4096)
+            assert chunk, seen
+            seen += chunk
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+
+            async def run(task_status: trio.TaskStatus[trio.Process]) -> None:
+                await trio.run_process(
+                    command, stderr=subprocess.PIPE, check=False, task_status=task_status
+                )
+
+            process: trio.Process = await nursery.start(run)
+            await read_until(process, b"name server listening on")
+            port = int(seen.split(b"name server listening on 127.0.0.1:")[1].split()[0])
+            clients = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(3)]
+            await read_until(process, b"its cap (serverMaxConnections)")
+            for client in clients:
+                await client.aclose()
+            process.terminate()
+        assert process.returncode == 0
+    text = seen.decode()
+    assert "rocketmqHome is where RocketMQ finds its logging configuration" in text
+    assert "holds 2 connections, its cap (serverMaxConnections)" in text

@@ -44,13 +44,12 @@ def test_a_frame_gets_a_base_time_plus_time_for_its_size() -> None:
 
 def test_the_decoder_tells_the_size_of_the_frame_under_way() -> None:
     decoder = FrameDecoder()
-    assert decoder.partial_frame_size is None
+    sizes: list[int | None] = [decoder.partial_frame_size]
     frame = encode(RemotingCommand.request(1, {"k": "v"}))
-    decoder.receive_data(frame[:2])
-    assert decoder.partial_frame_size == 0
-    decoder.receive_data(frame[2:5])
-    assert decoder.partial_frame_size == len(frame)
-    decoder.receive_data(frame[5:])
+    for chunk in (frame[:2], frame[2:5], frame[5:]):
+        decoder.receive_data(chunk)
+        sizes.append(decoder.partial_frame_size)
+    assert sizes == [None, 0, len(frame), len(frame)]  # complete, until taken out
     assert len(list(decoder.commands())) == 1
     assert decoder.partial_frame_size is None
 
@@ -171,7 +170,10 @@ async def test_a_trickled_length_prefix_gets_the_base_time(autojump_clock: trio.
             await trio.sleep(3)
         await connection.wait_closed()
     assert trio.current_time() - start == pytest.approx(10)
-    assert connection.slow_frame == SlowFrame(size=0, received=3, seconds=pytest.approx(10))
+    slow = connection.slow_frame
+    assert slow is not None
+    assert (slow.size, slow.received) == (0, 3)
+    assert slow.seconds == pytest.approx(10)
 
 
 async def test_slow_frames_within_their_deadline_are_served(
@@ -182,7 +184,7 @@ async def test_slow_frames_within_their_deadline_are_served(
     handler = _Held()
     connection, client = _serve(handler, FrameDeadline(base=10, min_rate=1))
     answers = FrameDecoder()
-    opaques = []
+    opaques: list[int] = []
     async with trio.open_nursery() as nursery:
         nursery.start_soon(connection.run)
         start = trio.current_time()
