@@ -414,7 +414,8 @@ DEFAULT_NAMESRV_PORT = 9876
 @attrs.frozen(kw_only=True)
 class NamesrvConfig(RemotingServerConfig):
     """A name server's settings: the ``NamesrvConfig`` and ``NettyServerConfig`` keys of a
-    RocketMQ ``namesrv.properties`` that trioha honours (``mqnamesrv -c``), in snake_case.
+    RocketMQ ``namesrv.properties`` that trioha honours (``mqnamesrv -c``, docs/rocketmq-protocol.md
+    §18.1), in snake_case.
 
     The idle timeout, connection cap and frame deadline are :class:`RemotingServerConfig`'s,
     as on the broker port, but a name server has its own: an embedded one does not take its

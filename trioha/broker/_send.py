@@ -97,9 +97,10 @@ def _require_send_fields(fields: dict[str, str], letters: dict[str, str]) -> Non
     is missing (*letters*: the one-letter names of SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE).
 
     A 4.9.7 broker logs the missing field while decoding the header, goes on with null, and
-    fails on it a moment later (a NullPointerException in ``msgCheck`` or the queue check):
-    SYSTEM_ERROR. trioha answers the same code and says which field it was, in the words of
-    ``decodeCommandCustomHeader``; nothing is stored or auto-created either way.
+    fails where it unboxes the null (a NullPointerException): SYSTEM_ERROR. trioha answers the
+    same code and says which field it was, in the words of ``decodeCommandCustomHeader``;
+    nothing is stored or auto-created (docs/rocketmq-protocol.md §19: unlike 4.9.7, trioha also
+    refuses a header lacking only ``producerGroup``, which no client sends).
     """
     for name in _REQUIRED_SEND_ORDER:
         key = letters.get(name, name)

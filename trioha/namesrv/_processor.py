@@ -196,7 +196,8 @@ def check_idle_timeout(config: NamesrvConfig, registration_period: float) -> Non
     *registration_period* seconds; the name server drops a broker whose connection closes
     (``BrokerHousekeepingService``). At or below the period, the idle timeout closes every
     broker's connection before its next registration, so its routes vanish for part of every
-    period ("no route to topic"); RocketMQ lets that happen, trioha refuses to start. Below
+    period ("no route to topic"); RocketMQ lets that happen (docs/rocketmq-protocol.md §18.1),
+    trioha refuses to start. Below
     twice the period, one registration late by more than the difference (a slow name server, a
     broker registering with several) does the same once: a WARNING.
     """

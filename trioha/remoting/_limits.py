@@ -1,7 +1,8 @@
 """What a remoting server allows its peers: the rules, with the time passed in.
 
 Three guards keep one peer from shutting everyone else out of a port (docs/operations.md,
-"Idle and hostile connections"). RocketMQ's ``NettyRemotingServer`` has only the first:
+"Idle and hostile connections"). RocketMQ's ``NettyRemotingServer`` has only the first
+(docs/rocketmq-protocol.md §18):
 
 * ``idle_timeout`` (``serverChannelMaxIdleTimeSeconds``): a connection that moves no byte for
   that long is closed;
