@@ -244,8 +244,11 @@ class RemotingConnection:
             nursery.start_soon(self._serve_burst, burst)
             requests = [request for request in requests if id(request) not in taken]
         for request in requests:
-            await self._limiter.acquire_on_behalf_of(request)
-            nursery.start_soon(self._serve_request, request)
+            # A token of its own: equal commands (a peer may send one frame twice) are equal
+            # values, and the limiter tells borrowers apart by equality.
+            token = object()
+            await self._limiter.acquire_on_behalf_of(token)
+            nursery.start_soon(self._serve_request, request, token)
 
     async def _writer(self) -> None:
         async with self._outgoing:
@@ -279,7 +282,7 @@ class RemotingConnection:
         pending.response = response
         pending.done.set()
 
-    async def _serve_request(self, request: RemotingCommand) -> None:
+    async def _serve_request(self, request: RemotingCommand, token: object) -> None:
         try:
             response = await self._answer(request)
             if response is not None and not request.is_oneway:
@@ -287,7 +290,7 @@ class RemotingConnection:
         except RemotingError:
             pass  # the connection closed meanwhile: nobody to answer
         finally:
-            self._limiter.release_on_behalf_of(request)
+            self._limiter.release_on_behalf_of(token)
 
     async def _serve_burst(self, burst: Burst) -> None:
         try:
