@@ -31,6 +31,20 @@ from trioha.remoting._mqclient import (
 )
 from trioha.store import DecodedMessage, decode_record
 
+#: SEND_MESSAGE_V2's header as a Java producer sends it (SendMessageRequestHeaderV2).
+FULL_V2 = {"a": "PG", "b": "T", "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 1, "h": 0}
+#: SEND_MESSAGE's header as the C++ client sends it (SendMessageRequestHeader).
+FULL_V1 = {
+    "producerGroup": "PG",
+    "topic": "T",
+    "defaultTopic": "TBW102",
+    "defaultTopicQueueNums": 4,
+    "queueId": 0,
+    "sysFlag": 0,
+    "bornTimestamp": 1,
+    "flag": 0,
+}
+
 
 @asynccontextmanager
 async def broker_port(
@@ -339,17 +353,7 @@ async def test_batch_code_and_send_back(tmp_path: Path) -> None:
             side.broker_addr,
             RemotingCommand.request(
                 RequestCode.SEND_BATCH_MESSAGE,
-                {
-                    "a": "PG",
-                    "b": "T",
-                    "c": "TBW102",
-                    "d": 4,
-                    "e": 0,
-                    "f": 0,
-                    "g": 1,
-                    "h": 0,
-                    "i": "",
-                },
+                {**FULL_V2, "i": ""},
                 body,
             ),
         )
@@ -359,7 +363,7 @@ async def test_batch_code_and_send_back(tmp_path: Path) -> None:
             side.broker_addr,
             RemotingCommand.request(
                 RequestCode.SEND_BATCH_MESSAGE,
-                {"a": "PG", "b": "T", "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 1, "h": 0},
+                FULL_V2,
                 b"\x00\x00",
             ),
         )
@@ -401,21 +405,6 @@ async def test_hostile_client_does_not_hurt_the_broker(tmp_path: Path) -> None:
             ResponseCode.SYSTEM_ERROR,
             "the custom field <consumerGroup> is null",
         )
-
-
-#: SEND_MESSAGE_V2's header as a Java producer sends it (SendMessageRequestHeaderV2).
-FULL_V2 = {"a": "PG", "b": "T", "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 1, "h": 0}
-#: SEND_MESSAGE's header as the C++ client sends it (SendMessageRequestHeader).
-FULL_V1 = {
-    "producerGroup": "PG",
-    "topic": "T",
-    "defaultTopic": "TBW102",
-    "defaultTopicQueueNums": 4,
-    "queueId": 0,
-    "sysFlag": 0,
-    "bornTimestamp": 1,
-    "flag": 0,
-}
 
 
 async def test_a_send_without_a_required_header_field_is_refused_naming_it(
@@ -509,10 +498,7 @@ async def test_retry_topic_send_past_max_goes_to_dead_letters(tmp_path: Path) ->
             side.broker_addr,
             RemotingCommand.request(
                 RequestCode.SEND_MESSAGE_V2,
-                {
-                    **{"a": "PG", "b": "%RETRY%G", "c": "TBW102", "d": 4, "e": 0},
-                    **{"f": 0, "g": 1, "h": 0, "i": "", "j": 16, "l": 16},
-                },
+                {**FULL_V2, "b": "%RETRY%G", "i": "", "j": 16, "l": 16},
                 b"dead",
             ),
         )

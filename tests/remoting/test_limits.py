@@ -230,6 +230,23 @@ async def test_time_the_server_holds_back_is_not_the_peers(autojump_clock: trio.
 # --- the server: reserve and deadline on real sockets -------------------------------------------
 
 
+async def _start_server(
+    nursery: trio.Nursery, limits: ServerLimits, counters: ConnectionCounters
+) -> tuple[str, int]:
+    """A server on 127.0.0.1 answering every request "not supported"; its address."""
+    address: tuple[str, int] = await nursery.start(
+        lambda task_status: serve_remoting(
+            RejectAllRequests(),
+            "127.0.0.1",
+            0,
+            limits=limits,
+            counters=counters,
+            task_status=task_status,
+        )
+    )
+    return address
+
+
 async def _request(stream: trio.SocketStream, opaque: int) -> int:
     """Send one request; the response's code (RejectAllRequests: not supported)."""
     await stream.send_all(encode(RemotingCommand.request(999, {}).with_opaque(opaque)))
@@ -261,16 +278,7 @@ async def test_one_address_cannot_take_the_reserved_slots(
         reserve=ConnectionReserve(percent=20, max_per_address=2),  # 2 slots kept
     )
     async with trio.open_nursery() as nursery:
-        host, port = await nursery.start(
-            lambda task_status: serve_remoting(
-                RejectAllRequests(),
-                "127.0.0.1",
-                0,
-                limits=limits,
-                counters=counters,
-                task_status=task_status,
-            )
-        )
+        host, port = await _start_server(nursery, limits, counters)
         hoard = [
             await trio.open_tcp_stream(host, port, local_address="127.0.0.2") for _ in range(8)
         ]
@@ -326,16 +334,7 @@ async def test_slow_frames_are_closed_and_logged_once_a_minute(
     counters = ConnectionCounters()
     limits = ServerLimits(idle_timeout=120, frame_deadline=FrameDeadline(base=5, min_rate=65536))
     async with trio.open_nursery() as nursery:
-        host, port = await nursery.start(
-            lambda task_status: serve_remoting(
-                RejectAllRequests(),
-                "127.0.0.1",
-                0,
-                limits=limits,
-                counters=counters,
-                task_status=task_status,
-            )
-        )
+        host, port = await _start_server(nursery, limits, counters)
         start = trio.current_time()
         slow = [await trio.open_tcp_stream(host, port) for _ in range(6)]
         for stream in slow:
