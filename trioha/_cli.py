@@ -156,7 +156,8 @@ COMMAND_HELP: dict[str, tuple[str, str]] = {
     ),
     "namesrv": (
         "Run a RocketMQ name server: brokers register their topics, clients ask it for routes.",
-        "trioha namesrv --listen 0.0.0.0:9876 --metrics-listen 9102",
+        "trioha namesrv -c /etc/trioha/namesrv.properties --listen 0.0.0.0:9876 "
+        "--metrics-listen 9102",
     ),
     "put": (
         "Send messages to a topic's masters through a name server's routes, one status line "
