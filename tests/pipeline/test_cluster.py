@@ -39,6 +39,7 @@ import attrs
 import pytest
 
 from tests.pipeline._logs import SEGMENT, copy_log, expected_row, segments
+from tests.pipeline._pythons import link_packages
 from tests.pipeline.conftest import MISSING, Log
 from trioha.pipeline._jvm import find_javac
 from trioha.store import StoredMessage
@@ -251,15 +252,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def _executor_python(target: Path, requirements: Path, deps: Path) -> Path:
     """This interpreter without site-packages, given only the packages in *requirements*,
     as a script at *target*."""
-    import numpy
-
-    site = Path(numpy.__file__).resolve().parents[1]
-    deps.mkdir(parents=True)
-    wanted = [line.split("==")[0] for line in requirements.read_text().split()]
-    for entry in site.iterdir():
-        base = entry.name.split("-")[0].split(".")[0].lower()
-        if base in wanted and not entry.name.endswith(".dist-info"):
-            (deps / entry.name).symlink_to(entry)
+    link_packages(deps, {line.split("==")[0] for line in requirements.read_text().split()})
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(
         "#!/bin/sh\n"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.pipeline._pythons import link_packages
 from tests.pipeline.conftest import MISSING, SKIP_REASON
 
 if MISSING:
@@ -98,41 +99,27 @@ def test_a_driver_with_only_the_zip_imports_all_of_the_pipeline_from_it(
 ) -> None:
     """What a driver under ``spark-submit`` has: no site-packages, the requirements file's
     packages and pyspark (``spark-submit`` adds it), and the zip first on the path."""
-    import numpy
-
-    site = Path(numpy.__file__).resolve().parents[1]
-    deps = tmp_path / "deps"
-    deps.mkdir()
     wanted = {r.split("==")[0] for r in dist.requirements} | {"pyspark", "py4j"}
-    for entry in site.iterdir():
-        if entry.name.split("-")[0].split(".")[0].lower() in wanted:
-            (deps / entry.name).symlink_to(entry)
+    deps = link_packages(tmp_path / "deps", wanted)
+
+    def run(*args: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-S", *args],
+            capture_output=True,
+            text=True,
+            env={"PYTHONPATH": f"{dist.zip_path}:{deps}", "PATH": "/usr/bin:/bin"},
+            cwd=tmp_path,
+            check=False,
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        return out.stdout
+
     code = (
         "import importlib, json, sys\n"
         "names = json.loads(sys.argv[1])\n"
-        "files = {n: importlib.import_module(n).__file__ for n in names}\n"
-        "print(json.dumps(files))\n"
+        "print(json.dumps({n: importlib.import_module(n).__file__ for n in names}))\n"
     )
     names = sorted(_module_of(a) for a in dist.modules if a.startswith("trioha/pipeline/"))
-    env = {"PYTHONPATH": f"{dist.zip_path}:{deps}", "PATH": "/usr/bin:/bin"}
-    run = subprocess.run(
-        [sys.executable, "-S", "-c", code, json.dumps(names)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    files = json.loads(run.stdout)
+    files = json.loads(run("-c", code, json.dumps(names)))
     assert all(f.startswith(f"{dist.zip_path}/") for f in files.values()), files
-    cli = subprocess.run(
-        [sys.executable, "-S", "-m", "trioha.pipeline", "stats", "--help"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        check=False,
-    )
-    assert cli.returncode == 0, cli.stderr[-3000:]
-    assert "--engine {auto,jvm,python}" in cli.stdout
+    assert "--engine {auto,jvm,python}" in run("-m", "trioha.pipeline", "stats", "--help")
