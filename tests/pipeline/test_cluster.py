@@ -16,7 +16,7 @@ command that works took its trioha from the zip, and nothing else. What each pri
 against what trioha's own store reads from the log.
 
 The session test starts the driver with ``spark_session(master, python=, py_files=)`` in its
-own process, as on a gateway host, and runs a read, a count and an audit there.
+own process, as on a gateway host, and reads (with both engines) and audits there.
 """
 
 from __future__ import annotations
@@ -470,12 +470,7 @@ from trioha.pipeline import audit_replicas, read_commitlog, spark_session
 from trioha.pipeline._jvm import jvm_loaded
 
 master, python, zip_path, store, slave = sys.argv[1:]
-spark = spark_session(
-    master,
-    python=python,
-    py_files=[zip_path],
-    conf={"spark.cores.max": "2"},  # both workers: tasks in two executors
-)
+spark = spark_session(master, python=python, py_files=[zip_path])
 sc = spark.sparkContext
 
 def where(_):
@@ -490,9 +485,7 @@ def where(_):
 
 tasks = sc.parallelize(range(4), 4).map(where).collect()
 df = spark.read.format("commitlog").option("partitionBytes", "40000").load(store)
-count = df.count()
 offsets = [r[0] for r in df.select("physical_offset").orderBy("physical_offset").collect()]
-ids = df.select("msg_id").limit(1).collect()[0][0]
 report = audit_replicas(spark, store, [slave], chunk_bytes=8192)
 jvm = None
 if jvm_loaded(spark):  # the engine's jar, shipped by spark.jars, decodes in the executors
@@ -502,9 +495,7 @@ print(json.dumps({
     "jvm": jvm,
     "tasks": tasks,
     "partitions": df.rdd.getNumPartitions(),
-    "count": count,
     "offsets": offsets,
-    "msg_id": ids,
     "verdicts": [s.verdict.value for s in report.slaves],
     "missing": [[r.start, r.end] for s in report.slaves for r in s.missing],
 }))
@@ -541,9 +532,7 @@ def test_a_session_on_the_cluster_without_trioha_on_the_executors(recipe: Recipe
         assert broker.startswith("No module named"), broker  # the broker was not shipped
     ms = recipe.log.messages
     assert got["partitions"] > 4
-    assert got["count"] == len(ms)
-    assert got["offsets"] == [m.physical_offset for m in ms]
-    assert len(got["msg_id"]) in (32, 56)
+    assert got["offsets"] == [m.physical_offset for m in ms]  # read, every row once
     assert got["verdicts"] == ["missing"]
     assert got["missing"] == [[SEGMENT, 2 * SEGMENT]]
     if not NO_JDK:  # the JVM engine ran in the executors, same rows
