@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import trio
 
-from trioha._errors import RemotingError
+from trioha._config import parse_properties
+from trioha._errors import ConfigError, RemotingError
 from trioha.namesrv._routes import (
     DEFAULT_NAMESRV_PORT,
     NAMESPACE_ORDER_TOPIC_CONFIG,
@@ -36,17 +37,29 @@ if TYPE_CHECKING:
 log = logging.getLogger("trioha.namesrv")
 
 
+#: ``NamesrvConfig``'s paths, which UPDATE_NAMESRV_CONFIG may never change (RocketMQ's
+#: NO_PERMISSION "Can not update config path").
+CONFIG_PATH_KEYS = frozenset({"kvConfigPath", "configStorePath"})
+
+
 class NamesrvProcessor:
-    """``DefaultRequestProcessor``: the name server's request codes."""
+    """``DefaultRequestProcessor``: the name server's request codes.
+
+    *settings* gives the ``key -> value`` properties GET_NAMESRV_CONFIG answers
+    (``Configuration.getAllConfigsFormatString``); :func:`serve_namesrv` passes what it runs
+    with.
+    """
 
     def __init__(
         self,
         routes: RouteInfoManager | None = None,
         *,
         clock: Callable[[], int] = lambda: int(time.time() * 1000),
+        settings: Callable[[], Mapping[str, str]] = dict,
     ) -> None:
         self.routes = routes or RouteInfoManager()
         self.now = clock
+        self.settings = settings
 
     async def handle_request(
         self, request: RemotingCommand, connection: RemotingConnection
@@ -107,6 +120,31 @@ class NamesrvProcessor:
                     request.require("key"), None
                 )
                 return request.response(ResponseCode.SUCCESS)
+            case RequestCode.WIPE_WRITE_PERM_OF_BROKER:
+                broker_name = request.require("brokerName")
+                count = self.routes.wipe_write_perm(broker_name)
+                log.info(
+                    "wipe write perm of broker[%s], client: %s, %d",
+                    broker_name,
+                    connection.peer,
+                    count,
+                )
+                return request.response(ResponseCode.SUCCESS, fields={"wipeTopicCount": count})
+            case RequestCode.ADD_WRITE_PERM_OF_BROKER:
+                broker_name = request.require("brokerName")
+                count = self.routes.add_write_perm(broker_name)
+                log.info(
+                    "add write perm of broker[%s], client: %s, %d",
+                    broker_name,
+                    connection.peer,
+                    count,
+                )
+                return request.response(ResponseCode.SUCCESS, fields={"addTopicCount": count})
+            case RequestCode.GET_NAMESRV_CONFIG:
+                body = "".join(f"{key}={value}\n" for key, value in self.settings().items())
+                return request.response(ResponseCode.SUCCESS, body=body.encode())
+            case RequestCode.UPDATE_NAMESRV_CONFIG:
+                return self._update_config(request, connection)
             case RequestCode.GET_KVLIST_BY_NAMESPACE:
                 table = self.routes.kv.get(request.require("namespace"))
                 if not table:
@@ -117,6 +155,29 @@ class NamesrvProcessor:
                 return request.response(ResponseCode.SUCCESS, body=dumps_bytes({"table": table}))
         return request.response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
+        )
+
+    def _update_config(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        """``updateConfig``: RocketMQ's NO_PERMISSION for its two paths; every other key is
+        refused by name, as nothing of a trioha name server changes while it runs (a RocketMQ
+        name server stores such a key and answers success, whether it is used or not)."""
+        log.info("updateConfig called by %s", connection.peer)
+        if not request.body:
+            return request.response(ResponseCode.SUCCESS)
+        try:
+            keys = [key for _line, key, _value in parse_properties(request.body.decode())]
+        except (UnicodeDecodeError, ConfigError) as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"string2Properties error: {exc}")
+        if CONFIG_PATH_KEYS.intersection(keys):
+            return request.response(ResponseCode.NO_PERMISSION, "Can not update config path")
+        if not keys:
+            return request.response(ResponseCode.SUCCESS)
+        return request.response(
+            ResponseCode.SYSTEM_ERROR,
+            f"updateNamesrvConfig: {keys[0]} cannot be changed while the name server runs; "
+            "restart it with the new value",
         )
 
     def _register(
@@ -205,7 +266,13 @@ async def serve_namesrv(
     nothing); the caller keeps the ACL current (``acl.watch()``). ``tls`` sniffs and wraps
     each accepted socket (``tls.server.mode``).
     """
-    processor = processor or NamesrvProcessor()
+    # What GET_NAMESRV_CONFIG shows: the settings this server runs with (the port once bound).
+    settings = {
+        "listenHost": host,
+        "listenPort": str(port),
+        "serverChannelMaxIdleTimeSeconds": str(int(idle_timeout or 0)),
+    }
+    processor = processor or NamesrvProcessor(settings=lambda: settings)
     handler: RequestHandler = processor
     if acl is not None:
         from trioha.acl import AclGuard, Role
@@ -225,6 +292,7 @@ async def serve_namesrv(
                 task_status=task_status,
             )
         )
+        settings["listenPort"] = str(address[1])
         log.info("name server listening on %s:%d", *address)
         task_status.started(address)
         await trio.sleep(SCAN_INITIAL_DELAY)
