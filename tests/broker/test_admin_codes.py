@@ -14,7 +14,7 @@ import attrs
 import pytest
 import trio
 
-from tests.broker.test_broker_port import broker_port, call, heartbeat
+from tests.broker.test_broker_port import Recorder, broker_port, call, heartbeat
 from trioha.broker import _clientcalls
 from trioha.broker._clientcalls import version_desc
 from trioha.remoting._client import open_remoting_client
@@ -27,19 +27,18 @@ from trioha.store import DecodedMessage, decode_record
 from trioha.store._consumequeue import tags_code
 
 
-class Answering:
-    """A client's side of the broker's calls: records them, answers what it is told to."""
+class Answering(Recorder):
+    """A client's side of the broker's calls: records them, answers what it is told to (or,
+    told nothing, never answers)."""
 
     def __init__(self, answer: RemotingCommand | None = None) -> None:
+        super().__init__()
         self.answer = answer
-        self.requests: list[RemotingCommand] = []
-        self.arrived = trio.Event()
 
     async def handle_request(
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand | None:
-        self.requests.append(request)
-        self.arrived.set()
+        await super().handle_request(request, connection)
         if self.answer is None:
             await trio.sleep_forever()
         return request.response(
@@ -323,9 +322,20 @@ async def test_query_consume_queue(tmp_path: Path) -> None:
             )
         await side.reput.wait_dispatched(broker.store.commitlog.max_offset)
         messages = list(broker.store.commitlog.iter_messages())
-        answer = await call(
-            pool, side, RequestCode.QUERY_CONSUME_QUEUE, topic="T", queueId=1, index=1, count=5
-        )
+
+        async def query(queue_id: int = 1, index: int = 0, count: int = 1, **more: str) -> Any:
+            return await call(
+                pool,
+                side,
+                RequestCode.QUERY_CONSUME_QUEUE,
+                topic="T",
+                queueId=queue_id,
+                index=index,
+                count=count,
+                **more,
+            )
+
+        answer = await query(index=1, count=5)
         assert answer.code == ResponseCode.SUCCESS
         body = loads_lenient(answer.body)
         assert body["maxQueueIndex"] == 3 and body["minQueueIndex"] == 0
@@ -339,43 +349,21 @@ async def test_query_consume_queue(tmp_path: Path) -> None:
             for m in messages[1:]
         ]
         assert "subscriptionData" not in body and "filterData" not in body
-        offline = await call(
-            pool,
-            side,
-            RequestCode.QUERY_CONSUME_QUEUE,
-            topic="T",
-            queueId=1,
-            index=0,
-            count=1,
-            consumerGroup="G",
-        )
+        offline = await query(consumerGroup="G")
         assert loads_lenient(offline.body)["filterData"] == "G@T is not online!"
         async with open_remoting_client(side.broker_addr) as client:
             await client.request(heartbeat("c1", "G"))  # subscribes T with "A || B"
-            online = await call(
-                pool,
-                side,
-                RequestCode.QUERY_CONSUME_QUEUE,
-                topic="T",
-                queueId=1,
-                index=0,
-                count=1,
-                consumerGroup="G",
-            )
+            online = await query(consumerGroup="G")
         body = loads_lenient(online.body)
         assert body["subscriptionData"]["subString"] == "A || B"
         assert body["filterData"] == "null"
-        beyond = await call(
-            pool, side, RequestCode.QUERY_CONSUME_QUEUE, topic="T", queueId=1, index=3, count=1
-        )
+        beyond = await query(index=3)
         assert (beyond.code, beyond.remark, beyond.body) == (
             ResponseCode.SUCCESS,
             "Index 3 of 1@T is not exist!",
             b"",
         )
-        missing = await call(
-            pool, side, RequestCode.QUERY_CONSUME_QUEUE, topic="T", queueId=7, index=0, count=1
-        )
+        missing = await query(queue_id=7)
         assert (missing.code, missing.remark) == (ResponseCode.SYSTEM_ERROR, "7@T is not exist!")
 
 

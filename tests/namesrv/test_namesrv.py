@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
 import pytest
@@ -267,48 +268,49 @@ def perms(routes: RouteInfoManager, topic: str) -> dict[str, int]:
     return {q["brokerName"]: q["perm"] for q in route["queueDatas"]}
 
 
+def register_master(
+    routes: RouteInfoManager, name: str, counter: int, now: int = 0, **topics: int
+) -> None:
+    """A master named *name* registers with topic data version *counter*."""
+    routes.register_broker(
+        cluster="DefaultCluster",
+        broker_addr=f"{name}:10911",
+        broker_name=name,
+        broker_id=0,
+        ha_server_addr="",
+        topic_config=wrapper(counter, **topics),
+        channel=None,
+        now=now,
+    )
+
+
 def test_wipe_and_add_write_perm_of_one_broker() -> None:
     """``mqadmin wipeWritePerm`` drains a broker: producers skip queues without the write bit."""
     routes = RouteInfoManager()
-    register(routes, 0, "a:10911", T=4, U=2)
-    routes.register_broker(
-        cluster="DefaultCluster",
-        broker_addr="b:10911",
-        broker_name="broker-b",
-        broker_id=0,
-        ha_server_addr="",
-        topic_config=wrapper(1, T=4),
-        channel=None,
-        now=0,
-    )
+    register_master(routes, "broker-a", 1, T=4, U=2)
+    register_master(routes, "broker-b", 1, T=4)
     assert routes.wipe_write_perm("broker-a") == 2
     assert perms(routes, "T") == {"broker-a": 4, "broker-b": 6}
     assert perms(routes, "U") == {"broker-a": 4}
     # A registration with the same data version leaves the wipe in place (RocketMQ rewrites
     # the queues only when the broker's topic table changed).
-    register(routes, 0, "a:10911", now=1, T=4, U=2)
+    register_master(routes, "broker-a", 1, now=1, T=4, U=2)
     assert perms(routes, "T")["broker-a"] == 4
     assert routes.wipe_write_perm("nobody") == 0
     assert routes.add_write_perm("broker-a") == 2
     assert perms(routes, "T") == {"broker-a": 6, "broker-b": 6}
     routes.wipe_write_perm("broker-a")
-    routes.register_broker(
-        cluster="DefaultCluster",
-        broker_addr="a:10911",
-        broker_name="broker-a",
-        broker_id=0,
-        ha_server_addr="",
-        topic_config=wrapper(2, T=4, U=2),
-        channel=None,
-        now=2,
-    )
+    register_master(routes, "broker-a", 2, now=2, T=4, U=2)
     assert perms(routes, "U") == {"broker-a": 6}  # a new topic table rewrites them
 
 
 async def test_write_perm_and_config_codes_over_tcp() -> None:
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
-            address = await nursery.start(serve_namesrv, "127.0.0.1", 0)
+            # A processor of its own, as `trioha namesrv` passes: the server fills in its settings.
+            address = await nursery.start(
+                partial(serve_namesrv, "127.0.0.1", 0, processor=NamesrvProcessor())
+            )
             async with open_remoting_client(address) as client:
 
                 async def call(code: int, body: bytes = b"", **fields: str) -> RemotingCommand:

@@ -6,7 +6,8 @@ they are connected to: the broker computes the new offsets and tells every membe
 (RESET_CONSUMER_CLIENT_OFFSET, oneway), or relays the question to one member and its answer
 back. As in RocketMQ the broker does not write the group's offsets itself: the consumers do,
 through their next commit. With no member online the reset answers CONSUMER_NOT_ONLINE (206),
-on which ``mqadmin`` falls back to writing each queue's offset with UPDATE_CONSUMER_OFFSET.
+on which ``mqadmin`` falls back to writing each queue's offset with UPDATE_CONSUMER_OFFSET
+(docs/rocketmq-protocol.md §16.4).
 """
 
 from __future__ import annotations

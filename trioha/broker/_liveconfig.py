@@ -1,10 +1,11 @@
 """UPDATE_BROKER_CONFIG (``mqadmin updateBrokerConfig``): settings changed while the broker runs.
 
-RocketMQ's ``updateBrokerConfig`` copies any key into its config objects and answers success;
-whether the change does anything depends on whether some code reads the field again, and many
-fields are read once at start (ports, paths, the role), so the broker says "success" and goes
-on as before. trioha changes at run time only the keys of :data:`LIVE_KEYS`, each read again
-where it is used; a request with any other key is refused, the key named, and nothing changes.
+RocketMQ's ``updateBrokerConfig`` (docs/rocketmq-protocol.md §16.4) copies any key into its
+config objects and answers success; whether the change does anything depends on whether some
+code reads the field again, and many fields are read once at start (ports, paths, the role),
+so the broker says "success" and goes on as before. trioha changes at run time only the keys
+of :data:`LIVE_KEYS`, each read again where it is used; a request with any other key is
+refused, the key named, and nothing changes.
 
 Like RocketMQ (``Configuration.persist``), the change is written to the broker's config file:
 the ``-c`` file it was started with, else ``<store root>/config/broker.properties``

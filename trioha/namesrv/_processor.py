@@ -46,8 +46,8 @@ class NamesrvProcessor:
     """``DefaultRequestProcessor``: the name server's request codes.
 
     *settings* gives the ``key -> value`` properties GET_NAMESRV_CONFIG answers
-    (``Configuration.getAllConfigsFormatString``); :func:`serve_namesrv` passes what it runs
-    with.
+    (``Configuration.getAllConfigsFormatString``); when None, :func:`serve_namesrv` fills in
+    what it runs with.
     """
 
     def __init__(
@@ -55,7 +55,7 @@ class NamesrvProcessor:
         routes: RouteInfoManager | None = None,
         *,
         clock: Callable[[], int] = lambda: int(time.time() * 1000),
-        settings: Callable[[], Mapping[str, str]] = dict,
+        settings: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         self.routes = routes or RouteInfoManager()
         self.now = clock
@@ -141,7 +141,8 @@ class NamesrvProcessor:
                 )
                 return request.response(ResponseCode.SUCCESS, fields={"addTopicCount": count})
             case RequestCode.GET_NAMESRV_CONFIG:
-                body = "".join(f"{key}={value}\n" for key, value in self.settings().items())
+                settings = self.settings() if self.settings is not None else {}
+                body = "".join(f"{key}={value}\n" for key, value in settings.items())
                 return request.response(ResponseCode.SUCCESS, body=body.encode())
             case RequestCode.UPDATE_NAMESRV_CONFIG:
                 return self._update_config(request, connection)
@@ -272,7 +273,9 @@ async def serve_namesrv(
         "listenPort": str(port),
         "serverChannelMaxIdleTimeSeconds": str(int(idle_timeout or 0)),
     }
-    processor = processor or NamesrvProcessor(settings=lambda: settings)
+    processor = processor or NamesrvProcessor()
+    if processor.settings is None:
+        processor.settings = lambda: settings
     handler: RequestHandler = processor
     if acl is not None:
         from trioha.acl import AclGuard, Role
