@@ -1,4 +1,5 @@
-"""BrokerConfig: RocketMQ's settings, defaults and broker.conf (docs/rocketmq-protocol.md §3)."""
+"""BrokerConfig and NamesrvConfig: RocketMQ's settings, defaults, broker.conf and
+namesrv.properties (docs/rocketmq-protocol.md §3)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from trioha import BrokerConfig, BrokerRole, ConfigError, FlushDiskType
+from trioha._config import NamesrvConfig
 
 
 def test_defaults_are_rocketmqs() -> None:
@@ -184,6 +186,82 @@ def test_store_paths_trioha_cannot_move_are_refused_not_ignored(tmp_path: Path) 
         r"cannot be honoured: trioha keeps it at .*store/index",
     ):
         BrokerConfig.from_properties(moved)
+
+
+# --- the remoting ports' limits, and the name server's settings ------------------------------
+
+
+def test_the_remoting_limits_are_read_from_broker_conf(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "serverChannelMaxIdleTimeSeconds=300\nserverMaxConnections=5000\n"
+        "serverFrameTimeoutSeconds=30\nserverFrameMinBytesPerSecond=16384\n"
+        "serverConnectionReservePercent=20\nserverConnectionReserveMaxPerAddress=8\n"
+        "serverWorkerThreads=16\nserverSocketSndBufSize=131072\n",  # Netty's: ignored
+    )
+    config = BrokerConfig.from_properties(path)
+    assert config.server_channel_max_idle_time_seconds == 300
+    assert config.server_max_connections == 5000
+    assert (config.server_frame_timeout_seconds, config.server_frame_min_bytes_per_second) == (
+        30,
+        16384,
+    )
+    assert config.server_connection_reserve_percent == 20
+    assert config.server_connection_reserve_max_per_address == 8
+    default = BrokerConfig()
+    assert (default.server_frame_timeout_seconds, default.server_frame_min_bytes_per_second) == (
+        10,
+        65536,
+    )
+    assert default.server_connection_reserve_percent == 10
+    with pytest.raises(ConfigError, match="percentage"):
+        BrokerConfig.from_properties(None, settings=[("serverConnectionReservePercent", "120")])
+
+
+def test_a_namesrv_properties_is_read_as_mqnamesrv_reads_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO")
+    path = tmp_path / "namesrv.properties"
+    path.write_text(
+        "listenPort=9877\n"
+        "serverChannelMaxIdleTimeSeconds=300\n"
+        "orderMessageEnable=true\n"
+        "rocketmqHome=/opt/rocketmq\n"
+        "kvConfigPath=/opt/rocketmq/kvConfig.json\n"
+        "serverWorkerThreads=8\n"
+    )
+    config = NamesrvConfig.from_properties(path, settings=[("serverMaxConnections", "100")])
+    assert (config.listen_host, config.listen_port) == ("127.0.0.1", 9877)
+    assert config.server_channel_max_idle_time_seconds == 300
+    assert config.server_max_connections == 100
+    assert config.order_message_enable
+    said = [r.getMessage() for r in caplog.records]
+    assert f"{path}:4: rocketmqHome is where RocketMQ finds its logging configuration" in said[0]
+    assert "kvConfigPath is where RocketMQ keeps KV config" in said[1]
+    assert "in memory only" in said[1]
+    assert f"{path}:6: serverWorkerThreads is a RocketMQ setting trioha has no use for" == said[2]
+    default = NamesrvConfig()  # mqnamesrv's defaults
+    assert (default.listen_port, default.server_channel_max_idle_time_seconds) == (9876, 120)
+    assert not default.order_message_enable
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("serverChannelMaxIdleTimeSecond=300", "did you mean 'serverChannelMaxIdleTimeSeconds'"),
+        ("brokerRole=SLAVE", "unknown key 'brokerRole'"),  # a broker.conf key is no namesrv key
+        ("listenPort=99999", "must be a TCP port"),
+        ("serverMaxConnections=many", "serverMaxConnections='many' is not valid"),
+    ],
+)
+def test_a_bad_namesrv_properties_is_a_clear_error(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "namesrv.properties"
+    path.write_text(f"# mine\n{line}\n")
+    with pytest.raises(ConfigError, match=message) as info:
+        NamesrvConfig.from_properties(path)
+    if "unknown" in message or "did you mean" in message:
+        assert str(info.value).startswith(f"{path}:2: unknown key")
 
 
 @pytest.mark.parametrize(

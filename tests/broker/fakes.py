@@ -160,6 +160,7 @@ async def open_fake_broker(root: Path, config: BrokerConfig) -> AsyncIterator[Fa
         root,
         segment_size=config.mapped_file_size_commit_log,
         store_host=HostAddress("127.0.0.1", config.listen_port or 10911),
+        max_message_size=config.max_message_size,
     )
     try:
         yield FakeBroker(config, store)

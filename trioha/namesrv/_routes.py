@@ -38,7 +38,6 @@ SCAN_INTERVAL = 10.0
 SCAN_INITIAL_DELAY = 5.0
 #: ``NamesrvUtil.NAMESPACE_ORDER_TOPIC_CONFIG``.
 NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
-DEFAULT_NAMESRV_PORT = 9876
 
 
 @attrs.frozen
@@ -254,8 +253,10 @@ class RouteInfoManager:
         return info.data_version != version
 
     # --- queries --------------------------------------------------------------------------
-    def route(self, topic: str) -> dict[str, Any] | None:
-        """``pickupTopicRouteData``: the TopicRouteData, or None when unknown."""
+    def route(self, topic: str, *, order_conf: bool = True) -> dict[str, Any] | None:
+        """``pickupTopicRouteData``: the TopicRouteData, or None when unknown; with
+        *order_conf* (``orderMessageEnable``) it carries the topic's ``ORDER_TOPIC_CONFIG``
+        entry, if any, as ``orderTopicConf``."""
         queues = self.topic_queues.get(topic)
         if not queues:
             return None
@@ -271,7 +272,7 @@ class RouteInfoManager:
             "filterServerTable": {},
             "queueDatas": [q.to_json() for _, q in sorted(queues.items())],
         }
-        order = self.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, {}).get(topic)
+        order = self.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, {}).get(topic) if order_conf else None
         if order is not None:
             route["orderTopicConf"] = order
         return route
