@@ -59,19 +59,37 @@ async def create_topic(pool: Any, side: Any, topic: str, queues: int) -> None:
     assert created.code == ResponseCode.SUCCESS
 
 
+def reset_request(timestamp: int, force: bool) -> RemotingCommand:
+    fields = {"topic": "T", "group": "G", "timestamp": timestamp, "isForce": str(force).lower()}
+    return RemotingCommand.request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields)
+
+
+async def wait_told(member: Answering) -> RemotingCommand:
+    """The RESET_CONSUMER_CLIENT_OFFSET a member got (after the group-change notice)."""
+    with trio.fail_after(5):
+        while True:
+            told = [
+                r for r in member.requests if r.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET
+            ]
+            if told:
+                assert len(told) == 1
+                return told[0]
+            await member.arrived.wait()
+            member.arrived = trio.Event()
+
+
 # --- INVOKE_BROKER_TO_RESET_OFFSET (222) -----------------------------------------------------
 
 
 async def test_reset_offset_refusals_before_any_consumer_is_asked(tmp_path: Path) -> None:
     async with broker_port(tmp_path) as (_broker, side, pool):
-        fields = {"topic": "T", "group": "G", "timestamp": 0, "isForce": "true"}
-        no_topic = await call(pool, side, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, **fields)
+        no_topic = await pool.request(side.broker_addr, reset_request(0, force=True))
         assert (no_topic.code, no_topic.remark) == (
             ResponseCode.SYSTEM_ERROR,
             "[reset-offset] reset offset failed, no topic in this broker. topic=T",
         )
         await create_topic(pool, side, "T", 2)
-        no_group = await call(pool, side, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, **fields)
+        no_group = await pool.request(side.broker_addr, reset_request(0, force=True))
         assert (no_group.code, no_group.remark) == (
             ResponseCode.SYSTEM_ERROR,
             "THe consumer group <G> not exist",
@@ -82,7 +100,7 @@ async def test_reset_offset_refusals_before_any_consumer_is_asked(tmp_path: Path
             )
         # No member online: CONSUMER_NOT_ONLINE, on which mqadmin falls back to writing the
         # offsets itself (UPDATE_CONSUMER_OFFSET); the broker's offsets are untouched.
-        offline = await call(pool, side, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, **fields)
+        offline = await pool.request(side.broker_addr, reset_request(0, force=True))
         assert (offline.code, offline.remark) == (
             ResponseCode.CONSUMER_NOT_ONLINE,
             "Consumer not online, so can not reset offset, Group: G Topic: T Timestamp: 0",
@@ -105,29 +123,14 @@ async def test_reset_offset_tells_every_member_the_new_offsets(tmp_path: Path) -
         member = Answering()
         async with open_remoting_client(side.broker_addr, handler=member) as client:
             assert (await client.request(heartbeat("c1", "G"))).code == ResponseCode.SUCCESS
-            answer = await call(
-                pool,
-                side,
-                RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
-                topic="T",
-                group="G",
-                timestamp=-1,  # "now": each queue's end
-                isForce="false",
-            )
+            # -1 ("now"): each queue's end.
+            answer = await pool.request(side.broker_addr, reset_request(-1, force=False))
             assert answer.code == ResponseCode.SUCCESS, answer.remark
             mq0 = '{"brokerName":"broker-a","queueId":0,"topic":"T"}'
             mq1 = '{"brokerName":"broker-a","queueId":1,"topic":"T"}'
             # Not forced: a queue moves only backwards (queue 0 keeps 4, not its end 5).
             assert answer.body == ('{"offsetTable":{' + mq0 + ":4," + mq1 + ":0}}").encode()
-            with trio.fail_after(5):
-                while not any(
-                    r.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET for r in member.requests
-                ):
-                    await member.arrived.wait()
-                    member.arrived = trio.Event()
-            (told,) = [
-                r for r in member.requests if r.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET
-            ]
+            told = await wait_told(member)
             assert told.is_oneway
             assert told.ext_fields == {
                 "topic": "T",
@@ -149,19 +152,10 @@ async def test_reset_offset_from_a_cpp_caller_sends_the_list_form(tmp_path: Path
         member = Answering()
         async with open_remoting_client(side.broker_addr, handler=member) as client:
             await client.request(heartbeat("c1", "G"))
-            request = RemotingCommand.request(
-                RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
-                {"topic": "T", "group": "G", "timestamp": 0, "isForce": "true"},
-            )
-            answer = await pool.request(side.broker_addr, attrs.evolve(request, language="CPP"))
+            request = attrs.evolve(reset_request(0, force=True), language="CPP")
+            answer = await pool.request(side.broker_addr, request)
             assert answer.code == ResponseCode.SUCCESS
-            with trio.fail_after(5):
-                while not any(
-                    r.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET for r in member.requests
-                ):
-                    await member.arrived.wait()
-                    member.arrived = trio.Event()
-            told = member.requests[-1]
+            told = await wait_told(member)
             assert json.loads(told.body) == {
                 "offsetTable": [{"brokerName": "broker-a", "offset": 0, "queueId": 0, "topic": "T"}]
             }
@@ -175,15 +169,7 @@ async def test_reset_offset_refuses_a_client_too_old_for_it(tmp_path: Path) -> N
         )
         async with open_remoting_client(side.broker_addr, handler=Answering()) as client:
             await client.request(attrs.evolve(heartbeat("old", "G"), version=27))
-            answer = await call(
-                pool,
-                side,
-                RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
-                topic="T",
-                group="G",
-                timestamp=0,
-                isForce="true",
-            )
+            answer = await pool.request(side.broker_addr, reset_request(0, force=True))
             assert (answer.code, answer.remark) == (
                 ResponseCode.SYSTEM_ERROR,
                 "the client does not support this feature. version=V3_0_6",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
@@ -638,23 +638,28 @@ class AdminBrokerProcessor:
     ) -> RemotingCommand:
         """``cleanExpiredConsumeQueue`` (``mqadmin cleanExpiredCQ``): the broker's
         :meth:`~trioha.broker.Broker.clean_expired_consume_queues` hook."""
-        log.warning("invoke cleanExpiredConsumeQueue start.")
-        done = self.ctx.broker.clean_expired_consume_queues()
-        log.warning("invoke cleanExpiredConsumeQueue end.")
-        return self._retention_answer(request, done)
+        return self._retention(
+            request, "cleanExpiredConsumeQueue", self.ctx.broker.clean_expired_consume_queues
+        )
 
     async def delete_expired_commitlog(
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand:
         """``deleteExpiredCommitLog`` (``mqadmin deleteExpiredCommitLog``): the broker's
         :meth:`~trioha.broker.Broker.delete_expired_commitlog` hook."""
-        log.warning("invoke deleteExpiredCommitLog start.")
-        done = self.ctx.broker.delete_expired_commitlog()
-        log.warning("invoke deleteExpiredCommitLog end.")
-        return self._retention_answer(request, done)
+        return self._retention(
+            request, "deleteExpiredCommitLog", self.ctx.broker.delete_expired_commitlog
+        )
 
     @staticmethod
-    def _retention_answer(request: RemotingCommand, done: bool) -> RemotingCommand:
+    def _retention(
+        request: RemotingCommand, name: str, hook: Callable[[], bool]
+    ) -> RemotingCommand:
+        """Call a retention hook, logged as RocketMQ logs it; SYSTEM_ERROR saying so while the
+        broker has no retention service (the hook answers False)."""
+        log.warning("invoke %s start.", name)
+        done = hook()
+        log.warning("invoke %s end.", name)
         if done:
             return request.response(ResponseCode.SUCCESS)
         return request.response(

@@ -123,25 +123,13 @@ class NamesrvProcessor:
                 )
                 return request.response(ResponseCode.SUCCESS)
             case RequestCode.WIPE_WRITE_PERM_OF_BROKER:
-                broker_name = request.require("brokerName")
-                count = self.routes.wipe_write_perm(broker_name)
-                log.info(
-                    "wipe write perm of broker[%s], client: %s, %d",
-                    broker_name,
-                    connection.peer,
-                    count,
+                return self._write_perm(
+                    request, connection, self.routes.wipe_write_perm, "wipe", "wipeTopicCount"
                 )
-                return request.response(ResponseCode.SUCCESS, fields={"wipeTopicCount": count})
             case RequestCode.ADD_WRITE_PERM_OF_BROKER:
-                broker_name = request.require("brokerName")
-                count = self.routes.add_write_perm(broker_name)
-                log.info(
-                    "add write perm of broker[%s], client: %s, %d",
-                    broker_name,
-                    connection.peer,
-                    count,
+                return self._write_perm(
+                    request, connection, self.routes.add_write_perm, "add", "addTopicCount"
                 )
-                return request.response(ResponseCode.SUCCESS, fields={"addTopicCount": count})
             case RequestCode.GET_NAMESRV_CONFIG:
                 settings = self.settings() if self.settings is not None else {}
                 body = "".join(f"{key}={value}\n" for key, value in settings.items())
@@ -159,6 +147,23 @@ class NamesrvProcessor:
         return request.response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
         )
+
+    @staticmethod
+    def _write_perm(
+        request: RemotingCommand,
+        connection: RemotingConnection,
+        change: Callable[[str], int],
+        verb: str,
+        count_field: str,
+    ) -> RemotingCommand:
+        """``wipeWritePermOfBroker``/``addWritePermOfBroker``: the count of topics touched in
+        the response header."""
+        broker_name = request.require("brokerName")
+        count = change(broker_name)
+        log.info(
+            "%s write perm of broker[%s], client: %s, %d", verb, broker_name, connection.peer, count
+        )
+        return request.response(ResponseCode.SUCCESS, fields={count_field: count})
 
     def _update_config(
         self, request: RemotingCommand, connection: RemotingConnection
