@@ -445,6 +445,15 @@ async def test_update_broker_config_rewrites_only_its_keys_in_the_c_file(tmp_pat
         assert big.code == ResponseCode.MESSAGE_ILLEGAL
 
 
+async def test_concurrent_updates_keep_both_changes(tmp_path: Path) -> None:
+    async with broker_port(tmp_path) as (broker, side, pool), trio.open_nursery() as nursery:
+        for request in (update(flushIntervalCommitLog=800), update(maxMessageSize=4096)):
+            nursery.start_soon(pool.request, side.broker_addr, request)
+    assert (broker.config.flush_interval_commit_log, broker.config.max_message_size) == (800, 4096)
+    saved = (tmp_path / "config" / "broker.properties").read_text().splitlines()
+    assert sorted(saved) == ["flushIntervalCommitLog=800", "maxMessageSize=4096"]
+
+
 async def test_update_broker_config_refuses_what_cannot_change_live(tmp_path: Path) -> None:
     async with broker_port(tmp_path) as (broker, side, pool):
         config = broker.config

@@ -86,6 +86,9 @@ class AdminBrokerProcessor:
         self.ctx = ctx
         #: (group, topic, queue id) -> (client id, locked at ms): ``RebalanceLockManager``.
         self._locks: dict[tuple[str, str, int], tuple[str, int]] = {}
+        #: One UPDATE_BROKER_CONFIG at a time (RocketMQ's is ``synchronized``): each reads the
+        #: configuration the last one left and rewrites the same file.
+        self._config_update = trio.Lock()
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -676,6 +679,12 @@ class AdminBrokerProcessor:
         log.info("updateBrokerConfig called by %s", connection.peer)
         if not request.body:
             return request.response(ResponseCode.SUCCESS)
+        async with self._config_update:
+            return await self._update_broker_config(request, connection)
+
+    async def _update_broker_config(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
         try:
             settings = parse_settings(request.body)
             config = updated_config(self.ctx.config, settings)
