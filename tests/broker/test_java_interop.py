@@ -76,6 +76,7 @@ def test_mqadmin_and_a_java_slave_against_trioha(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-4000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
+    (tmp_path / "seen.json").write_text(json.dumps(seen, indent=1))  # every answer, to read
     assert seen["first_sends"] == {
         "11": 5
     }  # SYNC_MASTER, no slave yet: stored, SLAVE_NOT_AVAILABLE
