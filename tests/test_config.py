@@ -262,3 +262,57 @@ def test_a_bad_namesrv_properties_is_a_clear_error(tmp_path: Path, line: str, me
         NamesrvConfig.from_properties(path)
     if "unknown" in message or "did you mean" in message:
         assert str(info.value).startswith(f"{path}:2: unknown key")
+
+
+@pytest.mark.parametrize(
+    ("text", "settings", "expected"),
+    [
+        ("", {"a": "1"}, "a=1\n"),
+        ("# keep\na = 2\nb=3\n", {"a": "1"}, "# keep\na=1\nb=3\n"),
+        ("a=2\nb=3\na=4", {"a": "1"}, "a=1\nb=3\n"),  # a later duplicate would win: gone
+        ("x=1\\\n  2\r\na:9\n", {"x": "5", "c": "7"}, "x=5\na:9\nc=7\n"),  # a continued entry
+        ("b=3", {"a": " lead\\ing"}, "b=3\na=\\ lead\\\\ing\n"),
+    ],
+)
+def test_rewrite_properties_changes_only_its_keys(
+    text: str, settings: dict[str, str], expected: str
+) -> None:
+    from trioha._config import parse_properties, rewrite_properties
+
+    out = rewrite_properties(text, settings)
+    assert out == expected
+    read = {key: value for _line, key, value in parse_properties(out)}
+    assert {key: read[key] for key in settings} == settings
+
+
+def test_read_setting_is_the_files_reading_of_one_key() -> None:
+    from trioha._config import read_setting
+
+    assert read_setting(BrokerConfig, "brokerIP1", "10.0.0.1", where="w") == (
+        "broker_ip1",
+        "10.0.0.1",
+    )
+    assert read_setting(BrokerConfig, "flushDiskType", "sync_flush", where="w") == (
+        "flush_disk_type",
+        FlushDiskType.SYNC_FLUSH,
+    )
+    with pytest.raises(ConfigError, match="w: unknown key 'brokerIPP1'; did you mean 'brokerIP1'"):
+        read_setting(BrokerConfig, "brokerIPP1", "x", where="w")
+    with pytest.raises(ConfigError, match="w: fileReservedTime is a RocketMQ setting trioha"):
+        read_setting(BrokerConfig, "fileReservedTime", "72", where="w")
+    with pytest.raises(ConfigError, match="w: listenPort='x' is not valid"):
+        read_setting(BrokerConfig, "listenPort", "x", where="w")
+
+
+def test_config_properties_round_trip_through_the_reader(tmp_path: Path) -> None:
+    from trioha._config import config_properties, java_key
+
+    config = BrokerConfig(broker_ip1="10.1.1.1", flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    properties = config_properties(config)
+    assert properties["brokerIP1"] == "10.1.1.1"
+    assert properties["checkCRCOnRecover"] == "true"
+    assert properties["flushDiskType"] == "SYNC_FLUSH"
+    assert "namesrvAddr" not in properties  # unset
+    assert java_key("ha_slave_fallbehind_max") == "haSlaveFallbehindMax"
+    conf = write(tmp_path, "".join(f"{k}={v}\n" for k, v in properties.items()))
+    assert BrokerConfig.from_properties(conf) == config

@@ -363,7 +363,7 @@ def _run_master(args: argparse.Namespace) -> int:
     if not config.broker_role.is_master:
         raise ConfigError(f"{args.config}: brokerRole is SLAVE; use `trioha slave` for a slave")
     require_prometheus_client(args)
-    trio.run(_serve, config, args.metrics_listen)
+    trio.run(_serve, config, args.metrics_listen, args.config)
     return 0
 
 
@@ -382,18 +382,25 @@ def _run_slave(args: argparse.Namespace) -> int:
     if config.ha_master is None:
         raise ConfigError("a slave needs --master-ha HOST:PORT (or haMasterAddress in -c)")
     require_prometheus_client(args)
-    trio.run(_serve, config, args.metrics_listen)
+    trio.run(_serve, config, args.metrics_listen, args.config)
     return 0
 
 
-async def _serve(config: BrokerConfig, metrics: tuple[str, int] | None = None) -> None:
+async def _serve(
+    config: BrokerConfig,
+    metrics: tuple[str, int] | None = None,
+    config_file: Path | None = None,
+) -> None:
     from trioha._tuning import tune_gc_for_serving
     from trioha.broker import open_broker
 
     tune_gc_for_serving()
 
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with open_broker(config) as broker, trio.open_nursery() as nursery:
+        async with (
+            open_broker(config, config_file=config_file) as broker,
+            trio.open_nursery() as nursery,
+        ):
             if metrics is not None:
                 from trioha.metrics import BrokerCollector, serve_metrics
 

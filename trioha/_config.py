@@ -23,7 +23,7 @@ import enum
 import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -387,7 +387,7 @@ class BrokerConfig(RemotingServerConfig):
         values = _entry_values(
             [e for e in entries if e[1] not in FIXED_STORE_PATHS],
             attrs.fields(cls),
-            dict.fromkeys(IGNORED_ROCKETMQ_KEYS | IGNORED_NETTY_SERVER_KEYS, NO_USE),
+            BROKER_IGNORED_KEYS,
         )
         fields = {f.name: f for f in attrs.fields(cls)}
         if values.get("tls_config_file"):
@@ -488,14 +488,33 @@ def _entry_values(
     by_name = {f.name: f for f in fields}
     values: dict[str, Any] = {}
     for where, key, raw in entries:
-        name = _snake(LEGACY_KEYS.get(key, key).replace(".", "_"))  # tls.server.mode
-        if name not in by_name:
-            if key in ignored:
-                log.info("%s: %s is %s", where, key, ignored[key])
-                continue
-            raise ConfigError(f"{where}: unknown key {key!r}{_nearest(key, by_name)}")
-        values[name] = _convert(by_name[name], raw, where, key)
+        if key in ignored and _field_name(key) not in by_name:
+            log.info("%s: %s is %s", where, key, ignored[key])
+            continue
+        name, value = _read_setting(by_name, key, raw, where, ignored)
+        values[name] = value
     return values
+
+
+def _field_name(key: str) -> str:
+    """The field a RocketMQ key names: ``tls.server.mode`` -> ``tls_server_mode``."""
+    return _snake(LEGACY_KEYS.get(key, key).replace(".", "_"))
+
+
+def _read_setting(
+    by_name: Mapping[str, attrs.Attribute[Any]],
+    key: str,
+    raw: str,
+    where: str,
+    ignored: Mapping[str, str],
+) -> tuple[str, Any]:
+    name = _field_name(key)
+    field = by_name.get(name)
+    if field is None:
+        if key in ignored:
+            raise ConfigError(f"{where}: {key} is {ignored[key]}")
+        raise ConfigError(f"{where}: unknown key {key!r}{_nearest(key, by_name)}")
+    return name, _convert(field, raw, where, key)
 
 
 def _tls_file_values(path: Path, fields: dict[str, Any]) -> dict[str, Any]:
@@ -573,6 +592,11 @@ IGNORED_NETTY_SERVER_KEYS = frozenset(
     }
 )
 
+#: A broker.conf's keys trioha accepts and ignores, and why.
+BROKER_IGNORED_KEYS: dict[str, str] = dict.fromkeys(
+    IGNORED_ROCKETMQ_KEYS | IGNORED_NETTY_SERVER_KEYS, NO_USE
+)
+
 # ``NamesrvConfig`` keys a trioha name server accepts and ignores, and why.
 IGNORED_NAMESRV_KEYS: dict[str, str] = {
     "rocketmqHome": "where RocketMQ finds its logging configuration; trioha logs to stderr",
@@ -605,8 +629,19 @@ def _parse_properties(text: str) -> list[tuple[int, str, str]]:
     Values also lose trailing blanks (Java keeps them, and then RocketMQ fails to parse
     ``"10911 "`` as a number). The line number is where the entry starts.
     """
-    out = []
-    lines = re.split(r"\r\n|\r|\n", text)  # not str.splitlines: a form feed is a blank here
+    return [
+        (start + 1, key, value.rstrip(_WHITESPACE))
+        for start, _end, key, value in _entries(re.split(r"\r\n|\r|\n", text))
+    ]
+
+
+#: ``(line, key, value)`` of each entry of a ``.properties`` text (``Properties.load``).
+parse_properties = _parse_properties
+
+
+def _entries(lines: Sequence[str]) -> Iterator[tuple[int, int, str, str]]:
+    """``(first, end, key, value)`` of each entry of *lines* (``lines[first:end]`` hold it,
+    continuations included), as :func:`_parse_properties` reads them; values untrimmed."""
     i = 0
     while i < len(lines):
         start = i
@@ -620,8 +655,43 @@ def _parse_properties(text: str) -> list[tuple[int, str, str]]:
         if _continues(line):
             line = line[:-1]  # a continuation at the end of the file continues into nothing
         key, value = _split_entry(line, start + 1)
-        out.append((start + 1, key, value.rstrip(_WHITESPACE)))
-    return out
+        yield start, i, key, value
+
+
+def rewrite_properties(text: str, settings: Mapping[str, str]) -> str:
+    """*text* (a ``broker.conf``) with each key of *settings* set to its value.
+
+    The first entry of a key is replaced in place and any later one removed (the last one
+    would win when the file is read); a key the file lacks is appended. Every other line,
+    comments and blank lines included, is kept as it was.
+    """
+    # Each line with its end (the line ends _parse_properties splits on), kept as it was.
+    lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z", text)
+    remaining = dict(settings)
+    replaced: dict[int, str] = {}
+    dropped: set[int] = set()
+    for start, end, key, _value in _entries([line.rstrip("\r\n") for line in lines]):
+        if key not in settings:
+            continue
+        dropped.update(range(start, end))
+        if key in remaining:
+            replaced[start] = f"{key}={_escape(remaining.pop(key))}\n"
+    out = [
+        replaced.get(i, line) for i, line in enumerate(lines) if i in replaced or i not in dropped
+    ]
+    if out and not out[-1].endswith("\n"):
+        out[-1] += "\n"
+    out += [f"{key}={_escape(value)}\n" for key, value in remaining.items()]
+    return "".join(out)
+
+
+def _escape(value: str) -> str:
+    """A value as ``Properties.store`` writes it: backslashes, line ends and a leading blank
+    escaped, so :func:`_parse_properties` reads back exactly *value*."""
+    out = value.replace("\\", "\\\\")
+    for char, escape in (("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"), ("\f", "\\f")):
+        out = out.replace(char, escape)
+    return "\\" + out if out[:1] == " " else out
 
 
 def _continues(line: str) -> bool:
@@ -681,8 +751,45 @@ def _camel(name: str) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
-def _nearest(key: str, fields: dict[str, Any]) -> str:
-    candidates = [_camel(name) for name in fields]
+#: Fields whose RocketMQ key keeps an acronym in capitals (:func:`_snake` reads both back).
+_JAVA_KEYS = {"broker_ip1": "brokerIP1", "check_crc_on_recover": "checkCRCOnRecover"}
+
+
+def java_key(name: str) -> str:
+    """The RocketMQ (camelCase) key of the field *name*: ``broker_ip1`` -> ``brokerIP1``."""
+    return _JAVA_KEYS.get(name) or _camel(name)
+
+
+def config_properties(config: Any) -> dict[str, str]:
+    """``MixAll.object2Properties`` of an attrs config: every field that is set, by its
+    RocketMQ key, as text (what GET_BROKER_CONFIG and GET_NAMESRV_CONFIG answer)."""
+    out: dict[str, str] = {}
+    for field in attrs.fields(type(config)):
+        value = getattr(config, field.name)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            out[java_key(field.name)] = "true" if value else "false"
+        elif isinstance(value, enum.Enum):
+            out[java_key(field.name)] = str(value.value)
+        else:
+            out[java_key(field.name)] = str(value)
+    return out
+
+
+def read_setting(cls: type, key: str, raw: str, *, where: str) -> tuple[str, Any]:
+    """The field and typed value one ``key=value`` of a broker.conf sets (*cls*:
+    :class:`BrokerConfig`), read as :meth:`BrokerConfig.from_properties` reads a line.
+
+    Raises :class:`ConfigError` naming *where* for an unknown key (and the nearest valid
+    one), for a RocketMQ key trioha has no use for, and for a value it cannot parse.
+    """
+    by_name = {f.name: f for f in attrs.fields(cls)}
+    return _read_setting(by_name, key, raw, where, BROKER_IGNORED_KEYS)
+
+
+def _nearest(key: str, fields: Mapping[str, Any]) -> str:
+    candidates = [java_key(name) for name in fields]
     close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -373,3 +374,93 @@ def _leaf(error: BaseException) -> BaseException:
     while isinstance(error, BaseExceptionGroup):
         error = error.exceptions[0]
     return error
+
+
+def perms(routes: RouteInfoManager, topic: str) -> dict[str, int]:
+    route = routes.route(topic)
+    assert route is not None
+    return {q["brokerName"]: q["perm"] for q in route["queueDatas"]}
+
+
+def register_master(
+    routes: RouteInfoManager, name: str, counter: int, now: int = 0, **topics: int
+) -> None:
+    """A master named *name* registers with topic data version *counter*."""
+    routes.register_broker(
+        cluster="DefaultCluster",
+        broker_addr=f"{name}:10911",
+        broker_name=name,
+        broker_id=0,
+        ha_server_addr="",
+        topic_config=wrapper(counter, **topics),
+        channel=None,
+        now=now,
+    )
+
+
+def test_wipe_and_add_write_perm_of_one_broker() -> None:
+    """``mqadmin wipeWritePerm`` drains a broker: producers skip queues without the write bit."""
+    routes = RouteInfoManager()
+    register_master(routes, "broker-a", 1, T=4, U=2)
+    register_master(routes, "broker-b", 1, T=4)
+    assert routes.wipe_write_perm("broker-a") == 2
+    assert perms(routes, "T") == {"broker-a": 4, "broker-b": 6}
+    assert perms(routes, "U") == {"broker-a": 4}
+    # A registration with the same data version leaves the wipe in place (RocketMQ rewrites
+    # the queues only when the broker's topic table changed).
+    register_master(routes, "broker-a", 1, now=1, T=4, U=2)
+    assert perms(routes, "T")["broker-a"] == 4
+    assert routes.wipe_write_perm("nobody") == 0
+    assert routes.add_write_perm("broker-a") == 2
+    assert perms(routes, "T") == {"broker-a": 6, "broker-b": 6}
+    routes.wipe_write_perm("broker-a")
+    register_master(routes, "broker-a", 2, now=2, T=4, U=2)
+    assert perms(routes, "U") == {"broker-a": 6}  # a new topic table rewrites them
+
+
+async def test_write_perm_and_config_codes_over_tcp() -> None:
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            # A processor of its own, as `trioha namesrv` passes: the server fills in its settings.
+            address = await nursery.start(
+                partial(serve_namesrv, "127.0.0.1", 0, processor=NamesrvProcessor())
+            )
+            async with open_remoting_client(address) as client:
+
+                async def call(code: int, body: bytes = b"", **fields: str) -> RemotingCommand:
+                    return await client.request(RemotingCommand.request(code, fields, body))
+
+                await client.request(register_request(0, "m:1", T=2, U=1))
+                wiped = await call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, brokerName="broker-a")
+                assert (wiped.code, wiped.ext_fields) == (
+                    ResponseCode.SUCCESS,
+                    {"wipeTopicCount": "2"},
+                )
+                route = loads_lenient(
+                    (await call(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="T")).body
+                )
+                assert route["queueDatas"][0]["perm"] == 4
+                added = await call(RequestCode.ADD_WRITE_PERM_OF_BROKER, brokerName="broker-a")
+                assert (added.code, added.ext_fields) == (
+                    ResponseCode.SUCCESS,
+                    {"addTopicCount": "2"},
+                )
+                config = await call(RequestCode.GET_NAMESRV_CONFIG)
+                assert config.code == ResponseCode.SUCCESS
+                lines = dict(line.split("=", 1) for line in config.body.decode().splitlines())
+                # The settings it runs with (a NamesrvConfig's), the address as bound.
+                assert lines["listenHost"] == "127.0.0.1"
+                assert lines["listenPort"] == str(address[1])
+                assert lines["serverChannelMaxIdleTimeSeconds"] == "120"
+                assert lines["orderMessageEnable"] == "false"
+                path = await call(RequestCode.UPDATE_NAMESRV_CONFIG, b"kvConfigPath=/tmp/x\n")
+                assert (path.code, path.remark) == (
+                    ResponseCode.NO_PERMISSION,
+                    "Can not update config path",
+                )
+                other = await call(RequestCode.UPDATE_NAMESRV_CONFIG, b"listenPort=1\n")
+                assert other.code == ResponseCode.SYSTEM_ERROR
+                assert (other.remark or "").startswith("updateNamesrvConfig: listenPort cannot be")
+                empty = await call(RequestCode.UPDATE_NAMESRV_CONFIG)
+                assert empty.code == ResponseCode.SUCCESS
+            nursery.cancel_scope.cancel()

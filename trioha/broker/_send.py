@@ -529,7 +529,11 @@ class SendMessageProcessor:
         self.ctx.on_topics_changed()
         props = message.properties_dict()
         props.setdefault(PROPERTY_RETRY_TOPIC, message.topic)
-        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, request.field("originMsgId") or message.msg_id)
+        # The first delivery's offset message id (store host + commit log offset), as
+        # RocketMQ keeps it: queryMsgById decodes it. Not the request's originMsgId, which
+        # a client fills with its UNIQ_KEY.
+        if not props.get(PROPERTY_ORIGIN_MESSAGE_ID, "").strip():
+            props[PROPERTY_ORIGIN_MESSAGE_ID] = message.msg_id
         props[PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)  # setDelayTimeLevel
         result = await self.ctx.broker.put(
             topic=topic,

@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import trio
 
-from trioha._config import NamesrvConfig
+from trioha._config import NamesrvConfig, config_properties, parse_properties
 from trioha._errors import ConfigError, RemotingError
 from trioha.namesrv._routes import (
     NAMESPACE_ORDER_TOPIC_CONFIG,
@@ -36,8 +36,18 @@ if TYPE_CHECKING:
 log = logging.getLogger("trioha.namesrv")
 
 
+#: ``NamesrvConfig``'s paths, which UPDATE_NAMESRV_CONFIG may never change (RocketMQ's
+#: NO_PERMISSION "Can not update config path").
+CONFIG_PATH_KEYS = frozenset({"kvConfigPath", "configStorePath"})
+
+
 class NamesrvProcessor:
-    """``DefaultRequestProcessor``: the name server's request codes."""
+    """``DefaultRequestProcessor``: the name server's request codes.
+
+    *settings* gives the ``key -> value`` properties GET_NAMESRV_CONFIG answers
+    (``Configuration.getAllConfigsFormatString``); when None, :func:`serve_namesrv` fills in
+    what it runs with.
+    """
 
     def __init__(
         self,
@@ -45,11 +55,13 @@ class NamesrvProcessor:
         *,
         clock: Callable[[], int] = lambda: int(time.time() * 1000),
         order_message_enable: bool = False,
+        settings: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         self.routes = routes or RouteInfoManager()
         self.now = clock
         #: ``NamesrvConfig.orderMessageEnable``: routes carry ``orderTopicConf``.
         self.order_message_enable = order_message_enable
+        self.settings = settings
 
     async def handle_request(
         self, request: RemotingCommand, connection: RemotingConnection
@@ -110,6 +122,20 @@ class NamesrvProcessor:
                     request.require("key"), None
                 )
                 return request.response(ResponseCode.SUCCESS)
+            case RequestCode.WIPE_WRITE_PERM_OF_BROKER:
+                return self._write_perm(
+                    request, connection, self.routes.wipe_write_perm, "wipe", "wipeTopicCount"
+                )
+            case RequestCode.ADD_WRITE_PERM_OF_BROKER:
+                return self._write_perm(
+                    request, connection, self.routes.add_write_perm, "add", "addTopicCount"
+                )
+            case RequestCode.GET_NAMESRV_CONFIG:
+                settings = self.settings() if self.settings is not None else {}
+                body = "".join(f"{key}={value}\n" for key, value in settings.items())
+                return request.response(ResponseCode.SUCCESS, body=body.encode())
+            case RequestCode.UPDATE_NAMESRV_CONFIG:
+                return self._update_config(request, connection)
             case RequestCode.GET_KVLIST_BY_NAMESPACE:
                 table = self.routes.kv.get(request.require("namespace"))
                 if not table:
@@ -120,6 +146,46 @@ class NamesrvProcessor:
                 return request.response(ResponseCode.SUCCESS, body=dumps_bytes({"table": table}))
         return request.response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
+        )
+
+    @staticmethod
+    def _write_perm(
+        request: RemotingCommand,
+        connection: RemotingConnection,
+        change: Callable[[str], int],
+        verb: str,
+        count_field: str,
+    ) -> RemotingCommand:
+        """``wipeWritePermOfBroker``/``addWritePermOfBroker``: the count of topics touched in
+        the response header."""
+        broker_name = request.require("brokerName")
+        count = change(broker_name)
+        log.info(
+            "%s write perm of broker[%s], client: %s, %d", verb, broker_name, connection.peer, count
+        )
+        return request.response(ResponseCode.SUCCESS, fields={count_field: count})
+
+    def _update_config(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        """``updateConfig``: RocketMQ's NO_PERMISSION for its two paths; every other key is
+        refused by name, as nothing of a trioha name server changes while it runs (a RocketMQ
+        name server stores such a key and answers success, whether it is used or not)."""
+        log.info("updateConfig called by %s", connection.peer)
+        if not request.body:
+            return request.response(ResponseCode.SUCCESS)
+        try:
+            keys = [key for _line, key, _value in parse_properties(request.body.decode())]
+        except (UnicodeDecodeError, ConfigError) as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"string2Properties error: {exc}")
+        if CONFIG_PATH_KEYS.intersection(keys):
+            return request.response(ResponseCode.NO_PERMISSION, "Can not update config path")
+        if not keys:
+            return request.response(ResponseCode.SUCCESS)
+        return request.response(
+            ResponseCode.SYSTEM_ERROR,
+            f"updateNamesrvConfig: {keys[0]} cannot be changed while the name server runs; "
+            "restart it with the new value",
         )
 
     def _register(
@@ -249,6 +315,10 @@ async def serve_namesrv(
     config = config if config is not None else NamesrvConfig()
     check_idle_timeout(config, registration_period)
     processor = processor or NamesrvProcessor(order_message_enable=config.order_message_enable)
+    # What GET_NAMESRV_CONFIG shows: the settings this server runs with, the address once bound.
+    bound: dict[str, str] = {}
+    if processor.settings is None:
+        processor.settings = lambda: {**config_properties(config), **bound}
     handler: RequestHandler = processor
     if acl is not None:
         from trioha.acl import AclGuard, Role
@@ -267,6 +337,7 @@ async def serve_namesrv(
                 task_status=task_status,
             )
         )
+        bound.update(listenHost=address[0], listenPort=str(address[1]))
         log.info("name server listening on %s:%d", *address)
         task_status.started(address)
         await trio.sleep(SCAN_INITIAL_DELAY)
