@@ -271,6 +271,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(damage); slaves holding them are refused (docs/replication.md)",
     )
     master.add_argument(
+        "--accept-lost-acknowledged",
+        action="store_true",
+        help="start even though recovery ended below messages this master answered "
+        "PUT_OK and sent to slaves (ha_accept_lost_acknowledged): they are discarded, and "
+        "slaves holding them are refused (docs/replication.md)",
+    )
+    master.add_argument(
         "--embedded-namesrv",
         action="store_true",
         help="also run a name server on 127.0.0.1:9876 for a one-command setup",
@@ -295,6 +302,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="cut a slave its master refused back to where their histories "
         "part (kept in lost+found), then exit (docs/replication.md)",
+    )
+    slave.add_argument(
+        "--truncate-to",
+        type=int,
+        metavar="OFFSET",
+        help="cut a stopped store back to OFFSET (a message boundary; kept in lost+found), "
+        "then exit: for a store its master's refusal left no record in, such as a Java "
+        "RocketMQ slave's (the master's log names the offset)",
     )
     slave.set_defaults(handler=_run_slave)
 
@@ -358,6 +373,8 @@ def _run_master(args: argparse.Namespace) -> int:
         extra["ha_sync_from_oldest"] = True
     if args.accept_damaged_log:
         extra["ha_accept_damaged_log"] = True
+    if args.accept_lost_acknowledged:
+        extra["ha_accept_lost_acknowledged"] = True
     role = BrokerRole(args.role) if args.role else None
     config = _broker_config(args, role, **extra)
     if not config.broker_role.is_master:
@@ -374,10 +391,17 @@ def _run_slave(args: argparse.Namespace) -> int:
         ha_master_address=args.master_ha,
         ha_slave_ack_flushed=True if args.ack_flushed else None,
     )
+    if args.truncate_to_master and args.truncate_to is not None:
+        raise ConfigError("give --truncate-to-master or --truncate-to OFFSET, not both")
     if args.truncate_to_master:
         from trioha._reseed import truncate_to_master
 
         print(truncate_to_master(config))
+        return 0
+    if args.truncate_to is not None:
+        from trioha._reseed import truncate_to_offset
+
+        print(truncate_to_offset(config, args.truncate_to))
         return 0
     if config.ha_master is None:
         raise ConfigError("a slave needs --master-ha HOST:PORT (or haMasterAddress in -c)")

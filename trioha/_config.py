@@ -223,6 +223,10 @@ class BrokerConfig(RemotingServerConfig):
     #: Master: start even though recovery cut bytes that had been flushed (a damaged record,
     #: not a lost tail). Off, a master refuses to start on such a log (docs/replication.md).
     ha_accept_damaged_log: bool = False
+    #: Master: start even though recovery ended below messages it had answered PUT_OK and
+    #: sent to slaves, which may still hold them. Off, a master refuses to start then, naming
+    #: the slave to promote (docs/replication.md); on, those messages are discarded.
+    ha_accept_lost_acknowledged: bool = False
 
     # --- client side (BrokerConfig) ---------------------------------------------------------
     listen_port: int = attrs.field(default=10911, validator=_port)

@@ -31,9 +31,9 @@ from trioha.acl import HASecurity
 from trioha.broker._clientside import ClientSide, serve_client_side
 from trioha.broker._schedule import apply_delay_levels, parse_delay_levels
 from trioha.broker._types import new_message
-from trioha.net import HAClient, HAClientStatistics, HAService, HAServiceStatistics
+from trioha.net import HAClient, HAClientStatistics, HAService, HAServiceStatistics, MarkKeeper
 from trioha.net._client import DIVERGED_FILE
-from trioha.net._divergence import open_master_history
+from trioha.net._divergence import former_master_divergence, open_master_history
 from trioha.net._waiters import OffsetWaiters
 from trioha.net._wakeup import Wakeup
 from trioha.store import (
@@ -42,12 +42,13 @@ from trioha.store import (
     EpochFile,
     HostAddress,
     NewMessage,
+    SentOffsets,
     Store,
+    forget_master_marks,
     open_store,
 )
 from trioha.store._diskspace import COMMIT_LOG, COMMIT_LOG_FLUSH, DiskGuard, DiskStatistics
 from trioha.store._message import PreparedMessage
-from trioha.store._sent import SentOffsets
 
 log = logging.getLogger("trioha.broker")
 
@@ -136,7 +137,7 @@ class Broker:
         #: The ``-c`` file the broker was started with: UPDATE_BROKER_CONFIG writes there.
         self.config_file = config_file
         self.store = store
-        #: A master's durable sent and flushed marks (classic divergence checks).
+        #: A master's durable sent, acknowledged and flushed marks (divergence checks).
         self.sent = sent
         self.role = config.broker_role
         self.ha_service: HAService | None = None
@@ -157,6 +158,17 @@ class Broker:
             master=config.broker_role.is_master,
         )
         self.disk_check_interval = config.clean_resource_interval / 1000
+        #: A master's marks as the HA writers and the put path reserve them.
+        self.marks = (
+            MarkKeeper(sent, disk=self.disk, retry_interval=self.disk_check_interval)
+            if sent is not None
+            else None
+        )
+        #: Whether a PUT_OK must first be covered by the acknowledged mark: not with
+        #: SYNC_FLUSH, where every acknowledged byte is flushed, which a crash never loses.
+        self._mark_acked = (
+            self.marks is not None and config.flush_disk_type is not FlushDiskType.SYNC_FLUSH
+        )
         self._flusher = _GroupFlusher(self)
         self._log_grew = Wakeup()
         self._puts = 0
@@ -320,6 +332,17 @@ class Broker:
         return results
 
     async def _wait_policies(self, start: int, end: int) -> PutStatus:
+        status = await self._wait_flush_and_replicas(start, end)
+        if status is PutStatus.PUT_OK and self._mark_acked:
+            marks = self.marks
+            assert marks is not None
+            if not marks.covers_acked(end) and not await marks.cover_acked(end):
+                # Stored, flushed and replicated as asked, but this master could not record
+                # that it answered PUT_OK, so it could not promise to keep it after a crash.
+                return PutStatus.FLUSH_DISK_TIMEOUT
+        return status
+
+    async def _wait_flush_and_replicas(self, start: int, end: int) -> PutStatus:
         sync_flush = self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         sync_replica = self.role is BrokerRole.SYNC_MASTER and self.ha_service is not None
         if not sync_flush and not sync_replica:
@@ -458,10 +481,12 @@ class Broker:
             self.ha_service = HAService(
                 self.config,
                 self.store.commitlog,
-                sent=self.sent,
                 epoch_file=self.epoch_file,
                 accept=security.accept if security is not None else None,
+                marks=self.marks,
             )
+            if self.marks is not None:
+                await nursery.start(self.marks.run)
             self.ha_address = await nursery.start(self.ha_service.serve)
             if self.role is BrokerRole.SYNC_MASTER and self.config.required_slave_acks == 0:
                 log.warning(
@@ -470,14 +495,16 @@ class Broker:
                 )
         else:
             security = HASecurity.for_config(self.config, master=False)
+            root = self.store.root
             self.ha_client = HAClient(
                 self.config,
                 self.store.commitlog,
                 on_appended=self._on_log_grew,
-                diverged_file=self.store.root / DIVERGED_FILE,
+                diverged_file=root / DIVERGED_FILE,
                 epoch_file=self.epoch_file,
                 truncate=self._truncate_replica,
                 connect=security.connector(trio.open_tcp_stream) if security is not None else None,
+                become_replica=lambda: forget_master_marks(root),
             )
             await nursery.start(self.ha_client.run)
         self.client_side = await nursery.start(serve_client_side, self)
@@ -575,9 +602,12 @@ async def open_broker(
                 lambda: open_master_history(
                     store,
                     accept_damaged=config.ha_accept_damaged_log,
+                    accept_lost_acknowledged=config.ha_accept_lost_acknowledged,
                     epoch_mode=config.enable_controller_mode,
                 )
             )
+        elif not config.enable_controller_mode:
+            await trio.to_thread.run_sync(_check_former_master, store, config)
         broker = Broker(config, store, sent=sent, config_file=config_file)
         async with trio.open_nursery() as nursery:
             await broker._start(nursery)
@@ -599,8 +629,31 @@ async def open_broker(
         # (lock, abort marker), or a restart in the same process finds it locked.
         with trio.CancelScope(shield=True):
             if sent is not None:
-                await trio.to_thread.run_sync(sent.close)
+                await trio.to_thread.run_sync(_close_marks, store, sent)
             await _close_store(store, config, raise_errors=clean)
+
+
+def _close_marks(store: Store, sent: SentOffsets) -> None:
+    """A clean stop: exact marks, and the flushed mark at the log's end (flushed here, as the
+    store's close would), so the next start's damage check sees all of it (blocking)."""
+    try:
+        flushed: int | None = store.commitlog.flush()
+    except StorageError:
+        flushed = None  # the store's close says so; the flushed mark stays as it was
+    sent.close(flushed=flushed)
+
+
+def _check_former_master(store: Store, config: BrokerConfig) -> None:
+    """A classic slave whose store last ran as a trioha master and holds bytes it never
+    sent: no master can hold them, so it starts diverged (blocking; see
+    :func:`~trioha.net._divergence.former_master_divergence`)."""
+    marker = store.root / DIVERGED_FILE
+    if marker.exists():
+        return  # diverged already: the recorded offset is the one to cut back to
+    master = config.ha_master_address or "?"
+    divergence = former_master_divergence(store.commitlog, SentOffsets.open(store.root), master)
+    if divergence is not None:
+        divergence.write(marker)
 
 
 async def _close_store(store: Store, config: BrokerConfig, *, raise_errors: bool) -> None:

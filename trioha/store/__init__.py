@@ -46,6 +46,7 @@ from trioha.store._message import (
     string_to_properties,
 )
 from trioha.store._segment import DEFAULT_SEGMENT_SIZE, MIN_SEGMENT_SIZE, segment_name
+from trioha.store._sent import SENT_OFFSET_FILE, SentOffsets, forget_master_marks
 from trioha.store._store import Store, open_store
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "MESSAGE_MAGIC_V2",
     "MIN_RECORD_SIZE",
     "MIN_SEGMENT_SIZE",
+    "SENT_OFFSET_FILE",
     "AppendResult",
     "Checkpoint",
     "CommitLog",
@@ -78,6 +80,7 @@ __all__ = [
     "NewMessage",
     "PropertiesForm",
     "RecoveryReport",
+    "SentOffsets",
     "SetAside",
     "Store",
     "StoredMessage",
@@ -86,6 +89,7 @@ __all__ = [
     "decode_record",
     "encode_blank",
     "encode_message",
+    "forget_master_marks",
     "make_msg_id",
     "message_length",
     "open_store",
