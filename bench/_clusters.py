@@ -230,8 +230,7 @@ async def open_java_cluster(work: Path, *, segment_size: int) -> AsyncIterator[C
 async def wait_sendable(cluster: Cluster, topic: str) -> None:
     """Send to *topic* through the name server until SEND_OK; then its route is known."""
     from trioha._errors import TriohaError
-    from trioha.remoting._client import open_client_pool
-    from trioha.remoting._mqclient import get_route, send_message
+    from trioha.remoting import get_route, open_client_pool, send_message
 
     last = "nothing tried"
     with trio.move_on_after(READY_TIMEOUT):

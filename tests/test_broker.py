@@ -24,12 +24,12 @@ import trio
 import trio.testing
 
 from trioha import BrokerConfig
-from trioha._config import BrokerRole, FlushDiskType
+from trioha._config import BrokerRole
 from trioha._demo import compare_logs
 from trioha._status import PutStatus
 from trioha.broker import Broker, open_broker
 from trioha.proto import encode_header
-from trioha.store import open_store
+from trioha.store import FlushDiskType, open_store
 
 SEG = 64 * 1024
 FAST = {
@@ -493,7 +493,7 @@ async def test_a_master_on_a_damaged_log_starts_only_when_the_operator_accepts_i
     tmp_path: Path,
 ) -> None:
     from trioha import DamagedLogError
-    from trioha.store._sent import SentOffsets
+    from trioha.store import SentOffsets
 
     root = tmp_path / "m"
     with open_store(root, segment_size=SEG) as store:

@@ -16,8 +16,9 @@ import pytest
 
 from tests.test_cli import run
 from trioha._cli import COMMAND_HELP, EXIT_CODES, _broker_config, build_parser
-from trioha._config import BrokerRole, FlushDiskType
+from trioha._config import BrokerRole
 from trioha._errors import ConfigError
+from trioha.store import FlushDiskType
 
 
 def test_version() -> None:

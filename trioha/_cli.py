@@ -18,9 +18,10 @@ from typing import Any
 
 import trio
 
-from trioha._config import BrokerConfig, BrokerRole, FlushDiskType, parse_address
+from trioha._config import BrokerConfig, BrokerRole, parse_address
 from trioha._errors import ConfigError, TriohaError
 from trioha._logging import FORMATS, configure_logging
+from trioha.store import FlushDiskType
 
 log = logging.getLogger("trioha")
 

@@ -39,14 +39,15 @@ import trio
 
 from trioha._config import DEFAULT_NAMESRV_PORT, BrokerConfig, NamesrvConfig, parse_address
 from trioha._errors import ConfigError, RemotingError
-from trioha.namesrv._processor import serve_namesrv
-from trioha.remoting._client import RemotingClientPool, open_client_pool
-from trioha.remoting._codes import ResponseCode
-from trioha.remoting._mqclient import (
+from trioha.namesrv import serve_namesrv
+from trioha.remoting import (
     DEFAULT_TOPIC_QUEUE_NUMS,
     BrokerRoute,
+    RemotingClientPool,
+    ResponseCode,
     TopicRoute,
     get_route,
+    open_client_pool,
     pull_message,
     query_consumer_offset,
     runtime_info,

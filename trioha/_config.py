@@ -30,12 +30,13 @@ from typing import Any
 import attrs
 
 from trioha._errors import ConfigError
-from trioha.proto._timing import (
+from trioha.proto import (
     HEARTBEAT_INTERVAL_MS,
     HOUSEKEEPING_INTERVAL_MS,
     SLAVE_TIMEOUT_MS,
     Timing,
 )
+from trioha.store import FlushDiskType
 
 log = logging.getLogger("trioha.config")
 
@@ -58,13 +59,6 @@ class BrokerRole(enum.Enum):
     @property
     def is_master(self) -> bool:
         return self is not BrokerRole.SLAVE
-
-
-class FlushDiskType(enum.Enum):
-    """``org.apache.rocketmq.store.config.FlushDiskType``."""
-
-    SYNC_FLUSH = "SYNC_FLUSH"
-    ASYNC_FLUSH = "ASYNC_FLUSH"
 
 
 def _positive(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:

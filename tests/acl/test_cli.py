@@ -9,8 +9,7 @@ import pytest
 
 from tests.test_clitools import running_namesrv
 from trioha.acl import RequestSigner
-from trioha.remoting import RemotingCommand, RequestCode, ResponseCode
-from trioha.remoting._client import open_client_pool
+from trioha.remoting import RemotingCommand, RequestCode, ResponseCode, open_client_pool
 
 
 async def test_namesrv_command_with_acl_and_tls(tmp_path: Path, pki: dict[str, str]) -> None:

@@ -19,8 +19,7 @@ from trioha._errors import MessageTooLargeError
 from trioha._status import PutResult, PutStatus
 from trioha.broker import new_message
 from trioha.broker._schedule import DEFAULT_MAX_DELAY_LEVEL, apply_delay_levels
-from trioha.store import HostAddress, NewMessage, Store, open_store
-from trioha.store._message import PreparedMessage
+from trioha.store import HostAddress, NewMessage, PreparedMessage, Store, open_store
 
 
 @attrs.frozen

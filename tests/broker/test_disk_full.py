@@ -22,9 +22,7 @@ from tests.test_broker import master_config, slave_config
 from trioha._demo import compare_logs
 from trioha._status import PutStatus
 from trioha.broker import Broker, open_broker
-from trioha.remoting._client import open_client_pool
-from trioha.remoting._codes import ResponseCode
-from trioha.remoting._mqclient import pull_message, runtime_info, send_message
+from trioha.remoting import ResponseCode, open_client_pool, pull_message, runtime_info, send_message
 from trioha.store import open_store
 
 FAST_DISK: dict[str, Any] = {"clean_resource_interval": 50}

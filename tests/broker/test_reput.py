@@ -17,15 +17,16 @@ from trioha.broker._reput import (
     truncate_replica,
 )
 from trioha.broker._schedule import SCHEDULE_TOPIC, deliver_timestamp, parse_delay_levels
-from trioha.remoting._json import loads_lenient
-from trioha.store._consumequeue import ConsumeQueueStore, tags_code
-from trioha.store._index import IndexService
-from trioha.store._memory import MemoryCommitLog
-from trioha.store._message import (
+from trioha.remoting import loads_lenient
+from trioha.store import (
     MESSAGE_MAGIC,
     MESSAGE_MAGIC_V2,
+    ConsumeQueueStore,
     HostAddress,
+    IndexService,
+    MemoryCommitLog,
     properties_to_string,
+    tags_code,
 )
 
 SEGMENT = 4096

@@ -19,7 +19,7 @@ from trioha.broker._schedule import (
     parse_delay_levels,
     schedule_rewrite,
 )
-from trioha.store._consumequeue import ConsumeQueueStore, tags_code
+from trioha.store import ConsumeQueueStore, tags_code
 
 DEFAULT_MS = [
     1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000,

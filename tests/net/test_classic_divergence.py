@@ -24,8 +24,7 @@ import pytest
 import trio
 
 from tests.test_broker import _free_port, free_broker_port
-from trioha.remoting._client import open_client_pool
-from trioha.remoting._mqclient import runtime_info, send_message
+from trioha.remoting import open_client_pool, runtime_info, send_message
 from trioha.store import open_store
 
 SEG = 64 * 1024

@@ -22,7 +22,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from trioha._config import BrokerConfig, BrokerRole, FlushDiskType
+from trioha._config import BrokerConfig, BrokerRole
 from trioha._errors import StorageError
 from trioha._histogram import HistogramSnapshot, LatencyHistogram
 from trioha._progress import Progress
@@ -31,24 +31,35 @@ from trioha.acl import HASecurity
 from trioha.broker._clientside import ClientSide, serve_client_side
 from trioha.broker._schedule import apply_delay_levels, parse_delay_levels
 from trioha.broker._types import new_message
-from trioha.net import HAClient, HAClientStatistics, HAService, HAServiceStatistics, MarkKeeper
-from trioha.net._client import DIVERGED_FILE
-from trioha.net._divergence import former_master_divergence, open_master_history
-from trioha.net._waiters import OffsetWaiters
-from trioha.net._wakeup import Wakeup
+from trioha.net import (
+    DIVERGED_FILE,
+    HAClient,
+    HAClientStatistics,
+    HAService,
+    HAServiceStatistics,
+    MarkKeeper,
+    OffsetWaiters,
+    Wakeup,
+    former_master_divergence,
+    open_master_history,
+)
 from trioha.store import (
+    COMMIT_LOG,
+    COMMIT_LOG_FLUSH,
     EPOCH_FILE_NAME,
     AppendResult,
+    DiskGuard,
+    DiskStatistics,
     EpochFile,
+    FlushDiskType,
     HostAddress,
     NewMessage,
+    PreparedMessage,
     SentOffsets,
     Store,
     forget_master_marks,
     open_store,
 )
-from trioha.store._diskspace import COMMIT_LOG, COMMIT_LOG_FLUSH, DiskGuard, DiskStatistics
-from trioha.store._message import PreparedMessage
 
 log = logging.getLogger("trioha.broker")
 

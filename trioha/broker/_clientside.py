@@ -48,11 +48,14 @@ from trioha.broker._schedule import ScheduleMessageService, parse_delay_levels
 from trioha.broker._slavesync import SlaveSynchronize
 from trioha.broker._types import BrokerLike
 from trioha.namesrv import REGISTRATION_PERIOD, serve_namesrv
-from trioha.remoting import ConnectionCounters, ServerLimits, serve_remoting
-from trioha.remoting._client import RemotingClientPool, open_client_pool
-from trioha.store._consumequeue import ConsumeQueueStore
-from trioha.store._diskspace import METADATA, DiskGuard
-from trioha.store._index import IndexService
+from trioha.remoting import (
+    ConnectionCounters,
+    RemotingClientPool,
+    ServerLimits,
+    open_client_pool,
+    serve_remoting,
+)
+from trioha.store import METADATA, ConsumeQueueStore, DiskGuard, IndexService
 
 log = logging.getLogger("trioha.broker")
 

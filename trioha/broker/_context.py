@@ -25,15 +25,14 @@ from trioha.broker._reput import ReputService
 from trioha.broker._schedule import SCHEDULE_TOPIC
 from trioha.broker._stats import BrokerStats
 from trioha.broker._types import BrokerLike
-from trioha.remoting._codec import HeaderError, RemotingCommand
-from trioha.remoting._connection import RemotingConnection
-from trioha.remoting._dataversion import DataVersion
-from trioha.remoting._json import loads_lenient
-from trioha.store._consumequeue import ConsumeQueue
-from trioha.store._message import (
-    DecodedMessage,
-    decode_record,
+from trioha.remoting import (
+    DataVersion,
+    HeaderError,
+    RemotingCommand,
+    RemotingConnection,
+    loads_lenient,
 )
+from trioha.store import ConsumeQueue, DecodedMessage, decode_record
 
 Handler = Callable[[RemotingCommand, RemotingConnection], Awaitable[RemotingCommand | None]]
 

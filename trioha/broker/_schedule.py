@@ -31,15 +31,15 @@ from trioha._status import PutStatus
 from trioha.broker._metadata import SCHEDULE_TOPIC as SCHEDULE_TOPIC  # noqa: PLC0414 - kept importable from here
 from trioha.broker._metadata import DelayOffsets
 from trioha.broker._types import BrokerLike, new_message
-from trioha.store._consumequeue import java_string_hash
-from trioha.store._contract import NewMessage
-from trioha.store._message import (
+from trioha.store import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     DecodedMessage,
+    NewMessage,
     PreparedMessage,
     decode_record,
+    java_string_hash,
 )
 
 if TYPE_CHECKING:
