@@ -17,7 +17,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from trioha.pipeline import MESSAGE_SCHEMA
-from trioha.pipeline._source import arrow_schema
+from trioha.pipeline._schema import arrow_schema
 
 _BATCH: dict[str, pa.RecordBatch] = {}
 

@@ -25,10 +25,6 @@ _MODULE_ROOMS = {
     "_tuning": "config",
     "__init__": "root",
     "__main__": "cli",
-    "_cli": "cli",
-    "_clitools": "cli",
-    "_demo": "cli",
-    "_reseed": "cli",
 }
 
 #: What each room may import besides itself: the layering, written once. A room left out of a
@@ -213,7 +209,7 @@ def face_names(room_module: str, package: Path = PACKAGE) -> frozenset[str]:
 
 def mirrored_room(path: Path, root: Path, package: Path = PACKAGE) -> str | None:
     """The room a test file mirrors: ``tests/store/...`` the store, ``tests/test_config.py``
-    the config (``trioha/_config.py``), ``tests/test_cli.py`` the CLI; None for the rest."""
+    the config (``trioha/_config.py``), ``tests/test_status.py`` the base; None for the rest."""
     rel = path.relative_to(root)
     if len(rel.parts) > 1:
         return rel.parts[0] if (package / rel.parts[0]).is_dir() else None
@@ -255,6 +251,58 @@ def outside_reaches(
                         f"{where}:{node.lineno}: {', '.join(sorted(exported))} from {face}"
                     )
     return found
+
+
+def module_imports(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Each trioha module (a package's ``__init__`` under the package's name) → the trioha
+    modules it imports, at any depth of its code."""
+    graph: dict[str, set[str]] = {}
+    for module, path in _modules(package):
+        targets = graph.setdefault(module, set())
+        for imported in _imports(module, path, package):
+            target = imported
+            while target and not _is_module(target, package):  # ``from a.b import name``
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                targets.add(target)
+    return graph
+
+
+def import_cycles(package: Path = PACKAGE) -> list[list[str]]:
+    """The groups of modules that import each other round a circle (Tarjan's strongly connected
+    components of more than one module), each sorted."""
+    graph = module_imports(package)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(cycles)
 
 
 def forbidden(edges: dict[tuple[str, str], list[str]]) -> dict[tuple[str, str], list[str]]:

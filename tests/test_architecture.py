@@ -8,6 +8,7 @@ from pathlib import Path
 from tests.architecture import (
     REACHES_ALLOWED,
     forbidden,
+    import_cycles,
     mermaid,
     outside_reaches,
     reaches,
@@ -46,6 +47,27 @@ def test_the_rooms_form_no_cycle() -> None:
         return False
 
     assert [room for room in graph if reaches(room, room, set())] == []
+
+
+def test_no_module_imports_itself_round_a_circle() -> None:
+    assert import_cycles() == []
+
+
+def test_a_circle_of_modules_is_noticed_wherever_it_closes(tmp_path: Path) -> None:
+    package = tmp_path / "trioha"
+    (package / "broker").mkdir(parents=True)
+    (package / "broker" / "__init__.py").write_text("from trioha.broker._a import x\n")
+    (package / "broker" / "_a.py").write_text("from trioha.broker._b import y\n")
+    (package / "broker" / "_b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from trioha.broker import x\n"
+    )
+    (package / "broker" / "_c.py").write_text("def f():\n    from . import _d\n")
+    (package / "broker" / "_d.py").write_text("from trioha.broker._c import f\n")
+    (package / "broker" / "_e.py").write_text("from trioha.broker._a import x\n")
+    assert import_cycles(package) == [
+        ["trioha.broker", "trioha.broker._a", "trioha.broker._b"],
+        ["trioha.broker._c", "trioha.broker._d"],
+    ]
 
 
 def test_the_import_diagram_in_the_docs_is_generated_from_the_code() -> None:

@@ -25,9 +25,9 @@ import trio.testing
 
 from trioha import BrokerConfig
 from trioha._config import BrokerRole
-from trioha._demo import compare_logs
 from trioha._status import PutStatus
 from trioha.broker import Broker, open_broker
+from trioha.cli._demo import compare_logs
 from trioha.proto import encode_header
 from trioha.store import FlushDiskType, open_store
 
@@ -539,7 +539,7 @@ async def test_a_former_master_holding_bytes_it_never_sent_starts_as_a_slave_div
     """The old master of a failover, brought back as a slave, holding messages it took after
     its slave went away: no other broker has them, so it stops before it connects, and once
     cut back it replicates its new master (its master marks removed before the first byte)."""
-    from trioha._reseed import truncate_to_master
+    from trioha.cli._reseed import truncate_to_master
     from trioha.store import SENT_OFFSET_FILE
 
     m, s = tmp_path / "m", tmp_path / "s"

@@ -36,14 +36,14 @@ from tests.test_broker import (
     serve_hostile_master,
     slave_config,
 )
-from trioha._demo import compare_logs
 from trioha._errors import (
     DamagedLogError,
     LostAcknowledgedError,
     NotAMessageBoundaryError,
     RemotingError,
 )
-from trioha._reseed import truncate_to_master
+from trioha.cli._demo import compare_logs
+from trioha.cli._reseed import truncate_to_master
 from trioha.net import DIVERGED_FILE
 from trioha.proto import encode_master_handshake
 from trioha.proto._epochs import entries_of

@@ -19,9 +19,9 @@ import trio
 
 from tests.broker._diskfaults import Disk, injected_disk, tmpfs_disk
 from tests.test_broker import master_config, slave_config
-from trioha._demo import compare_logs
 from trioha._status import PutStatus
 from trioha.broker import Broker, open_broker
+from trioha.cli._demo import compare_logs
 from trioha.remoting import ResponseCode, open_client_pool, pull_message, runtime_info, send_message
 from trioha.store import open_store
 

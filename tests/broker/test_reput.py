@@ -9,6 +9,7 @@ import trio
 import trio.testing
 
 from trioha import NotAMessageBoundaryError
+from trioha.broker._delaylevels import SCHEDULE_TOPIC, deliver_timestamp, parse_delay_levels
 from trioha.broker._reput import (
     _TAG_CODES,
     _TAG_CODES_MAX,
@@ -16,7 +17,6 @@ from trioha.broker._reput import (
     _tags_code,
     truncate_replica,
 )
-from trioha.broker._schedule import SCHEDULE_TOPIC, deliver_timestamp, parse_delay_levels
 from trioha.remoting import loads_lenient
 from trioha.store import (
     MESSAGE_MAGIC,

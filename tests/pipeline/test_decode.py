@@ -92,7 +92,7 @@ def test_constants_agree_with_the_store_codec() -> None:
 
 def test_arrow_schema_is_what_spark_expects() -> None:
     from trioha.pipeline._decode import PROBLEM_ARROW_SCHEMA
-    from trioha.pipeline._source import MESSAGE_SCHEMA, PROBLEM_SCHEMA, arrow_schema
+    from trioha.pipeline._schema import MESSAGE_SCHEMA, PROBLEM_SCHEMA, arrow_schema
 
     assert arrow_schema(MESSAGE_SCHEMA).equals(MESSAGE_ARROW_SCHEMA)
     assert arrow_schema(PROBLEM_SCHEMA).equals(PROBLEM_ARROW_SCHEMA)

@@ -29,7 +29,7 @@ from trioha._progress import Progress
 from trioha._status import PutResult, PutStatus, refusal_status
 from trioha.acl import HASecurity
 from trioha.broker._clientside import ClientSide, serve_client_side
-from trioha.broker._schedule import apply_delay_levels, parse_delay_levels
+from trioha.broker._delaylevels import apply_delay_levels, parse_delay_levels
 from trioha.broker._types import new_message
 from trioha.net import (
     DIVERGED_FILE,

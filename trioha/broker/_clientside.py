@@ -40,11 +40,12 @@ from trioha._config import (
 )
 from trioha._errors import ConfigError
 from trioha.acl import AclGuard, PlainAcl, RequestSigner, Role, TlsAcceptor, client_context
+from trioha.broker._delaylevels import parse_delay_levels
 from trioha.broker._metadata import Metadata, write_snapshots
 from trioha.broker._processor import BrokerProcessor, VipChannelProcessor
 from trioha.broker._registration import Registrar, namesrv_addresses
 from trioha.broker._reput import CHECKPOINT_FILE, FLUSH_INTERVAL, ReputService
-from trioha.broker._schedule import ScheduleMessageService, parse_delay_levels
+from trioha.broker._schedule import ScheduleMessageService
 from trioha.broker._slavesync import SlaveSynchronize
 from trioha.broker._types import BrokerLike
 from trioha.namesrv import REGISTRATION_PERIOD, serve_namesrv

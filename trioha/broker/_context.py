@@ -20,9 +20,9 @@ from trioha._config import BrokerConfig, BrokerRole
 from trioha._errors import StorageError
 from trioha._histogram import LatencyHistogram
 from trioha.broker._clients import ClientManager
+from trioha.broker._delaylevels import SCHEDULE_TOPIC
 from trioha.broker._metadata import Metadata
 from trioha.broker._reput import ReputService
-from trioha.broker._schedule import SCHEDULE_TOPIC
 from trioha.broker._stats import BrokerStats
 from trioha.broker._types import BrokerLike
 from trioha.remoting import (

@@ -32,8 +32,8 @@ from typing import NoReturn
 
 import trio
 
+from trioha.broker._delaylevels import SCHEDULE_TOPIC, deliver_timestamp
 from trioha.broker._metadata import write_config_file
-from trioha.broker._schedule import SCHEDULE_TOPIC, deliver_timestamp
 from trioha.broker._types import CommitLogLike
 from trioha.remoting import dumps, loads_lenient
 from trioha.store import (

@@ -20,8 +20,8 @@ from trioha.broker._context import (
     peer_address,
     topic_error,
 )
+from trioha.broker._delaylevels import is_delayed
 from trioha.broker._metadata import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, TopicConfig
-from trioha.broker._schedule import is_delayed
 from trioha.broker._types import new_message
 from trioha.remoting import (
     AUTO_CREATE_TOPIC,

@@ -45,6 +45,7 @@ from trioha.pipeline._decode import align_starts, open_segment, written_end
 from trioha.pipeline._layout import LogLayout, read_layout
 from trioha.pipeline._options import ReadOptions
 from trioha.pipeline._plan import ScanPartition, ScanRange
+from trioha.pipeline._schema import PlanPartition, arrow_schema
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
@@ -195,13 +196,12 @@ class CommitLogStreamReader(DataSourceStreamReader):
             for seg in layout.segments
             if seg.start < hi and seg.end > lo
         ]
-        return [_StreamPartition(ScanPartition(i, (p,))) for i, p in enumerate(pieces)]
+        return [PlanPartition(ScanPartition(i, (p,))) for i, p in enumerate(pieces)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from trioha.pipeline._read import read_messages
-        from trioha.pipeline._source import arrow_schema
 
-        assert isinstance(partition, _StreamPartition)
+        assert isinstance(partition, PlanPartition)
         opts = self.options
         yield from read_messages(
             partition.plan,
@@ -213,9 +213,3 @@ class CommitLogStreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to release: the log is read, never consumed."""
-
-
-class _StreamPartition(InputPartition):
-    def __init__(self, plan: ScanPartition) -> None:
-        super().__init__(plan)
-        self.plan = plan

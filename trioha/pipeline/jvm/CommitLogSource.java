@@ -44,7 +44,7 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 /** {@code spark.read.format("commitlog_jvm")}: one row per message, planned partitions given. */
 public final class CommitLogSource implements TableProvider, DataSourceRegister {
 
-  /** The messages schema; column for column trioha.pipeline._source.MESSAGE_SCHEMA. */
+  /** The messages schema; column for column trioha.pipeline._schema.MESSAGE_SCHEMA. */
   public static final StructType SCHEMA =
       new StructType(
           new StructField[] {

@@ -196,8 +196,8 @@ def test_broker_conf_alone_starts_a_master_with_its_commit_log_where_it_says(
 def test_an_os_error_inside_nursery_groups_is_the_one_line() -> None:
     import errno
 
-    from trioha._cli import _trioha_error, error_line
     from trioha._errors import StorageError
+    from trioha.cli._main import _trioha_error, error_line
 
     bare = PermissionError(errno.EACCES, "Permission denied", "/data/store/lock")
     group = BaseExceptionGroup("nursery", [BaseExceptionGroup("inner", [bare])])
