@@ -8,7 +8,7 @@ batch: the same bytes give the same rows, so with a sink that commits per batch 
 file sink, ``foreachBatch`` with the batch id) every message lands once.
 
 The end of each micro-batch is where the log's written data ends as recovery finds it
-(:func:`trioha.pipeline._decode.written_end`): after the last complete record of the last
+(:func:`trioha.pipeline._framing.written_end`): after the last complete record of the last
 segment, so a record still being written, or torn, is never emitted. The reader remembers how
 far it walked the last segment and continues from there on the next trigger, so tailing costs
 one hop per new record; a new segment file is picked up when it appears.
@@ -41,7 +41,8 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 from trioha._errors import PipelineError
-from trioha.pipeline._decode import align_starts, open_segment, written_end
+from trioha.pipeline._decode import open_segment
+from trioha.pipeline._framing import align_starts, written_end
 from trioha.pipeline._layout import LogLayout, read_layout
 from trioha.pipeline._options import ReadOptions
 from trioha.pipeline._plan import ScanPartition, ScanRange

@@ -2,7 +2,7 @@
  * The JVM engine of trioha's "commitlog" data source: a Spark DataSource V2 reader that
  * decodes RocketMQ commit log records in the executors' JVMs, with no Python worker and no
  * Arrow hand-off in the way. It yields exactly the rows of the Python reader
- * (trioha/pipeline/_decode.py) in the same schema (trioha/pipeline/_source.py
+ * (trioha/pipeline/_decode.py and its steps) in the same schema (trioha/pipeline/_schema.py
  * MESSAGE_SCHEMA).
  *
  * Partitions are not planned here: the driver's Python planner (trioha/pipeline/_plan.py)
