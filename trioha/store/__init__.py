@@ -9,6 +9,7 @@ root.
 from trioha._config import FlushDiskType
 from trioha.store._checkpoint import CHECKPOINT_SIZE, Checkpoint, read_checkpoint, write_checkpoint
 from trioha.store._commitlog import FileCommitLog, RecoveryReport
+from trioha.store._consumequeue import CQUnit
 from trioha.store._contract import (
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_STORE_HOST,
@@ -26,6 +27,7 @@ from trioha.store._message import (
     MESSAGE_MAGIC,
     MESSAGE_MAGIC_V2,
     MIN_RECORD_SIZE,
+    RECORD_HEAD_SIZE,
     Decoded,
     DecodedBlank,
     DecodedIncomplete,
@@ -40,6 +42,7 @@ from trioha.store._message import (
     decode_record,
     encode_blank,
     encode_message,
+    is_record_at,
     make_msg_id,
     message_length,
     properties_to_string,
@@ -60,7 +63,9 @@ __all__ = [
     "MESSAGE_MAGIC_V2",
     "MIN_RECORD_SIZE",
     "MIN_SEGMENT_SIZE",
+    "RECORD_HEAD_SIZE",
     "AppendResult",
+    "CQUnit",
     "Checkpoint",
     "CommitLog",
     "Decoded",
@@ -86,6 +91,7 @@ __all__ = [
     "decode_record",
     "encode_blank",
     "encode_message",
+    "is_record_at",
     "make_msg_id",
     "message_length",
     "open_store",

@@ -89,6 +89,7 @@ COMMIT_LOG = "commit log"
 COMMIT_LOG_FLUSH = "commit log flush"
 CONSUME_QUEUE = "consume queues"
 CONSUME_QUEUE_CHECKPOINT = "consume queue checkpoint"
+MESSAGE_INDEX = "message index"
 METADATA = "metadata files"
 
 
