@@ -13,6 +13,7 @@ import os
 import subprocess
 import types
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -102,14 +103,15 @@ class Disk:
             self._filler.unlink()
 
 
-def tmpfs_disk(tmp_path: Path) -> Iterator[Disk]:
-    """A 2 MiB tmpfs mounted for one test (skips where mounting is not allowed)."""
-    mount = tmp_path / "tmpfs"
-    mount.mkdir()
+@contextmanager
+def mounted_tmpfs(mount: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``mount -o size=``) at ``mount`` for the block; skips the test
+    where mounting is not allowed (not root, no mount namespace rights)."""
+    mount.mkdir(parents=True, exist_ok=True)
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root (the injected disk covers the same ground)")
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
         capture_output=True,
         text=True,
         check=False,
@@ -117,9 +119,15 @@ def tmpfs_disk(tmp_path: Path) -> Iterator[Disk]:
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
-        yield Disk(mount)
+        yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def tmpfs_disk(tmp_path: Path, size: str = "2m", name: str = "tmpfs") -> Iterator[Disk]:
+    """A small tmpfs mounted for one test (skips where mounting is not allowed)."""
+    with mounted_tmpfs(tmp_path / name, size) as mount:
+        yield Disk(mount)
 
 
 def injected_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Disk:

@@ -579,7 +579,7 @@ async def test_an_index_the_disk_refuses_stops_puts_keeps_its_keys_and_resumes(
         grew.set()
         grew = trio.Event()
         await trio.sleep(5)  # several retries, all refused
-        assert not disk.writable
+        assert not disk.statistics().writable
         assert disk.failing(MESSAGE_INDEX)
         assert index.pending > 0
         # The queues were built meanwhile; the index lacks the keys it could not write.
@@ -587,7 +587,7 @@ async def test_an_index_the_disk_refuses_stops_puts_keeps_its_keys_and_resumes(
         assert queue is not None and queue.max_offset == 21
         fake.full = False
         await trio.sleep(2)
-        assert disk.writable
+        assert disk.statistics().writable
         assert not disk.failing(MESSAGE_INDEX)
         nursery.cancel_scope.cancel()
     assert index.pending == 0
