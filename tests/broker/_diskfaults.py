@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from trioha.broker import _metadata
-from trioha.store import _commitlog, _consumequeue, _diskspace, _segment
+from trioha.store import _commitlog, _consumequeue, _diskspace, _index, _segment
 
 #: The modules whose file writes the injected disk refuses. Not the store checkpoint's: it is
 #: written in place in a file allocated at start, which a full disk still allows.
-WRITERS = (_segment, _commitlog, _consumequeue, _metadata)
+WRITERS = (_segment, _commitlog, _consumequeue, _metadata, _index)
 
 
 class FullDisk:
@@ -38,8 +38,10 @@ class FullDisk:
             **{k: getattr(os, k) for k in dir(os) if not k.startswith("__")}
         )
         # Allocation fails where it does on tmpfs or ext4: at the write (``replace`` stands in
-        # for the metadata files' writes, which go through ``open``). fsync does not fail.
-        for name in ("pwrite", "write", "replace"):
+        # for the metadata files' writes, which go through ``open``) or at the reservation
+        # (``posix_fallocate``, before the message index writes through its mapping). fsync
+        # does not fail.
+        for name in ("pwrite", "write", "replace", "posix_fallocate"):
             setattr(self.module, name, self._refusing(getattr(os, name)))
         self.module.statvfs = self._statvfs
 

@@ -168,8 +168,20 @@ def _indexed_once(
 ) -> None:
     """The message index finds every message of ``tags`` once by its key, and none of
     ``lost`` (waiting, bounded, for the broker to index the newest)."""
-    keys = [f"{tag}-{i:04d}" for tag, n in {**tags, **lost}.items() for i in range(n)]
-    want = {key: [key.encode()] if key.split("-")[0] in tags else [] for key in keys}
+    _keys_found_once(port, _keys(tags), _keys(lost), processes)
+
+
+def _keys(tags: dict[str, int]) -> list[str]:
+    return [f"{tag}-{i:04d}" for tag, n in tags.items() for i in range(n)]
+
+
+def _keys_found_once(
+    port: int, present: list[str], absent: list[str], processes: list[_Process]
+) -> None:
+    """QUERY_MESSAGE finds the message of each ``present`` key once, and nothing for the
+    ``absent`` ones (waiting, bounded, for the broker to index the newest)."""
+    want = {key: [key.encode()] for key in present} | {key: [] for key in absent}
+    keys = list(want)
     got: list[dict[str, list[bytes]] | None] = [None]
 
     def done() -> bool:
