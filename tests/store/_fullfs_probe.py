@@ -47,6 +47,24 @@ def _refused(what: str, call: object) -> None:
     print(f"{what}: fitted in pages already allocated", flush=True)
 
 
+def _pipeline_read(directory: Path, end: int) -> None:
+    """The Spark source's reader over every segment (it maps them too)."""
+    try:
+        from trioha.pipeline._decode import open_segment, written_end
+        from trioha.pipeline._layout import Segment
+    except ImportError as exc:  # the spark extra is not installed
+        print(f"pipeline: not installed ({exc.name})", flush=True)
+        return
+    segments = sorted(directory.iterdir())
+    for path in segments:
+        segment = Segment(str(path), int(path.name), SEG)
+        with open_segment(segment) as data:
+            last, torn = written_end(data)
+        assert torn is None
+    assert last == end, (last, end)
+    print("pipeline read", flush=True)
+
+
 def main(root: Path) -> None:
     store_dir = root / "store"
     with open_store(store_dir, segment_size=SEG) as store:
@@ -95,6 +113,8 @@ def main(root: Path) -> None:
         assert log.last_record() is not None
         assert log.boundaries_around(padded_to - 100) == (padded_to - SEG, padded_to)
         print("read, walked and reopened", flush=True)
+
+    _pipeline_read(store_dir / "commitlog", end)
 
     found = index.query_offsets(TOPIC, "k3", 32, 0, 2**62).phy_offsets
     assert found == [messages[3].physical_offset], found

@@ -48,7 +48,7 @@ from trioha.store._message import (
     properties_to_string,
     string_to_properties,
 )
-from trioha.store._segment import DEFAULT_SEGMENT_SIZE, MIN_SEGMENT_SIZE, segment_name
+from trioha.store._segment import DEFAULT_SEGMENT_SIZE, MIN_SEGMENT_SIZE, backed_end, segment_name
 from trioha.store._store import Store, open_store
 
 __all__ = [
@@ -86,6 +86,7 @@ __all__ = [
     "SetAside",
     "Store",
     "StoredMessage",
+    "backed_end",
     "body_crc",
     "decode_message",
     "decode_record",
