@@ -48,6 +48,7 @@ import operator
 import os
 import struct
 from collections.abc import Callable, Iterable
+from itertools import islice, repeat
 from pathlib import Path
 from typing import Final
 
@@ -88,9 +89,15 @@ _SLOT = struct.Struct(">i")
 _INT_MAX = 2**31 - 1
 _MAX_CACHED_TOPICS = 100_000
 _PAGE = mmap.PAGESIZE
+_PAGE_SHIFT = _PAGE.bit_length() - 1  # a power of two
+_first = operator.itemgetter(0)
+_FOURS, _HEADERS, _PAGE_SHIFTS = repeat(SLOT_SIZE), repeat(HEADER_SIZE), repeat(_PAGE_SHIFT)
 ENTRY_RESERVE_STEP: Final = 256 * 1024
 """Bytes of entries reserved ahead at a time (13,107 entries): one ``posix_fallocate`` per
 step, none for the batches in between."""
+FULL_SLOTS_AFTER: Final = 1 / 64
+"""Entries per slot after which a file's whole slot table is reserved: tracking the pages
+keys touch costs a few hundred instructions per key, and by then most are touched."""
 
 
 def index_key_hash(key: str) -> int:
@@ -164,7 +171,7 @@ class IndexFile:
             if end_timestamp > 0:
                 self.begin_timestamp = self.end_timestamp = end_timestamp
             try:
-                self._reserve_pages((0,))
+                self._reserve_pages({0})
                 self._write_header()
             except BaseException:
                 self.destroy()
@@ -173,31 +180,60 @@ class IndexFile:
     def _entry_at(self, entry: int) -> int:
         return self._entries_at + ENTRY_SIZE * entry
 
-    def _reserve_pages(self, pages: Iterable[int]) -> None:
-        """Reserve the header/slot pages among ``pages`` not reserved yet (consecutive ones
-        in one call); raises the ``OSError`` of a full disk before any is marked."""
-        reserved = self._reserved
-        missing = sorted(p for p in set(pages) if not reserved[p])
+    def _reserve_pages(self, missing: set[int]) -> None:
+        """Reserve the header/slot pages ``missing`` (consecutive ones in one call); raises
+        the ``OSError`` of a full disk before any is marked."""
+        pages = sorted(missing)
         run_start = 0
-        for i, page in enumerate(missing):
-            if i == 0 or page != missing[i - 1] + 1:
+        for i, page in enumerate(pages):
+            if i == 0 or page != pages[i - 1] + 1:
                 run_start = page
-            if i + 1 == len(missing) or missing[i + 1] != page + 1:
+            if i + 1 == len(pages) or pages[i + 1] != page + 1:
                 # Never past the file's end: posix_fallocate would make the file longer.
                 end = min(self.size, (page + 1) * _PAGE)
                 os.posix_fallocate(self._fd, run_start * _PAGE, end - run_start * _PAGE)
-        for page in missing:
+        reserved = self._reserved
+        for page in pages:
             reserved[page] = 1
-        self._unreserved -= len(missing)
+        self._unreserved -= len(pages)
 
     def _reserve_for(self, hashes: Iterable[int], entries_end: int) -> None:
         """Reserve what writing entries up to ``entries_end`` (an entry number) with these
         key hashes touches: the header page, the hashes' slot pages, the entries."""
         if self._unreserved:
-            slots = self.slots
-            self._reserve_pages(
-                (0, *((HEADER_SIZE + (h % slots) * SLOT_SIZE) // _PAGE for h in hashes))
+            self._reserve_slots(hashes)
+        self._reserve_entries(entries_end)
+
+    def _reserve_slots(self, hashes: Iterable[int]) -> None:
+        """The header page and the slot pages of these key hashes (computed by C iterators:
+        this runs for every key until the slots are reserved). A file in steady use touches
+        most of them: once it holds :data:`FULL_SLOTS_AFTER` of an entry per slot, or seven
+        eighths of the pages are reserved, the rest go at once, and nobody calls this any
+        more (a file of the default sizes after 78,125 entries: 20 MB of slots)."""
+        reserved = self._reserved
+        pages = set(
+            map(
+                operator.rshift,
+                map(
+                    operator.add,
+                    map(operator.mul, map(operator.mod, hashes, repeat(self.slots)), _FOURS),
+                    _HEADERS,
+                ),
+                _PAGE_SHIFTS,
             )
+        )
+        pages.add(0)
+        missing = {page for page in pages if not reserved[page]}
+        if (
+            self.index_count >= self.slots * FULL_SLOTS_AFTER
+            or self._unreserved - len(missing) <= len(reserved) // 8
+        ):
+            missing = {page for page, done in enumerate(reserved) if not done}
+        if missing:
+            self._reserve_pages(missing)
+
+    def _reserve_entries(self, entries_end: int) -> None:
+        """The entries up to ``entries_end`` (an entry number), a step ahead."""
         end = self._entry_at(entries_end)
         if end > self._entries_reserved:
             upto = min(self.size, end + ENTRY_RESERVE_STEP)
@@ -285,7 +321,9 @@ class IndexFile:
         end_ts, end_phy = self.end_timestamp, self.end_phy_offset
         stop = min(len(entries), start + max(0, max_index - count))
         if stop > start:
-            self._reserve_for((e[0] for e in entries[start:stop]), count + stop - start)
+            if self._unreserved:
+                self._reserve_slots(map(_first, islice(entries, start, stop)))
+            self._reserve_entries(count + stop - start)
         for key_hash, phy_offset, store_timestamp in entries[start:stop]:
             slot_at = HEADER_SIZE + (key_hash % slots) * SLOT_SIZE
             previous = slot_unpack(mapped, slot_at)[0]
