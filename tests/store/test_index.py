@@ -1019,3 +1019,18 @@ def test_a_file_the_disk_refuses_to_create_leaves_nothing_behind(
     service.build_batch([], now_ms=2)
     assert service.query_offsets("T", "k", 10, 0, 10**9).phy_offsets == [100]
     service.close()
+
+
+def test_a_busy_file_has_its_whole_slot_table_reserved_at_once(
+    tmp_path: Path,
+) -> None:
+    slots = 64 * 1024  # 256 KiB of slots: 65 pages with the header
+    table = HEADER_SIZE + SLOT_SIZE * slots
+    index_file = IndexFile(tmp_path / "f", slots=slots, max_index=100_000)
+    same_slot = [(7, i, 1_700_000_000_000) for i in range(slots // 64)]
+    index_file.put_hashes(same_slot, 0)  # one slot page (and the entries, a step ahead)
+    before = (tmp_path / "f").stat().st_blocks * 512
+    index_file.put_hashes([(8, 10**6, 1_700_000_000_000)], 0)  # now slots / 64 entries
+    after = (tmp_path / "f").stat().st_blocks * 512
+    assert after - before >= table - 3 * 4096  # every page of the table but those it had
+    index_file.close()
