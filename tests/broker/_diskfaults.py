@@ -27,6 +27,36 @@ from trioha.store import _commitlog, _consumequeue, _diskspace, _index, _segment
 WRITERS = (_segment, _commitlog, _consumequeue, _metadata, _index)
 
 
+def fill_until_full(filler: Path) -> None:
+    """Write ``filler`` until its filesystem says ENOSPC."""
+    with open(filler, "wb", buffering=0) as f:
+        while True:
+            try:
+                f.write(b"\xab" * 4096)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                return
+
+
+class RefusingFallocate:
+    """An ``os`` module whose ``posix_fallocate`` fails with ENOSPC while ``full`` (for the
+    message index's reservations; everything else is the real ``os``)."""
+
+    def __init__(self) -> None:
+        self.full = False
+        self.refused = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    def posix_fallocate(self, fd: int, offset: int, length: int) -> None:
+        if self.full:
+            self.refused += 1
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        os.posix_fallocate(fd, offset, length)
+
+
 class FullDisk:
     """An ``os`` module whose writes under ``root`` fail with ENOSPC while ``full`` is set."""
 
@@ -88,15 +118,7 @@ class Disk:
         if self.injected is not None:
             self.injected.full = True
             return
-        chunk = b"\xab" * 4096
-        with open(self._filler, "wb", buffering=0) as f:
-            while True:
-                try:
-                    f.write(chunk)
-                except OSError as exc:
-                    if exc.errno != errno.ENOSPC:
-                        raise
-                    return
+        fill_until_full(self._filler)
 
     def free(self) -> None:
         if self.injected is not None:

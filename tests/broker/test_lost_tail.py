@@ -225,6 +225,11 @@ def _offset(port: int, key: str) -> int:
     return int(_status(port).get(key, -1))
 
 
+def _reaches(port: int, offset: int, what: str, processes: list[_Process]) -> None:
+    """Wait (bounded) until the slave at ``port`` reports ``offset``."""
+    _until(lambda: _offset(port, "stats.client.reported_offset") == offset, what, processes)
+
+
 @pytest.mark.parametrize("mode", ["classic", "epoch"])
 def test_after_a_power_cut_a_new_group_gets_every_kept_and_new_message_once(
     tmp_path: Path, mode: str
@@ -253,11 +258,7 @@ def test_after_a_power_cut_a_new_group_gets_every_kept_and_new_message_once(
         cut = _offset(m_port, "commitLogMaxOffset")
         trio.run(_produce, m_port, "lost", 30)
         end = _offset(m_port, "commitLogMaxOffset")
-        _until(
-            lambda: _offset(s_port, "stats.client.reported_offset") == end,
-            "the slave holds the whole tail",
-            processes,
-        )
+        _reaches(s_port, end, "the slave holds the whole tail", processes)
         # Every message was indexed and the queues flushed (they flush every second): the
         # units of the messages about to be lost are on the master's disk.
         _delivered_once(m_port, "before", {"kept": 40, "lost": 30}, processes)
@@ -303,11 +304,7 @@ def test_after_a_power_cut_a_new_group_gets_every_kept_and_new_message_once(
         processes = [master, slave]
         trio.run(_produce, m_port, "more", 10)
         new_end = _offset(m_port, "commitLogMaxOffset")
-        _until(
-            lambda: _offset(s_port, "stats.client.reported_offset") == new_end,
-            "the slave catches up with the master's new history",
-            processes,
-        )
+        _reaches(s_port, new_end, "the slave catches up with the new history", processes)
         tags = {"kept": 40, "new": 60, "more": 10}
         _delivered_once(s_port, "from-slave", tags, processes)
         _delivered_once(m_port, "fresh-again", tags, processes)

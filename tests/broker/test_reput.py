@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import errno
 import logging
-import os
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 
+from tests.broker._diskfaults import RefusingFallocate
 from trioha import NotAMessageBoundaryError
 from trioha.broker._reput import (
     _TAG_CODES,
@@ -529,28 +528,13 @@ def test_a_replica_cut_back_offline_takes_its_index_along(tmp_path: Path) -> Non
     assert found(again, "old-4") == [old[4]]
 
 
-class _RefusingOs:
-    """``os`` for the index module, whose ``posix_fallocate`` fails while ``full``."""
-
-    def __init__(self) -> None:
-        self.full = False
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(os, name)
-
-    def posix_fallocate(self, fd: int, offset: int, length: int) -> None:
-        if self.full:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        os.posix_fallocate(fd, offset, length)
-
-
 async def test_an_index_the_disk_refuses_stops_puts_keeps_its_keys_and_resumes(
     autojump_clock: trio.abc.Clock,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    fake = _RefusingOs()
+    fake = RefusingFallocate()
     monkeypatch.setattr(_index, "os", fake)
     log = MemoryCommitLog(segment_size=SEGMENT)
     disk = DiskGuard({})

@@ -15,7 +15,6 @@ anywhere with ENOSPC injected on the root's disk (``_diskfaults.FullDisk``).
 
 from __future__ import annotations
 
-import errno
 import logging
 import signal
 from pathlib import Path
@@ -23,7 +22,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.broker._diskfaults import injected_disk, mounted_tmpfs
+from tests.broker._diskfaults import fill_until_full, injected_disk, mounted_tmpfs
 from tests.broker.test_lost_tail import _consume, _delivered_once, _keys_found_once, _status
 from tests.test_broker import _free_port, free_broker_port, master_config
 from tests.test_epoch_mode import _Process, _until
@@ -65,17 +64,6 @@ def _sent(master: _Process, port: int, tag: str, start: int, count: int) -> list
         ) from None
 
 
-def _fill(path: Path) -> None:
-    with open(path, "wb", buffering=0) as f:
-        while True:
-            try:
-                f.write(b"\xab" * 4096)
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:
-                    raise
-                return
-
-
 @pytest.mark.slow
 def test_a_full_store_root_beside_the_commit_logs_disk_refuses_puts_and_resumes(
     tmp_path: Path,
@@ -104,7 +92,7 @@ def test_a_full_store_root_beside_the_commit_logs_disk_refuses_puts_and_resumes(
             assert _sent(master, port, "ok", 0, 60) == [0] * 60
             _delivered_once(port, "before", {"ok": 60}, [master])
 
-            _fill(root_disk / "filler")
+            fill_until_full(root_disk / "filler")
             # Puts go on until the queues or the index need a page the disk cannot give,
             # then they are refused; the broker lives and keeps serving what it stored.
             codes = _sent(master, port, "ok", 60, 400)

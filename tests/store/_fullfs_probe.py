@@ -16,23 +16,13 @@ import mmap
 import sys
 from pathlib import Path
 
+from tests.broker._diskfaults import fill_until_full
 from trioha.store import open_store
 from trioha.store._consumequeue import ConsumeQueueStore
 from trioha.store._index import IndexService
 
 SEG = 64 * 1024
 TOPIC = "Probe"
-
-
-def _fill(filler: Path) -> None:
-    with open(filler, "wb", buffering=0) as f:
-        while True:
-            try:
-                f.write(b"\xab" * 4096)
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:
-                    raise
-                return
 
 
 def _refused(what: str, call: object) -> None:
@@ -97,7 +87,7 @@ def main(root: Path) -> None:
     queue.write_pending()
     print("built", flush=True)
 
-    _fill(root / "filler")
+    fill_until_full(root / "filler")
     print("full", flush=True)
 
     with open_store(store_dir, segment_size=SEG) as store:  # recovery walks every record

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.broker._diskfaults import RefusingFallocate
 from trioha.store._consumequeue import java_string_hash
 from trioha.store._index import (
     _ENTRY,
@@ -953,29 +954,12 @@ def test_an_empty_newest_file_continuing_a_cut_end_goes_too(tmp_path: Path) -> N
     assert service.end_phy_offset == 200
 
 
-class _RefusingOs:
-    """``os`` whose ``posix_fallocate`` fails with ENOSPC while ``full``."""
-
-    def __init__(self) -> None:
-        self.full = False
-        self.refused = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(os, name)
-
-    def posix_fallocate(self, fd: int, offset: int, length: int) -> None:
-        if self.full:
-            self.refused += 1
-            raise OSError(28, os.strerror(28))
-        os.posix_fallocate(fd, offset, length)
-
-
 def test_a_refused_reservation_writes_nothing_and_the_keys_go_in_once_later(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from trioha.store import _index
 
-    fake = _RefusingOs()
+    fake = RefusingFallocate()
     monkeypatch.setattr(_index, "os", fake)
     service = IndexService(tmp_path, slots=4096, max_index=50)  # a slot page per key or so
     service.load(flushed_up_to=None)
@@ -1006,7 +990,7 @@ def test_a_file_the_disk_refuses_to_create_leaves_nothing_behind(
 ) -> None:
     from trioha.store import _index
 
-    fake = _RefusingOs()
+    fake = RefusingFallocate()
     monkeypatch.setattr(_index, "os", fake)
     service = IndexService(tmp_path, slots=11, max_index=4)
     service.load(flushed_up_to=None)
