@@ -35,8 +35,10 @@ ever written, or read, through the mapping before its space is reserved with
 the last one in steps of :data:`ENTRY_RESERVE_STEP`. A refusal (ENOSPC) comes back as the
 ``OSError`` of any full-disk write, before anything of the batch is written; the service keeps
 the batch's keys and writes them with the next batch (the dispatcher retries, see
-``trioha.broker._reput``). A file takes the space of the pages its keys touch, as before.
-Lookups read the slot of a page not reserved yet with ``pread``.
+``trioha.broker._reput``). A file takes the space of the pages its keys touch, as before,
+until it holds :data:`FULL_SLOTS_AFTER` of an entry per slot; then its whole slot table is
+reserved at once (most of it is touched by then). Lookups read the slot of a page not
+reserved yet with ``pread``.
 """
 
 from __future__ import annotations
