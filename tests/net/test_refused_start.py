@@ -13,25 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.net.test_divergence import SEG, damaged_store
 from trioha import DamagedLogError
 from trioha.net._divergence import open_master_history
 from trioha.store import open_store
-from trioha.store._sent import SentOffsets
-
-SEG = 4096
 
 
 def test_a_second_refused_start_names_where_the_first_kept_the_cut_bytes(tmp_path: Path) -> None:
-    with open_store(tmp_path, segment_size=SEG) as store:
-        offsets = [
-            store.commitlog.append(topic="T", body=b"x" * 100).physical_offset for _ in range(80)
-        ]
-        end = store.commitlog.max_offset
-    SentOffsets.open(tmp_path).note_flushed(end, now=0.0)
-    with (tmp_path / "commitlog" / f"{0:020d}").open("r+b") as f:
-        f.seek(offsets[1] + 4)
-        f.write(b"\xde\xad\xbe\xef")
-    (tmp_path / "abort").touch()
+    offsets, _ = damaged_store(tmp_path)
     with open_store(tmp_path, segment_size=SEG) as store:
         first = store.recovery
         with pytest.raises(DamagedLogError):
