@@ -20,11 +20,13 @@ from typing import Any
 import pytest
 
 from trioha.broker import _metadata
-from trioha.store import _commitlog, _consumequeue, _diskspace, _index, _segment
+from trioha.store import _commitlog, _consumequeue, _diskspace, _index, _segment, _sent
 
-#: The modules whose file writes the injected disk refuses. Not the store checkpoint's: it is
-#: written in place in a file allocated at start, which a full disk still allows.
-WRITERS = (_segment, _commitlog, _consumequeue, _metadata, _index)
+#: The modules whose file writes the injected disk refuses (``_sent``: the master's marks, a
+#: new file renamed into place at every write; ``_index``: its ``posix_fallocate``). Not the
+#: store checkpoint's: it is written in place in a file allocated at start, which a full disk
+#: still allows.
+WRITERS = (_segment, _commitlog, _consumequeue, _metadata, _sent, _index)
 
 
 def fill_until_full(filler: Path) -> None:

@@ -157,8 +157,17 @@ def test_a_slave_holding_a_lost_tail_is_refused_then_cut_back_and_caught_up(
         f.write(bytes(end - cut))
     slave_before = log_bytes(s_dir)
 
-    # 3. The master restarts, producers go on at once; then the slave restarts.
-    with broker(master_args, m_port) as master:
+    # 3. The master had answered PUT_OK for the lost messages and sent them: it refuses to
+    # start as master, naming the range and the slave that holds them.
+    refused = Broker(master_args, m_port)
+    out = refused.proc.communicate(timeout=60)[0].decode()
+    assert refused.proc.returncode == 1, out
+    assert f"the acknowledged bytes [{cut}, " in out, out
+    assert "slave 127.0.0.1, which acknowledged at least up to" in out, out
+    assert "--accept-lost-acknowledged" in out, out
+    assert log_bytes(s_dir) == slave_before
+    # The operator discards them on purpose; producers go on at once; the slave restarts.
+    with broker([*master_args, "--accept-lost-acknowledged"], m_port) as master:
         wait_for("the restarted master", lambda: bool(status(master.address)))
         produce(master.address, 60, "new")
         new_end = int(status(master.address)["commitLogMaxOffset"])

@@ -2,6 +2,7 @@
 
 from trioha.net._client import HAClient, HAClientStatistics
 from trioha.net._connection import HAConnection
+from trioha.net._marks import MarkKeeper
 from trioha.net._service import HAService, HAServiceStatistics, SlaveStatistics
 from trioha.net._wakeup import Wakeup
 
@@ -11,6 +12,7 @@ __all__ = [
     "HAConnection",
     "HAService",
     "HAServiceStatistics",
+    "MarkKeeper",
     "SlaveStatistics",
     "Wakeup",
 ]

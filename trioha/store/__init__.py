@@ -49,6 +49,7 @@ from trioha.store._message import (
     string_to_properties,
 )
 from trioha.store._segment import DEFAULT_SEGMENT_SIZE, MIN_SEGMENT_SIZE, backed_end, segment_name
+from trioha.store._sent import SENT_OFFSET_FILE, SentOffsets, forget_master_marks
 from trioha.store._store import Store, open_store
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "MIN_RECORD_SIZE",
     "MIN_SEGMENT_SIZE",
     "RECORD_HEAD_SIZE",
+    "SENT_OFFSET_FILE",
     "AppendResult",
     "CQUnit",
     "Checkpoint",
@@ -83,6 +85,7 @@ __all__ = [
     "NewMessage",
     "PropertiesForm",
     "RecoveryReport",
+    "SentOffsets",
     "SetAside",
     "Store",
     "StoredMessage",
@@ -92,6 +95,7 @@ __all__ = [
     "decode_record",
     "encode_blank",
     "encode_message",
+    "forget_master_marks",
     "is_record_at",
     "make_msg_id",
     "message_length",
