@@ -9,6 +9,7 @@ root.
 from trioha._config import FlushDiskType
 from trioha.store._checkpoint import CHECKPOINT_SIZE, Checkpoint, read_checkpoint, write_checkpoint
 from trioha.store._commitlog import FileCommitLog, RecoveryReport
+from trioha.store._consumequeue import CQUnit
 from trioha.store._contract import (
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_STORE_HOST,
@@ -26,6 +27,7 @@ from trioha.store._message import (
     MESSAGE_MAGIC,
     MESSAGE_MAGIC_V2,
     MIN_RECORD_SIZE,
+    RECORD_HEAD_SIZE,
     Decoded,
     DecodedBlank,
     DecodedIncomplete,
@@ -40,12 +42,13 @@ from trioha.store._message import (
     decode_record,
     encode_blank,
     encode_message,
+    is_record_at,
     make_msg_id,
     message_length,
     properties_to_string,
     string_to_properties,
 )
-from trioha.store._segment import DEFAULT_SEGMENT_SIZE, MIN_SEGMENT_SIZE, segment_name
+from trioha.store._segment import DEFAULT_SEGMENT_SIZE, MIN_SEGMENT_SIZE, backed_end, segment_name
 from trioha.store._sent import SENT_OFFSET_FILE, SentOffsets, forget_master_marks
 from trioha.store._store import Store, open_store
 
@@ -61,8 +64,10 @@ __all__ = [
     "MESSAGE_MAGIC_V2",
     "MIN_RECORD_SIZE",
     "MIN_SEGMENT_SIZE",
+    "RECORD_HEAD_SIZE",
     "SENT_OFFSET_FILE",
     "AppendResult",
+    "CQUnit",
     "Checkpoint",
     "CommitLog",
     "Decoded",
@@ -84,12 +89,14 @@ __all__ = [
     "SetAside",
     "Store",
     "StoredMessage",
+    "backed_end",
     "body_crc",
     "decode_message",
     "decode_record",
     "encode_blank",
     "encode_message",
     "forget_master_marks",
+    "is_record_at",
     "make_msg_id",
     "message_length",
     "open_store",
