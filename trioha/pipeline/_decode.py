@@ -56,6 +56,7 @@ from trioha.pipeline._format import (
     POS_SYSFLAG,
 )
 from trioha.pipeline._layout import Segment
+from trioha.store import backed_end
 
 I64: TypeAlias = npt.NDArray[np.int64]
 U8: TypeAlias = npt.NDArray[np.uint8]
@@ -86,6 +87,52 @@ class SegmentData:
         return cls(segment, data, np.frombuffer(data, dtype=np.uint8), len(data))
 
 
+#: Filesystems where a read fault on a hole of a mapped file allocates a page: on a full one
+#: it is a SIGBUS (the store's ``_segment`` module has the story).
+_ALLOCATING_READS = frozenset({"tmpfs"})
+#: Filesystem type by device number, from ``/proc/self/mountinfo`` (None: unknown).
+_FS_TYPES: dict[int, str | None] = {}
+
+
+def _filesystem_type(fd: int) -> str | None:
+    """The type of the filesystem holding *fd* (``tmpfs``, ``ext4``, ...), None if unknown."""
+    dev = os.fstat(fd).st_dev
+    if dev in _FS_TYPES:
+        return _FS_TYPES[dev]
+    found = None
+    want = f"{os.major(dev)}:{os.minor(dev)}"
+    with (
+        contextlib.suppress(OSError),
+        open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts,
+    ):
+        for line in mounts:  # id parent major:minor root point options ... - type ...
+            fields = line.split()
+            if len(fields) > 3 and fields[2] == want and "-" in fields:
+                found = fields[fields.index("-") + 1]
+                break
+    _FS_TYPES[dev] = found
+    return found
+
+
+def _map(fd: int, size: int) -> mmap.mmap:
+    """The file's first *size* bytes, read-only: its mapping, or, where reading a hole
+    through a mapping may fault (tmpfs), a copy of the written part in anonymous memory,
+    whose holes read as zeros without a fault."""
+    if _filesystem_type(fd) in _ALLOCATING_READS:
+        written = backed_end(fd, size)
+        if written < size:
+            mm = mmap.mmap(-1, size)
+            with memoryview(mm) as view:
+                done = 0
+                while done < written:
+                    n = os.preadv(fd, [view[done:written]], done)
+                    if n <= 0:
+                        break  # shrank meanwhile: zeros past it, as a reader of holes sees
+                    done += n
+            return mm
+    return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+
+
 @contextlib.contextmanager
 def open_segment(segment: Segment) -> Iterator[SegmentData]:
     """Map *segment* read-only for the duration of the block (at most its planned length)."""
@@ -94,7 +141,7 @@ def open_segment(segment: Segment) -> Iterator[SegmentData]:
         if size <= 0:
             yield SegmentData.from_bytes(segment, b"")
             return
-        mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+        mm = _map(f.fileno(), size)
         view = SegmentData(segment, mm, np.frombuffer(mm, dtype=np.uint8), size)
         try:
             yield view

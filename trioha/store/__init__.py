@@ -8,7 +8,13 @@ root.
 
 from trioha.store._checkpoint import CHECKPOINT_SIZE, Checkpoint, read_checkpoint, write_checkpoint
 from trioha.store._commitlog import FileCommitLog, RecoveryReport
-from trioha.store._consumequeue import ConsumeQueue, ConsumeQueueStore, java_string_hash, tags_code
+from trioha.store._consumequeue import (
+    ConsumeQueue,
+    ConsumeQueueStore,
+    CQUnit,
+    java_string_hash,
+    tags_code,
+)
 from trioha.store._contract import (
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_STORE_HOST,
@@ -25,6 +31,7 @@ from trioha.store._diskspace import (
     COMMIT_LOG_FLUSH,
     CONSUME_QUEUE,
     CONSUME_QUEUE_CHECKPOINT,
+    MESSAGE_INDEX,
     METADATA,
     SENT_MARK,
     DiskGuard,
@@ -53,6 +60,7 @@ from trioha.store._message import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
+    RECORD_HEAD_SIZE,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
     Decoded,
@@ -71,13 +79,14 @@ from trioha.store._message import (
     decode_record,
     encode_blank,
     encode_message,
+    is_record_at,
     make_msg_id,
     message_length,
     parse_record,
     properties_to_string,
     string_to_properties,
 )
-from trioha.store._segment import DEFAULT_SEGMENT_SIZE, MIN_SEGMENT_SIZE, segment_name
+from trioha.store._segment import DEFAULT_SEGMENT_SIZE, MIN_SEGMENT_SIZE, backed_end, segment_name
 from trioha.store._sent import (
     DEFAULT_RESERVE_STEP,
     SENT_OFFSET_FILE,
@@ -102,6 +111,7 @@ __all__ = [
     "EPOCH_FILE_NAME",
     "MAX_PROPERTIES_SIZE",
     "MAX_TOPIC_SIZE_V1",
+    "MESSAGE_INDEX",
     "MESSAGE_MAGIC",
     "MESSAGE_MAGIC_V2",
     "METADATA",
@@ -118,11 +128,13 @@ __all__ = [
     "PROPERTY_TAGS",
     "PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX",
     "PROPERTY_WAIT_STORE_MSG_OK",
+    "RECORD_HEAD_SIZE",
     "SENT_MARK",
     "SENT_OFFSET_FILE",
     "SYSFLAG_BORNHOST_V6",
     "SYSFLAG_STOREHOST_V6",
     "AppendResult",
+    "CQUnit",
     "Checkpoint",
     "CommitLog",
     "ConsumeQueue",
@@ -151,12 +163,14 @@ __all__ = [
     "SetAside",
     "Store",
     "StoredMessage",
+    "backed_end",
     "body_crc",
     "decode_message",
     "decode_record",
     "encode_blank",
     "encode_message",
     "forget_master_marks",
+    "is_record_at",
     "java_string_hash",
     "make_msg_id",
     "message_length",

@@ -220,6 +220,7 @@ class SegmentLike(Protocol):
     wrote: int
     flushed: int
     data_start: int
+    backed: int
 
     def buffer(self) -> ReadableBuffer: ...
     def write(self, pos: int, data: bytes | bytearray | memoryview) -> None: ...
