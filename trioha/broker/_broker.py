@@ -251,7 +251,7 @@ class Broker:
         """Store several messages as consecutive records (RocketMQ's batch put).
 
         A message with a ``DELAY`` level is stored in its level's queue of
-        ``SCHEDULE_TOPIC_XXXX`` (:func:`~trioha.broker._schedule.apply_delay_levels`), unless
+        ``SCHEDULE_TOPIC_XXXX`` (:func:`~trioha.broker._delaylevels.apply_delay_levels`), unless
         ``delivery`` says this is the delivery of such a message, which also waits for neither
         flush nor replicas (``waitStoreMsgOK`` false, as ``ScheduleMessageService`` puts).
 
