@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from tests.broker.fakes import FakeBroker, open_fake_broker
@@ -16,13 +18,16 @@ from trioha._config import BrokerConfig
 from trioha._errors import RemotingError
 from trioha.broker._batch import BatchItem, encode_batch
 from trioha.broker._clientside import ClientSide, serve_client_side
-from trioha.remoting._client import RemotingClientPool, open_client_pool, open_remoting_client
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import RequestCode, ResponseCode
-from trioha.remoting._connection import RemotingConnection
-from trioha.remoting._json import loads_lenient
-from trioha.remoting._mqclient import (
+from trioha.remoting import (
+    RemotingClientPool,
+    RemotingCommand,
+    RemotingConnection,
+    RequestCode,
+    ResponseCode,
     get_route,
+    loads_lenient,
+    open_client_pool,
+    open_remoting_client,
     pull_message,
     query_consumer_offset,
     runtime_info,
@@ -30,6 +35,20 @@ from trioha.remoting._mqclient import (
     update_consumer_offset,
 )
 from trioha.store import DecodedMessage, decode_record
+
+#: SEND_MESSAGE_V2's header as a Java producer sends it (SendMessageRequestHeaderV2).
+FULL_V2 = {"a": "PG", "b": "T", "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 1, "h": 0}
+#: SEND_MESSAGE's header as the C++ client sends it (SendMessageRequestHeader).
+FULL_V1 = {
+    "producerGroup": "PG",
+    "topic": "T",
+    "defaultTopic": "TBW102",
+    "defaultTopicQueueNums": 4,
+    "queueId": 0,
+    "sysFlag": 0,
+    "bornTimestamp": 1,
+    "flag": 0,
+}
 
 
 @asynccontextmanager
@@ -332,6 +351,56 @@ async def test_queue_offsets_timestamps_and_view(tmp_path: Path) -> None:
         assert view.body == messages[2].encode()
 
 
+async def test_a_unit_whose_message_is_not_in_the_log_is_never_served(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``DefaultMessageStore.getMessage`` skips a unit it cannot select; here also one whose
+    record does not name the unit's offset, queue and queue offset (a unit left pointing at
+    a message the log lost): the consumer gets MESSAGE_WAS_REMOVING and moves past it, and
+    the broker says so once per queue. A read by offset of something that is no message
+    finds nothing."""
+    async with broker_port(tmp_path) as (broker, side, pool):
+        for i in range(3):
+            await send_message(pool, side.broker_addr, topic="T", body=b"q0-%d" % i, queue_id=0)
+        await send_message(pool, side.broker_addr, topic="T", body=b"q1", queue_id=1)
+        await side.reput.wait_dispatched(broker.store.commitlog.max_offset)
+        messages = list(broker.store.commitlog.iter_messages())
+        other, inside = messages[3], messages[1]
+        queue = side.reput.queues.get("T", 0)
+        assert queue is not None
+        # Units 3..5: another queue's message, the middle of a record, past the log's end.
+        queue.put(3, other.physical_offset, other.total_size, 0)
+        queue.put(4, inside.physical_offset + 8, inside.total_size, 0)
+        queue.put(5, broker.store.commitlog.max_offset - 4, inside.total_size, 0)
+
+        async def pull(offset: int) -> Any:
+            return await pull_message(
+                pool, side.broker_addr, group="G", topic="T", queue_id=0, offset=offset
+            )
+
+        first = await pull(0)
+        assert [m.body for m in first.messages] == [b"q0-0", b"q0-1", b"q0-2"]
+        assert first.next_begin_offset == 6  # past the units skipped
+        rest = await pull(3)
+        assert (rest.code, rest.remark, rest.next_begin_offset, rest.messages) == (
+            ResponseCode.PULL_RETRY_IMMEDIATELY,
+            "MESSAGE_WAS_REMOVING",
+            6,
+            (),
+        )
+        await pull(4)
+        view = await call(
+            pool, side, RequestCode.VIEW_MESSAGE_BY_ID, offset=inside.physical_offset + 8
+        )
+        assert view.code == ResponseCode.SYSTEM_ERROR
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors == [
+        f"consume queue T/0: unit 3 points at commit log offset {other.physical_offset} "
+        f"({other.total_size} bytes), which holds no such message; skipped (as are any others "
+        "of this queue, logged once)"
+    ]
+
+
 async def test_batch_code_and_send_back(tmp_path: Path) -> None:
     async with broker_port(tmp_path) as (broker, side, pool):
         body = encode_batch([BatchItem(0, b"b%d" % i, "TAGS\x01X") for i in range(3)])
@@ -339,17 +408,7 @@ async def test_batch_code_and_send_back(tmp_path: Path) -> None:
             side.broker_addr,
             RemotingCommand.request(
                 RequestCode.SEND_BATCH_MESSAGE,
-                {
-                    "a": "PG",
-                    "b": "T",
-                    "c": "TBW102",
-                    "d": 4,
-                    "e": 0,
-                    "f": 0,
-                    "g": 1,
-                    "h": 0,
-                    "i": "",
-                },
+                {**FULL_V2, "i": ""},
                 body,
             ),
         )
@@ -358,7 +417,9 @@ async def test_batch_code_and_send_back(tmp_path: Path) -> None:
         bad = await pool.request(
             side.broker_addr,
             RemotingCommand.request(
-                RequestCode.SEND_BATCH_MESSAGE, {"b": "T", "e": 0}, b"\x00\x00"
+                RequestCode.SEND_BATCH_MESSAGE,
+                FULL_V2,
+                b"\x00\x00",
             ),
         )
         assert bad.code == ResponseCode.MESSAGE_ILLEGAL
@@ -401,6 +462,66 @@ async def test_hostile_client_does_not_hurt_the_broker(tmp_path: Path) -> None:
         )
 
 
+async def test_a_send_without_a_required_header_field_is_refused_naming_it(
+    tmp_path: Path,
+) -> None:
+    """SendMessageRequestHeader's @CFNotNull fields: a 4.9.7 broker fails such a send with
+    SYSTEM_ERROR (a NullPointerException after the decoder logged the field); trioha answers
+    the same code and names the field. Nothing is stored, no topic created."""
+    cases: list[tuple[int, dict[str, object], str]] = [
+        (RequestCode.SEND_MESSAGE, {"topic": "T"}, "<producerGroup>"),
+        (RequestCode.SEND_MESSAGE, {k: v for k, v in FULL_V1.items() if k != "flag"}, "<flag>"),
+        (RequestCode.SEND_MESSAGE_V2, {"b": "T"}, "<a> (producerGroup)"),
+        (
+            RequestCode.SEND_MESSAGE_V2,
+            {k: v for k, v in FULL_V2.items() if k != "g"},
+            "<g> (bornTimestamp)",
+        ),
+        (RequestCode.SEND_BATCH_MESSAGE, {"b": "T", "e": 0}, "<a> (producerGroup)"),
+        (RequestCode.SEND_BATCH_MESSAGE, {"topic": "T"}, "<producerGroup>"),  # long header
+    ]
+    async with broker_port(tmp_path) as (broker, side, pool):
+        for code, fields, named in cases:
+            response = await pool.request(
+                side.broker_addr, RemotingCommand.request(code, fields, b"x")
+            )
+            assert (response.code, response.remark) == (
+                ResponseCode.SYSTEM_ERROR,
+                f"the custom field {named} is null",
+            )
+        assert broker.puts == 0
+        assert side.meta.topics.select("T") is None
+        for code, fields in [
+            (RequestCode.SEND_MESSAGE, FULL_V1),
+            (RequestCode.SEND_MESSAGE_V2, FULL_V2),
+        ]:
+            ok = await pool.request(side.broker_addr, RemotingCommand.request(code, fields, b"x"))
+            assert ok.code == ResponseCode.SUCCESS
+        assert broker.puts == 2
+
+
+async def test_a_body_above_max_message_size_is_refused_naming_the_limit(
+    tmp_path: Path,
+) -> None:
+    async with broker_port(tmp_path, max_message_size=1000) as (broker, side, pool):
+        single = await send_message(pool, side.broker_addr, topic="T", body=b"x" * 1001, queue_id=0)
+        assert (single.code, single.remark) == (
+            ResponseCode.MESSAGE_ILLEGAL,
+            "the message is illegal: its body is 1001 bytes, more than maxMessageSize 1000 bytes",
+        )
+        batch = encode_batch([BatchItem(0, b"x" * 1001, "")])
+        refused = await pool.request(
+            side.broker_addr,
+            RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, {**FULL_V2, "i": ""}, batch),
+        )
+        assert refused.code == ResponseCode.MESSAGE_ILLEGAL
+        assert "msg body length limit 1000 bytes (maxMessageSize)" in (refused.remark or "")
+        assert "128k" not in (refused.remark or "")
+        assert broker.puts == 0
+        fits = await send_message(pool, side.broker_addr, topic="T", body=b"x" * 1000, queue_id=0)
+        assert fits.status == "SEND_OK"
+
+
 async def test_registration_and_route(tmp_path: Path) -> None:
     async with broker_port(
         tmp_path,
@@ -432,7 +553,7 @@ async def test_retry_topic_send_past_max_goes_to_dead_letters(tmp_path: Path) ->
             side.broker_addr,
             RemotingCommand.request(
                 RequestCode.SEND_MESSAGE_V2,
-                {"a": "PG", "b": "%RETRY%G", "e": 0, "i": "", "j": 16, "l": 16},
+                {**FULL_V2, "b": "%RETRY%G", "i": "", "j": 16, "l": 16},
                 b"dead",
             ),
         )
@@ -443,7 +564,10 @@ async def test_retry_topic_send_past_max_goes_to_dead_letters(tmp_path: Path) ->
             pool, side.broker_addr, topic="T", body=b"x" * (4 * 1024 * 1024 + 1), queue_id=0
         )
         assert too_big.code == ResponseCode.MESSAGE_ILLEGAL
-        assert (too_big.remark or "").startswith("the message is illegal")
+        assert too_big.remark == (
+            "the message is illegal: its body is 4194305 bytes, more than maxMessageSize "
+            "4194304 bytes"
+        )
 
 
 async def test_pull_with_the_heartbeat_subscription(tmp_path: Path) -> None:

@@ -7,13 +7,18 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tests.broker.test_broker_port import broker_port, call
+from tests.broker.test_broker_port import FULL_V2, broker_port, call
 from trioha.broker._stats import BrokerStats, human_bytes, java_double, runtime_text
-from trioha.remoting._client import RemotingClientPool
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import RequestCode, ResponseCode
-from trioha.remoting._json import loads_lenient
-from trioha.remoting._mqclient import runtime_info, send_message, update_consumer_offset
+from trioha.remoting import (
+    RemotingClientPool,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    loads_lenient,
+    runtime_info,
+    send_message,
+    update_consumer_offset,
+)
 from trioha.store import DecodedMessage, decode_record
 
 #: Every key ``AdminBrokerProcessor.getBrokerRuntimeInfo`` of RocketMQ 4.9.7 answers with
@@ -383,14 +388,7 @@ async def test_delayed_send_is_parked_and_reported(tmp_path: Path) -> None:
             side.broker_addr,
             RemotingCommand.request(
                 RequestCode.SEND_MESSAGE_V2,
-                {
-                    "a": "PG",
-                    "b": "T",
-                    "c": "TBW102",
-                    "d": 4,
-                    "e": 1,
-                    "i": "DELAY\x012\x02TAGS\x01x",
-                },
+                {**FULL_V2, "e": 1, "i": "DELAY\x012\x02TAGS\x01x"},
                 b"later",
             ),
         )
@@ -408,7 +406,7 @@ async def test_delayed_send_is_parked_and_reported(tmp_path: Path) -> None:
             side.broker_addr,
             RemotingCommand.request(
                 RequestCode.SEND_MESSAGE_V2,
-                {"a": "PG", "b": "T", "c": "TBW102", "d": 4, "e": 1, "i": "DELAY\x01soon"},
+                {**FULL_V2, "e": 1, "i": "DELAY\x01soon"},
                 b"?",
             ),
         )
@@ -428,7 +426,7 @@ async def test_delayed_message_is_stored_as_rocketmq_stores_it(tmp_path: Path) -
             side.broker_addr,
             RemotingCommand.request(
                 RequestCode.SEND_MESSAGE_V2,
-                {"a": "PG", "b": "TopicA", "c": "TBW102", "d": 4, "e": 1, "i": props},
+                {**FULL_V2, "b": "TopicA", "e": 1, "i": props},
                 b"later",
             ),
         )

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from trioha.store._consumequeue import tags_code
+from trioha.store import tags_code
 
 log = logging.getLogger("trioha.broker.clients")
 
@@ -220,6 +220,13 @@ class ClientManager:
     def connections_of(self, group: str) -> list[Hashable]:
         info = self.consumers.get(group)
         return list(info.channels) if info else []
+
+    def find_channel(self, group: str, client_id: str) -> ClientChannel | None:
+        """``ConsumerManager.findChannel``: the connection of one member of *group*."""
+        info = self.consumers.get(group)
+        if info is None:
+            return None
+        return next((c for c in info.channels.values() if c.client_id == client_id), None)
 
     def find_subscription(self, group: str, topic: str) -> SubscriptionData | None:
         info = self.consumers.get(group)

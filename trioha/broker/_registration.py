@@ -19,10 +19,13 @@ import trio
 from trioha._config import BrokerConfig
 from trioha._errors import RemotingError
 from trioha.broker._metadata import Metadata
-from trioha.remoting._client import RemotingClientPool
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import RequestCode, ResponseCode
-from trioha.remoting._json import dumps_bytes
+from trioha.remoting import (
+    RemotingClientPool,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    dumps_bytes,
+)
 
 log = logging.getLogger("trioha.broker.registration")
 
@@ -138,7 +141,7 @@ class Registrar:
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> NoReturn:
         """Register now, then every period or on :meth:`request`; unregister when cancelled."""
-        period = min(max(self.config.register_name_server_period, 10_000), 60_000) / 1000
+        period = self.config.registration_period
         retry = RETRY_FIRST
         try:
             ok = await self.register_all()

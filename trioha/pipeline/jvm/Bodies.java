@@ -9,7 +9,7 @@ import java.util.zip.DataFormatException;
 import java.util.zip.Inflater;
 
 /**
- * Compressed bodies, as trioha/pipeline/_decode.py's compression_of and decompress: the
+ * Compressed bodies, as trioha/pipeline/_batches.py's compression_of and decompress: the
  * algorithm from the sysflag (MessageSysFlag, CompressionType.findByValue), and the body as
  * the producer sent it (UtilAll.uncompress, Lz4Compressor, ZstdCompressor), with
  * java.util.zip, the zstd-jni Spark itself ships, and {@link Lz4Frame}.
@@ -41,21 +41,29 @@ final class Bodies {
     }
   }
 
-  /** zlib.decompress: a complete zlib stream; bytes after its end are ignored. */
+  /**
+   * zlib.decompress: a complete zlib stream; bytes after its end are ignored. Whether the
+   * stream has ended is asked after every call, before a call that produced nothing counts
+   * as a failure: the last call of a stream may produce nothing (an empty body, or output
+   * that ended exactly at a chunk's end) and still finish it, and needsInput() is true
+   * then too, all input being consumed.
+   */
   private static byte[] inflate(byte[] b, int off, int len) {
     Inflater inf = new Inflater();
     try {
       inf.setInput(b, off, len);
       ByteArrayOutputStream out = new ByteArrayOutputStream(Math.max(64, 4 * len));
       byte[] chunk = new byte[1 << 16];
-      while (!inf.finished()) {
+      while (true) {
         int n = inf.inflate(chunk);
+        out.write(chunk, 0, n);
+        if (inf.finished()) {
+          return out.toByteArray();
+        }
         if (n == 0 && (inf.needsInput() || inf.needsDictionary())) {
           return null; // truncated, or a preset dictionary nobody has
         }
-        out.write(chunk, 0, n);
       }
-      return out.toByteArray();
     } catch (DataFormatException e) {
       return null;
     } finally {
