@@ -17,8 +17,10 @@ from trioha.store._contract import (
     CommitLog,
     FlushPolicy,
     NewMessage,
+    Released,
     SetAside,
 )
+from trioha.store._diskspace import DiskGuard, DiskLevel, DiskStatistics
 from trioha.store._epochfile import EPOCH_FILE_NAME, EpochFile
 from trioha.store._memory import MemoryCommitLog
 from trioha.store._message import (
@@ -48,6 +50,18 @@ from trioha.store._message import (
     properties_to_string,
     string_to_properties,
 )
+from trioha.store._retention import (
+    DELETE_FILES_BATCH_MAX,
+    HOUR_MS,
+    MANUAL_DELETE_RUNS,
+    RetentionRun,
+    SpaceCheck,
+    decide_run,
+    expired_count,
+    is_time_to_delete,
+    segment_count,
+    space_to_delete,
+)
 from trioha.store._segment import DEFAULT_SEGMENT_SIZE, MIN_SEGMENT_SIZE, backed_end, segment_name
 from trioha.store._sent import SENT_OFFSET_FILE, SentOffsets, forget_master_marks
 from trioha.store._store import Store, open_store
@@ -59,7 +73,10 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
     "DEFAULT_SEGMENT_SIZE",
     "DEFAULT_STORE_HOST",
+    "DELETE_FILES_BATCH_MAX",
     "EPOCH_FILE_NAME",
+    "HOUR_MS",
+    "MANUAL_DELETE_RUNS",
     "MESSAGE_MAGIC",
     "MESSAGE_MAGIC_V2",
     "MIN_RECORD_SIZE",
@@ -75,6 +92,9 @@ __all__ = [
     "DecodedIncomplete",
     "DecodedInvalid",
     "DecodedMessage",
+    "DiskGuard",
+    "DiskLevel",
+    "DiskStatistics",
     "EpochFile",
     "FileCommitLog",
     "FlushDiskType",
@@ -85,24 +105,32 @@ __all__ = [
     "NewMessage",
     "PropertiesForm",
     "RecoveryReport",
+    "Released",
+    "RetentionRun",
     "SentOffsets",
     "SetAside",
+    "SpaceCheck",
     "Store",
     "StoredMessage",
     "backed_end",
     "body_crc",
+    "decide_run",
     "decode_message",
     "decode_record",
     "encode_blank",
     "encode_message",
+    "expired_count",
     "forget_master_marks",
     "is_record_at",
+    "is_time_to_delete",
     "make_msg_id",
     "message_length",
     "open_store",
     "properties_to_string",
     "read_checkpoint",
+    "segment_count",
     "segment_name",
+    "space_to_delete",
     "string_to_properties",
     "write_checkpoint",
 ]
