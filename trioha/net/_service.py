@@ -98,6 +98,7 @@ _CLOSE_CATEGORIES = (
     ("housekeeping", "timeout"),
     ("timed out", "timeout"),
     ("diverg", "diverged"),
+    ("deleted", "deleted"),
     ("refus", "refused"),
     ("disk", "disk"),
     ("internal error", "internal_error"),
