@@ -206,6 +206,9 @@ class CommitLog(Protocol):
     def floor_queue_offsets(self, offsets: Mapping[tuple[str, int], int]) -> None:
         """Raise the next queue offsets to at least these (consume queues' ends)."""
 
+    def forget_queue(self, topic: str, queue_id: int) -> None:
+        """Count the queue's offsets from 0 again (its consume queue was destroyed)."""
+
     def close(self) -> None:
         """Flush and release the log; idempotent."""
 

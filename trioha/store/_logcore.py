@@ -637,6 +637,14 @@ class LogCore(abc.ABC, Generic[S]):
             if offset > nxt.get(key, 0):
                 nxt[key] = offset
 
+    def forget_queue(self, topic: str, queue_id: int) -> None:
+        """``CommitLog.removeQueueFromTopicQueueTable`` (``cleanExpiredConsumerQueue``): the
+        queue, whose consume queue was destroyed, counts from 0 again."""
+        self._check_open()
+        self._catch_up()
+        if self._queues.next.pop((topic, queue_id), None) is not None:
+            log.info("removeQueueFromTopicQueueTable OK Topic: %s QueueId: %d", topic, queue_id)
+
     def release_segments_before(self, offset: int) -> Released:
         """Retention's first half (``deleteExpiredFileByOffset``), in the owner thread: take
         the whole segments ending at or before ``offset`` out of the log, oldest first,
