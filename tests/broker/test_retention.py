@@ -426,3 +426,50 @@ async def test_a_failing_run_is_logged_and_the_next_one_tries_again(
         monkeypatch.undo()
         await trio.sleep(10)
         assert commitlog_files(broker) == [2 * SEG]
+
+
+async def test_a_slave_behind_a_deletion_is_told_and_an_empty_one_starts_at_the_oldest(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two brokers over TCP (real time, small intervals): a slave stopped while its master
+    deletes what it needs next gets one ERROR and stops; an empty slave is served from the
+    master's first offset still held (``haSyncFromOldest``)."""
+    world = World()
+    with trio.fail_after(120):
+        async with master(tmp_path / "m", world, ha_sync_from_oldest=True) as primary:
+            await fill(primary, 2)
+            async with open_broker(slave_config(tmp_path / "s", primary)) as slave:
+                await caught_up(slave, primary)
+            slave_end = primary.store.commitlog.max_offset
+            await fill(primary, 4)
+            world.hour, world.ahead = 4, 2 * HOUR
+            retention = primary.retention
+            assert retention is not None
+            await retention.run_once()
+            assert primary.store.commitlog.min_offset == 3 * SEG
+            with caplog.at_level(logging.ERROR, logger="trioha.ha"):
+                async with open_broker(slave_config(tmp_path / "s", primary)) as slave:
+                    client = slave.ha_client
+                    assert client is not None
+                    assert await client.wait_fell_behind(trio.current_time() + 60)
+                    stats = slave.statistics().client
+                    assert stats is not None
+                    assert (stats.state, stats.fell_behind_master_offset) == (
+                        "fell_behind",
+                        3 * SEG,
+                    )
+                    assert slave.store.commitlog.max_offset == slave_end
+            errors = [
+                r.getMessage()
+                for r in caplog.records
+                if r.levelno == logging.ERROR and r.name == "trioha.ha"
+            ]
+            assert len(errors) == 1 and errors[0].startswith(
+                f"fell behind master {client.master}: this slave's log ends at {slave_end}, but "
+                f"the master's now begins at {3 * SEG}"
+            )
+            ha = primary.statistics().ha
+            assert ha is not None and ha.closed_by_reason.get("deleted") == 1
+            async with open_broker(slave_config(tmp_path / "fresh", primary)) as fresh:
+                await caught_up(fresh, primary)
+                assert fresh.store.commitlog.min_offset == 3 * SEG

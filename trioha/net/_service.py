@@ -99,6 +99,7 @@ _CLOSE_CATEGORIES = (
     ("timed out", "timeout"),
     ("diverg", "diverged"),
     ("deleted", "deleted"),
+    ("no longer exists", "deleted"),
     ("refus", "refused"),
     ("disk", "disk"),
     ("internal error", "internal_error"),
