@@ -382,6 +382,24 @@ class ConsumeQueue:
         self.correct_min_offset(commitlog_min)
         return deleted
 
+    def first_offset_held(
+        self, commitlog_min: int, lo: int | None = None, hi: int | None = None
+    ) -> int:
+        """The first queue offset in ``[lo, hi)`` (default: the whole queue) whose message is
+        at or after ``commitlog_min``, pre-blanks skipped; ``hi`` if none
+        (``getMinOffsetInQueue`` after a deletion). Units are in commit log order, so a
+        binary search."""
+        lo = self.min_offset if lo is None else lo
+        hi = self.max_offset if hi is None else hi
+        while lo < hi:
+            mid = (lo + hi) // 2
+            unit = self.get(mid)
+            if unit is not None and (unit.is_blank or unit.commitlog_offset < commitlog_min):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
     def correct_min_offset(self, commitlog_min: int) -> int:
         """``correctMinOffset``: the queue now starts at its first unit whose message is at
         or after ``commitlog_min`` (pre-blanks skipped), searched in the first file (past
@@ -389,15 +407,11 @@ class ConsumeQueue:
         if not self._files:
             return self.min_offset
         first = self._files[0]
-        lo = max(self.min_offset, first.start // CQ_UNIT_SIZE)
-        hi = min(self.max_offset, (first.start + self.file_size) // CQ_UNIT_SIZE)
-        while lo < hi:  # units are in commit log order: the first one still in the log
-            mid = (lo + hi) // 2
-            unit = self.get(mid)
-            if unit is not None and (unit.is_blank or unit.commitlog_offset < commitlog_min):
-                lo = mid + 1
-            else:
-                hi = mid
+        lo = self.first_offset_held(
+            commitlog_min,
+            max(self.min_offset, first.start // CQ_UNIT_SIZE),
+            min(self.max_offset, (first.start + self.file_size) // CQ_UNIT_SIZE),
+        )
         if lo != self.min_offset:
             log.info(
                 "consume queue %s/%d: min offset now %d (the commit log starts at %d)",
