@@ -690,21 +690,20 @@ class HAClient:
             self.diverged_file.unlink(missing_ok=True)
         self._state_change.unpark_all()
 
-    async def wait_fell_behind(self, deadline: float = math.inf) -> bool:
-        """Wait until the master said it deleted what this slave needs; False at *deadline*."""
+    async def _wait_state(self, reached: Callable[[], bool], deadline: float) -> bool:
         with trio.move_on_at(deadline):
-            while self.fell_behind is None:
+            while not reached():
                 await self._state_change.park()
             return True
         return False
 
+    async def wait_fell_behind(self, deadline: float = math.inf) -> bool:
+        """Wait until the master said it deleted what this slave needs; False at *deadline*."""
+        return await self._wait_state(lambda: self.fell_behind is not None, deadline)
+
     async def wait_diverged(self, deadline: float = math.inf) -> bool:
         """Wait until the client is in the diverged state; False at *deadline*."""
-        with trio.move_on_at(deadline):
-            while self.divergence is None:
-                await self._state_change.park()
-            return True
-        return False
+        return await self._wait_state(lambda: self.divergence is not None, deadline)
 
     def _set_connected(self, value: bool) -> None:
         self.connected = value
@@ -712,11 +711,9 @@ class HAClient:
 
     async def wait_connected(self, deadline: float = math.inf, *, connects: int = 1) -> bool:
         """Wait until connected for (at least) the *connects*-th time; False at *deadline*."""
-        with trio.move_on_at(deadline):
-            while not self.connected or self.connects < connects:
-                await self._state_change.park()
-            return True
-        return False
+        return await self._wait_state(
+            lambda: self.connected and self.connects >= connects, deadline
+        )
 
     def _count_close(self, category: str) -> None:
         self._closed_by_reason[category] = self._closed_by_reason.get(category, 0) + 1
