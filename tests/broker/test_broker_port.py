@@ -18,13 +18,16 @@ from trioha._config import BrokerConfig
 from trioha._errors import RemotingError
 from trioha.broker._batch import BatchItem, encode_batch
 from trioha.broker._clientside import ClientSide, serve_client_side
-from trioha.remoting._client import RemotingClientPool, open_client_pool, open_remoting_client
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import RequestCode, ResponseCode
-from trioha.remoting._connection import RemotingConnection
-from trioha.remoting._json import loads_lenient
-from trioha.remoting._mqclient import (
+from trioha.remoting import (
+    RemotingClientPool,
+    RemotingCommand,
+    RemotingConnection,
+    RequestCode,
+    ResponseCode,
     get_route,
+    loads_lenient,
+    open_client_pool,
+    open_remoting_client,
     pull_message,
     query_consumer_offset,
     runtime_info,

@@ -26,10 +26,15 @@ import trio
 from tests.test_broker import _free_port, free_broker_port
 from tests.test_epoch_mode import _Process, _until
 from trioha._errors import RemotingError
-from trioha.remoting._client import open_client_pool
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import RequestCode, ResponseCode
-from trioha.remoting._mqclient import pull_message, runtime_info, send_message
+from trioha.remoting import (
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    open_client_pool,
+    pull_message,
+    runtime_info,
+    send_message,
+)
 from trioha.store import DecodedMessage, decode_record
 
 SEG = 64 * 1024

@@ -11,6 +11,7 @@ import trio.testing
 
 from tests.broker._diskfaults import RefusingFallocate
 from trioha import NotAMessageBoundaryError
+from trioha.broker._delaylevels import SCHEDULE_TOPIC, deliver_timestamp, parse_delay_levels
 from trioha.broker._reput import (
     _TAG_CODES,
     _TAG_CODES_MAX,
@@ -18,18 +19,19 @@ from trioha.broker._reput import (
     _tags_code,
     truncate_replica,
 )
-from trioha.broker._schedule import SCHEDULE_TOPIC, deliver_timestamp, parse_delay_levels
-from trioha.remoting._json import loads_lenient
-from trioha.store import _index
-from trioha.store._consumequeue import ConsumeQueueStore, tags_code
-from trioha.store._diskspace import MESSAGE_INDEX, DiskGuard
-from trioha.store._index import IndexService
-from trioha.store._memory import MemoryCommitLog
-from trioha.store._message import (
+from trioha.remoting import loads_lenient
+from trioha.store import (
+    MESSAGE_INDEX,
     MESSAGE_MAGIC,
     MESSAGE_MAGIC_V2,
+    ConsumeQueueStore,
+    DiskGuard,
     HostAddress,
+    IndexService,
+    MemoryCommitLog,
+    _index,  # its os, for a refusing fallocate
     properties_to_string,
+    tags_code,
 )
 
 SEGMENT = 4096

@@ -25,11 +25,15 @@ from trioha._status import PutStatus
 from trioha.broker import Broker, open_broker
 from trioha.broker._metadata import TopicConfig
 from trioha.broker._retention import FIRST_RUN_DELAY, RetentionService
-from trioha.remoting._client import open_client_pool
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import RequestCode, ResponseCode
-from trioha.remoting._mqclient import pull_message, runtime_info
-from trioha.store._diskspace import used_ratio
+from trioha.remoting import (
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    open_client_pool,
+    pull_message,
+    runtime_info,
+)
+from trioha.store import used_ratio
 
 HOUR = 3600.0
 BODY = b"m" * 1000  # about 60 messages a segment

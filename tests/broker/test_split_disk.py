@@ -28,9 +28,7 @@ from tests.test_broker import _free_port, free_broker_port, master_config
 from tests.test_epoch_mode import _Process, _until
 from trioha._status import PutStatus
 from trioha.broker import open_broker
-from trioha.remoting._client import open_client_pool
-from trioha.remoting._codes import ResponseCode
-from trioha.remoting._mqclient import pull_message, send_message
+from trioha.remoting import ResponseCode, open_client_pool, pull_message, send_message
 
 TOPIC = "LostTail"  # the helpers of test_lost_tail read this topic, two queues
 #: Answers of a put that stored its message.

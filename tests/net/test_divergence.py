@@ -18,8 +18,7 @@ from trioha.net._divergence import (
     open_master_history,
     promotion_end,
 )
-from trioha.store import MemoryCommitLog, open_store
-from trioha.store._sent import DEFAULT_RESERVE_STEP, SentOffsets
+from trioha.store import DEFAULT_RESERVE_STEP, MemoryCommitLog, SentOffsets, open_store
 
 SEG = 4096
 

@@ -40,8 +40,9 @@ def _refused(what: str, call: object) -> None:
 def _pipeline_read(directory: Path, end: int) -> None:
     """The Spark source's reader over every segment (it maps them too)."""
     try:
-        from trioha.pipeline._decode import open_segment, written_end
-        from trioha.pipeline._layout import Segment
+        from trioha.pipeline import Segment
+        from trioha.pipeline._decode import open_segment
+        from trioha.pipeline._framing import written_end
     except ImportError as exc:  # the spark extra is not installed
         print(f"pipeline: not installed ({exc.name})", flush=True)
         return

@@ -20,20 +20,24 @@ from trioha._config import BrokerConfig, BrokerRole
 from trioha._errors import StorageError
 from trioha._histogram import LatencyHistogram
 from trioha.broker._clients import ClientManager
+from trioha.broker._delaylevels import SCHEDULE_TOPIC
 from trioha.broker._metadata import Metadata
 from trioha.broker._reput import ReputService
-from trioha.broker._schedule import SCHEDULE_TOPIC
 from trioha.broker._stats import BrokerStats
 from trioha.broker._types import BrokerLike
-from trioha.remoting._codec import HeaderError, RemotingCommand
-from trioha.remoting._connection import RemotingConnection
-from trioha.remoting._dataversion import DataVersion
-from trioha.remoting._json import loads_lenient
-from trioha.store import RECORD_HEAD_SIZE, is_record_at
-from trioha.store._consumequeue import ConsumeQueue
-from trioha.store._message import (
+from trioha.remoting import (
+    DataVersion,
+    HeaderError,
+    RemotingCommand,
+    RemotingConnection,
+    loads_lenient,
+)
+from trioha.store import (
+    RECORD_HEAD_SIZE,
+    ConsumeQueue,
     DecodedMessage,
     decode_record,
+    is_record_at,
 )
 
 Handler = Callable[[RemotingCommand, RemotingConnection], Awaitable[RemotingCommand | None]]

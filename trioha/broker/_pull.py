@@ -27,17 +27,17 @@ from trioha.broker._context import (
     queue_min_offset,
 )
 from trioha.broker._metadata import RETRY_TOPIC_PREFIX, TopicConfig
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import (
+from trioha.remoting import (
     MASTER_ID,
     PERM_READ,
     PULL_FLAG_COMMIT_OFFSET,
     PULL_FLAG_SUBSCRIPTION,
     PULL_FLAG_SUSPEND,
+    RemotingCommand,
+    RemotingConnection,
     RequestCode,
     ResponseCode,
 )
-from trioha.remoting._connection import RemotingConnection
 from trioha.store import CQUnit, is_record_at
 
 log = logging.getLogger("trioha.broker")

@@ -42,32 +42,35 @@ from typing import NoReturn
 import trio
 
 from trioha._errors import StorageError
+from trioha.broker._delaylevels import SCHEDULE_TOPIC, deliver_timestamp
 from trioha.broker._metadata import write_config_file
-from trioha.broker._schedule import SCHEDULE_TOPIC, deliver_timestamp
 from trioha.broker._types import CommitLogLike
-from trioha.remoting._json import dumps, loads_lenient
-from trioha.store import RECORD_HEAD_SIZE, CQUnit, is_record_at
-from trioha.store._consumequeue import ConsumeQueue, ConsumeQueueStore, tags_code
-from trioha.store._contract import CommitLog, SetAside
-from trioha.store._diskspace import (
+from trioha.remoting import dumps, loads_lenient
+from trioha.store import (
     CONSUME_QUEUE,
     CONSUME_QUEUE_CHECKPOINT,
     MESSAGE_INDEX,
-    DiskGuard,
-)
-from trioha.store._index import IndexService
-from trioha.store._message import (
     MESSAGE_MAGIC,
     MIN_RECORD_SIZE,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    RECORD_HEAD_SIZE,
+    CommitLog,
+    ConsumeQueue,
+    ConsumeQueueStore,
+    CQUnit,
     DecodedBlank,
     DecodedIncomplete,
     DecodedInvalid,
+    DiskGuard,
+    IndexService,
     RecordLayout,
+    SetAside,
+    is_record_at,
     parse_record,
+    tags_code,
 )
 
 log = logging.getLogger("trioha.broker.reput")

@@ -34,8 +34,8 @@ import trio
 
 from trioha._config import BrokerConfig
 from trioha._errors import StorageError
+from trioha.broker._delaylevels import SCHEDULE_TOPIC
 from trioha.broker._reput import ReputService
-from trioha.broker._schedule import SCHEDULE_TOPIC
 from trioha.store import (
     DELETE_FILES_BATCH_MAX,
     HOUR_MS,

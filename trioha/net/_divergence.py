@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 
 from trioha._errors import DamagedLogError, LostAcknowledgedError
 from trioha.net._client import Divergence
-from trioha.store._sent import DEFAULT_RESERVE_STEP, SentOffsets
+from trioha.store import DEFAULT_RESERVE_STEP, SentOffsets
 
 if TYPE_CHECKING:
     from trioha.store import CommitLog, Store

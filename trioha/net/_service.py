@@ -34,8 +34,7 @@ from trioha.net._waiters import OffsetWaiters
 from trioha.proto import MasterOptions, Quorum, Vouch, needed_acks, slaves_available
 
 if TYPE_CHECKING:
-    from trioha.store import CommitLog, EpochFile
-    from trioha.store._sent import SentOffsets
+    from trioha.store import CommitLog, EpochFile, SentOffsets
 
 log = logging.getLogger("trioha.ha")
 

@@ -28,11 +28,15 @@ import logging
 
 from trioha._config import BrokerConfig
 from trioha._errors import ConfigError
-from trioha.broker._reput import CHECKPOINT_FILE, truncate_replica
-from trioha.net._client import DIVERGED_FILE, Divergence
-from trioha.store import SENT_OFFSET_FILE, SentOffsets, open_store
-from trioha.store._consumequeue import ConsumeQueueStore
-from trioha.store._index import IndexService
+from trioha.broker import CHECKPOINT_FILE, truncate_replica
+from trioha.net import DIVERGED_FILE, Divergence
+from trioha.store import (
+    SENT_OFFSET_FILE,
+    ConsumeQueueStore,
+    IndexService,
+    SentOffsets,
+    open_store,
+)
 
 __all__ = ["truncate_to_master", "truncate_to_offset"]
 
