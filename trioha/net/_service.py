@@ -97,6 +97,8 @@ _CLOSE_CATEGORIES = (
     ("housekeeping", "timeout"),
     ("timed out", "timeout"),
     ("diverg", "diverged"),
+    ("deleted", "deleted"),
+    ("no longer exists", "deleted"),
     ("refus", "refused"),
     ("disk", "disk"),
     ("internal error", "internal_error"),
