@@ -97,6 +97,18 @@ class MessageIllegalError(StorageError, ValueError):
     an unknown record version (MESSAGE_ILLEGAL). A ``ValueError`` too, as bad arguments are."""
 
 
+# --- automatic failover (the coordinator, etcd) ----------------------------------------
+
+
+class CoordinatorError(TriohaError):
+    """The failover coordinator (etcd) cannot be used as the broker group needs it."""
+
+
+class CoordinatorDataError(CoordinatorError, ValueError):
+    """A key the broker group keeps in etcd holds a value that is not what trioha writes there
+    (hand-edited, or written by something else); the message names the key and the fault."""
+
+
 # --- other subsystems ------------------------------------------------------------------
 
 
