@@ -161,6 +161,7 @@ def stream_latency(
     """Put *messages* into a live store one by one (*interval* apart, each flushed as a
     master's put is) while a ``readStream`` of it runs into a ``foreachBatch`` sink; returns
     the p50, p99 and max of put-to-row latency in seconds."""
+    from trioha.pipeline import start_stream
     from trioha.store import NewMessage
     from trioha.store._store import open_store
 
@@ -176,12 +177,11 @@ def stream_latency(
         log = store.commitlog
         log.append_batch([NewMessage(topic=TOPIC, body=b"first")])
         log.flush()
-        query = (
+        query = start_stream(
             spark.readStream.format("commitlog")
             .load(str(root))
             .writeStream.foreachBatch(sink)
             .trigger(processingTime="0 seconds")
-            .start()
         )
         try:
             query.processAllAvailable()

@@ -125,6 +125,7 @@ def taken_port() -> Iterator[int]:
             "(listenPort, --listen)",
         ),
         ("namesrv", ["--listen", "127.0.0.1:{port}"], "(--listen)"),
+        ("namesrv", ["--set", "listenPort={port}"], "(listenHost/listenPort)"),
     ],
 )
 def test_a_port_in_use_is_one_line_naming_address_and_setting(
@@ -283,3 +284,32 @@ def test_a_master_on_a_log_damaged_below_its_flushed_mark_refuses_to_start(
     assert f"ends at {offsets[3]}, below {4096 // 2}" in error
     assert "lost+found" in error
     assert "--accept-damaged-log" in error
+
+
+@pytest.mark.parametrize(
+    ("text", "args", "message"),
+    [
+        (
+            "serverChannelMaxIdleTimeSecond=300\n",
+            [],
+            "namesrv.properties:1: unknown key 'serverChannelMaxIdleTimeSecond'; did you mean "
+            "'serverChannelMaxIdleTimeSeconds'?",
+        ),
+        (
+            "listenPort=0\n",
+            ["--set", "serverChannelMaxIdleTimeSeconds=20"],
+            "serverChannelMaxIdleTimeSeconds=20 on the name server is not above the brokers' "
+            "registration period (30 s)",
+        ),
+        ("listenPort=0\n", ["--set", "serverMaxConnections"], "not key=value"),
+    ],
+)
+def test_a_bad_namesrv_properties_or_setting_is_one_line(
+    tmp_path: Path, text: str, args: list[str], message: str
+) -> None:
+    conf = tmp_path / "namesrv.properties"
+    conf.write_text(text)
+    result = run("namesrv", "-c", str(conf), *args)
+    assert result.returncode == (2 if message == "not key=value" else 1)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr

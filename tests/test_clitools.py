@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
@@ -85,10 +88,30 @@ async def test_commands_run_from_python_m_trioha(tmp_path: Path) -> None:
             ]
 
 
-async def test_namesrv_command_serves_until_terminated() -> None:
+class ProcessLog:
+    """What a child process has written to stderr so far; read further on demand."""
+
+    def __init__(self, process: trio.Process) -> None:
+        self.process = process
+        self.text = b""
+
+    async def wait_for(self, pattern: bytes) -> re.Match[bytes]:
+        """Read stderr until *pattern* (a regular expression) matches it; the match."""
+        assert self.process.stderr is not None
+        while (found := re.search(pattern, self.text)) is None:
+            chunk = await self.process.stderr.receive_some(4096)
+            assert chunk, self.text
+            self.text += chunk
+        return found
+
+
+@asynccontextmanager
+async def running_namesrv(*args: str) -> AsyncIterator[tuple[ProcessLog, str]]:
+    """``python -m trioha namesrv ARGS`` until the block ends (30 s at most): its stderr, and
+    the address it says it listens on. SIGTERM then stops it, which must exit 0."""
+    command = [sys.executable, "-m", "trioha", "namesrv", *args]
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            command = [sys.executable, "-m", "trioha", "namesrv", "--listen", "127.0.0.1:0"]
 
             async def run(task_status: trio.TaskStatus[trio.Process]) -> None:
                 await trio.run_process(
@@ -96,11 +119,32 @@ async def test_namesrv_command_serves_until_terminated() -> None:
                 )
 
             process: trio.Process = await nursery.start(run)
-            assert process.stderr is not None
-            seen = b""
-            while b"name server listening on" not in seen:
-                chunk = await process.stderr.receive_some(4096)
-                assert chunk, seen
-                seen += chunk
+            log = ProcessLog(process)
+            found = await log.wait_for(rb"name server listening on [\d.]+:(\d+)")
+            yield log, f"127.0.0.1:{int(found.group(1))}"
             process.terminate()
-        assert process.returncode == 0
+    assert process.returncode == 0
+
+
+async def test_namesrv_command_serves_until_terminated() -> None:
+    async with running_namesrv("--listen", "127.0.0.1:0"):
+        pass
+
+
+async def test_namesrv_command_takes_a_properties_file_and_settings(tmp_path: Path) -> None:
+    """``trioha namesrv -c namesrv.properties --set ...``, as ``mqnamesrv -c``: the file's keys
+    (a RocketMQ one trioha ignores is said so), and a --set cap that bites."""
+    conf = tmp_path / "namesrv.properties"
+    conf.write_text(
+        "listenPort=0\nserverChannelMaxIdleTimeSeconds=300\nrocketmqHome=/opt/rocketmq\n"
+    )
+    settings = ["--set", "serverMaxConnections=2", "--set", "serverConnectionReservePercent=0"]
+    async with running_namesrv("-c", str(conf), *settings) as (log, address):
+        host, port = address.rsplit(":", 1)
+        clients = [await trio.open_tcp_stream(host, int(port)) for _ in range(3)]
+        await log.wait_for(rb"its cap \(serverMaxConnections\)")
+        for client in clients:
+            await client.aclose()
+    text = log.text.decode()
+    assert "rocketmqHome is where RocketMQ finds its logging configuration" in text
+    assert "holds 2 connections, its cap (serverMaxConnections)" in text

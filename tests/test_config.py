@@ -1,4 +1,5 @@
-"""BrokerConfig: RocketMQ's settings, defaults and broker.conf (docs/rocketmq-protocol.md §3)."""
+"""BrokerConfig and NamesrvConfig: RocketMQ's settings, defaults, broker.conf and
+namesrv.properties (docs/rocketmq-protocol.md §3)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from trioha import BrokerConfig, BrokerRole, ConfigError, FlushDiskType
+from trioha._config import NamesrvConfig
 
 
 def test_defaults_are_rocketmqs() -> None:
@@ -184,3 +186,133 @@ def test_store_paths_trioha_cannot_move_are_refused_not_ignored(tmp_path: Path) 
         r"cannot be honoured: trioha keeps it at .*store/index",
     ):
         BrokerConfig.from_properties(moved)
+
+
+# --- the remoting ports' limits, and the name server's settings ------------------------------
+
+
+def test_the_remoting_limits_are_read_from_broker_conf(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "serverChannelMaxIdleTimeSeconds=300\nserverMaxConnections=5000\n"
+        "serverFrameTimeoutSeconds=30\nserverFrameMinBytesPerSecond=16384\n"
+        "serverConnectionReservePercent=20\nserverConnectionReserveMaxPerAddress=8\n"
+        "serverWorkerThreads=16\nserverSocketSndBufSize=131072\n",  # Netty's: ignored
+    )
+    config = BrokerConfig.from_properties(path)
+    assert config.server_channel_max_idle_time_seconds == 300
+    assert config.server_max_connections == 5000
+    assert (config.server_frame_timeout_seconds, config.server_frame_min_bytes_per_second) == (
+        30,
+        16384,
+    )
+    assert config.server_connection_reserve_percent == 20
+    assert config.server_connection_reserve_max_per_address == 8
+    default = BrokerConfig()
+    assert (default.server_frame_timeout_seconds, default.server_frame_min_bytes_per_second) == (
+        10,
+        65536,
+    )
+    assert default.server_connection_reserve_percent == 10
+    with pytest.raises(ConfigError, match="percentage"):
+        BrokerConfig.from_properties(None, settings=[("serverConnectionReservePercent", "120")])
+
+
+def test_a_namesrv_properties_is_read_as_mqnamesrv_reads_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO")
+    path = tmp_path / "namesrv.properties"
+    path.write_text(
+        "listenPort=9877\n"
+        "serverChannelMaxIdleTimeSeconds=300\n"
+        "orderMessageEnable=true\n"
+        "rocketmqHome=/opt/rocketmq\n"
+        "kvConfigPath=/opt/rocketmq/kvConfig.json\n"
+        "serverWorkerThreads=8\n"
+    )
+    config = NamesrvConfig.from_properties(path, settings=[("serverMaxConnections", "100")])
+    assert (config.listen_host, config.listen_port) == ("127.0.0.1", 9877)
+    assert config.server_channel_max_idle_time_seconds == 300
+    assert config.server_max_connections == 100
+    assert config.order_message_enable
+    said = [r.getMessage() for r in caplog.records]
+    assert f"{path}:4: rocketmqHome is where RocketMQ finds its logging configuration" in said[0]
+    assert "kvConfigPath is where RocketMQ keeps KV config" in said[1]
+    assert "in memory only" in said[1]
+    assert f"{path}:6: serverWorkerThreads is a RocketMQ setting trioha has no use for" == said[2]
+    default = NamesrvConfig()  # mqnamesrv's defaults
+    assert (default.listen_port, default.server_channel_max_idle_time_seconds) == (9876, 120)
+    assert not default.order_message_enable
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("serverChannelMaxIdleTimeSecond=300", "did you mean 'serverChannelMaxIdleTimeSeconds'"),
+        ("brokerRole=SLAVE", "unknown key 'brokerRole'"),  # a broker.conf key is no namesrv key
+        ("listenPort=99999", "must be a TCP port"),
+        ("serverMaxConnections=many", "serverMaxConnections='many' is not valid"),
+    ],
+)
+def test_a_bad_namesrv_properties_is_a_clear_error(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "namesrv.properties"
+    path.write_text(f"# mine\n{line}\n")
+    with pytest.raises(ConfigError, match=message) as info:
+        NamesrvConfig.from_properties(path)
+    if "unknown" in message or "did you mean" in message:
+        assert str(info.value).startswith(f"{path}:2: unknown key")
+
+
+@pytest.mark.parametrize(
+    ("text", "settings", "expected"),
+    [
+        ("", {"a": "1"}, "a=1\n"),
+        ("# keep\na = 2\nb=3\n", {"a": "1"}, "# keep\na=1\nb=3\n"),
+        ("a=2\nb=3\na=4", {"a": "1"}, "a=1\nb=3\n"),  # a later duplicate would win: gone
+        ("x=1\\\n  2\r\na:9\n", {"x": "5", "c": "7"}, "x=5\na:9\nc=7\n"),  # a continued entry
+        ("b=3", {"a": " lead\\ing"}, "b=3\na=\\ lead\\\\ing\n"),
+    ],
+)
+def test_rewrite_properties_changes_only_its_keys(
+    text: str, settings: dict[str, str], expected: str
+) -> None:
+    from trioha._config import parse_properties, rewrite_properties
+
+    out = rewrite_properties(text, settings)
+    assert out == expected
+    read = {key: value for _line, key, value in parse_properties(out)}
+    assert {key: read[key] for key in settings} == settings
+
+
+def test_read_setting_is_the_files_reading_of_one_key() -> None:
+    from trioha._config import read_setting
+
+    assert read_setting(BrokerConfig, "brokerIP1", "10.0.0.1", where="w") == (
+        "broker_ip1",
+        "10.0.0.1",
+    )
+    assert read_setting(BrokerConfig, "flushDiskType", "sync_flush", where="w") == (
+        "flush_disk_type",
+        FlushDiskType.SYNC_FLUSH,
+    )
+    with pytest.raises(ConfigError, match="w: unknown key 'brokerIPP1'; did you mean 'brokerIP1'"):
+        read_setting(BrokerConfig, "brokerIPP1", "x", where="w")
+    with pytest.raises(ConfigError, match="w: fileReservedTime is a RocketMQ setting trioha"):
+        read_setting(BrokerConfig, "fileReservedTime", "72", where="w")
+    with pytest.raises(ConfigError, match="w: listenPort='x' is not valid"):
+        read_setting(BrokerConfig, "listenPort", "x", where="w")
+
+
+def test_config_properties_round_trip_through_the_reader(tmp_path: Path) -> None:
+    from trioha._config import config_properties, java_key
+
+    config = BrokerConfig(broker_ip1="10.1.1.1", flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    properties = config_properties(config)
+    assert properties["brokerIP1"] == "10.1.1.1"
+    assert properties["checkCRCOnRecover"] == "true"
+    assert properties["flushDiskType"] == "SYNC_FLUSH"
+    assert "namesrvAddr" not in properties  # unset
+    assert java_key("ha_slave_fallbehind_max") == "haSlaveFallbehindMax"
+    conf = write(tmp_path, "".join(f"{k}={v}\n" for k, v in properties.items()))
+    assert BrokerConfig.from_properties(conf) == config

@@ -64,9 +64,31 @@ def _setting(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(
-            f"not key=value: {text!r} (a broker.conf key, e.g. --set flushDiskType=SYNC_FLUSH)"
+            f"not key=value: {text!r} (a key of the -c file, e.g. --set "
+            "serverChannelMaxIdleTimeSeconds=120)"
         )
     return key.strip(), value.strip()
+
+
+def add_config_options(p: argparse.ArgumentParser, file: str, example: str) -> None:
+    """``-c FILE`` and ``--set KEY=VALUE``, as a broker and a name server take them."""
+    p.add_argument(
+        "-c",
+        "--config",
+        type=Path,
+        metavar=file,
+        help=f"a RocketMQ {file} (camelCase keys); flags override it",
+    )
+    p.add_argument(
+        "--set",
+        dest="settings",
+        type=_setting,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"set any {file} key (camelCase, e.g. --set {example}); repeatable; applied "
+        "after -c, the flags above win",
+    )
 
 
 def metrics_address(text: str) -> tuple[str, int]:
@@ -134,7 +156,8 @@ COMMAND_HELP: dict[str, tuple[str, str]] = {
     ),
     "namesrv": (
         "Run a RocketMQ name server: brokers register their topics, clients ask it for routes.",
-        "trioha namesrv --listen 0.0.0.0:9876 --metrics-listen 9102",
+        "trioha namesrv -c /etc/trioha/namesrv.properties --listen 0.0.0.0:9876 "
+        "--metrics-listen 9102",
     ),
     "put": (
         "Send messages to a topic's masters through a name server's routes, one status line "
@@ -193,13 +216,6 @@ def _add_broker_options(p: argparse.ArgumentParser) -> None:
         help="store root (commitlog/ inside); default: storePathRootDir from -c",
     )
     p.add_argument(
-        "-c",
-        "--config",
-        type=Path,
-        metavar="broker.conf",
-        help="a RocketMQ broker.conf (camelCase keys); flags override it",
-    )
-    p.add_argument(
         "--mapped-file-size",
         type=_size,
         metavar="BYTES",
@@ -218,16 +234,7 @@ def _add_broker_options(p: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT",
         help="name server to register with (namesrvAddr)",
     )
-    p.add_argument(
-        "--set",
-        dest="settings",
-        type=_setting,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="set any broker.conf key (camelCase, e.g. --set haSendHeartbeatInterval="
-        "5000); repeatable; applied after -c, the flags above win",
-    )
+    add_config_options(p, "broker.conf", "haSendHeartbeatInterval=5000")
     add_metrics_option(p)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
@@ -356,7 +363,7 @@ def _run_master(args: argparse.Namespace) -> int:
     if not config.broker_role.is_master:
         raise ConfigError(f"{args.config}: brokerRole is SLAVE; use `trioha slave` for a slave")
     require_prometheus_client(args)
-    trio.run(_serve, config, args.metrics_listen)
+    trio.run(_serve, config, args.metrics_listen, args.config)
     return 0
 
 
@@ -375,18 +382,25 @@ def _run_slave(args: argparse.Namespace) -> int:
     if config.ha_master is None:
         raise ConfigError("a slave needs --master-ha HOST:PORT (or haMasterAddress in -c)")
     require_prometheus_client(args)
-    trio.run(_serve, config, args.metrics_listen)
+    trio.run(_serve, config, args.metrics_listen, args.config)
     return 0
 
 
-async def _serve(config: BrokerConfig, metrics: tuple[str, int] | None = None) -> None:
+async def _serve(
+    config: BrokerConfig,
+    metrics: tuple[str, int] | None = None,
+    config_file: Path | None = None,
+) -> None:
     from trioha._tuning import tune_gc_for_serving
     from trioha.broker import open_broker
 
     tune_gc_for_serving()
 
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with open_broker(config) as broker, trio.open_nursery() as nursery:
+        async with (
+            open_broker(config, config_file=config_file) as broker,
+            trio.open_nursery() as nursery,
+        ):
             if metrics is not None:
                 from trioha.metrics import BrokerCollector, serve_metrics
 

@@ -2,8 +2,10 @@
 
 ``register_commands(subparsers)`` adds them to ``python -m trioha``:
 
-* ``namesrv [--listen HOST:PORT] [--acl-file plain_acl.yml] [--tls-config tls.properties]``:
-  a name server (default 127.0.0.1:9876), with the ACL and TLS of docs/security.md;
+* ``namesrv [-c namesrv.properties] [--set KEY=VALUE] [--listen HOST:PORT] [--acl-file
+  plain_acl.yml] [--tls-config tls.properties]``: a name server (default 127.0.0.1:9876) with
+  RocketMQ's ``namesrv.properties`` settings (``trioha._config.NamesrvConfig``), and the ACL and
+  TLS of docs/security.md;
 * ``put --namesrv HOST:PORT --topic T [--count N] [--size B]``: send N messages to the
   topic's masters, round robin over the queues, one status line each;
 * ``tail --namesrv HOST:PORT --topic T --group G``: consume every queue of the topic as group
@@ -35,10 +37,9 @@ from typing import Any, TextIO, TypeVar
 
 import trio
 
-from trioha._config import BrokerConfig, parse_address
+from trioha._config import DEFAULT_NAMESRV_PORT, BrokerConfig, NamesrvConfig, parse_address
 from trioha._errors import ConfigError, RemotingError
 from trioha.namesrv._processor import serve_namesrv
-from trioha.namesrv._routes import DEFAULT_NAMESRV_PORT
 from trioha.remoting._client import RemotingClientPool, open_client_pool
 from trioha.remoting._codes import ResponseCode
 from trioha.remoting._mqclient import (
@@ -98,14 +99,17 @@ def _address(text: str) -> str:
 
 def register_commands(subparsers: Any) -> None:
     """Add ``namesrv``, ``put``, ``tail`` and ``status`` to the ``trioha`` command."""
+    from trioha._cli import add_config_options, add_metrics_option
+
     namesrv = subparsers.add_parser("namesrv", help="run a RocketMQ name server")
     namesrv.add_argument(
         "--listen",
         type=_address,
-        default=f"127.0.0.1:{DEFAULT_NAMESRV_PORT}",
         metavar="HOST:PORT",
-        help=f"listen address (default 127.0.0.1:{DEFAULT_NAMESRV_PORT}; port 0 picks one)",
+        help=f"listen address (default: listenHost and listenPort from -c, else "
+        f"127.0.0.1:{DEFAULT_NAMESRV_PORT}; port 0 picks one)",
     )
+    add_config_options(namesrv, "namesrv.properties", "serverChannelMaxIdleTimeSeconds=300")
     namesrv.add_argument(
         "--acl-file",
         type=Path,
@@ -120,8 +124,6 @@ def register_commands(subparsers: Any) -> None:
         help="RocketMQ TLS settings (tls.server.mode, tls.server.certPath, tls.server.keyPath, "
         "...) for the name server port",
     )
-    from trioha._cli import add_metrics_option
-
     add_metrics_option(namesrv)
     namesrv.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     namesrv.set_defaults(handler=_run_namesrv)
@@ -158,7 +160,11 @@ def _run_namesrv(args: argparse.Namespace) -> int:
     from trioha.namesrv import NamesrvProcessor
 
     require_prometheus_client(args)
-    host, port = parse_address(args.listen, what="--listen")
+    overrides: dict[str, Any] = {}
+    if args.listen is not None:
+        host, port = parse_address(args.listen, what="--listen")
+        overrides.update(listen_host=host, listen_port=port)
+    config = NamesrvConfig.from_properties(args.config, settings=args.settings, **overrides)
     acl = PlainAcl.load(args.acl_file) if args.acl_file else None
     tls = None
     if args.tls_config:
@@ -169,9 +175,16 @@ def _run_namesrv(args: argparse.Namespace) -> int:
     async def main() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
-                processor = NamesrvProcessor()
+                processor = NamesrvProcessor(order_message_enable=config.order_message_enable)
                 await nursery.start(
-                    partial(serve_namesrv, host, port, processor=processor, acl=acl, tls=tls)
+                    partial(
+                        serve_namesrv,
+                        config=config,
+                        processor=processor,
+                        setting="--listen" if args.listen else "listenHost/listenPort",
+                        acl=acl,
+                        tls=tls,
+                    )
                 )
                 if args.metrics_listen is not None:
                     from trioha.metrics import NamesrvCollector, serve_metrics

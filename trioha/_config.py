@@ -23,7 +23,7 @@ import enum
 import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,9 +115,40 @@ def parse_address(text: str, *, what: str = "address") -> tuple[str, int]:
     return host, port
 
 
+def _percent(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if not 0 <= value <= 100:
+        raise ConfigError(f"{attribute.name} must be a percentage (0..100), got {value}")
+
+
 @attrs.frozen(kw_only=True)
-class BrokerConfig:
-    """Everything a trioha broker needs to run, as RocketMQ names it (in snake_case)."""
+class RemotingServerConfig:
+    """What a remoting port allows its peers, for the broker and the name server alike:
+    ``NettyServerConfig``'s idle timeout and trioha's own limits (docs/operations.md, "Idle
+    and hostile connections"; ``trioha.remoting._limits`` says why each exists)."""
+
+    #: ``NettyServerConfig.serverChannelMaxIdleTimeSeconds``: a client connection that neither
+    #: reads nor writes for this long is closed.
+    server_channel_max_idle_time_seconds: int = attrs.field(default=120, validator=_positive)
+    #: trioha's own: connections the port holds at once (0: half the process's open-file
+    #: limit); more are closed at once, with a WARNING when the cap starts biting.
+    server_max_connections: int = attrs.field(default=0, validator=_non_negative)
+    #: trioha's own: a frame may take this many seconds from its first byte to its last, plus
+    #: its size at ``server_frame_min_bytes_per_second``; a slower one closes its connection.
+    server_frame_timeout_seconds: int = attrs.field(default=10, validator=_positive)
+    server_frame_min_bytes_per_second: int = attrs.field(default=65536, validator=_positive)
+    #: trioha's own: this share of ``server_max_connections`` is kept for client addresses
+    #: holding fewer than ``server_connection_reserve_max_per_address`` connections (0: none).
+    server_connection_reserve_percent: int = attrs.field(default=10, validator=_percent)
+    server_connection_reserve_max_per_address: int = attrs.field(default=4, validator=_positive)
+
+
+@attrs.frozen(kw_only=True)
+class BrokerConfig(RemotingServerConfig):
+    """Everything a trioha broker needs to run, as RocketMQ names it (in snake_case).
+
+    The settings of its remoting ports (idle timeout, connection cap, frame deadline) are
+    :class:`RemotingServerConfig`'s.
+    """
 
     # --- identity and role (BrokerConfig / MessageStoreConfig) -----------------------------
     broker_role: BrokerRole = attrs.field(default=BrokerRole.ASYNC_MASTER, converter=BrokerRole)
@@ -202,15 +233,13 @@ class BrokerConfig:
     #: trioha's own: run a name server inside this broker, listening on the first
     #: ``namesrv_addr`` entry (127.0.0.1:9876 when unset), for a one-command setup.
     embedded_namesrv: bool = False
+    #: trioha's own: a ``namesrv.properties`` for the embedded name server (its idle timeout,
+    #: connection cap, ...; :class:`NamesrvConfig`). Unset: RocketMQ's name server defaults,
+    #: never this broker's own ``server*`` settings.
+    embedded_namesrv_config: str | None = None
     #: trioha's own: a slave's master broker address (its remoting port) for metadata sync
     #: when no name server tells it; RocketMQ learns it only from the name server.
     master_broker_addr: str | None = attrs.field(default=None, validator=_address)
-    #: ``NettyServerConfig.serverChannelMaxIdleTimeSeconds``: a client connection that neither
-    #: reads nor writes for this long is closed (broker and name server ports).
-    server_channel_max_idle_time_seconds: int = attrs.field(default=120, validator=_positive)
-    #: trioha's own: connections the broker port holds at once (0: half the process's
-    #: open-file limit); more are closed at once, with a WARNING when the cap starts biting.
-    server_max_connections: int = attrs.field(default=0, validator=_non_negative)
 
     # --- access control and TLS (RocketMQ's plain ACL and TlsSystemConfig; docs/security.md) -
     #: ``aclEnable``: check every request on the broker port (and on an embedded name server)
@@ -318,6 +347,12 @@ class BrokerConfig:
         return Timing.from_millis(self.ha_send_heartbeat_interval, self.ha_housekeeping_interval)
 
     @property
+    def registration_period(self) -> float:
+        """Seconds between registrations with the name servers: ``register_name_server_period``
+        clamped to 10–60 s, as ``BrokerController`` does."""
+        return min(max(self.register_name_server_period, 10_000), 60_000) / 1000
+
+    @property
     def required_slave_acks(self) -> int:
         """How many slaves must ack a SYNC_MASTER put (0: none, as 5.x with in_sync_replicas 1)."""
         return max(0, self.in_sync_replicas - 1)
@@ -347,32 +382,14 @@ class BrokerConfig:
         Raises :class:`ConfigError` naming the file, the line and the nearest valid key for a
         key trioha does not know, and naming the value for one it cannot parse.
         """
-        entries: list[tuple[str, str, str]] = []
-        if path is not None:
-            path = Path(path)
-            try:
-                text = path.read_text(encoding="utf-8")
-            except OSError as exc:
-                raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-            try:
-                entries = [(f"{path}:{n}", k, v) for n, k, v in _parse_properties(text)]
-            except ConfigError as exc:
-                raise ConfigError(f"{path}: {exc}") from None
-        entries += [(f"--set {key}={raw}", key.strip(), raw.strip()) for key, raw in settings]
-        values: dict[str, Any] = {}
-        fixed_paths: dict[str, tuple[str, str]] = {}
+        entries = _read_entries(path, settings)
+        fixed_paths = {key: (where, raw) for where, key, raw in entries if key in FIXED_STORE_PATHS}
+        values = _entry_values(
+            [e for e in entries if e[1] not in FIXED_STORE_PATHS],
+            attrs.fields(cls),
+            BROKER_IGNORED_KEYS,
+        )
         fields = {f.name: f for f in attrs.fields(cls)}
-        for where, key, raw in entries:
-            name = _snake(LEGACY_KEYS.get(key, key).replace(".", "_"))  # tls.server.mode
-            if key in FIXED_STORE_PATHS:
-                fixed_paths[key] = (where, raw)
-                continue
-            if name not in fields:
-                if key in IGNORED_ROCKETMQ_KEYS:
-                    log.info("%s: %s is a RocketMQ setting trioha has no use for", where, key)
-                    continue
-                raise ConfigError(f"{where}: unknown key {key!r}{_nearest(key, fields)}")
-            values[name] = _convert(fields[name], raw, where, key)
         if values.get("tls_config_file"):
             values.update(_tls_file_values(Path(values["tls_config_file"]), fields))
         values.update(overrides)
@@ -388,6 +405,116 @@ class BrokerConfig:
                     "(under storePathRootDir); remove the line or point it there"
                 )
         return config
+
+
+#: ``NamesrvStartup``: ``mqnamesrv`` listens on 9876 (``NettyServerConfig`` says 8888).
+DEFAULT_NAMESRV_PORT = 9876
+
+
+@attrs.frozen(kw_only=True)
+class NamesrvConfig(RemotingServerConfig):
+    """A name server's settings: the ``NamesrvConfig`` and ``NettyServerConfig`` keys of a
+    RocketMQ ``namesrv.properties`` that trioha honours (``mqnamesrv -c``, docs/rocketmq-protocol.md
+    §18.1), in snake_case.
+
+    The idle timeout, connection cap and frame deadline are :class:`RemotingServerConfig`'s,
+    as on the broker port, but a name server has its own: an embedded one does not take its
+    broker's. Keys RocketMQ knows and trioha has no use for (thread pools, ``rocketmqHome``,
+    ...) are accepted and logged (:data:`IGNORED_NAMESRV_KEYS` says why each).
+    """
+
+    #: trioha's own: the address to listen on (RocketMQ binds every address).
+    listen_host: str = "127.0.0.1"
+    #: ``NettyServerConfig.listenPort`` (0: any free port).
+    listen_port: int = attrs.field(default=DEFAULT_NAMESRV_PORT, validator=_port)
+    #: ``NamesrvConfig.orderMessageEnable``: a route carries the topic's entry of the
+    #: ``ORDER_TOPIC_CONFIG`` KV namespace as ``orderTopicConf``.
+    order_message_enable: bool = False
+
+    @classmethod
+    def from_properties(
+        cls,
+        path: str | Path | None,
+        *,
+        settings: Sequence[tuple[str, str]] = (),
+        **overrides: Any,
+    ) -> NamesrvConfig:
+        """Read a RocketMQ ``namesrv.properties``, then *settings* (``--set``), then typed
+        *overrides*, with the reader and the errors of :meth:`BrokerConfig.from_properties`."""
+        values = _entry_values(
+            _read_entries(path, settings), attrs.fields(cls), IGNORED_NAMESRV_KEYS
+        )
+        values.update(overrides)
+        try:
+            return cls(**values)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{path or '--set'}: {exc}") from None
+
+
+#: Why a RocketMQ key is accepted and ignored, when nothing more specific is said.
+NO_USE = "a RocketMQ setting trioha has no use for"
+
+
+def _read_entries(
+    path: str | Path | None, settings: Sequence[tuple[str, str]]
+) -> list[tuple[str, str, str]]:
+    """``(where, key, raw value)`` of a properties file's entries, then of *settings*
+    (``--set key=value``); *where* names the file and line, or the ``--set``."""
+    entries: list[tuple[str, str, str]] = []
+    if path is not None:
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+        try:
+            entries = [(f"{path}:{n}", k, v) for n, k, v in _parse_properties(text)]
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    entries += [(f"--set {key}={raw}", key.strip(), raw.strip()) for key, raw in settings]
+    return entries
+
+
+def _entry_values(
+    entries: Sequence[tuple[str, str, str]],
+    fields: Sequence[attrs.Attribute[Any]],
+    ignored: dict[str, str],
+) -> dict[str, Any]:
+    """The typed field values *entries* set (the last one of a key wins).
+
+    A key in *ignored* is logged at INFO with the reason it maps to; any other key that names
+    no field is a :class:`ConfigError` naming where it was and the nearest valid key.
+    """
+    by_name = {f.name: f for f in fields}
+    values: dict[str, Any] = {}
+    for where, key, raw in entries:
+        if key in ignored and _field_name(key) not in by_name:
+            log.info("%s: %s is %s", where, key, ignored[key])
+            continue
+        name, value = _read_setting(by_name, key, raw, where, ignored)
+        values[name] = value
+    return values
+
+
+def _field_name(key: str) -> str:
+    """The field a RocketMQ key names: ``tls.server.mode`` -> ``tls_server_mode``."""
+    return _snake(LEGACY_KEYS.get(key, key).replace(".", "_"))
+
+
+def _read_setting(
+    by_name: Mapping[str, attrs.Attribute[Any]],
+    key: str,
+    raw: str,
+    where: str,
+    ignored: Mapping[str, str],
+) -> tuple[str, Any]:
+    name = _field_name(key)
+    field = by_name.get(name)
+    if field is None:
+        if key in ignored:
+            raise ConfigError(f"{where}: {key} is {ignored[key]}")
+        raise ConfigError(f"{where}: unknown key {key!r}{_nearest(key, by_name)}")
+    return name, _convert(field, raw, where, key)
 
 
 def _tls_file_values(path: Path, fields: dict[str, Any]) -> dict[str, Any]:
@@ -445,6 +572,44 @@ IGNORED_ROCKETMQ_KEYS = frozenset(
     }
 )
 
+# ``NettyServerConfig`` settings of Netty's threads, buffers and allocator: valid in a
+# broker.conf and a namesrv.properties; trioha runs a task per request and leaves buffers to the
+# OS.
+IGNORED_NETTY_SERVER_KEYS = frozenset(
+    {
+        "serverWorkerThreads",
+        "serverCallbackExecutorThreads",
+        "serverSelectorThreads",
+        "serverOnewaySemaphoreValue",
+        "serverAsyncSemaphoreValue",
+        "serverSocketSndBufSize",
+        "serverSocketRcvBufSize",
+        "writeBufferHighWaterMark",
+        "writeBufferLowWaterMark",
+        "serverSocketBacklog",
+        "serverPooledByteBufAllocatorEnable",
+        "useEpollNativeSelector",
+    }
+)
+
+#: A broker.conf's keys trioha accepts and ignores, and why.
+BROKER_IGNORED_KEYS: dict[str, str] = dict.fromkeys(
+    IGNORED_ROCKETMQ_KEYS | IGNORED_NETTY_SERVER_KEYS, NO_USE
+)
+
+# ``NamesrvConfig`` keys a trioha name server accepts and ignores, and why.
+IGNORED_NAMESRV_KEYS: dict[str, str] = {
+    "rocketmqHome": "where RocketMQ finds its logging configuration; trioha logs to stderr",
+    "kvConfigPath": (
+        "where RocketMQ keeps KV config; a trioha name server keeps it in memory only (empty "
+        "after a restart)"
+    ),
+    "configStorePath": "where RocketMQ writes UPDATE_NAMESRV_CONFIG changes; trioha has none",
+    "productEnvName": NO_USE,
+    "clusterTest": NO_USE,
+    **dict.fromkeys(IGNORED_NETTY_SERVER_KEYS, NO_USE),
+}
+
 
 _WHITESPACE = " \t\f"
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
@@ -464,8 +629,19 @@ def _parse_properties(text: str) -> list[tuple[int, str, str]]:
     Values also lose trailing blanks (Java keeps them, and then RocketMQ fails to parse
     ``"10911 "`` as a number). The line number is where the entry starts.
     """
-    out = []
-    lines = re.split(r"\r\n|\r|\n", text)  # not str.splitlines: a form feed is a blank here
+    return [
+        (start + 1, key, value.rstrip(_WHITESPACE))
+        for start, _end, key, value in _entries(re.split(r"\r\n|\r|\n", text))
+    ]
+
+
+#: ``(line, key, value)`` of each entry of a ``.properties`` text (``Properties.load``).
+parse_properties = _parse_properties
+
+
+def _entries(lines: Sequence[str]) -> Iterator[tuple[int, int, str, str]]:
+    """``(first, end, key, value)`` of each entry of *lines* (``lines[first:end]`` hold it,
+    continuations included), as :func:`_parse_properties` reads them; values untrimmed."""
     i = 0
     while i < len(lines):
         start = i
@@ -479,8 +655,43 @@ def _parse_properties(text: str) -> list[tuple[int, str, str]]:
         if _continues(line):
             line = line[:-1]  # a continuation at the end of the file continues into nothing
         key, value = _split_entry(line, start + 1)
-        out.append((start + 1, key, value.rstrip(_WHITESPACE)))
-    return out
+        yield start, i, key, value
+
+
+def rewrite_properties(text: str, settings: Mapping[str, str]) -> str:
+    """*text* (a ``broker.conf``) with each key of *settings* set to its value.
+
+    The first entry of a key is replaced in place and any later one removed (the last one
+    would win when the file is read); a key the file lacks is appended. Every other line,
+    comments and blank lines included, is kept as it was.
+    """
+    # Each line with its end (the line ends _parse_properties splits on), kept as it was.
+    lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z", text)
+    remaining = dict(settings)
+    replaced: dict[int, str] = {}
+    dropped: set[int] = set()
+    for start, end, key, _value in _entries([line.rstrip("\r\n") for line in lines]):
+        if key not in settings:
+            continue
+        dropped.update(range(start, end))
+        if key in remaining:
+            replaced[start] = f"{key}={_escape(remaining.pop(key))}\n"
+    out = [
+        replaced.get(i, line) for i, line in enumerate(lines) if i in replaced or i not in dropped
+    ]
+    if out and not out[-1].endswith("\n"):
+        out[-1] += "\n"
+    out += [f"{key}={_escape(value)}\n" for key, value in remaining.items()]
+    return "".join(out)
+
+
+def _escape(value: str) -> str:
+    """A value as ``Properties.store`` writes it: backslashes, line ends and a leading blank
+    escaped, so :func:`_parse_properties` reads back exactly *value*."""
+    out = value.replace("\\", "\\\\")
+    for char, escape in (("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"), ("\f", "\\f")):
+        out = out.replace(char, escape)
+    return "\\" + out if out[:1] == " " else out
 
 
 def _continues(line: str) -> bool:
@@ -540,8 +751,45 @@ def _camel(name: str) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
-def _nearest(key: str, fields: dict[str, Any]) -> str:
-    candidates = [_camel(name) for name in fields]
+#: Fields whose RocketMQ key keeps an acronym in capitals (:func:`_snake` reads both back).
+_JAVA_KEYS = {"broker_ip1": "brokerIP1", "check_crc_on_recover": "checkCRCOnRecover"}
+
+
+def java_key(name: str) -> str:
+    """The RocketMQ (camelCase) key of the field *name*: ``broker_ip1`` -> ``brokerIP1``."""
+    return _JAVA_KEYS.get(name) or _camel(name)
+
+
+def config_properties(config: Any) -> dict[str, str]:
+    """``MixAll.object2Properties`` of an attrs config: every field that is set, by its
+    RocketMQ key, as text (what GET_BROKER_CONFIG and GET_NAMESRV_CONFIG answer)."""
+    out: dict[str, str] = {}
+    for field in attrs.fields(type(config)):
+        value = getattr(config, field.name)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            out[java_key(field.name)] = "true" if value else "false"
+        elif isinstance(value, enum.Enum):
+            out[java_key(field.name)] = str(value.value)
+        else:
+            out[java_key(field.name)] = str(value)
+    return out
+
+
+def read_setting(cls: type, key: str, raw: str, *, where: str) -> tuple[str, Any]:
+    """The field and typed value one ``key=value`` of a broker.conf sets (*cls*:
+    :class:`BrokerConfig`), read as :meth:`BrokerConfig.from_properties` reads a line.
+
+    Raises :class:`ConfigError` naming *where* for an unknown key (and the nearest valid
+    one), for a RocketMQ key trioha has no use for, and for a value it cannot parse.
+    """
+    by_name = {f.name: f for f in attrs.fields(cls)}
+    return _read_setting(by_name, key, raw, where, BROKER_IGNORED_KEYS)
+
+
+def _nearest(key: str, fields: Mapping[str, Any]) -> str:
+    candidates = [java_key(name) for name in fields]
     close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
 

@@ -349,3 +349,34 @@ async def test_guard_answers_system_error_and_logs_once_per_client_and_reason(
     refusals = [r.message for r in caplog.records if "refused request" in r.message]
     assert len(refusals) == 3  # (10.0.0.9, no key), (10.0.0.9, signature), (10.0.0.8, no key)
     assert guard.statistics() == type(guard.statistics())(allowed=1, denied=6)
+
+
+def test_the_operators_admin_codes_need_an_admin_account(tmp_path: Path) -> None:
+    """``mqadmin``'s admin codes: RocketMQ requires admin for 25 and 207 only; trioha for
+    every one of them (an offset reset or a group deletion is no client's business), on the
+    broker and on the name server alike (GET_NAMESRV_CONFIG included: it shows paths)."""
+    path = tmp_path / "plain_acl.yml"
+    path.write_text(ACL)
+    broker = AccessValidator(load_table([path]))
+    for code in (
+        RequestCode.UPDATE_BROKER_CONFIG,
+        RequestCode.GET_PRODUCER_CONNECTION_LIST,
+        RequestCode.DELETE_SUBSCRIPTIONGROUP,
+        RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+        RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE,
+        RequestCode.GET_CONSUMER_RUNNING_INFO,
+        RequestCode.CLEAN_UNUSED_TOPIC,
+        RequestCode.QUERY_CONSUME_QUEUE,
+        RequestCode.DELETE_EXPIRED_COMMITLOG,
+    ):
+        assert "Need admin permission" in (remark(broker, signed(code, {})) or ""), code
+        assert broker.check(signed(code, {}, ak="rocketmq2", sk="12345678"), PEER) is None, code
+    namesrv = AccessValidator(load_table([path]), Role.NAMESRV)
+    for code in (
+        RequestCode.WIPE_WRITE_PERM_OF_BROKER,
+        RequestCode.ADD_WRITE_PERM_OF_BROKER,
+        RequestCode.UPDATE_NAMESRV_CONFIG,
+        RequestCode.GET_NAMESRV_CONFIG,
+    ):
+        assert "Need admin permission" in (remark(namesrv, signed(code, {})) or ""), code
+        assert namesrv.check(signed(code, {}, ak="rocketmq2", sk="12345678"), PEER) is None

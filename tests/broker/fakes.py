@@ -34,6 +34,7 @@ class FakeStatistics:
 class FakeBroker:
     def __init__(self, config: BrokerConfig, store: Store) -> None:
         self.config = config
+        self.config_file: Path | None = None
         self.store = store
         self.ha_address: tuple[str, int] | None = None
         self.puts = 0
@@ -118,6 +119,16 @@ class FakeBroker:
     def count_puts(self, status: PutStatus, messages: int, seconds: float) -> None:
         self.answered[status.name] = self.answered.get(status.name, 0) + messages
 
+    def update_config(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.store.commitlog.max_message_size = config.max_message_size
+
+    def delete_expired_commitlog(self) -> bool:
+        return False
+
+    def clean_expired_consume_queues(self) -> bool:
+        return False
+
     def _notify(self) -> None:
         self._grew.set()
         self._grew = trio.Event()
@@ -149,6 +160,7 @@ async def open_fake_broker(root: Path, config: BrokerConfig) -> AsyncIterator[Fa
         root,
         segment_size=config.mapped_file_size_commit_log,
         store_host=HostAddress("127.0.0.1", config.listen_port or 10911),
+        max_message_size=config.max_message_size,
     )
     try:
         yield FakeBroker(config, store)

@@ -31,6 +31,20 @@ from trioha.remoting._mqclient import (
 )
 from trioha.store import DecodedMessage, decode_record
 
+#: SEND_MESSAGE_V2's header as a Java producer sends it (SendMessageRequestHeaderV2).
+FULL_V2 = {"a": "PG", "b": "T", "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 1, "h": 0}
+#: SEND_MESSAGE's header as the C++ client sends it (SendMessageRequestHeader).
+FULL_V1 = {
+    "producerGroup": "PG",
+    "topic": "T",
+    "defaultTopic": "TBW102",
+    "defaultTopicQueueNums": 4,
+    "queueId": 0,
+    "sysFlag": 0,
+    "bornTimestamp": 1,
+    "flag": 0,
+}
+
 
 @asynccontextmanager
 async def broker_port(
@@ -339,17 +353,7 @@ async def test_batch_code_and_send_back(tmp_path: Path) -> None:
             side.broker_addr,
             RemotingCommand.request(
                 RequestCode.SEND_BATCH_MESSAGE,
-                {
-                    "a": "PG",
-                    "b": "T",
-                    "c": "TBW102",
-                    "d": 4,
-                    "e": 0,
-                    "f": 0,
-                    "g": 1,
-                    "h": 0,
-                    "i": "",
-                },
+                {**FULL_V2, "i": ""},
                 body,
             ),
         )
@@ -358,7 +362,9 @@ async def test_batch_code_and_send_back(tmp_path: Path) -> None:
         bad = await pool.request(
             side.broker_addr,
             RemotingCommand.request(
-                RequestCode.SEND_BATCH_MESSAGE, {"b": "T", "e": 0}, b"\x00\x00"
+                RequestCode.SEND_BATCH_MESSAGE,
+                FULL_V2,
+                b"\x00\x00",
             ),
         )
         assert bad.code == ResponseCode.MESSAGE_ILLEGAL
@@ -401,6 +407,66 @@ async def test_hostile_client_does_not_hurt_the_broker(tmp_path: Path) -> None:
         )
 
 
+async def test_a_send_without_a_required_header_field_is_refused_naming_it(
+    tmp_path: Path,
+) -> None:
+    """SendMessageRequestHeader's @CFNotNull fields: a 4.9.7 broker fails such a send with
+    SYSTEM_ERROR (a NullPointerException after the decoder logged the field); trioha answers
+    the same code and names the field. Nothing is stored, no topic created."""
+    cases: list[tuple[int, dict[str, object], str]] = [
+        (RequestCode.SEND_MESSAGE, {"topic": "T"}, "<producerGroup>"),
+        (RequestCode.SEND_MESSAGE, {k: v for k, v in FULL_V1.items() if k != "flag"}, "<flag>"),
+        (RequestCode.SEND_MESSAGE_V2, {"b": "T"}, "<a> (producerGroup)"),
+        (
+            RequestCode.SEND_MESSAGE_V2,
+            {k: v for k, v in FULL_V2.items() if k != "g"},
+            "<g> (bornTimestamp)",
+        ),
+        (RequestCode.SEND_BATCH_MESSAGE, {"b": "T", "e": 0}, "<a> (producerGroup)"),
+        (RequestCode.SEND_BATCH_MESSAGE, {"topic": "T"}, "<producerGroup>"),  # long header
+    ]
+    async with broker_port(tmp_path) as (broker, side, pool):
+        for code, fields, named in cases:
+            response = await pool.request(
+                side.broker_addr, RemotingCommand.request(code, fields, b"x")
+            )
+            assert (response.code, response.remark) == (
+                ResponseCode.SYSTEM_ERROR,
+                f"the custom field {named} is null",
+            )
+        assert broker.puts == 0
+        assert side.meta.topics.select("T") is None
+        for code, fields in [
+            (RequestCode.SEND_MESSAGE, FULL_V1),
+            (RequestCode.SEND_MESSAGE_V2, FULL_V2),
+        ]:
+            ok = await pool.request(side.broker_addr, RemotingCommand.request(code, fields, b"x"))
+            assert ok.code == ResponseCode.SUCCESS
+        assert broker.puts == 2
+
+
+async def test_a_body_above_max_message_size_is_refused_naming_the_limit(
+    tmp_path: Path,
+) -> None:
+    async with broker_port(tmp_path, max_message_size=1000) as (broker, side, pool):
+        single = await send_message(pool, side.broker_addr, topic="T", body=b"x" * 1001, queue_id=0)
+        assert (single.code, single.remark) == (
+            ResponseCode.MESSAGE_ILLEGAL,
+            "the message is illegal: its body is 1001 bytes, more than maxMessageSize 1000 bytes",
+        )
+        batch = encode_batch([BatchItem(0, b"x" * 1001, "")])
+        refused = await pool.request(
+            side.broker_addr,
+            RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, {**FULL_V2, "i": ""}, batch),
+        )
+        assert refused.code == ResponseCode.MESSAGE_ILLEGAL
+        assert "msg body length limit 1000 bytes (maxMessageSize)" in (refused.remark or "")
+        assert "128k" not in (refused.remark or "")
+        assert broker.puts == 0
+        fits = await send_message(pool, side.broker_addr, topic="T", body=b"x" * 1000, queue_id=0)
+        assert fits.status == "SEND_OK"
+
+
 async def test_registration_and_route(tmp_path: Path) -> None:
     async with broker_port(
         tmp_path,
@@ -432,7 +498,7 @@ async def test_retry_topic_send_past_max_goes_to_dead_letters(tmp_path: Path) ->
             side.broker_addr,
             RemotingCommand.request(
                 RequestCode.SEND_MESSAGE_V2,
-                {"a": "PG", "b": "%RETRY%G", "e": 0, "i": "", "j": 16, "l": 16},
+                {**FULL_V2, "b": "%RETRY%G", "i": "", "j": 16, "l": 16},
                 b"dead",
             ),
         )
@@ -443,7 +509,10 @@ async def test_retry_topic_send_past_max_goes_to_dead_letters(tmp_path: Path) ->
             pool, side.broker_addr, topic="T", body=b"x" * (4 * 1024 * 1024 + 1), queue_id=0
         )
         assert too_big.code == ResponseCode.MESSAGE_ILLEGAL
-        assert (too_big.remark or "").startswith("the message is illegal")
+        assert too_big.remark == (
+            "the message is illegal: its body is 4194305 bytes, more than maxMessageSize "
+            "4194304 bytes"
+        )
 
 
 async def test_pull_with_the_heartbeat_subscription(tmp_path: Path) -> None:

@@ -138,3 +138,63 @@ def test_metadata_loads_all_tables_under_config(tmp_path: Path) -> None:
     meta.persist_all()
     assert sorted(p.name for p in (tmp_path / "config").iterdir()) == ["consumerOffset.json"]
     assert Metadata.load(tmp_path, BrokerConfig()).offsets.query("G", "T", 0) == 1
+
+
+def test_the_topics_and_groups_every_rocketmq_broker_has(tmp_path: Path) -> None:
+    """A Java slave replaces its tables with its master's: a trioha master must list what a
+    Java master would (``TopicConfigManager()``, ``SubscriptionGroupManager.init``)."""
+    config = BrokerConfig(broker_cluster_name="C1", broker_name="b1")
+    topics = TopicConfigManager(tmp_path, config).table
+    shapes = {name: (t.read_queue_nums, t.write_queue_nums, t.perm) for name, t in topics.items()}
+    assert shapes == {
+        "SELF_TEST_TOPIC": (1, 1, 6),
+        "OFFSET_MOVED_EVENT": (1, 1, 6),
+        "BenchmarkTest": (1024, 1024, 6),
+        "SCHEDULE_TOPIC_XXXX": (18, 18, 6),
+        "C1_REPLY_TOPIC": (1, 1, 6),
+        "C1": (16, 16, 7),
+        "b1": (1, 1, 7),
+        AUTO_CREATE_TOPIC: (8, 8, 7),
+    }
+    groups = SubscriptionGroupManager(tmp_path).table
+    assert set(groups) == {
+        "TOOLS_CONSUMER",
+        "FILTERSRV_CONSUMER",
+        "SELF_TEST_C_GROUP",
+        "CID_ONS-HTTP-PROXY",
+        "CID_ONSAPI_PULL",
+        "CID_ONSAPI_PERMISSION",
+        "CID_ONSAPI_OWNER",
+    }
+    assert all(g.consume_broadcast_enable for g in groups.values())
+
+
+def test_a_groups_file_adds_to_the_built_in_groups_and_overrides_them(tmp_path: Path) -> None:
+    write_config_file(
+        tmp_path / "subscriptionGroup.json",
+        '{"subscriptionGroupTable":{"G":{"groupName":"G"},'
+        '"TOOLS_CONSUMER":{"groupName":"TOOLS_CONSUMER","retryMaxTimes":3}},'
+        '"dataVersion":{"counter":4,"timestamp":1}}',
+    )
+    groups = SubscriptionGroupManager(tmp_path)
+    assert {"G", "TOOLS_CONSUMER", "SELF_TEST_C_GROUP"} <= set(groups.table)
+    assert groups.table["TOOLS_CONSUMER"].retry_max_times == 3
+
+
+def test_delete_a_group_and_remove_its_offsets(tmp_path: Path) -> None:
+    groups = SubscriptionGroupManager(tmp_path)
+    groups.find("G")
+    version = groups.data_version
+    assert groups.delete("G") is not None
+    assert "G" not in groups.table and groups.data_version != version
+    assert groups.delete("G") is None
+    offsets = ConsumerOffsetManager(tmp_path)
+    offsets.commit("G", "T", 0, 1)
+    offsets.commit("G", "U", 0, 2)
+    offsets.commit("GG", "T", 0, 3)
+    offsets.persist()
+    assert offsets.remove_group("G") == 2
+    assert offsets.dirty
+    assert offsets.topics_of("G") == set()
+    assert offsets.query("GG", "T", 0) == 3
+    assert offsets.remove_group("G") == 0

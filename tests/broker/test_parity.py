@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tests.broker.test_broker_port import broker_port, call
+from tests.broker.test_broker_port import FULL_V2, broker_port, call
 from trioha.broker._stats import BrokerStats, human_bytes, java_double, runtime_text
 from trioha.remoting._client import RemotingClientPool
 from trioha.remoting._codec import RemotingCommand
@@ -383,14 +383,7 @@ async def test_delayed_send_is_parked_and_reported(tmp_path: Path) -> None:
             side.broker_addr,
             RemotingCommand.request(
                 RequestCode.SEND_MESSAGE_V2,
-                {
-                    "a": "PG",
-                    "b": "T",
-                    "c": "TBW102",
-                    "d": 4,
-                    "e": 1,
-                    "i": "DELAY\x012\x02TAGS\x01x",
-                },
+                {**FULL_V2, "e": 1, "i": "DELAY\x012\x02TAGS\x01x"},
                 b"later",
             ),
         )
@@ -408,7 +401,7 @@ async def test_delayed_send_is_parked_and_reported(tmp_path: Path) -> None:
             side.broker_addr,
             RemotingCommand.request(
                 RequestCode.SEND_MESSAGE_V2,
-                {"a": "PG", "b": "T", "c": "TBW102", "d": 4, "e": 1, "i": "DELAY\x01soon"},
+                {**FULL_V2, "e": 1, "i": "DELAY\x01soon"},
                 b"?",
             ),
         )
@@ -428,7 +421,7 @@ async def test_delayed_message_is_stored_as_rocketmq_stores_it(tmp_path: Path) -
             side.broker_addr,
             RemotingCommand.request(
                 RequestCode.SEND_MESSAGE_V2,
-                {"a": "PG", "b": "TopicA", "c": "TBW102", "d": 4, "e": 1, "i": props},
+                {**FULL_V2, "b": "TopicA", "e": 1, "i": props},
                 b"later",
             ),
         )

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import json
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from trioha.namesrv._processor import NamesrvProcessor, serve_namesrv
+from tests.test_broker import master_config
+from trioha._config import NamesrvConfig
+from trioha._errors import ConfigError
+from trioha.broker import open_broker
+from trioha.namesrv import REGISTRATION_PERIOD, NamesrvProcessor, check_idle_timeout, serve_namesrv
 from trioha.namesrv._routes import BROKER_CHANNEL_EXPIRED_TIME, RouteInfoManager
+from trioha.remoting import open_client_pool
 from trioha.remoting._client import open_remoting_client
 from trioha.remoting._codec import RemotingCommand
 from trioha.remoting._codes import RequestCode, ResponseCode
 from trioha.remoting._json import loads_lenient
+from trioha.remoting._mqclient import get_route, send_message
 
 
 def wrapper(counter: int, **topics: int) -> dict[str, Any]:
@@ -259,3 +267,200 @@ async def test_delete_topic_in_namesrv() -> None:
     assert reply is not None and reply.code == ResponseCode.SUCCESS
     assert processor.routes.route("T") is None
     assert processor.routes.route("U") is not None
+
+
+async def test_routes_carry_the_order_config_only_with_order_message_enable() -> None:
+    """``DefaultRequestProcessor.getRouteInfoByTopic``: ``orderTopicConf`` only when
+    ``orderMessageEnable`` (false by default)."""
+    for enabled in (False, True):
+        processor = NamesrvProcessor(order_message_enable=enabled)
+        processor.routes.kv["ORDER_TOPIC_CONFIG"] = {"T": "broker-a:4"}
+        await processor.handle_request(register_request(0, "m:1", T=4), None)  # type: ignore[arg-type]
+        reply = await processor.handle_request(
+            RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}),
+            None,  # type: ignore[arg-type]
+        )
+        assert reply is not None and reply.code == ResponseCode.SUCCESS
+        assert loads_lenient(reply.body).get("orderTopicConf") == (
+            "broker-a:4" if enabled else None
+        )
+
+
+def test_an_idle_timeout_that_drops_brokers_between_registrations_is_refused(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    for idle in (10, 29, 30):
+        with pytest.raises(ConfigError, match="not above the brokers' registration period"):
+            check_idle_timeout(
+                NamesrvConfig(server_channel_max_idle_time_seconds=idle), REGISTRATION_PERIOD
+            )
+    check_idle_timeout(NamesrvConfig(server_channel_max_idle_time_seconds=45), 30)
+    assert [r.getMessage() for r in caplog.records] == [
+        "serverChannelMaxIdleTimeSeconds=45 on the name server leaves less than one "
+        "registration period (30 s) of slack: a broker whose registration comes 15 s late "
+        "loses its routes until the next one"
+    ]
+    caplog.clear()
+    check_idle_timeout(NamesrvConfig(server_channel_max_idle_time_seconds=60), 30)
+    check_idle_timeout(NamesrvConfig(), 60)  # 120 s: enough for a broker registering every 60 s
+    assert caplog.records == []
+    with pytest.raises(ConfigError, match="registration period \\(60 s\\)"):
+        check_idle_timeout(NamesrvConfig(server_channel_max_idle_time_seconds=60), 60)
+
+
+async def test_serve_namesrv_refuses_such_an_idle_timeout_before_listening() -> None:
+    config = NamesrvConfig(server_channel_max_idle_time_seconds=20)
+    async with trio.open_nursery() as nursery:
+        with pytest.raises(ConfigError, match="serverChannelMaxIdleTimeSeconds=20"):
+            await nursery.start(lambda task_status: serve_namesrv(config=config, port=0))
+
+
+async def test_an_embedded_name_server_keeps_its_own_idle_timeout(tmp_path: Path) -> None:
+    """The broker port closes idle clients after 1 s; its embedded name server keeps the name
+    server default (120 s), so the broker's registration connection stays and its route with
+    it (it used to be dropped between registrations)."""
+    config = master_config(
+        tmp_path,
+        listen_port=0,
+        embedded_namesrv=True,
+        namesrv_addr="127.0.0.1:0",
+        server_channel_max_idle_time_seconds=1,
+    )
+    async with open_broker(config) as broker, open_client_pool() as pool:
+        side = broker.client_side
+        assert side is not None and side.namesrv_addr is not None
+        namesrv = f"{side.namesrv_addr[0]}:{side.namesrv_addr[1]}"
+        await send_message(pool, side.broker_addr, topic="T", body=b"x", queue_id=0)
+        await trio.sleep(3)  # three idle timeouts of the broker port
+        assert side.connections.idle_closed >= 1  # the pool's connection to the broker port
+        route = await get_route(pool, namesrv, "T")
+        assert route.brokers[0].master == side.broker_addr
+
+
+async def test_an_embedded_name_server_reads_its_own_file(tmp_path: Path) -> None:
+    short = tmp_path / "short.properties"
+    short.write_text("serverChannelMaxIdleTimeSeconds=30\n")
+    elsewhere = tmp_path / "elsewhere.properties"
+    elsewhere.write_text("listenPort=19876\n")
+    good = tmp_path / "namesrv.properties"
+    good.write_text("serverChannelMaxIdleTimeSeconds=300\nserverMaxConnections=77\n")
+    for path, message in [
+        (short, "serverChannelMaxIdleTimeSeconds=30 on the name server is not above"),
+        (elsewhere, "listens on the first namesrvAddr entry"),
+    ]:
+        config = master_config(
+            tmp_path / path.stem,
+            listen_port=0,
+            embedded_namesrv=True,
+            namesrv_addr="127.0.0.1:0",
+            embedded_namesrv_config=str(path),
+        )
+        with pytest.raises(BaseException) as info:  # noqa: PT011 - a group from the nursery
+            async with open_broker(config):
+                pass
+        assert message in str(_leaf(info.value))
+    config = master_config(
+        tmp_path / "good",
+        listen_port=0,
+        embedded_namesrv=True,
+        namesrv_addr="127.0.0.1:0",
+        embedded_namesrv_config=str(good),
+    )
+    async with open_broker(config) as broker:
+        assert broker.client_side is not None and broker.client_side.namesrv_addr is not None
+
+
+def _leaf(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
+
+
+def perms(routes: RouteInfoManager, topic: str) -> dict[str, int]:
+    route = routes.route(topic)
+    assert route is not None
+    return {q["brokerName"]: q["perm"] for q in route["queueDatas"]}
+
+
+def register_master(
+    routes: RouteInfoManager, name: str, counter: int, now: int = 0, **topics: int
+) -> None:
+    """A master named *name* registers with topic data version *counter*."""
+    routes.register_broker(
+        cluster="DefaultCluster",
+        broker_addr=f"{name}:10911",
+        broker_name=name,
+        broker_id=0,
+        ha_server_addr="",
+        topic_config=wrapper(counter, **topics),
+        channel=None,
+        now=now,
+    )
+
+
+def test_wipe_and_add_write_perm_of_one_broker() -> None:
+    """``mqadmin wipeWritePerm`` drains a broker: producers skip queues without the write bit."""
+    routes = RouteInfoManager()
+    register_master(routes, "broker-a", 1, T=4, U=2)
+    register_master(routes, "broker-b", 1, T=4)
+    assert routes.wipe_write_perm("broker-a") == 2
+    assert perms(routes, "T") == {"broker-a": 4, "broker-b": 6}
+    assert perms(routes, "U") == {"broker-a": 4}
+    # A registration with the same data version leaves the wipe in place (RocketMQ rewrites
+    # the queues only when the broker's topic table changed).
+    register_master(routes, "broker-a", 1, now=1, T=4, U=2)
+    assert perms(routes, "T")["broker-a"] == 4
+    assert routes.wipe_write_perm("nobody") == 0
+    assert routes.add_write_perm("broker-a") == 2
+    assert perms(routes, "T") == {"broker-a": 6, "broker-b": 6}
+    routes.wipe_write_perm("broker-a")
+    register_master(routes, "broker-a", 2, now=2, T=4, U=2)
+    assert perms(routes, "U") == {"broker-a": 6}  # a new topic table rewrites them
+
+
+async def test_write_perm_and_config_codes_over_tcp() -> None:
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            # A processor of its own, as `trioha namesrv` passes: the server fills in its settings.
+            address = await nursery.start(
+                partial(serve_namesrv, "127.0.0.1", 0, processor=NamesrvProcessor())
+            )
+            async with open_remoting_client(address) as client:
+
+                async def call(code: int, body: bytes = b"", **fields: str) -> RemotingCommand:
+                    return await client.request(RemotingCommand.request(code, fields, body))
+
+                await client.request(register_request(0, "m:1", T=2, U=1))
+                wiped = await call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, brokerName="broker-a")
+                assert (wiped.code, wiped.ext_fields) == (
+                    ResponseCode.SUCCESS,
+                    {"wipeTopicCount": "2"},
+                )
+                route = loads_lenient(
+                    (await call(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="T")).body
+                )
+                assert route["queueDatas"][0]["perm"] == 4
+                added = await call(RequestCode.ADD_WRITE_PERM_OF_BROKER, brokerName="broker-a")
+                assert (added.code, added.ext_fields) == (
+                    ResponseCode.SUCCESS,
+                    {"addTopicCount": "2"},
+                )
+                config = await call(RequestCode.GET_NAMESRV_CONFIG)
+                assert config.code == ResponseCode.SUCCESS
+                lines = dict(line.split("=", 1) for line in config.body.decode().splitlines())
+                # The settings it runs with (a NamesrvConfig's), the address as bound.
+                assert lines["listenHost"] == "127.0.0.1"
+                assert lines["listenPort"] == str(address[1])
+                assert lines["serverChannelMaxIdleTimeSeconds"] == "120"
+                assert lines["orderMessageEnable"] == "false"
+                path = await call(RequestCode.UPDATE_NAMESRV_CONFIG, b"kvConfigPath=/tmp/x\n")
+                assert (path.code, path.remark) == (
+                    ResponseCode.NO_PERMISSION,
+                    "Can not update config path",
+                )
+                other = await call(RequestCode.UPDATE_NAMESRV_CONFIG, b"listenPort=1\n")
+                assert other.code == ResponseCode.SYSTEM_ERROR
+                assert (other.remark or "").startswith("updateNamesrvConfig: listenPort cannot be")
+                empty = await call(RequestCode.UPDATE_NAMESRV_CONFIG)
+                assert empty.code == ResponseCode.SUCCESS
+            nursery.cancel_scope.cancel()

@@ -38,6 +38,7 @@ from trioha.pipeline._decode import (
     SegmentData,
     _chain,
     _layout,
+    decompress,
     explain_record,
     open_segment,
     scan_range,
@@ -367,6 +368,23 @@ def test_compressed_bodies_are_marked_and_decompressed(tmp_path: Path) -> None:
     assert [r["body"] for r in opened] == [plain] * 5 + [cases[5][1], cases[6][1]]
     assert [r["compressed"] for r in opened] == [False] * 5 + [True, True]
     assert [r["compression"] for r in opened] == [c for _, _, c in cases]
+
+
+def test_a_zstandard_body_decompresses_only_when_every_frame_is_whole() -> None:
+    """zstd-jni's ``ZstdInputStream`` (RocketMQ's ``ZstdCompressor``) reads frames back to
+    back and fails on one cut short; a stream reader would return the part it decoded."""
+    import zstandard
+
+    plain = b"a body the producer compressed " * 200
+    frame = zstandard.ZstdCompressor(write_checksum=True).compress(plain)
+    assert decompress(frame, "zstd") == plain
+    assert decompress(frame + frame, "zstd") == plain + plain
+    assert decompress(b"", "zstd") == b""  # no frame: nothing, as ZstdInputStream reads it
+    for cut in (frame[:-4], frame[: len(frame) // 2], frame[:-1]):
+        with pytest.raises(ValueError, match="truncated"):
+            decompress(cut, "zstd")
+    with pytest.raises(ValueError, match="not a Zstandard frame"):
+        decompress(frame + b"trailing", "zstd")
 
 
 def _hop_by_hop(data: bytes, pos: int, hi: int) -> tuple[list[int], int]:

@@ -75,10 +75,15 @@ def same(spark: SparkSession, root: Path, **options: object) -> list[tuple[Any, 
     expected, got = collect(py), collect(jv)
     assert len(got) == len(expected)
     names = py.schema.names
-    for want, have in zip(expected, got, strict=True):
-        if want != have:
-            diff = {n: (a, b) for n, a, b in zip(names, want, have, strict=True) if a != b}
-            pytest.fail(f"rows differ at offset {want[0]}: {diff}")
+    diffs = [
+        f"at offset {want[0]}: "
+        + repr({n: (a, b) for n, a, b in zip(names, want, have, strict=True) if a != b})
+        for want, have in zip(expected, got, strict=True)
+        if want != have
+    ]
+    if diffs:
+        shown = "\n".join(d[:600] for d in diffs[:8])
+        pytest.fail(f"{len(diffs)} row(s) differ (python, jvm):\n{shown}")
     return expected
 
 
@@ -277,24 +282,33 @@ def test_compressed_bodies_read_the_same(jvm: SparkSession, tmp_path: Path) -> N
     import zstandard
 
     plain = b"a body the producer compressed " * 200
-    cases = [
-        (0, plain),
-        (0x1, zlib.compress(plain)),
-        (0x1 | 1 << 8, lz4.frame.compress(plain)),
-        (0x1 | 2 << 8, zstandard.ZstdCompressor().compress(plain)),
-        (0x1 | 3 << 8, zlib.compress(plain) + b"trailing"),
-        (0x1, b"not zlib at all"),
-        (0x1, zlib.compress(plain)[:-9]),  # truncated stream
-        (0x1 | 1 << 8, b"not lz4"),
-        (0x1 | 2 << 8, b"not zstd"),
-        (0x1 | 5 << 8, b"who knows"),
+    zstd = zstandard.ZstdCompressor(write_checksum=True).compress(plain)
+    half = len(plain) // 2
+    two_zstd = zstandard.ZstdCompressor().compress(plain[:half])
+    two_zstd += zstandard.ZstdCompressor().compress(plain[half:])
+    cases = [  # (sysflag, stored body, what decompress=true returns: None for as stored)
+        (0, plain, plain),
+        (0x1, zlib.compress(plain), plain),
+        (0x1 | 1 << 8, lz4.frame.compress(plain), plain),
+        (0x1 | 2 << 8, zstd, plain),
+        (0x1 | 3 << 8, zlib.compress(plain) + b"trailing", plain),
+        (0x1 | 2 << 8, two_zstd, plain),  # frames back to back, as ZstdInputStream reads them
+        (0x1 | 1 << 8, lz4.frame.compress(plain) + b"trailing", plain),  # the first frame
+        (0x1, b"not zlib at all", None),
+        (0x1, zlib.compress(plain)[:-9], None),  # truncated stream
+        (0x1 | 1 << 8, b"not lz4", None),
+        (0x1 | 2 << 8, b"not zstd", None),
+        (0x1 | 2 << 8, zstd[:-4], None),  # all the content, not the frame's end
+        (0x1 | 2 << 8, zstd[: len(zstd) // 2], None),  # a stream reader yields a part
+        (0x1 | 2 << 8, zstd + b"trailing", None),
+        (0x1 | 5 << 8, b"who knows", None),
     ]
-    write_log(tmp_path, [NewMessage(topic="z", body=b, sysflag=f) for f, b in cases])
+    write_log(tmp_path, [NewMessage(topic="z", body=b, sysflag=f) for f, b, _ in cases])
     stored = same(jvm, tmp_path)
     opened = same(jvm, tmp_path, decompress=True)
     body = 18
-    assert [r[body] for r in stored] == [b for _, b in cases]
-    assert [r[body] for r in opened] == [plain] * 5 + [b for _, b in cases[5:]]
+    assert [r[body] for r in stored] == [b for _, b, _ in cases]
+    assert [r[body] for r in opened] == [b if p is None else p for _, b, p in cases]
 
 
 def test_large_lz4_frames_of_linked_blocks_read_the_same(jvm: SparkSession, tmp_path: Path) -> None:
@@ -318,6 +332,53 @@ def test_large_lz4_frames_of_linked_blocks_read_the_same(jvm: SparkSession, tmp_
     )
     opened = same(jvm, tmp_path, decompress=True)
     assert [r[18] for r in opened] == [plain] * 3 + [frames[3]]
+
+
+EDGE_SIZES = (0, 1, 65535, 65536, 65537, 131072)
+
+
+def edge_bodies() -> list[tuple[int, bytes, bytes]]:
+    """(sysflag, stored body, what the producer sent) around the sizes where a reader's
+    loop turns: nothing at all, one byte, and one 64 KiB output chunk (or LZ4 block, or zlib
+    stored block) less one, exact, plus one, and two; each codec in the forms its
+    producers write (zlib at the default level and stored, level 0; Zstandard with and
+    without the content size in the frame; LZ4 frames with and without it, linked or not)."""
+    import lz4.frame
+    import zstandard
+
+    rng = random.Random(64)
+    out = []
+    for size in EDGE_SIZES:
+        plain = bytes(rng.choice(b"ab\x00") for _ in range(size))
+        zlibs = [zlib.compress(plain), zlib.compress(plain, 0)]
+        zstds = [
+            zstandard.ZstdCompressor().compress(plain),
+            zstandard.ZstdCompressor(write_content_size=False).compress(plain),
+        ]
+        lz4s = [
+            lz4.frame.compress(plain),
+            lz4.frame.compress(plain, store_size=False, block_linked=False),
+        ]
+        out += [(0x1, z, plain) for z in zlibs]
+        out += [(0x1 | 3 << 8, z, plain) for z in zlibs]
+        out += [(0x1 | 2 << 8, z, plain) for z in zstds]
+        out += [(0x1 | 1 << 8, f, plain) for f in lz4s]
+    return out
+
+
+def test_decompression_at_edge_sizes_reads_the_same(jvm: SparkSession, tmp_path: Path) -> None:
+    """Empty, one byte, and 64 KiB - 1, exact, + 1 and twice of output, for zlib, Zstandard
+    and LZ4: both engines return what the producer sent, not the stored bytes."""
+    cases = edge_bodies()
+    write_log(
+        tmp_path,
+        [NewMessage(topic="z", body=b, sysflag=f) for f, b, _ in cases],
+        segment_size=4 << 20,
+    )
+    opened = same(jvm, tmp_path, decompress=True)
+    body, compressed = 18, 20
+    assert [(r[body], r[compressed]) for r in opened] == [(p, False) for _, _, p in cases]
+    assert [r[body] for r in same(jvm, tmp_path)] == [b for _, b, _ in cases]
 
 
 def test_offset_options_and_filters_read_the_same(jvm: SparkSession, varied_log: Log) -> None:

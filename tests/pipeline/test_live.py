@@ -137,14 +137,15 @@ def stored_offsets(root: Path) -> list[int]:
 
 
 def export(spark: SparkSession, root: Path, out: Path, checkpoint: Path) -> Any:
-    return (
+    from trioha.pipeline import start_stream
+
+    return start_stream(
         spark.readStream.format("commitlog")
         .load(str(root))
         .writeStream.format("parquet")
         .option("path", str(out))
         .option("checkpointLocation", str(checkpoint))
         .trigger(processingTime="100 milliseconds")
-        .start()
     )
 
 
@@ -196,6 +197,8 @@ def lag_stream(spark: SparkSession, master: Path, slave: Path) -> DataFrame:
 def test_a_streaming_replication_lag_query_over_a_master_and_a_slave(
     spark: SparkSession, tmp_path: Path
 ) -> None:
+    from trioha.pipeline import start_stream
+
     seen: dict[str, int] = {"master": 0, "slave": 0}
     lags: list[int] = []
 
@@ -211,12 +214,11 @@ def test_a_streaming_replication_lag_query_over_a_master_and_a_slave(
     with running(master_config(tmp_path / "master")) as master:
         master.put(0, 100)
         end = master.flushed()
-        query = (
+        query = start_stream(
             lag_stream(spark, master.root, slave_root)
             .writeStream.foreachBatch(batch)
             .option("checkpointLocation", str(tmp_path / "checkpoint"))
             .trigger(processingTime="100 milliseconds")
-            .start()
         )
         try:
             query.processAllAvailable()

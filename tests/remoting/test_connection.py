@@ -386,3 +386,24 @@ async def test_a_failing_burst_answers_each_request_with_system_error(
         server.close()
     assert response.code == 1
     assert "store bug" in (response.remark or "")
+
+
+async def test_a_frame_sent_twice_is_answered_twice(autojump_clock: trio.abc.Clock) -> None:
+    """Two equal requests in flight at once (a peer resending one frame, same opaque) are two
+    requests: both answered, the connection kept (it used to fail with the limiter's
+    "borrower is already holding" RuntimeError)."""
+    server_side, client_side = trio.testing.memory_stream_pair()
+    server = RemotingConnection(server_side, peer="client", handler=Echo())
+    frame = encode(RemotingCommand.request(1, {"delay": 100}, b"ab").with_opaque(7))
+    answers = FrameDecoder()
+    responses: list[RemotingCommand] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.run)
+        await client_side.send_all(frame + frame)
+        while len(responses) < 2:
+            with trio.fail_after(5):
+                answers.receive_data(await client_side.receive_some())
+            responses += answers.commands()
+        assert not server.closed
+        server.close()
+    assert [(r.opaque, r.body) for r in responses] == [(7, b"ba"), (7, b"ba")]

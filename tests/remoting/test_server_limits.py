@@ -1,4 +1,5 @@
-"""Idle and hostile connections on the remoting ports, over real sockets on 127.0.0.1.
+"""Idle and hostile connections on the remoting ports, over real sockets on 127.0.0.1 (and
+127.0.0.2, for a second client address).
 
 RocketMQ closes a client channel that has neither read nor written for
 ``serverChannelMaxIdleTimeSeconds`` (120 s; ``NettyRemotingServer``'s ``IdleStateHandler``).
@@ -20,9 +21,10 @@ import trio.testing
 from tests.test_broker import master_config
 from trioha.broker import open_broker
 from trioha.namesrv._processor import serve_namesrv
+from trioha.remoting import ConnectionCounters, ServerLimits, open_client_pool, serve_remoting
 from trioha.remoting._codec import RemotingCommand, encode
 from trioha.remoting._connection import RejectAllRequests
-from trioha.remoting._server import ConnectionCounters, serve_remoting
+from trioha.remoting._mqclient import runtime_info, send_message
 
 
 async def closed_by_server(stream: trio.SocketStream) -> bool:
@@ -62,7 +64,7 @@ async def test_idle_connections_are_closed_after_120_seconds(
                     RejectAllRequests(),
                     "127.0.0.1",
                     0,
-                    idle_timeout=120,
+                    limits=ServerLimits(idle_timeout=120),
                     counters=counters,
                     task_status=task_status,
                 )
@@ -86,7 +88,10 @@ async def test_idle_connections_are_closed_after_120_seconds(
             await trio.sleep(60)
             assert await answered(busy)
         assert 120 <= closed_at["idle"] < 125
-        assert 120 <= closed_at["half-open"] < 125
+        if port_kind == "broker":  # the idle timeout alone
+            assert 120 <= closed_at["half-open"] < 125
+        else:  # a name server's frame deadline is first: 10 s + 260 bytes at 64 KiB/s
+            assert 10 <= closed_at["half-open"] < 11
         assert "busy" not in closed_at
         nursery.cancel_scope.cancel()
     if port_kind == "broker":
@@ -121,8 +126,7 @@ async def test_a_connect_storm_is_capped_far_from_the_fd_limit(
                 RejectAllRequests(),
                 "127.0.0.1",
                 0,
-                idle_timeout=120,
-                max_connections=cap,
+                limits=ServerLimits(idle_timeout=120, max_connections=cap),
                 counters=counters,
                 task_status=task_status,
             )
@@ -157,3 +161,72 @@ async def test_a_connect_storm_is_capped_far_from_the_fd_limit(
             assert await answered(fresh)
         await fresh.aclose()
         nursery.cancel_scope.cancel()
+
+
+MIB = 1 << 20
+
+
+async def test_a_slowloris_does_not_lock_a_producer_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The attack of issue 24, scaled down: from 127.0.0.2, as many connections as the broker
+    port takes, each sending a 1 MiB length prefix and then one byte every 0.5 s, reconnecting
+    whenever closed. A producer on 127.0.0.1 sends all the while and gets SEND_OK every time:
+    the reserve keeps its slot, and the frame deadline closes the hoarded connections."""
+    caplog.set_level(logging.INFO)
+    cap = 8
+    config = master_config(
+        tmp_path,
+        listen_port=0,
+        server_max_connections=cap,
+        server_connection_reserve_percent=25,  # 2 of the 8 kept for addresses holding few
+        server_frame_timeout_seconds=1,
+        server_frame_min_bytes_per_second=MIB,  # a 1 MiB frame has 2 s
+    )
+    attempts = 0
+    statuses: list[str] = []
+    async with open_broker(config) as broker, open_client_pool() as pool:
+        side = broker.client_side
+        assert side is not None
+        host, port = side.broker_addr.rsplit(":", 1)
+        stop = trio.Event()
+
+        async def slowloris() -> None:
+            nonlocal attempts
+            while not stop.is_set():
+                attempts += 1
+                stream = await trio.open_tcp_stream(host, int(port), local_address="127.0.0.2")
+                try:
+                    await stream.send_all(struct.pack(">i", MIB - 4))
+                    while not stop.is_set():
+                        await trio.sleep(0.5)
+                        await stream.send_all(b"\x00")
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    await trio.sleep(0.05)
+                finally:
+                    await stream.aclose()
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                for _ in range(cap + 2):
+                    nursery.start_soon(slowloris)
+                await trio.sleep(0.5)  # the attack holds what it can before the producer starts
+                for n in range(10):
+                    result = await send_message(
+                        pool, side.broker_addr, topic="T", body=b"m%d" % n, queue_id=0
+                    )
+                    statuses.append(result.status)
+                    await trio.sleep(0.5)
+                stop.set()
+        counters = side.connections
+        assert statuses == ["SEND_OK"] * 10
+        assert counters.reserve_refused > 0  # the attack was refused the reserved slots ...
+        assert counters.slow_frame_closed >= cap - 2  # ... and lost what it held, in 2 s
+        assert attempts > cap + 2
+        info = await runtime_info(pool, side.broker_addr)
+        assert int(info["connectionsSlowFrameClosed"]) == counters.slow_frame_closed
+        assert int(info["connectionsReserveRefused"]) == counters.reserve_refused
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    # Each kind logged once (a minute apart at most), not once per connection.
+    assert len([w for w in warnings if "still incomplete" in w]) == 1
+    assert len([w for w in warnings if "refused a connection from 127.0.0.2" in w]) == 1

@@ -21,8 +21,9 @@ Where RocketMQ is known to be wrong, trioha does better (docs/security.md):
 
 * **Admin codes**: RocketMQ requires ``admin`` for five codes only, so any signed account may
   read every consumer offset, the topic table or the ACL itself, and change the ACL
-  (codes 50-54). trioha's broker lets ordinary accounts use the client codes below and
-  requires ``admin`` for every other code.
+  (codes 50-54), reset a group's offsets (222) or ask its consumers for their running info
+  (307). trioha's broker lets ordinary accounts use the client codes below and requires
+  ``admin`` for every other code.
 * **Codes that skip the resource check**: SEND_BATCH_MESSAGE, QUERY_CONSUMER_OFFSET, the
   offset queries and LOCK/UNLOCK_BATCH_MQ need the same topic and group permissions as their
   siblings; a send to a retry topic needs SUB on that retry topic (RocketMQ names a
@@ -33,7 +34,8 @@ Where RocketMQ is known to be wrong, trioha does better (docs/security.md):
   (see :func:`~._signature.signature_matches`).
 * **The name server** (RocketMQ checks nothing there): every request needs a valid signature;
   only route and KV reads are open to ordinary accounts, everything else (registration,
-  KV writes, topic and permission changes) needs ``admin``.
+  KV writes, topic and write-permission changes, its configuration, read or written) needs
+  ``admin``.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 :func:`open_broker` starts everything in one nursery. The modules here mirror the RocketMQ broker
 classes they stand in for: the request processors (``_send``, ``_pull``, ``_offsets``,
-``_clientmanage``, ``_query``, ``_admin`` behind the dispatching ``_processor``), the consume-queue
-builder (``_reput``), the config managers (``_metadata``), registration with name servers
+``_clientmanage``, ``_query``, ``_admin``, ``_clientcalls`` behind the dispatching
+``_processor``), the consume-queue builder (``_reput``), the config managers (``_metadata``),
+settings changed at run time (``_liveconfig``), registration with name servers
 (``_registration``) and a slave's metadata sync (``_slavesync``). ``docs/architecture.md`` maps
 the rooms.
 """

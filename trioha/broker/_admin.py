@@ -6,16 +6,17 @@ The whole tables are what a slave's metadata sync asks for; the queue locks are
 
 from __future__ import annotations
 
-import enum
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
+import trio
 
-from trioha._config import BrokerConfig
-from trioha._errors import StorageError
+from trioha._config import BrokerConfig, config_properties
+from trioha._errors import ConfigError
+from trioha.broker._clients import ClientChannel
 from trioha.broker._context import (
     BrokerContext,
     Handler,
@@ -23,7 +24,18 @@ from trioha.broker._context import (
     queue_min_offset,
     topic_error,
 )
-from trioha.broker._metadata import SubscriptionGroupConfig, TopicConfig
+from trioha.broker._liveconfig import (
+    DEFAULT_CONFIG_FILE,
+    parse_settings,
+    persist_settings,
+    updated_config,
+)
+from trioha.broker._metadata import (
+    SCHEDULE_TOPIC,
+    SubscriptionGroupConfig,
+    TopicConfig,
+    reply_topic,
+)
 from trioha.broker._stats import disk_capacity_text, human_bytes, java_double
 from trioha.remoting._codec import RemotingCommand
 from trioha.remoting._codes import (
@@ -37,10 +49,6 @@ from trioha.remoting._connection import RemotingConnection
 from trioha.remoting._json import dumps, dumps_bytes
 from trioha.store._consumequeue import ConsumeQueue
 from trioha.store._diskspace import used_ratio
-from trioha.store._message import (
-    DecodedMessage,
-    decode_record,
-)
 
 log = logging.getLogger("trioha.broker")
 
@@ -78,6 +86,9 @@ class AdminBrokerProcessor:
         self.ctx = ctx
         #: (group, topic, queue id) -> (client id, locked at ms): ``RebalanceLockManager``.
         self._locks: dict[tuple[str, str, int], tuple[str, int]] = {}
+        #: One UPDATE_BROKER_CONFIG at a time (RocketMQ's is ``synchronized``): each reads the
+        #: configuration the last one left and rewrites the same file.
+        self._config_update = trio.Lock()
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -101,6 +112,13 @@ class AdminBrokerProcessor:
             RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.query_topic_consume_by_who,
             RequestCode.GET_BROKER_CONSUME_STATS: self.get_broker_consume_stats,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST: self.get_producer_connection_list,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
+            RequestCode.QUERY_CONSUME_QUEUE: self.query_consume_queue,
+            RequestCode.CLEAN_UNUSED_TOPIC: self.clean_unused_topic,
+            RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE: self.clean_expired_consume_queue,
+            RequestCode.DELETE_EXPIRED_COMMITLOG: self.delete_expired_commitlog,
+            RequestCode.UPDATE_BROKER_CONFIG: self.update_broker_config,
         }
 
     def _queue(self, request: RemotingCommand) -> tuple[ConsumeQueue | None, int]:
@@ -123,25 +141,14 @@ class AdminBrokerProcessor:
         offset = queue_min_offset(queue, commitlog_min) if queue else 0
         return request.response(ResponseCode.SUCCESS, None, {"offset": offset})
 
-    def _store_timestamp(self, queue: ConsumeQueue, queue_offset: int) -> int | None:
-        unit = queue.get(queue_offset)
-        if unit is None or unit.is_blank:
-            return None
-        try:
-            data = self.ctx.broker.store.commitlog.read(unit.commitlog_offset, unit.size)
-        except StorageError:
-            return None
-        if len(data) != unit.size:
-            return None
-        decoded = decode_record(data, 0, check_crc=False, base_offset=unit.commitlog_offset)
-        return decoded.message.store_timestamp if isinstance(decoded, DecodedMessage) else None
-
     async def get_earliest_msg_storetime(
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand:
         queue, commitlog_min = self._queue(request)
         stamp = (
-            self._store_timestamp(queue, queue_min_offset(queue, commitlog_min)) if queue else None
+            self.ctx.store_timestamp(queue, queue_min_offset(queue, commitlog_min))
+            if queue
+            else None
         )
         return request.response(ResponseCode.SUCCESS, None, {"timestamp": stamp or -1})
 
@@ -149,19 +156,10 @@ class AdminBrokerProcessor:
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand:
         """``getOffsetInQueueByTime``: the first message stored at or after ``timestamp``."""
-        queue, commitlog_min = self._queue(request)
-        wanted = request.int_field("timestamp")
-        if queue is None:
-            return request.response(ResponseCode.SUCCESS, None, {"offset": 0})
-        lo, hi = queue_min_offset(queue, commitlog_min), queue.max_offset
-        while lo < hi:
-            mid = (lo + hi) // 2
-            stamp = self._store_timestamp(queue, mid)
-            if stamp is not None and stamp < wanted:
-                lo = mid + 1
-            else:
-                hi = mid
-        return request.response(ResponseCode.SUCCESS, None, {"offset": lo})
+        offset = self.ctx.offset_by_time(
+            request.require("topic"), request.int_field("queueId"), request.int_field("timestamp")
+        )
+        return request.response(ResponseCode.SUCCESS, None, {"offset": offset})
 
     async def update_and_create_topic(
         self, request: RemotingCommand, connection: RemotingConnection
@@ -325,7 +323,7 @@ class AdminBrokerProcessor:
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand:
         """``getBrokerConfig``: ``key=value`` lines of the configuration, its version."""
-        body = "".join(f"{k}={v}\n" for k, v in broker_config_properties(self.ctx.config).items())
+        body = "".join(f"{k}={v}\n" for k, v in config_properties(self.ctx.config).items())
         return request.response(
             ResponseCode.SUCCESS,
             None,
@@ -366,13 +364,10 @@ class AdminBrokerProcessor:
         queue = self.ctx.reput.queues.get(topic, queue_id)
         if queue is None or queue_offset < 0:
             return 0
-        return self._store_timestamp(queue, queue_offset) or 0
+        return self.ctx.store_timestamp(queue, queue_offset) or 0
 
     def _mq(self, topic: str, queue_id: int) -> str:
-        """A ``MessageQueue`` as fastjson writes it (also as a map key, unquoted)."""
-        return dumps(
-            {"brokerName": self.ctx.config.broker_name, "queueId": queue_id, "topic": topic}
-        )
+        return message_queue_json(self.ctx.config.broker_name, topic, queue_id)
 
     async def get_topic_stats_info(
         self, request: RemotingCommand, connection: RemotingConnection
@@ -392,7 +387,7 @@ class AdminBrokerProcessor:
                     dumps({"lastUpdateTimestamp": stamp, "maxOffset": high, "minOffset": low}),
                 )
             )
-        body = '{"offsetTable":' + _object_keyed(entries) + "}"
+        body = '{"offsetTable":' + object_keyed(entries) + "}"
         return request.response(ResponseCode.SUCCESS, body=body.encode())
 
     async def get_consumer_connection_list(
@@ -406,20 +401,25 @@ class AdminBrokerProcessor:
                 ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online"
             )
         body = {
-            "connectionSet": [
-                {
-                    "clientAddr": str(getattr(channel.connection, "peer", channel.connection)),
-                    "clientId": channel.client_id,
-                    "language": channel.language,
-                    "version": channel.version,
-                }
-                for channel in info.channels.values()
-            ],
+            "connectionSet": [connection_json(channel) for channel in info.channels.values()],
             "consumeFromWhere": info.consume_from_where,
             "consumeType": info.consume_type,
             "messageModel": info.message_model,
             "subscriptionTable": {t: s.to_json() for t, s in info.subscriptions.items()},
         }
+        return request.response(ResponseCode.SUCCESS, body=dumps_bytes(body))
+
+    async def get_producer_connection_list(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        """``getProducerConnectionList``: the producers of a group connected here."""
+        group = request.require("producerGroup")
+        members = self.ctx.clients.producers.get(group)
+        if members is None:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist"
+            )
+        body = {"connectionSet": [connection_json(channel) for channel in members.values()]}
         return request.response(ResponseCode.SUCCESS, body=dumps_bytes(body))
 
     def _consume_stats(
@@ -478,9 +478,7 @@ class AdminBrokerProcessor:
             found, _ = self._consume_stats(group, config.topic_name, config.read_queue_nums)
             entries.extend(found)
             tps += self.ctx.stats.group_tps(group, config.topic_name)
-        body = (
-            '{"consumeTps":' + java_double(tps) + ',"offsetTable":' + _object_keyed(entries) + "}"
-        )
+        body = '{"consumeTps":' + java_double(tps) + ',"offsetTable":' + object_keyed(entries) + "}"
         return request.response(ResponseCode.SUCCESS, body=body.encode())
 
     async def get_broker_consume_stats(
@@ -503,7 +501,7 @@ class AdminBrokerProcessor:
                     '{"consumeTps":'
                     + java_double(tps)
                     + ',"offsetTable":'
-                    + _object_keyed(entries)
+                    + object_keyed(entries)
                     + "}"
                 )
             groups.append("{" + dumps(group) + ":[" + ",".join(stats) + "]}")
@@ -539,6 +537,176 @@ class AdminBrokerProcessor:
         self.ctx.on_topics_changed()
         return request.response(ResponseCode.SUCCESS)
 
+    async def delete_subscription_group(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        """``deleteSubscriptionGroup``: the group's config, and its offsets with
+        ``removeOffset``. A member still online recreates the group at its next heartbeat
+        (``autoCreateSubscriptionGroup``), as in RocketMQ."""
+        refused = self._refuse_on_slave(request)
+        if refused is not None:
+            return refused
+        group = request.require("groupName")
+        log.info("deleteSubscriptionGroup called by %s", connection.peer)
+        self.ctx.meta.groups.delete(group)
+        if request.bool_field("removeOffset"):
+            self.ctx.meta.offsets.remove_group(group)
+        return request.response(ResponseCode.SUCCESS)
+
+    async def query_consume_queue(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        """``queryConsumeQueue`` (``mqadmin queryCq``): ``count`` units of a consume queue
+        from ``index`` (within one consume queue file), its bounds, and with
+        ``consumerGroup`` that group's subscription of the topic."""
+        topic, queue_id = request.require("topic"), request.int_field("queueId")
+        queue = self.ctx.reput.queues.get(topic, queue_id)
+        if queue is None:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"{queue_id}@{topic} is not exist!")
+        low = queue_min_offset(queue, self.ctx.broker.store.commitlog.min_offset)
+        fields: dict[str, Any] = {}
+        group = request.field("consumerGroup")
+        if group is not None:
+            subscription = self.ctx.clients.find_subscription(group, topic)
+            if subscription is None:
+                fields["filterData"] = f"{group}@{topic} is not online!"
+            else:
+                # ConsumerFilterManager holds filters of SQL92 groups only: null for tags.
+                fields["filterData"] = "null"
+                fields["subscriptionData"] = subscription.to_json()
+        index = request.int_field("index")
+        units = queue.read(index, request.int_field("count", 10)) if index >= low else []
+        if not units:
+            return request.response(
+                ResponseCode.SUCCESS, f"Index {index} of {queue_id}@{topic} is not exist!"
+            )
+        fields["maxQueueIndex"] = queue.max_offset
+        fields["minQueueIndex"] = low
+        fields["queueData"] = [
+            {
+                "eval": False,
+                "physicOffset": unit.commitlog_offset,
+                "physicSize": unit.size,
+                "tagsCode": unit.tags_code,
+            }
+            for unit in units
+        ]
+        return request.response(
+            ResponseCode.SUCCESS, body=dumps_bytes(dict(sorted(fields.items())))
+        )
+
+    async def clean_unused_topic(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        """``cleanUnusedTopic``: drop the consume queues of topics the topic table no longer
+        has (``DefaultMessageStore.cleanUnusedTopic``), e.g. on a slave after its master
+        deleted a topic; the commit log is untouched.
+
+        A slave's table is its master's as of its last metadata sync (every 10 s), so a topic
+        created on the master since then is not in it yet: on a slave, a topic whose last
+        message is younger than :data:`SLAVE_CLEAN_MIN_AGE` is kept (RocketMQ would drop its
+        consume queues, and with them the slave's way to those messages).
+        """
+        log.warning("invoke cleanUnusedTopic start.")
+        known = self.ctx.meta.topics.table
+        queues = self.ctx.reput.queues
+        now = self.ctx.now()
+        for topic in sorted({queue.topic for queue in queues}):
+            if topic in known or topic in CLEAN_UNUSED_KEEPS:
+                continue
+            if self.ctx.is_slave:
+                newest = max(
+                    (
+                        self.ctx.store_timestamp(queue, queue.max_offset - 1) or 0
+                        for queue in queues
+                        if queue.topic == topic
+                    ),
+                    default=0,
+                )
+                if now - newest < SLAVE_CLEAN_MIN_AGE:
+                    log.warning(
+                        "cleanUnusedTopic: %s kept: not in the topic table, but its last "
+                        "message is %d ms old (this slave's table may not have it yet)",
+                        topic,
+                        now - newest,
+                    )
+                    continue
+            removed = queues.remove_topic(topic)
+            log.info("cleanUnusedTopic: %s, topic destroyed (%d queues)", topic, removed)
+        log.warning("invoke cleanUnusedTopic end.")
+        return request.response(ResponseCode.SUCCESS)
+
+    async def clean_expired_consume_queue(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        """``cleanExpiredConsumeQueue`` (``mqadmin cleanExpiredCQ``): the broker's
+        :meth:`~trioha.broker.Broker.clean_expired_consume_queues` hook."""
+        return self._retention(
+            request, "cleanExpiredConsumeQueue", self.ctx.broker.clean_expired_consume_queues
+        )
+
+    async def delete_expired_commitlog(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        """``deleteExpiredCommitLog`` (``mqadmin deleteExpiredCommitLog``): the broker's
+        :meth:`~trioha.broker.Broker.delete_expired_commitlog` hook."""
+        return self._retention(
+            request, "deleteExpiredCommitLog", self.ctx.broker.delete_expired_commitlog
+        )
+
+    @staticmethod
+    def _retention(
+        request: RemotingCommand, name: str, hook: Callable[[], bool]
+    ) -> RemotingCommand:
+        """Call a retention hook, logged as RocketMQ logs it; SYSTEM_ERROR saying so while the
+        broker has no retention service (the hook answers False)."""
+        log.warning("invoke %s start.", name)
+        done = hook()
+        log.warning("invoke %s end.", name)
+        if done:
+            return request.response(ResponseCode.SUCCESS)
+        return request.response(
+            ResponseCode.SYSTEM_ERROR,
+            "this broker has no retention service: commit log files are never deleted "
+            "(docs/operations.md)",
+        )
+
+    async def update_broker_config(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        """``updateBrokerConfig``: the keys in the body, applied at once and written to the
+        broker's config file, or, if any of them cannot be, none (see :mod:`._liveconfig`)."""
+        log.info("updateBrokerConfig called by %s", connection.peer)
+        if not request.body:
+            return request.response(ResponseCode.SUCCESS)
+        async with self._config_update:
+            return await self._update_broker_config(request, connection)
+
+    async def _update_broker_config(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        try:
+            settings = parse_settings(request.body)
+            config = updated_config(self.ctx.config, settings)
+        except ConfigError as exc:
+            log.warning("updateBrokerConfig from %s refused: %s", connection.peer, exc)
+            return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        log.info("updateBrokerConfig, new config: %s client: %s", settings, connection.peer)
+        self.ctx.broker.update_config(config)
+        self.ctx.meta.topics.broker = config
+        self.ctx.config_version = self.ctx.config_version.next()
+        path = self.ctx.broker.config_file or self.ctx.broker.store.root / DEFAULT_CONFIG_FILE
+        try:
+            await trio.to_thread.run_sync(persist_settings, path, settings)
+        except OSError as exc:
+            log.error("updateBrokerConfig: %s not written to %s: %s", settings, path, exc)
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"{', '.join(f'{k}={v}' for k, v in settings.items())} in effect, but not "
+                f"written to {path} ({exc.strerror or exc}): lost at the next restart",
+            )
+        return request.response(ResponseCode.SUCCESS)
+
     async def query_topic_consume_by_who(
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand:
@@ -569,47 +737,47 @@ SYSTEM_TOPICS = frozenset(
 
 
 def is_system_topic(topic: str, config: BrokerConfig) -> bool:
-    """``TopicValidator.isSystemTopic``, with the cluster and broker names RocketMQ adds."""
+    """``TopicValidator.isSystemTopic``, with the topics RocketMQ adds at start: the cluster
+    and broker names and the cluster's reply topic."""
     return (
         topic in SYSTEM_TOPICS
         or topic.startswith("rmq_sys_")
-        or topic in (config.broker_cluster_name, config.broker_name)
+        or topic
+        in (config.broker_cluster_name, config.broker_name, reply_topic(config.broker_cluster_name))
     )
 
 
-def _object_keyed(entries: Iterable[tuple[str, str]]) -> str:
+#: ``cleanUnusedTopic`` keeps these topics' consume queues even when the topic table has
+#: no entry for them.
+CLEAN_UNUSED_KEEPS = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_OP_HALF_TOPIC"})
+#: On a slave, ``cleanUnusedTopic`` keeps a topic whose last message is younger (ms): six
+#: metadata syncs, so the master's topic table has reached the slave.
+SLAVE_CLEAN_MIN_AGE = 60_000
+
+
+def connection_json(channel: ClientChannel) -> dict[str, Any]:
+    """A ``Connection`` (of ``ConsumerConnection``/``ProducerConnection``) as fastjson writes
+    it: the client's address as ``RemotingHelper.parseChannelRemoteAddr`` gives it."""
+    return {
+        "clientAddr": str(getattr(channel.connection, "peer", channel.connection)),
+        "clientId": channel.client_id,
+        "language": channel.language,
+        "version": channel.version,
+    }
+
+
+def message_queue_json(broker_name: str, topic: str, queue_id: int) -> str:
+    """A ``MessageQueue`` as fastjson writes it (also as a map key, unquoted)."""
+    return dumps({"brokerName": broker_name, "queueId": queue_id, "topic": topic})
+
+
+def object_keyed(entries: Iterable[tuple[str, str]]) -> str:
     """A map whose keys are objects, as fastjson writes it: ``{{"k":1}:{...}}``.
 
     Not standard JSON, but what mqadmin and the Java client parse (``TopicStatsTable``,
     ``ConsumeStats``); both parts are already encoded.
     """
     return "{" + ",".join(f"{key}:{value}" for key, value in entries) + "}"
-
-
-#: trioha's option names that RocketMQ spells differently from the plain camelCase form.
-_JAVA_NAMES = {"broker_ip1": "brokerIP1", "check_crc_on_recover": "checkCRCOnRecover"}
-
-
-def _camel_case(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.capitalize() for part in rest)
-
-
-def broker_config_properties(config: BrokerConfig) -> dict[str, str]:
-    """``MixAll.properties2String`` of the configuration: every option that is set."""
-    out: dict[str, str] = {}
-    for field in attrs.fields(type(config)):
-        value = getattr(config, field.name)
-        if value is None:
-            continue
-        name = _JAVA_NAMES.get(field.name) or _camel_case(field.name)
-        if isinstance(value, bool):
-            out[name] = "true" if value else "false"
-        elif isinstance(value, enum.Enum):
-            out[name] = str(value.value)
-        else:
-            out[name] = str(value)
-    return out
 
 
 def _flatten(prefix: str, value: Any) -> dict[str, str]:

@@ -17,6 +17,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import attrs
 import trio
@@ -124,9 +125,16 @@ class Broker:
     """A running broker; obtain one from :func:`open_broker`."""
 
     def __init__(
-        self, config: BrokerConfig, store: Store, *, sent: SentOffsets | None = None
+        self,
+        config: BrokerConfig,
+        store: Store,
+        *,
+        sent: SentOffsets | None = None,
+        config_file: Path | None = None,
     ) -> None:
         self.config = config
+        #: The ``-c`` file the broker was started with: UPDATE_BROKER_CONFIG writes there.
+        self.config_file = config_file
         self.store = store
         #: A master's durable sent and flushed marks (classic divergence checks).
         self.sent = sent
@@ -362,13 +370,41 @@ class Broker:
         while self.store.commitlog.max_offset <= beyond_offset:
             await self._log_grew.wait()
 
+    # --- settings changed at run time (UPDATE_BROKER_CONFIG; broker/_liveconfig.py) -----------
+    def update_config(self, config: BrokerConfig) -> None:
+        """Run with *config* from now on; it differs from the current one only in keys of
+        ``_liveconfig.LIVE_KEYS``, which take effect here (or where they are read again)."""
+        self.config = config
+        self._flusher.waiters.timeout = config.sync_flush_timeout / 1000
+        warning, clean_forcibly, max_used = config.disk_ratios
+        self.disk.warning_ratio = warning
+        self.disk.clean_forcibly_ratio = clean_forcibly
+        self.disk.max_used_ratio = max_used
+        self.disk.check(dict(self.disk.ratios))  # the new limits against the last measurement
+        self.store.commitlog.max_message_size = config.max_message_size
+        if self.ha_service is not None:
+            self.ha_service.config = config  # reads ha_slave_fallbehind_max on every put
+
+    # --- retention hooks (mqadmin deleteExpiredCommitLog, cleanExpiredCQ) ---------------------
+    def delete_expired_commitlog(self) -> bool:
+        """``DefaultMessageStore.executeDeleteFilesManually`` (DELETE_EXPIRED_COMMITLOG): have
+        the retention service delete expired commit log files at its next runs, whatever the
+        hour (``deleteWhen``). False: this broker has no retention service yet."""
+        return False
+
+    def clean_expired_consume_queues(self) -> bool:
+        """``DefaultMessageStore.cleanExpiredConsumerQueue`` (CLEAN_EXPIRED_CONSUMEQUEUE):
+        destroy every consume queue whose messages are all below the commit log's min offset.
+        False: this broker has no retention service yet."""
+        return False
+
     # --- running ----------------------------------------------------------------------------
     async def _run_async_flusher(self) -> None:
-        """ASYNC_FLUSH's ``FlushRealTimeService``: flush what is written every interval."""
+        """ASYNC_FLUSH's ``FlushRealTimeService``: flush what is written every interval
+        (``flush_interval_commit_log``, read again every round)."""
         commitlog = self.store.commitlog
-        interval = self.config.flush_interval_commit_log / 1000
         while True:
-            await trio.sleep(interval)
+            await trio.sleep(self.config.flush_interval_commit_log / 1000)
             dirty = commitlog.max_offset > commitlog.flushed_offset
             if dirty and await self.flush_commitlog() is None:
                 await trio.sleep(self.disk_check_interval)
@@ -495,8 +531,13 @@ class _RecoveryProgress:
 
 
 @asynccontextmanager
-async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
+async def open_broker(
+    config: BrokerConfig, *, config_file: Path | None = None
+) -> AsyncIterator[Broker]:
     """Open the store under ``config.store_path_root_dir`` and run the broker by role.
+
+    *config_file* is the ``broker.conf`` the configuration was read from (``-c``): settings
+    changed at run time (``mqadmin updateBrokerConfig``) are written there.
 
     Recovery reports its progress (segments scanned) through :class:`trioha._progress.Progress`:
     a bar on a terminal, a line every 10 s otherwise (a long scan after a crash).
@@ -537,7 +578,7 @@ async def open_broker(config: BrokerConfig) -> AsyncIterator[Broker]:
                     epoch_mode=config.enable_controller_mode,
                 )
             )
-        broker = Broker(config, store, sent=sent)
+        broker = Broker(config, store, sent=sent, config_file=config_file)
         async with trio.open_nursery() as nursery:
             await broker._start(nursery)
             log.info(

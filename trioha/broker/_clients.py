@@ -221,6 +221,13 @@ class ClientManager:
         info = self.consumers.get(group)
         return list(info.channels) if info else []
 
+    def find_channel(self, group: str, client_id: str) -> ClientChannel | None:
+        """``ConsumerManager.findChannel``: the connection of one member of *group*."""
+        info = self.consumers.get(group)
+        if info is None:
+            return None
+        return next((c for c in info.channels.values() if c.client_id == client_id), None)
+
     def find_subscription(self, group: str, topic: str) -> SubscriptionData | None:
         info = self.consumers.get(group)
         return info.subscriptions.get(topic) if info else None

@@ -31,7 +31,13 @@ from typing import NoReturn
 import attrs
 import trio
 
-from trioha._config import BrokerConfig, BrokerRole, parse_address
+from trioha._config import (
+    DEFAULT_NAMESRV_PORT,
+    BrokerConfig,
+    BrokerRole,
+    NamesrvConfig,
+    parse_address,
+)
 from trioha._errors import ConfigError
 from trioha.acl import AclGuard, PlainAcl, RequestSigner, Role, TlsAcceptor, client_context
 from trioha.broker._metadata import Metadata, write_snapshots
@@ -41,14 +47,9 @@ from trioha.broker._reput import CHECKPOINT_FILE, FLUSH_INTERVAL, ReputService
 from trioha.broker._schedule import ScheduleMessageService, parse_delay_levels
 from trioha.broker._slavesync import SlaveSynchronize
 from trioha.broker._types import BrokerLike
-from trioha.namesrv._processor import serve_namesrv
-from trioha.namesrv._routes import DEFAULT_NAMESRV_PORT
+from trioha.namesrv import REGISTRATION_PERIOD, serve_namesrv
+from trioha.remoting import ConnectionCounters, ServerLimits, serve_remoting
 from trioha.remoting._client import RemotingClientPool, open_client_pool
-from trioha.remoting._server import (
-    ConnectionCounters,
-    default_max_connections,
-    serve_remoting,
-)
 from trioha.store._consumequeue import ConsumeQueueStore
 from trioha.store._diskspace import METADATA, DiskGuard
 from trioha.store._index import IndexService
@@ -179,6 +180,25 @@ async def serve_client_side(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def _embedded_namesrv_config(config: BrokerConfig, host: str, port: int) -> NamesrvConfig:
+    """The embedded name server's own settings: ``embeddedNamesrvConfig``, else RocketMQ's
+    name server defaults. It listens on *host*:*port* (the first ``namesrvAddr`` entry), so a
+    file that names another address is refused rather than ignored."""
+    path = config.embedded_namesrv_config
+    if not path:
+        return NamesrvConfig()
+    namesrv = NamesrvConfig.from_properties(path)
+    default = NamesrvConfig()
+    listen = (namesrv.listen_host, namesrv.listen_port)
+    if listen not in ((default.listen_host, default.listen_port), (host, port)):
+        raise ConfigError(
+            f"{path}: an embedded name server listens on the first namesrvAddr entry "
+            f"({host}:{port}), not on listenHost/listenPort {listen[0]}:{listen[1]}; "
+            "remove them from the file or change namesrvAddr"
+        )
+    return namesrv
+
+
 async def _start(
     broker: BrokerLike,
     *,
@@ -206,10 +226,12 @@ async def _start(
                 serve_namesrv,
                 host,
                 port,
+                config=_embedded_namesrv_config(config, host, port),
                 acl=acl,
                 tls=namesrv_tls,
                 setting="namesrvAddr, --embedded-namesrv",
-                idle_timeout=config.server_channel_max_idle_time_seconds,
+                # Its own brokers register at this broker's period, others at the default.
+                registration_period=max(REGISTRATION_PERIOD, config.registration_period),
             )
         )
         if not addresses or port == 0:  # register with the port it really got
@@ -223,6 +245,7 @@ async def _start(
             registrar.request()
 
     connections = ConnectionCounters()
+    limits = ServerLimits.from_config(config)
     processor = BrokerProcessor(
         broker,
         meta,
@@ -247,8 +270,7 @@ async def _start(
             listen_port,
             on_close=processor.connection_closed,
             setting="listenPort, --listen",
-            idle_timeout=config.server_channel_max_idle_time_seconds,
-            max_connections=config.server_max_connections or default_max_connections(),
+            limits=limits,
             counters=connections,
             wrap_stream=TlsAcceptor.for_config(config, what="broker port"),
             task_status=task_status,
@@ -268,8 +290,7 @@ async def _start(
             port - 2,
             on_close=processor.connection_closed,
             setting="listenPort - 2 (the VIP channel)",
-            idle_timeout=config.server_channel_max_idle_time_seconds,
-            max_connections=config.server_max_connections or default_max_connections(),
+            limits=limits,
             counters=connections,
             wrap_stream=TlsAcceptor.for_config(config, what="VIP channel"),
             task_status=task_status,
@@ -329,6 +350,9 @@ async def _start(
             "connectionsOpen": str(connections.open),
             "connectionsRefused": str(connections.refused),
             "connectionsIdleClosed": str(connections.idle_closed),
+            # trioha's own: the connection reserve and the frame deadline at work.
+            "connectionsReserveRefused": str(connections.reserve_refused),
+            "connectionsSlowFrameClosed": str(connections.slow_frame_closed),
         }
         if registrar is not None:
             info["namesrvRegistrations"] = str(registrar.registrations)

@@ -8,14 +8,15 @@ than one processor needs.
 from __future__ import annotations
 
 import collections
+import contextlib
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import trio
 
-from trioha._config import BrokerRole
+from trioha._config import BrokerConfig, BrokerRole
 from trioha._errors import StorageError
 from trioha._histogram import LatencyHistogram
 from trioha.broker._clients import ClientManager
@@ -65,7 +66,6 @@ class BrokerContext:
         clock: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self.broker = broker
-        self.config = broker.config
         self.meta = meta
         self.reput = reput
         self.broker_addr = broker_addr
@@ -87,13 +87,39 @@ class BrokerContext:
         #: The commit log's end when the broker started (``putMessageSizeTotal`` counts from it).
         self.boot_max_offset = broker.store.commitlog.max_offset
         #: Requests being processed, by thread-pool name ("send", "pull", "query",
-        #: "transaction"): id -> start (``time.monotonic``), for the ``*ThreadPoolQueue*`` keys.
-        self.in_flight: dict[str, dict[int, float]] = {
+        #: "transaction"): the task answering it -> since when (``time.monotonic``), for the
+        #: ``*ThreadPoolQueue*`` keys. A held long poll is not in it (see :meth:`held`).
+        self.in_flight: dict[str, dict[trio.lowlevel.Task, float]] = {
             "send": {},
             "pull": {},
             "query": {},
             "transaction": {},
         }
+
+    @property
+    def config(self) -> BrokerConfig:
+        """The broker's configuration as it is now (UPDATE_BROKER_CONFIG changes some keys)."""
+        return self.broker.config
+
+    @contextlib.contextmanager
+    def held(self, pool: str) -> Iterator[None]:
+        """The current request waits for something other than a worker (a long poll held
+        for a message): out of *pool*'s in-flight figures meanwhile, and back in from the
+        moment it resumes.
+
+        RocketMQ's ``pullThreadPoolQueueSize`` counts pulls waiting for a pull thread; a held
+        pull sits in ``PullRequestHoldService`` instead, and a woken one is queued afresh.
+        Counting held pulls made an idle broker with one push consumer look overloaded
+        (``#OutTPS(LOAD)`` in ``clusterList``).
+        """
+        task = trio.lowlevel.current_task()
+        in_flight = self.in_flight[pool]
+        counted = in_flight.pop(task, None) is not None
+        try:
+            yield
+        finally:
+            if counted:
+                in_flight[task] = time.monotonic()
 
     @property
     def is_slave(self) -> bool:
@@ -115,6 +141,37 @@ class BrokerContext:
             queue = self.reput.queues.get(SCHEDULE_TOPIC, level - 1)
             out[level] = (offset, queue.max_offset if queue is not None else 0)
         return out
+
+    def store_timestamp(self, queue: ConsumeQueue, queue_offset: int) -> int | None:
+        """The store time of one queue entry, None when it cannot be read
+        (``getMessageStoreTimeStamp``)."""
+        unit = queue.get(queue_offset)
+        if unit is None or unit.is_blank:
+            return None
+        try:
+            data = self.broker.store.commitlog.read(unit.commitlog_offset, unit.size)
+        except StorageError:
+            return None
+        if len(data) != unit.size:
+            return None
+        decoded = decode_record(data, 0, check_crc=False, base_offset=unit.commitlog_offset)
+        return decoded.message.store_timestamp if isinstance(decoded, DecodedMessage) else None
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """``getOffsetInQueueByTime``: the first queue offset stored at or after *timestamp*
+        (the queue's end when none is; 0 for a queue that does not exist)."""
+        queue = self.reput.queues.get(topic, queue_id)
+        if queue is None:
+            return 0
+        lo, hi = queue_min_offset(queue, self.broker.store.commitlog.min_offset), queue.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            stamp = self.store_timestamp(queue, mid)
+            if stamp is not None and stamp < timestamp:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
 
     def raw_record_at(self, offset: int) -> bytes | None:
         """The stored bytes of the record at ``offset`` (TOTALSIZE read from there), or None

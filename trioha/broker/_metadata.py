@@ -39,6 +39,32 @@ DLQ_TOPIC_PREFIX = "%DLQ%"
 #: ``TopicValidator.RMQ_SYS_SELF_TEST_TOPIC`` and ``OFFSET_MOVED_EVENT``.
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+#: ``TopicValidator.RMQ_SYS_BENCHMARK_TOPIC`` (1024 queues, for ``mqadmin`` benchmarks).
+BENCHMARK_TOPIC = "BenchmarkTest"
+#: ``TopicValidator.RMQ_SYS_SCHEDULE_TOPIC``: delayed messages wait here, a queue per level.
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+#: ``TopicConfigManager.SCHEDULE_TOPIC_QUEUE_NUM``.
+SCHEDULE_TOPIC_QUEUE_NUM = 18
+#: ``MixAll.REPLY_TOPIC_POSTFIX``: ``<cluster>_REPLY_TOPIC`` carries request-reply answers.
+REPLY_TOPIC_POSTFIX = "REPLY_TOPIC"
+
+#: ``SubscriptionGroupManager.init``: the groups every RocketMQ broker has, by name, and
+#: whether the group consumes broadcast (all of them do with RocketMQ's defaults). The admin
+#: tools consume as ``TOOLS_CONSUMER``; ``CID_ONS*`` are Alibaba Cloud's ONS groups.
+BUILT_IN_GROUPS = (
+    "TOOLS_CONSUMER",
+    "FILTERSRV_CONSUMER",
+    "SELF_TEST_C_GROUP",
+    "CID_ONS-HTTP-PROXY",
+    "CID_ONSAPI_PULL",
+    "CID_ONSAPI_PERMISSION",
+    "CID_ONSAPI_OWNER",
+)
+
+
+def reply_topic(cluster: str) -> str:
+    """``MixAll.getReplyTopic``: the cluster's request-reply topic."""
+    return f"{cluster}_{REPLY_TOPIC_POSTFIX}"
 
 
 # --- files ---------------------------------------------------------------------------------
@@ -251,13 +277,20 @@ class TopicConfigManager(_ConfigFile):
             self._adopt(loaded, source=str(self.path))
 
     def _system_topics(self) -> list[TopicConfig]:
-        """The topics a RocketMQ broker creates for itself (``TopicConfigManager()``)."""
+        """The topics a RocketMQ 4.9.7 broker creates for itself (``TopicConfigManager()``).
+
+        All of them, so that a Java slave, which replaces its topic table with its master's,
+        keeps the ones it would have had with a Java master. The trace topic is not among
+        them: RocketMQ creates it only with ``traceTopicEnable``, which trioha ignores.
+        """
+        cluster = self.broker.broker_cluster_name
         topics = [
             TopicConfig(SELF_TEST_TOPIC, 1, 1),
             TopicConfig(OFFSET_MOVED_EVENT, 1, 1),
-            TopicConfig(
-                self.broker.broker_cluster_name, 16, 16, PERM_READ | PERM_WRITE | PERM_INHERIT
-            ),
+            TopicConfig(BENCHMARK_TOPIC, 1024, 1024),
+            TopicConfig(SCHEDULE_TOPIC, SCHEDULE_TOPIC_QUEUE_NUM, SCHEDULE_TOPIC_QUEUE_NUM),
+            TopicConfig(reply_topic(cluster), 1, 1),
+            TopicConfig(cluster, 16, 16, PERM_READ | PERM_WRITE | PERM_INHERIT),
             TopicConfig(self.broker.broker_name, 1, 1, PERM_READ | PERM_WRITE | PERM_INHERIT),
         ]
         if self.broker.auto_create_topic_enable:
@@ -387,6 +420,16 @@ class ConsumerOffsetManager(_ConfigFile):
         """``queryOffset``: the committed offset or -1."""
         return self.table.get(f"{topic}@{group}", {}).get(queue_id, -1)
 
+    def remove_group(self, group: str) -> int:
+        """``removeOffset``: forget every offset of *group*; how many topics it had."""
+        keys = [key for key in self.table if key.split("@", 1)[1] == group]
+        for key in keys:
+            del self.table[key]
+        if keys:
+            self.dirty = True
+            log.info("removed the offsets of group %s on %d topics", group, len(keys))
+        return len(keys)
+
     def groups_of(self, topic: str) -> set[str]:
         return {key.split("@", 1)[1] for key in self.table if key.split("@", 1)[0] == topic}
 
@@ -452,18 +495,21 @@ class SubscriptionGroupManager(_ConfigFile):
     def __init__(self, config_dir: Path, *, auto_create: bool = True) -> None:
         super().__init__(config_dir)
         self.auto_create = auto_create
-        self.table: dict[str, SubscriptionGroupConfig] = {}
+        #: The built-in groups first, then the file's (which win), as ``init()`` + ``load()``.
+        self.table: dict[str, SubscriptionGroupConfig] = {
+            name: SubscriptionGroupConfig(name) for name in BUILT_IN_GROUPS
+        }
         self.data_version = DataVersion.new()
         loaded = read_config_file(self.path)
         if loaded is not None:
             table = loaded.get("subscriptionGroupTable")
             if not isinstance(table, dict):
                 raise ConfigError(f"{self.path}: no subscriptionGroupTable object")
-            self.table = {
-                str(name): SubscriptionGroupConfig.from_json(str(name), item)
+            self.table.update(
+                (str(name), SubscriptionGroupConfig.from_json(str(name), item))
                 for name, item in table.items()
                 if isinstance(item, dict)
-            }
+            )
             self.data_version = DataVersion.from_json(loaded.get("dataVersion"))
 
     def find(self, group: str) -> SubscriptionGroupConfig | None:
@@ -484,6 +530,16 @@ class SubscriptionGroupManager(_ConfigFile):
         verb = "updated" if old else "created"
         log.info("%s subscription group %s: %s", verb, config.group_name, config)
         self.persist()
+
+    def delete(self, group: str) -> SubscriptionGroupConfig | None:
+        """``deleteSubscriptionGroupConfig``: remove, bump the version, persist; the removed
+        config (None: there was none, and nothing changes)."""
+        removed = self.table.pop(group, None)
+        if removed is not None:
+            self.data_version = self.data_version.next()
+            log.info("deleted subscription group %s: %s", group, removed)
+            self.persist()
+        return removed
 
     def wrapper(self) -> dict[str, Any]:
         return {

@@ -11,7 +11,10 @@ RocketMQ's response codes and remarks, because clients branch on them:
 ``_offsets``               ``ConsumerManageProcessor``: consumer offsets, members
 ``_clientmanage``          ``ClientManageProcessor``: heartbeats, unregistration
 ``_query``                 ``QueryMessageProcessor``: messages by id or key
-``_admin``                 ``AdminBrokerProcessor``: topics, tables, runtime info
+``_admin``                 ``AdminBrokerProcessor``: topics, tables, runtime info,
+                           settings changed at run time (``_liveconfig``)
+``_clientcalls``           ``AdminBrokerProcessor`` through ``Broker2Client``: offset
+                           resets and running info, asked of the consumers
 =========================  =====================================================
 
 Where trioha differs, the handler says so: a slave refuses sends before any topic is
@@ -21,7 +24,6 @@ channel (``listen_port - 2``) with the same processors minus pulls, as RocketMQ 
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -30,6 +32,7 @@ import trio
 
 from trioha._histogram import LatencyHistogram
 from trioha.broker._admin import AdminBrokerProcessor
+from trioha.broker._clientcalls import ClientCallsProcessor
 from trioha.broker._clientmanage import ClientManageProcessor
 from trioha.broker._clients import ClientManager
 from trioha.broker._context import BrokerContext, Handler
@@ -70,7 +73,6 @@ _STORED = frozenset(
         ResponseCode.SLAVE_NOT_AVAILABLE,
     }
 )
-_request_ids = itertools.count()
 
 
 class BrokerProcessor:
@@ -106,6 +108,7 @@ class BrokerProcessor:
         self.client_manage = ClientManageProcessor(self.ctx)
         self.query = QueryMessageProcessor(self.ctx)
         self.admin = AdminBrokerProcessor(self.ctx)
+        self.client_calls = ClientCallsProcessor(self.ctx)
         self._handlers: dict[int, Handler] = {}
         for processor in (
             self.send,
@@ -114,6 +117,7 @@ class BrokerProcessor:
             self.client_manage,
             self.query,
             self.admin,
+            self.client_calls,
         ):
             self._handlers.update(processor.handlers())
 
@@ -166,12 +170,12 @@ class BrokerProcessor:
             result = await handler(request, connection)
         else:
             in_flight = self.ctx.in_flight[pool]
-            token, started = next(_request_ids), time.monotonic()
-            in_flight[token] = started
+            task, started = trio.lowlevel.current_task(), time.monotonic()
+            in_flight[task] = started
             try:
                 result = await handler(request, connection)
             finally:
-                del in_flight[token]
+                in_flight.pop(task, None)
             if request.code in _SENDS:
                 self.ctx.stats.record_put(
                     (time.monotonic() - started) * 1000,

@@ -90,7 +90,7 @@ class PullMessageProcessor:
             return response
         timeout = request.int_field("suspendTimeoutMillis", 15_000) / 1000
         topic, queue_id = request.require("topic"), request.int_field("queueId")
-        with trio.move_on_after(timeout):
+        with self.ctx.held("pull"), trio.move_on_after(timeout):
             await self.ctx.reput.wait_arrival(topic, queue_id, request.int_field("queueOffset"))
         final = self._pull_once(request, allow_suspend=False)
         assert final is not None

@@ -138,7 +138,7 @@ class Registrar:
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> NoReturn:
         """Register now, then every period or on :meth:`request`; unregister when cancelled."""
-        period = min(max(self.config.register_name_server_period, 10_000), 60_000) / 1000
+        period = self.config.registration_period
         retry = RETRY_FIRST
         try:
             ok = await self.register_all()

@@ -28,6 +28,7 @@ import trio
 
 from trioha._errors import ConfigError
 from trioha._status import PutStatus
+from trioha.broker._metadata import SCHEDULE_TOPIC as SCHEDULE_TOPIC  # noqa: PLC0414 - kept importable from here
 from trioha.broker._metadata import DelayOffsets
 from trioha.broker._types import BrokerLike, new_message
 from trioha.store._consumequeue import java_string_hash
@@ -48,8 +49,6 @@ log = logging.getLogger("trioha.broker.schedule")
 
 M = TypeVar("M", NewMessage, NewMessage | PreparedMessage)
 
-#: ``TopicValidator.RMQ_SYS_SCHEDULE_TOPIC``.
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 #: ``TopicValidator.RMQ_SYS_TRANS_HALF_TOPIC``: never delivered from a delay level.
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"

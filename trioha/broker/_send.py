@@ -28,7 +28,6 @@ from trioha.remoting._codec import (
     RemotingCommand,
     encode_response,
     int_field,
-    require_field,
 )
 from trioha.remoting._codes import (
     AUTO_CREATE_TOPIC,
@@ -41,6 +40,7 @@ from trioha.remoting._connection import Burst, RemotingConnection
 from trioha.store import HostAddress
 from trioha.store._contract import NewMessage
 from trioha.store._message import (
+    MAX_PROPERTIES_SIZE,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
@@ -58,6 +58,55 @@ DEFAULT_REGION = "DefaultRegion"
 MAX_RECONSUME_TIMES = 16
 _PLAIN_SENDS = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2})
 _SEND_NAMES: dict[int, str] = {code: RequestCode(code).name for code in _PLAIN_SENDS}
+
+
+#: SendMessageRequestHeaderV2's one-letter fields and SendMessageRequestHeader's names for them.
+_V2_NAMES = {
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+}
+_V2_LETTERS = {name: letter for letter, name in _V2_NAMES.items()}
+#: SendMessageRequestHeader's ``@CFNotNull`` fields, in their declaration order.
+_REQUIRED_SEND_ORDER = (
+    "producerGroup",
+    "topic",
+    "defaultTopic",
+    "defaultTopicQueueNums",
+    "queueId",
+    "sysFlag",
+    "bornTimestamp",
+    "flag",
+)
+_REQUIRED_SEND_FIELDS = frozenset(_REQUIRED_SEND_ORDER)
+_REQUIRED_V2_FIELDS = frozenset(_V2_LETTERS[name] for name in _REQUIRED_SEND_ORDER)
+
+
+def _require_send_fields(fields: dict[str, str], letters: dict[str, str]) -> None:
+    """Raise :class:`HeaderError` naming the first ``@CFNotNull`` field of a send's header that
+    is missing (*letters*: the one-letter names of SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE).
+
+    A 4.9.7 broker logs the missing field while decoding the header, goes on with null, and
+    fails where it unboxes the null (a NullPointerException): SYSTEM_ERROR. trioha answers the
+    same code and says which field it was, in the words of ``decodeCommandCustomHeader``;
+    nothing is stored or auto-created (docs/rocketmq-protocol.md §19: unlike 4.9.7, trioha also
+    refuses a header lacking only ``producerGroup``, which no client sends).
+    """
+    for name in _REQUIRED_SEND_ORDER:
+        key = letters.get(name, name)
+        if key not in fields:
+            named = f"<{key}> ({name})" if key != name else f"<{name}>"
+            raise HeaderError(f"the custom field {named} is null")
 
 
 def _stored_fields(result: PutResult, queue_id: int) -> dict[str, str]:
@@ -128,28 +177,17 @@ class SendMessageProcessor:
 
     @staticmethod
     def _send_header(request: RemotingCommand) -> dict[str, str]:
-        """SendMessageRequestHeaderV2's one-letter fields as SendMessageRequestHeader's names."""
-        if request.code == RequestCode.SEND_MESSAGE:
-            return request.ext_fields
+        """SendMessageRequestHeaderV2's one-letter fields as SendMessageRequestHeader's names,
+        every ``@CFNotNull`` field present (:func:`_require_send_fields`)."""
         fields = request.ext_fields
-        if "b" not in fields and "topic" in fields:
-            return fields  # a batch sent with the long header
-        names = {
-            "a": "producerGroup",
-            "b": "topic",
-            "c": "defaultTopic",
-            "d": "defaultTopicQueueNums",
-            "e": "queueId",
-            "f": "sysFlag",
-            "g": "bornTimestamp",
-            "h": "flag",
-            "i": "properties",
-            "j": "reconsumeTimes",
-            "k": "unitMode",
-            "l": "maxReconsumeTimes",
-            "m": "batch",
-        }
-        return {names.get(k, k): v for k, v in fields.items()}
+        if request.code == RequestCode.SEND_MESSAGE or ("b" not in fields and "topic" in fields):
+            # SendMessageRequestHeader (a C++ client's send, or a batch with the long header)
+            if not fields.keys() >= _REQUIRED_SEND_FIELDS:
+                _require_send_fields(fields, {})
+            return fields
+        if not fields.keys() >= _REQUIRED_V2_FIELDS:
+            _require_send_fields(fields, _V2_LETTERS)
+        return {_V2_NAMES.get(k, k): v for k, v in fields.items()}
 
     def _check(
         self, request: RemotingCommand, connection: RemotingConnection
@@ -160,7 +198,7 @@ class SendMessageProcessor:
         records are built from.
         """
         header = self._send_header(request)
-        topic = require_field(header, "topic")
+        topic = header["topic"]
         if self.ctx.is_slave:
             # The store would refuse anyway (SERVICE_NOT_AVAILABLE); refusing first keeps a
             # slave from auto-creating topics its master does not have.
@@ -420,15 +458,33 @@ class SendMessageProcessor:
             PutStatus.CREATE_MAPPED_FILE_FAILED: (
                 "create mapped file failed, server is busy or broken."
             ),
-            PutStatus.MESSAGE_ILLEGAL: "the message is illegal, maybe msg body or properties "
-            "length not matched. msg body length limit 128k, msg properties length limit 32k.",
+            PutStatus.MESSAGE_ILLEGAL: self._illegal_remark(request),
             PutStatus.PROPERTIES_SIZE_EXCEEDED: "the message is illegal, maybe msg properties "
-            "length limit 32k.",
+            f"length limit {MAX_PROPERTIES_SIZE} bytes.",
             PutStatus.OS_PAGE_CACHE_BUSY: (
                 "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
             ),
         }
         return request.response(status.response_code, remarks.get(status, status.value))
+
+    def _illegal_remark(self, request: RemotingCommand) -> str:
+        """Why a send was refused as MESSAGE_ILLEGAL, with the limits this broker runs with.
+
+        RocketMQ 4.9.7 says "msg body length limit 128k" whatever ``maxMessageSize`` is (4 MiB
+        by default); trioha names the configured limit and, for a single message, its size.
+        """
+        limit = self.ctx.config.max_message_size
+        body = len(request.body)
+        if request.code != RequestCode.SEND_BATCH_MESSAGE and body > limit:
+            return (
+                f"the message is illegal: its body is {body} bytes, more than maxMessageSize "
+                f"{limit} bytes"
+            )
+        return (
+            "the message is illegal, maybe msg body or properties length not matched. msg body "
+            f"length limit {limit} bytes (maxMessageSize), msg properties length limit "
+            f"{MAX_PROPERTIES_SIZE} bytes."
+        )
 
     async def consumer_send_msg_back(
         self, request: RemotingCommand, connection: RemotingConnection
@@ -473,7 +529,11 @@ class SendMessageProcessor:
         self.ctx.on_topics_changed()
         props = message.properties_dict()
         props.setdefault(PROPERTY_RETRY_TOPIC, message.topic)
-        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, request.field("originMsgId") or message.msg_id)
+        # The first delivery's offset message id (store host + commit log offset), as
+        # RocketMQ keeps it: queryMsgById decodes it. Not the request's originMsgId, which
+        # a client fills with its UNIQ_KEY.
+        if not props.get(PROPERTY_ORIGIN_MESSAGE_ID, "").strip():
+            props[PROPERTY_ORIGIN_MESSAGE_ID] = message.msg_id
         props[PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)  # setDelayTimeLevel
         result = await self.ctx.broker.put(
             topic=topic,

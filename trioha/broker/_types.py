@@ -75,6 +75,19 @@ class BrokerLike(Protocol):
     def ha_address(self) -> tuple[str, int] | None:
         """Where the HA service listens (a master), advertised to the name server."""
 
+    @property
+    def config_file(self) -> Path | None:
+        """The ``-c`` file the broker was started with (None: none)."""
+
+    def update_config(self, config: BrokerConfig) -> None:
+        """Run with *config* from now on (UPDATE_BROKER_CONFIG; ``_liveconfig.LIVE_KEYS``)."""
+
+    def delete_expired_commitlog(self) -> bool:
+        """Delete expired commit log files now; False without a retention service."""
+
+    def clean_expired_consume_queues(self) -> bool:
+        """Destroy consume queues whose messages are gone; False without a retention service."""
+
     async def put(
         self,
         *,

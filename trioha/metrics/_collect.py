@@ -257,8 +257,19 @@ def _client_port(side: Any) -> Iterator[Metric]:
     )
     yield _counter(
         "trioha_remoting_connections_refused",
-        "Client-port connections refused by the connection cap.",
+        "Client-port connections refused by the connection cap or its reserve.",
         side.connections.refused,
+    )
+    yield _counter(
+        "trioha_remoting_connections_reserve_refused",
+        "Client-port connections refused because only reserved slots were left and their "
+        "address held many.",
+        side.connections.reserve_refused,
+    )
+    yield _counter(
+        "trioha_remoting_connections_slow_frame_closed",
+        "Client-port connections closed because a frame missed its deadline.",
+        side.connections.slow_frame_closed,
     )
     yield _gauge(
         "trioha_consumequeue_dispatch_behind_bytes",

@@ -5,7 +5,20 @@ Mirrors RocketMQ's ``namesrv`` module: ``RouteInfoManager`` (the tables),
 Run it alone with ``python -m trioha namesrv`` or inside a master with ``--embedded-namesrv``.
 """
 
-from trioha.namesrv._processor import NamesrvProcessor, serve_namesrv
-from trioha.namesrv._routes import DEFAULT_NAMESRV_PORT, RouteInfoManager
+from trioha._config import DEFAULT_NAMESRV_PORT
+from trioha.namesrv._processor import (
+    REGISTRATION_PERIOD,
+    NamesrvProcessor,
+    check_idle_timeout,
+    serve_namesrv,
+)
+from trioha.namesrv._routes import RouteInfoManager
 
-__all__ = ["DEFAULT_NAMESRV_PORT", "NamesrvProcessor", "RouteInfoManager", "serve_namesrv"]
+__all__ = [
+    "DEFAULT_NAMESRV_PORT",
+    "REGISTRATION_PERIOD",
+    "NamesrvProcessor",
+    "RouteInfoManager",
+    "check_idle_timeout",
+    "serve_namesrv",
+]

@@ -10,25 +10,25 @@ from __future__ import annotations
 import logging
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import trio
 
-from trioha._errors import RemotingError
+from trioha._config import NamesrvConfig, config_properties, parse_properties
+from trioha._errors import ConfigError, RemotingError
 from trioha.namesrv._routes import (
-    DEFAULT_NAMESRV_PORT,
     NAMESPACE_ORDER_TOPIC_CONFIG,
     SCAN_INITIAL_DELAY,
     SCAN_INTERVAL,
     RouteInfoManager,
 )
+from trioha.remoting import ServerLimits, serve_remoting
 from trioha.remoting._codec import RemotingCommand
 from trioha.remoting._codes import RequestCode, ResponseCode
 from trioha.remoting._connection import RemotingConnection, RequestHandler
 from trioha.remoting._dataversion import DataVersion
 from trioha.remoting._json import dumps_bytes, loads_lenient
-from trioha.remoting._server import default_max_connections, serve_remoting
 
 if TYPE_CHECKING:
     from trioha.acl import PlainAcl, TlsAcceptor
@@ -36,17 +36,32 @@ if TYPE_CHECKING:
 log = logging.getLogger("trioha.namesrv")
 
 
+#: ``NamesrvConfig``'s paths, which UPDATE_NAMESRV_CONFIG may never change (RocketMQ's
+#: NO_PERMISSION "Can not update config path").
+CONFIG_PATH_KEYS = frozenset({"kvConfigPath", "configStorePath"})
+
+
 class NamesrvProcessor:
-    """``DefaultRequestProcessor``: the name server's request codes."""
+    """``DefaultRequestProcessor``: the name server's request codes.
+
+    *settings* gives the ``key -> value`` properties GET_NAMESRV_CONFIG answers
+    (``Configuration.getAllConfigsFormatString``); when None, :func:`serve_namesrv` fills in
+    what it runs with.
+    """
 
     def __init__(
         self,
         routes: RouteInfoManager | None = None,
         *,
         clock: Callable[[], int] = lambda: int(time.time() * 1000),
+        order_message_enable: bool = False,
+        settings: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         self.routes = routes or RouteInfoManager()
         self.now = clock
+        #: ``NamesrvConfig.orderMessageEnable``: routes carry ``orderTopicConf``.
+        self.order_message_enable = order_message_enable
+        self.settings = settings
 
     async def handle_request(
         self, request: RemotingCommand, connection: RemotingConnection
@@ -64,7 +79,7 @@ class NamesrvProcessor:
                 return request.response(ResponseCode.SUCCESS)
             case RequestCode.GET_ROUTEINFO_BY_TOPIC:
                 topic = request.require("topic")
-                route = self.routes.route(topic)
+                route = self.routes.route(topic, order_conf=self.order_message_enable)
                 if route is None:
                     return request.response(
                         ResponseCode.TOPIC_NOT_EXIST,
@@ -107,6 +122,20 @@ class NamesrvProcessor:
                     request.require("key"), None
                 )
                 return request.response(ResponseCode.SUCCESS)
+            case RequestCode.WIPE_WRITE_PERM_OF_BROKER:
+                return self._write_perm(
+                    request, connection, self.routes.wipe_write_perm, "wipe", "wipeTopicCount"
+                )
+            case RequestCode.ADD_WRITE_PERM_OF_BROKER:
+                return self._write_perm(
+                    request, connection, self.routes.add_write_perm, "add", "addTopicCount"
+                )
+            case RequestCode.GET_NAMESRV_CONFIG:
+                settings = self.settings() if self.settings is not None else {}
+                body = "".join(f"{key}={value}\n" for key, value in settings.items())
+                return request.response(ResponseCode.SUCCESS, body=body.encode())
+            case RequestCode.UPDATE_NAMESRV_CONFIG:
+                return self._update_config(request, connection)
             case RequestCode.GET_KVLIST_BY_NAMESPACE:
                 table = self.routes.kv.get(request.require("namespace"))
                 if not table:
@@ -117,6 +146,46 @@ class NamesrvProcessor:
                 return request.response(ResponseCode.SUCCESS, body=dumps_bytes({"table": table}))
         return request.response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
+        )
+
+    @staticmethod
+    def _write_perm(
+        request: RemotingCommand,
+        connection: RemotingConnection,
+        change: Callable[[str], int],
+        verb: str,
+        count_field: str,
+    ) -> RemotingCommand:
+        """``wipeWritePermOfBroker``/``addWritePermOfBroker``: the count of topics touched in
+        the response header."""
+        broker_name = request.require("brokerName")
+        count = change(broker_name)
+        log.info(
+            "%s write perm of broker[%s], client: %s, %d", verb, broker_name, connection.peer, count
+        )
+        return request.response(ResponseCode.SUCCESS, fields={count_field: count})
+
+    def _update_config(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand:
+        """``updateConfig``: RocketMQ's NO_PERMISSION for its two paths; every other key is
+        refused by name, as nothing of a trioha name server changes while it runs (a RocketMQ
+        name server stores such a key and answers success, whether it is used or not)."""
+        log.info("updateConfig called by %s", connection.peer)
+        if not request.body:
+            return request.response(ResponseCode.SUCCESS)
+        try:
+            keys = [key for _line, key, _value in parse_properties(request.body.decode())]
+        except (UnicodeDecodeError, ConfigError) as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"string2Properties error: {exc}")
+        if CONFIG_PATH_KEYS.intersection(keys):
+            return request.response(ResponseCode.NO_PERMISSION, "Can not update config path")
+        if not keys:
+            return request.response(ResponseCode.SUCCESS)
+        return request.response(
+            ResponseCode.SYSTEM_ERROR,
+            f"updateNamesrvConfig: {keys[0]} cannot be changed while the name server runs; "
+            "restart it with the new value",
         )
 
     def _register(
@@ -180,32 +249,76 @@ class NamesrvProcessor:
         self.routes.on_channel_destroy(connection)
 
 
-#: ``NettyServerConfig.serverChannelMaxIdleTimeSeconds``.
-DEFAULT_IDLE_TIMEOUT = 120.0
+#: RocketMQ's default period of a broker's registration (``registerNameServerPeriod``) and of
+#: its clients' route polls (``pollNameServerInterval``), in seconds.
+REGISTRATION_PERIOD = 30.0
+
+
+def check_idle_timeout(config: NamesrvConfig, registration_period: float) -> None:
+    """Refuse an idle timeout that drops brokers between their registrations; warn about one
+    that a single late registration defeats.
+
+    A broker keeps its connection to a name server open and registers on it every
+    *registration_period* seconds; the name server drops a broker whose connection closes
+    (``BrokerHousekeepingService``). At or below the period, the idle timeout closes every
+    broker's connection before its next registration, so its routes vanish for part of every
+    period ("no route to topic"); RocketMQ lets that happen (docs/rocketmq-protocol.md §18.1),
+    trioha refuses to start. Below
+    twice the period, one registration late by more than the difference (a slow name server, a
+    broker registering with several) does the same once: a WARNING.
+    """
+    idle = config.server_channel_max_idle_time_seconds
+    if idle <= registration_period:
+        raise ConfigError(
+            f"serverChannelMaxIdleTimeSeconds={idle} on the name server is not above the "
+            f"brokers' registration period ({registration_period:.0f} s): it would close each "
+            "broker's connection, and drop its routes, between registrations; use at least "
+            f"{2 * registration_period:.0f} (RocketMQ's default is 120)"
+        )
+    if idle < 2 * registration_period:
+        log.warning(
+            "serverChannelMaxIdleTimeSeconds=%d on the name server leaves less than one "
+            "registration period (%.0f s) of slack: a broker whose registration comes %.0f s "
+            "late loses its routes until the next one",
+            idle,
+            registration_period,
+            idle - registration_period,
+        )
 
 
 async def serve_namesrv(
-    host: str = "127.0.0.1",
-    port: int = DEFAULT_NAMESRV_PORT,
+    host: str | None = None,
+    port: int | None = None,
     *,
+    config: NamesrvConfig | None = None,
     processor: NamesrvProcessor | None = None,
     setting: str = "--listen",
-    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+    registration_period: float = REGISTRATION_PERIOD,
     acl: PlainAcl | None = None,
     tls: TlsAcceptor | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
-    """Run a name server on ``host:port`` (0: any free port) until cancelled.
+    """Run a name server until cancelled, on ``host:port`` (default: the config's
+    ``listen_host``/``listen_port``; port 0: any free port).
 
-    A connection idle for ``idle_timeout`` seconds is closed (``serverChannelMaxIdleTimeSeconds``);
-    an address that cannot be bound is a one-line ``ConfigError`` naming *setting*.
+    *config* gives its own idle timeout, connection cap and frame deadline
+    (:class:`~trioha._config.NamesrvConfig`, RocketMQ's defaults when None); an idle timeout
+    that would drop brokers registering every *registration_period* seconds is refused
+    (:func:`check_idle_timeout`). An address that cannot be bound is a one-line
+    ``ConfigError`` naming *setting*.
 
     With ``acl`` every request is checked first (``trioha.acl.Role.NAMESRV``: a valid
     signature always, an admin account for anything but reads; RocketMQ's name server checks
     nothing); the caller keeps the ACL current (``acl.watch()``). ``tls`` sniffs and wraps
     each accepted socket (``tls.server.mode``).
     """
-    processor = processor or NamesrvProcessor()
+    config = config if config is not None else NamesrvConfig()
+    check_idle_timeout(config, registration_period)
+    processor = processor or NamesrvProcessor(order_message_enable=config.order_message_enable)
+    # What GET_NAMESRV_CONFIG shows: the settings this server runs with, the address once bound.
+    bound: dict[str, str] = {}
+    if processor.settings is None:
+        processor.settings = lambda: {**config_properties(config), **bound}
     handler: RequestHandler = processor
     if acl is not None:
         from trioha.acl import AclGuard, Role
@@ -215,16 +328,16 @@ async def serve_namesrv(
         address = await nursery.start(
             lambda task_status: serve_remoting(
                 handler,
-                host,
-                port,
+                config.listen_host if host is None else host,
+                config.listen_port if port is None else port,
                 on_close=processor.connection_closed,
                 setting=setting,
-                idle_timeout=idle_timeout,
-                max_connections=default_max_connections(),
+                limits=ServerLimits.from_config(config),
                 wrap_stream=tls,
                 task_status=task_status,
             )
         )
+        bound.update(listenHost=address[0], listenPort=str(address[1]))
         log.info("name server listening on %s:%d", *address)
         task_status.started(address)
         await trio.sleep(SCAN_INITIAL_DELAY)

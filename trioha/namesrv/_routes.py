@@ -21,12 +21,12 @@ A broker not re-registered within :data:`BROKER_CHANNEL_EXPIRED_TIME` is dropped
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import attrs
 
-from trioha.remoting._codes import MASTER_ID
+from trioha.remoting._codes import MASTER_ID, PERM_READ, PERM_WRITE
 from trioha.remoting._dataversion import DataVersion
 
 log = logging.getLogger("trioha.namesrv")
@@ -38,7 +38,6 @@ SCAN_INTERVAL = 10.0
 SCAN_INITIAL_DELAY = 5.0
 #: ``NamesrvUtil.NAMESPACE_ORDER_TOPIC_CONFIG``.
 NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
-DEFAULT_NAMESRV_PORT = 9876
 
 
 @attrs.frozen
@@ -220,6 +219,31 @@ class RouteInfoManager:
                     log.info("broker %s %s id %d removed: %s", name, addr, broker_id, why)
             self._forget_if_empty(name)
 
+    def wipe_write_perm(self, broker_name: str) -> int:
+        """``wipeWritePermOfBrokerByLock``: drop the write bit from every queue of
+        *broker_name*, so producers route around it (``mqadmin wipeWritePerm``, to drain a
+        broker). Returns how many topics it had.
+
+        It lasts until the broker's topic table changes: a registration with a new data
+        version rewrites its queues, as in RocketMQ.
+        """
+        return self._set_write_perm(broker_name, lambda perm: perm & ~PERM_WRITE, "wiped")
+
+    def add_write_perm(self, broker_name: str) -> int:
+        """``addWritePermOfBrokerByLock``: every queue of *broker_name* readable and
+        writable again (RocketMQ sets exactly read|write). Returns how many topics it had."""
+        return self._set_write_perm(broker_name, lambda _perm: PERM_READ | PERM_WRITE, "added")
+
+    def _set_write_perm(self, broker_name: str, change: Callable[[int], int], verb: str) -> int:
+        count = 0
+        for queues in self.topic_queues.values():
+            queue = queues.get(broker_name)
+            if queue is not None:
+                queues[broker_name] = attrs.evolve(queue, perm=change(queue.perm))
+                count += 1
+        log.info("write permission of broker %s %s in %d topics", broker_name, verb, count)
+        return count
+
     def query_data_version(self, broker_addr: str, version: DataVersion, now: int) -> bool:
         """``isBrokerTopicConfigChanged`` + ``updateBrokerInfoUpdateTimestamp``."""
         info = self.live.get(broker_addr)
@@ -229,8 +253,10 @@ class RouteInfoManager:
         return info.data_version != version
 
     # --- queries --------------------------------------------------------------------------
-    def route(self, topic: str) -> dict[str, Any] | None:
-        """``pickupTopicRouteData``: the TopicRouteData, or None when unknown."""
+    def route(self, topic: str, *, order_conf: bool = True) -> dict[str, Any] | None:
+        """``pickupTopicRouteData``: the TopicRouteData, or None when unknown; with
+        *order_conf* (``orderMessageEnable``) it carries the topic's ``ORDER_TOPIC_CONFIG``
+        entry, if any, as ``orderTopicConf``."""
         queues = self.topic_queues.get(topic)
         if not queues:
             return None
@@ -246,7 +272,7 @@ class RouteInfoManager:
             "filterServerTable": {},
             "queueDatas": [q.to_json() for _, q in sorted(queues.items())],
         }
-        order = self.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, {}).get(topic)
+        order = self.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, {}).get(topic) if order_conf else None
         if order is not None:
             route["orderTopicConf"] = order
         return route

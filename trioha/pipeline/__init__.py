@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         CommitLogProblemsDataSource,
         register,
     )
+    from trioha.pipeline._stream import start_stream
 
 #: The file to hand to ``spark-submit`` (it runs :func:`trioha.pipeline._cli.main`).
 SUBMIT_FILE = os.path.join(os.path.dirname(__file__), "__main__.py")
@@ -69,6 +70,7 @@ _LAZY = {
     "read_export": "trioha.pipeline._export",
     "read_commitlog": "trioha.pipeline._jvm",
     "spark_session": "trioha.pipeline._session",
+    "start_stream": "trioha.pipeline._stream",
     "MESSAGE_SCHEMA": "trioha.pipeline._source",
     "PROBLEM_SCHEMA": "trioha.pipeline._source",
     "CommitLogDataSource": "trioha.pipeline._source",
@@ -123,4 +125,5 @@ __all__ = [
     "read_layout",
     "register",
     "spark_session",
+    "start_stream",
 ]

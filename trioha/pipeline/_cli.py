@@ -134,10 +134,11 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "pipeline-dist",
         help="build the zip Spark executors need to run the pipeline (no Spark started)",
         description=(
-            "Write a zip of exactly the modules the pipeline's Spark tasks import (a few "
-            "pure-Python modules of trioha, and attrs) for --py-files, and beside it a "
-            "requirements file pinning the compiled dependencies (numpy, pyarrow, lz4, "
-            "zstandard) to install into the executors' Python."
+            "Write a zip of trioha.pipeline and the pure-Python modules it imports (a few "
+            "of trioha's, and attrs) for --py-files, complete for the driver too (which "
+            "spark-submit gives the zip first), and beside it a requirements file pinning "
+            "the compiled dependencies (numpy, pyarrow, lz4, zstandard) to install into the "
+            "executors' Python."
         ),
     )
     dist.add_argument(

@@ -946,7 +946,8 @@ def decompress(body: bytes, algorithm: str) -> bytes:
     """The body as the producer sent it, before compression.
 
     zlib is RocketMQ's ``UtilAll.uncompress`` (a zlib stream, as ``Deflater`` writes), LZ4
-    the frame format of ``Lz4Compressor``, Zstandard a standard frame (``ZstdCompressor``).
+    the frame format of ``Lz4Compressor``, Zstandard standard frames (``ZstdCompressor``,
+    read by zstd-jni's ``ZstdInputStream``: frames back to back, each of them whole).
     Raises ``ValueError`` when the bytes do not decompress, or for an unknown algorithm.
     """
     if algorithm == "zlib":
@@ -972,12 +973,25 @@ def decompress(body: bytes, algorithm: str) -> bytes:
                 "a Zstandard body needs the zstandard package (in the spark extra)"
             ) from None
         try:
-            with zstandard.ZstdDecompressor().stream_reader(body) as reader:
-                data: bytes = reader.read()
-            return data
+            return _zstd_frames(zstandard.ZstdDecompressor(), body)
         except zstandard.ZstdError as exc:
             raise ValueError(f"not a Zstandard frame: {exc}") from None
     raise ValueError(f"unknown compression {algorithm}")
+
+
+def _zstd_frames(decompressor: Any, body: bytes) -> bytes:
+    """The content of the Zstandard frames of *body*, back to back, as ``ZstdInputStream``
+    reads them. A frame that stops before its end is an error: a stream reader would hand
+    back what it had decoded so far, a shorter body (or none) passed off as the one sent."""
+    out = []
+    rest = body
+    while rest:
+        frame = decompressor.decompressobj()
+        out.append(frame.decompress(rest))
+        if not frame.eof:
+            raise ValueError("not a Zstandard frame: it is truncated (no end of frame)")
+        rest = frame.unused_data
+    return b"".join(out)
 
 
 def _bodies(

@@ -6,6 +6,15 @@ of trioha (the lazy package root, the error tree, the store's record codec) and 
 Those go into one zip for ``--py-files`` / :func:`spark_session`'s *py_files*. Nothing of
 the broker, the network code or Trio is imported, so none of it is shipped.
 
+The zip is complete for the driver too, not only for the tasks. ``spark-submit
+--py-files`` puts it first on the driver's import path (Spark's ``PythonRunner``), ahead of
+any installed trioha, for the entry file :data:`trioha.pipeline.SUBMIT_FILE` and for a job
+script alike; once ``trioha`` is found in the zip, every ``trioha.*`` module is looked up
+there and nowhere else. So the zip holds every module of ``trioha.pipeline`` (the command
+line, the session, the JVM engine's driver side, the progress reporter) and everything they
+import, and the driver runs the same code as its executors, whether or not trioha is
+installed where it runs.
+
 The JVM engine's jar (:mod:`trioha.pipeline._jvm`) is copied beside the zip when a JDK
 could build it, for ``spark-submit --jars``; :func:`spark_session` adds it by itself.
 
@@ -13,8 +22,11 @@ The binary dependencies (numpy, pyarrow, and lz4/zstandard for compressed bodies
 travel in a zip; they are written out as a requirements file pinned to the versions the
 driver runs, to install into the executors' Python.
 
-Which modules to ship is not a list kept by hand: a fresh interpreter imports what a task
-imports and the zip holds exactly the trioha and attrs modules that were loaded.
+Which modules to ship is not a list kept by hand: a fresh interpreter imports every module
+of ``trioha.pipeline`` and the zip holds exactly the trioha and attrs modules that were
+loaded. (The pipeline's imports inside functions name only its own modules, which are all
+imported; ``tests/pipeline/test_dist.py`` checks that every ``trioha`` import anywhere in a
+shipped module is shipped.)
 """
 
 from __future__ import annotations
@@ -32,15 +44,8 @@ import attrs
 
 from trioha._errors import PipelineError
 
-#: What an executor imports: the data sources and what their readers and the audit run.
-TASK_MODULES = (
-    "trioha.pipeline._source",
-    "trioha.pipeline._read",
-    "trioha.pipeline._audit",
-    "trioha.pipeline._export",
-    "trioha.pipeline._stream",
-    "trioha.pipeline._cli",  # spark-submit's entry file runs it
-)
+#: The package whose every module is shipped (see the module docstring for why every one).
+PACKAGE = "trioha.pipeline"
 #: Pure-Python packages shipped in the zip, whole.
 PURE_PACKAGES = ("attr", "attrs")
 #: Installed on the executors instead (compiled code).
@@ -88,12 +93,19 @@ class Dist:
         )
 
 
+def shipped_modules() -> tuple[str, ...]:
+    """Every module of :data:`PACKAGE`, from a listing of its directory (so a module added
+    later is shipped without anyone remembering to), spark-submit's entry file included."""
+    names = (p.stem for p in Path(__file__).parent.glob("*.py"))
+    return tuple(sorted(PACKAGE if n == "__init__" else f"{PACKAGE}.{n}" for n in names))
+
+
 def _loaded_files() -> dict[str, str]:
     root = Path(__file__).resolve().parents[2]
     paths = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     out = subprocess.run(
-        [sys.executable, "-c", _PROBE, json.dumps(TASK_MODULES)],
+        [sys.executable, "-c", _PROBE, json.dumps(shipped_modules())],
         capture_output=True,
         text=True,
         env=env,
@@ -127,9 +139,6 @@ def build_dist(out: str | os.PathLike[str]) -> Dist:
         parts = name.split(".")
         arc = "/".join(parts) + ("/__init__.py" if path.name == "__init__.py" else ".py")
         entries[arc] = path
-    # spark-submit's entry file, which nothing imports
-    main = Path(__file__).with_name("__main__.py")
-    entries["trioha/pipeline/__main__.py"] = main
     tmp = zip_path.with_name(zip_path.name + ".tmp")
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for arc in sorted(entries):

@@ -2,8 +2,9 @@
 
 The codec (``RemotingCommand``, ``NettyDecoder``'s framing), one connection per socket
 (``NettyRemotingAbstract``: requests and responses matched by opaque), a server
-(``NettyRemotingServer``), a client pool (``NettyRemotingClient``) and the client calls the CLI
-and the tests make (``MQClientAPIImpl``). The broker's request processors live in
+(``NettyRemotingServer``) and the limits it puts on its peers, a client pool
+(``NettyRemotingClient``) and the client calls the CLI and the tests make
+(``MQClientAPIImpl``). The broker's request processors live in
 :mod:`trioha.broker`, the name server in :mod:`trioha.namesrv`. See ``docs/remoting.md``.
 """
 
@@ -24,12 +25,16 @@ from trioha.remoting._codec import (
 from trioha.remoting._codes import RequestCode, ResponseCode
 from trioha.remoting._connection import NO_RESPONSE, RemotingConnection, RequestHandler
 from trioha.remoting._dataversion import DataVersion
-from trioha.remoting._server import serve_remoting
+from trioha.remoting._limits import ConnectionReserve, FrameDeadline, ServerLimits
+from trioha.remoting._server import ConnectionCounters, serve_remoting
 
 __all__ = [
     "MAX_FRAME_LENGTH",
     "NO_RESPONSE",
+    "ConnectionCounters",
+    "ConnectionReserve",
     "DataVersion",
+    "FrameDeadline",
     "FrameDecoder",
     "HeaderError",
     "RemotingClientPool",
@@ -39,6 +44,7 @@ __all__ = [
     "RequestHandler",
     "ResponseCode",
     "SerializeType",
+    "ServerLimits",
     "decode_frame",
     "encode",
     "open_client_pool",

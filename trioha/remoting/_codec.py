@@ -475,6 +475,19 @@ class FrameDecoder:
         """Bytes received and not yet returned as a command."""
         return len(self._buffer) - self._start
 
+    @property
+    def partial_frame_size(self) -> int | None:
+        """The size, length prefix included, of the frame being received: None when no byte of
+        one is buffered, 0 while its length prefix is incomplete. Call it after
+        :meth:`commands` has taken every complete frame out (the server's frame deadline)."""
+        buffered = self.buffered
+        if buffered == 0:
+            return None
+        if buffered < 4:
+            return 0
+        length: int = _INT.unpack_from(self._buffer, self._start)[0]
+        return 4 + length
+
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         if self._start and self._start * 2 >= len(self._buffer):
             del self._buffer[: self._start]  # compact once the consumed part dominates

@@ -15,7 +15,10 @@ responses go out as one write. The writer, too, writes everything queued at once
 is one :data:`MAX_IN_FLIGHT` slot.
 
 A peer that sends a broken or hostile frame gets its connection closed with one log line; the
-error never leaves :meth:`RemotingConnection.run`.
+error never leaves :meth:`RemotingConnection.run`. With a ``frame_deadline``
+(:class:`~trioha.remoting._limits.FrameDeadline`, the server side) a frame that does not arrive
+in time closes the connection too; :attr:`RemotingConnection.slow_frame` then says what came of
+it, for the server to report.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import trio
 from trioha._errors import LocalProtocolError, ProtocolError, RemotingError
 from trioha.remoting._codec import FrameDecoder, HeaderError, RemotingCommand, encode
 from trioha.remoting._codes import ResponseCode
+from trioha.remoting._limits import FrameDeadline, SlowFrame
 
 log = logging.getLogger("trioha.remoting")
 
@@ -112,8 +116,12 @@ class RemotingConnection:
         handler: RequestHandler | None = None,
         on_close: Callable[[RemotingConnection], None] | None = None,
         max_in_flight: int = MAX_IN_FLIGHT,
+        frame_deadline: FrameDeadline | None = None,
     ) -> None:
         self.peer = peer
+        self._frame_deadline = frame_deadline
+        #: The frame that missed ``frame_deadline`` and so closed the connection, if one did.
+        self.slow_frame: SlowFrame | None = None
         self._stream = stream
         self._handler = handler or RejectAllRequests()
         self._on_close = on_close
@@ -163,9 +171,26 @@ class RemotingConnection:
             self._cancel.cancel()
 
     async def _reader(self, nursery: trio.Nursery) -> None:
+        # With a frame deadline: seconds spent waiting for the peer since the first byte of the
+        # frame under way. Only the waits in receive_some count, so a reader held back by this
+        # side (MAX_IN_FLIGHT) never blames the peer.
+        waited = 0.0
         while True:
+            size = None if self._frame_deadline is None else self._decoder.partial_frame_size
+            data: bytes | bytearray | None
             try:
-                data = await self._stream.receive_some(_RECEIVE_SIZE)
+                if size is None:
+                    data = await self._stream.receive_some(_RECEIVE_SIZE)
+                else:
+                    assert self._frame_deadline is not None
+                    started = trio.current_time()
+                    data = None
+                    with trio.move_on_after(self._frame_deadline.seconds_for(size) - waited):
+                        data = await self._stream.receive_some(_RECEIVE_SIZE)
+                    waited += trio.current_time() - started
+                    if data is None:
+                        self._frame_too_slow(size, waited)
+                        return
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 self.close_reason = self.close_reason or f"connection lost: {exc or 'reset'}"
                 return
@@ -175,20 +200,32 @@ class RemotingConnection:
             self._decoder.receive_data(data)
             requests: list[RemotingCommand] = []
             error: ProtocolError | None = None
+            decoded = 0
             try:
                 for command in self._decoder.commands():
+                    decoded += 1
                     if command.is_response:
                         self._complete(command)
                     else:
                         requests.append(command)
             except ProtocolError as exc:
                 error = exc  # the commands before the broken one are still answered
+            if decoded:
+                waited = 0.0  # what is left began in this read
             if requests:
                 await self._dispatch(requests, nursery)
             if error is not None:
                 self.close_reason = f"protocol error: {error}"
                 log.warning("closing remoting connection %s: %s", self.peer, error)
                 return
+
+    def _frame_too_slow(self, size: int, waited: float) -> None:
+        self.slow_frame = SlowFrame(size=size, received=self._decoder.buffered, seconds=waited)
+        what = f"a frame of {size} bytes" if size else "a frame's length prefix"
+        self.close_reason = self.close_reason or (
+            f"{what} still incomplete after {waited:.1f} s ({self._decoder.buffered} bytes "
+            "arrived; serverFrameTimeoutSeconds, serverFrameMinBytesPerSecond)"
+        )
 
     async def _dispatch(self, requests: list[RemotingCommand], nursery: trio.Nursery) -> None:
         """Hand a read's requests to the handler: a burst in one task, the rest one each."""
@@ -207,8 +244,11 @@ class RemotingConnection:
             nursery.start_soon(self._serve_burst, burst)
             requests = [request for request in requests if id(request) not in taken]
         for request in requests:
-            await self._limiter.acquire_on_behalf_of(request)
-            nursery.start_soon(self._serve_request, request)
+            # A token of its own: equal commands (a peer may send one frame twice) are equal
+            # values, and the limiter tells borrowers apart by equality.
+            token = object()
+            await self._limiter.acquire_on_behalf_of(token)
+            nursery.start_soon(self._serve_request, request, token)
 
     async def _writer(self) -> None:
         async with self._outgoing:
@@ -242,7 +282,7 @@ class RemotingConnection:
         pending.response = response
         pending.done.set()
 
-    async def _serve_request(self, request: RemotingCommand) -> None:
+    async def _serve_request(self, request: RemotingCommand, token: object) -> None:
         try:
             response = await self._answer(request)
             if response is not None and not request.is_oneway:
@@ -250,7 +290,7 @@ class RemotingConnection:
         except RemotingError:
             pass  # the connection closed meanwhile: nobody to answer
         finally:
-            self._limiter.release_on_behalf_of(request)
+            self._limiter.release_on_behalf_of(token)
 
     async def _serve_burst(self, burst: Burst) -> None:
         try:
@@ -341,8 +381,8 @@ class RemotingConnection:
         await self._enqueue(encode(command))
 
 
-def peer_name(stream: trio.abc.Stream) -> str:
-    """``host:port`` of a socket stream's peer, or a placeholder for in-memory streams."""
+def _peer_address(stream: trio.abc.Stream) -> tuple[str, int] | str:
+    """A socket stream's peer ``(host, port)``, or a placeholder for in-memory streams."""
     socket = getattr(stream, "socket", None)
     if socket is None:
         return "<stream>"
@@ -350,4 +390,16 @@ def peer_name(stream: trio.abc.Stream) -> str:
         host, port = socket.getpeername()[:2]
     except OSError:
         return "<unconnected>"
-    return f"{host}:{port}"
+    return str(host), int(port)
+
+
+def peer_name(stream: trio.abc.Stream) -> str:
+    """``host:port`` of a socket stream's peer, or a placeholder for in-memory streams."""
+    address = _peer_address(stream)
+    return address if isinstance(address, str) else f"{address[0]}:{address[1]}"
+
+
+def peer_host(stream: trio.abc.Stream) -> str:
+    """The host of a socket stream's peer, or a placeholder for in-memory streams."""
+    address = _peer_address(stream)
+    return address if isinstance(address, str) else address[0]

@@ -41,21 +41,29 @@ final class Bodies {
     }
   }
 
-  /** zlib.decompress: a complete zlib stream; bytes after its end are ignored. */
+  /**
+   * zlib.decompress: a complete zlib stream; bytes after its end are ignored. Whether the
+   * stream has ended is asked after every call, before a call that produced nothing counts
+   * as a failure: the last call of a stream may produce nothing (an empty body, or output
+   * that ended exactly at a chunk's end) and still finish it, and needsInput() is true
+   * then too, all input being consumed.
+   */
   private static byte[] inflate(byte[] b, int off, int len) {
     Inflater inf = new Inflater();
     try {
       inf.setInput(b, off, len);
       ByteArrayOutputStream out = new ByteArrayOutputStream(Math.max(64, 4 * len));
       byte[] chunk = new byte[1 << 16];
-      while (!inf.finished()) {
+      while (true) {
         int n = inf.inflate(chunk);
+        out.write(chunk, 0, n);
+        if (inf.finished()) {
+          return out.toByteArray();
+        }
         if (n == 0 && (inf.needsInput() || inf.needsDictionary())) {
           return null; // truncated, or a preset dictionary nobody has
         }
-        out.write(chunk, 0, n);
       }
-      return out.toByteArray();
     } catch (DataFormatException e) {
       return null;
     } finally {
