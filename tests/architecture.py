@@ -38,6 +38,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "base": frozenset(),
     "proto": frozenset({"base"}),
     "failover": frozenset({"base"}),  # the control plane's sans-IO core, like proto
+    "etcd": frozenset({"base", "config", "failover"}),  # the control plane's etcd client, on Trio
     "config": frozenset({"base", "proto"}),  # the protocol's timing defaults, written once
     "store": frozenset({"base", "config", "proto"}),  # the epoch file holds proto's EpochHistory
     "net": frozenset({"base", "config", "proto", "store"}),
@@ -78,6 +79,7 @@ ORDER = [
     "net",
     "remoting",
     "store",
+    "etcd",
     "config",
     "failover",
     "proto",
