@@ -204,6 +204,8 @@ class EtcdClientStatistics:
     #: Watches open now, and how often they reconnected in all.
     watches: int
     watch_reconnects: int
+    #: Tokens obtained (etcd with authentication on): one, plus one per expired token.
+    authentications: int = 0
 
 
 @attrs.frozen
@@ -239,6 +241,7 @@ class EtcdClient:
         self._last_error = ""
         self._watches = 0
         self._watch_reconnects = 0
+        self._authentications = 0
 
     @property
     def endpoint(self) -> str:
@@ -254,6 +257,7 @@ class EtcdClient:
             last_error=self._last_error,
             watches=self._watches,
             watch_reconnects=self._watch_reconnects,
+            authentications=self._authentications,
         )
 
     # --- unary calls --------------------------------------------------------------------------
@@ -490,6 +494,7 @@ class EtcdClient:
                 if status != 200 or not isinstance(token, str) or not token:
                     return _not_etcd(endpoint, AUTHENTICATE_PATH, status, json.dumps(objects[0]))
                 self._token = token
+                self._authentications += 1
                 return token
             code, message = error
             refusal = classify(code, message)
@@ -582,6 +587,7 @@ class EtcdClient:
         body = watch_create(watched, watch.next_revision)
         timeout = httpx.Timeout(self.options.request_timeout, read=None)
         created = False
+        fatal: CoordinatorError | None = None
         async with trio.open_nursery() as nursery:
             # The probe watches the member for the whole attempt: a paused member accepts the
             # connection and then sends nothing, not even the response's headers.
@@ -593,34 +599,41 @@ class EtcdClient:
                     if response.status_code != 200:
                         text = (await response.aread()).decode("utf-8", "replace")
                         self._watch_refused(endpoint, response, text)
-                        return False
-                    async for line in response.aiter_lines():
-                        if not line.strip():
-                            continue
-                        message = self._watch_message(endpoint, line)
-                        if message is None:
-                            return created
-                        if message.created:
-                            created = True
-                            if watch.reconnects:
-                                log.info(
-                                    "etcd watch resumed at %s from revision %d",
-                                    endpoint,
-                                    watch.next_revision,
+                    else:
+                        async for line in response.aiter_lines():
+                            if not line.strip():
+                                continue
+                            message = self._watch_message(endpoint, line)
+                            if message is None:
+                                break
+                            if message.created:
+                                created = True
+                                if watch.reconnects:
+                                    log.info(
+                                        "etcd watch resumed at %s from revision %d",
+                                        endpoint,
+                                        watch.next_revision,
+                                    )
+                            if message.canceled:
+                                self._watch_cancelled(endpoint, watched, watch, message)
+                                break
+                            if message.events:
+                                # Before handing them over: the reader may look at once.
+                                watch.next_revision = message.events[-1].revision + 1
+                                await send.send(message.events)
+                            elif message.progress:
+                                watch.next_revision = max(
+                                    watch.next_revision, message.revision + 1
                                 )
-                        if message.canceled:
-                            self._watch_cancelled(endpoint, watched, watch, message)
-                            return created
-                        if message.events:
-                            await send.send(message.events)
-                            watch.next_revision = message.events[-1].revision + 1
-                        elif message.progress:
-                            watch.next_revision = max(watch.next_revision, message.revision + 1)
             except httpx.TransportError as e:
                 log.debug("etcd watch at %s: %s", endpoint, _reason(e))
+            except (EtcdCompactedError, EtcdAuthError, EtcdEndpointError) as e:
+                fatal = e  # raised below, outside the nursery (not as a group)
             finally:
                 watch.reconnects += 1
                 nursery.cancel_scope.cancel()
+        if fatal is not None:
+            raise fatal
         return created
 
     def _watch_message(self, endpoint: str, line: str) -> Any:

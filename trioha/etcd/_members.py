@@ -190,11 +190,34 @@ class EtcdMember:
         self.process = None
 
     def pause(self) -> None:
-        """SIGSTOP: the process holds its sockets and answers nothing, as a hung machine."""
+        """SIGSTOP: the process holds its sockets and answers nothing, as a hung machine.
+        Returns once the kernel shows it stopped (a signal is delivered asynchronously, and
+        a request sent in between would still be served)."""
         self._signal(signal.SIGSTOP)
+        self._wait_state(stopped=True)
 
     def resume(self) -> None:
         self._signal(signal.SIGCONT)
+        self._wait_state(stopped=False)
+
+    def _wait_state(self, *, stopped: bool, timeout: float = 10.0) -> None:
+        if self.process is None:
+            return
+        stat = Path(f"/proc/{self.process.pid}/stat")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                # "pid (comm) S ...": the state is the first field after the command's ")".
+                state = stat.read_text().rpartition(")")[2].split()[0]
+            except (OSError, IndexError):
+                return  # no /proc (not Linux) or the process is gone
+            if (state in ("T", "t")) == stopped:
+                return
+            time.sleep(0.005)
+        raise EtcdMemberError(
+            f"etcd member {self.name} (pid {self.process.pid}) did not "
+            f"{'stop' if stopped else 'continue'} within {timeout:g} s"
+        )
 
     def restart(self, timeout: float = 30.0) -> None:
         """Stop, start on the same data directory, and wait until it is ready."""
