@@ -100,6 +100,8 @@ from trioha.failover import (
     PutResponse,
     Range,
     RangeResponse,
+    Request,
+    Response,
     Txn,
     TxnResponse,
     WatchEvent,
@@ -276,6 +278,8 @@ class EtcdClient:
     async def request(self, request: LeaseKeepAlive) -> LeaseKeepAliveResponse | EtcdError: ...
     @overload
     async def request(self, request: LeaseRevoke) -> LeaseRevokeResponse | EtcdError: ...
+    @overload
+    async def request(self, request: Request) -> Response: ...
     @overload
     async def request(self, request: ClientRequest) -> ClientResponse: ...
     async def request(self, request: ClientRequest) -> ClientResponse:
@@ -622,9 +626,7 @@ class EtcdClient:
                                 watch.next_revision = message.events[-1].revision + 1
                                 await send.send(message.events)
                             elif message.progress:
-                                watch.next_revision = max(
-                                    watch.next_revision, message.revision + 1
-                                )
+                                watch.next_revision = max(watch.next_revision, message.revision + 1)
             except httpx.TransportError as e:
                 log.debug("etcd watch at %s: %s", endpoint, _reason(e))
             except (EtcdCompactedError, EtcdAuthError, EtcdEndpointError) as e:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -244,11 +245,7 @@ class EtcdMember:
         deadline = time.monotonic() + timeout
         while True:
             if not self.running:
-                raise EtcdMemberError(
-                    f"etcd member {self.name} exited while starting "
-                    f"(code {None if self.process is None else self.process.returncode}): "
-                    f"{self.log_tail()}"
-                )
+                raise EtcdMemberError(self.exited())
             status = self.status()
             if status is not None and (status.leader or not leader):
                 return status
@@ -259,13 +256,26 @@ class EtcdMember:
                 )
             time.sleep(0.05)
 
-    def log_tail(self, lines: int = 5) -> str:
+    def log_tail(self, lines: int = 3) -> str:
+        """What its log says went wrong: the last error-like lines, else the last lines."""
         try:
             text = self.log_path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return "(no log)"
-        return " | ".join(text.strip().splitlines()[-lines:]) or "(empty log)"
+        all_lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+        faults = [line for line in all_lines if _FAULT.search(line)]
+        return " | ".join((faults or all_lines)[-lines:]) or "(empty log)"
 
+    def exited(self) -> str:
+        code = None if self.process is None else self.process.returncode
+        return f"etcd member {self.name} exited (code {code}): {self.log_tail()}"
+
+
+#: Log lines that say why a member failed (zap's JSON levels, Go's flag and panic messages).
+_FAULT = re.compile(
+    r'"level":"(error|fatal|panic)"|flag provided but not defined|address already in use|panic:',
+    re.IGNORECASE,
+)
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -297,7 +307,7 @@ class EtcdCluster:
         while True:
             for m in self.members:
                 if m.process is not None and not m.running:
-                    raise EtcdMemberError(f"etcd member {m.name} exited: {m.log_tail()}")
+                    raise EtcdMemberError(m.exited())
             statuses = {m.name: m.status() for m in self.members if m.running}
             ids = {s.member_id: name for name, s in statuses.items() if s is not None}
             votes: dict[int, int] = {}
