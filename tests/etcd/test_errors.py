@@ -111,6 +111,18 @@ async def test_a_server_that_never_answers_leaves_reads_unavailable_and_writes_u
     )
 
 
+async def test_a_write_whose_authentication_got_no_answer_was_never_sent() -> None:
+    async with (
+        serve_http(None) as url,
+        open_etcd_client(
+            url, user="root", password="pw", request_timeout=0.3, retry_for=0.3
+        ) as client,
+    ):
+        with pytest.raises(EtcdUnavailableError) as raised:
+            await client.request(Txn((), (Put(b"/k", b"v"),)))
+    assert f"{url} gave no answer within 0.3 s" in one_line(raised.value)
+
+
 def test_bad_options_are_config_errors() -> None:
     with pytest.raises(ConfigError, match="request_timeout must be positive, not 0"):
         EtcdClientOptions(endpoints=("127.0.0.1:2379",), request_timeout=0)

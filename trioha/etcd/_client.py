@@ -404,7 +404,8 @@ class EtcdClient:
         for _ in range(2):
             token = await self._authenticate(endpoint)
             if isinstance(token, _Attempt):
-                return token
+                # Whatever became of the authentication, the request itself was not sent.
+                return attrs.evolve(token, maybe_applied=False)
             outcome = await self._post(endpoint, path, body, token=token, leader=leader)
             if isinstance(outcome, _Attempt):
                 return outcome
@@ -702,7 +703,7 @@ class EtcdClient:
             await trio.sleep(self.options.probe_interval)
             try:
                 status = await self.member_status(endpoint)
-            except (EtcdUnavailableError, EtcdEndpointError) as e:
+            except CoordinatorError as e:
                 log.info("etcd watch at %s: status probe failed (%s); reconnecting", endpoint, e)
                 stream.cancel()
                 return
