@@ -101,7 +101,7 @@ async def test_a_paused_member_leaves_a_write_unknown_and_a_read_unavailable(
     own_etcd: EtcdCluster, prefix: bytes
 ) -> None:
     (member,) = own_etcd.members
-    async with open_etcd_client(own_etcd.endpoints, request_timeout=0.5, retry_for=1.0) as client:
+    async with open_etcd_client(own_etcd.endpoints, request_timeout=0.5, retry_for=0.5) as client:
         await put(client, prefix + b"k", b"1")
         member.pause()
         try:
