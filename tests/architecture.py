@@ -45,7 +45,20 @@ ALLOWED: dict[str, frozenset[str]] = {
     "remoting": frozenset({"base", "config", "store"}),
     "acl": frozenset({"base", "config", "remoting"}),
     "namesrv": frozenset({"base", "config", "remoting", "acl"}),
-    "broker": frozenset({"base", "config", "proto", "store", "net", "remoting", "namesrv", "acl"}),
+    "broker": frozenset(
+        {
+            "base",
+            "config",
+            "proto",
+            "store",
+            "net",
+            "remoting",
+            "namesrv",
+            "acl",
+            "failover",
+            "etcd",
+        }
+    ),
     "pipeline": frozenset({"base", "config", "store"}),
     "metrics": frozenset({"base", "config"}),  # reads statistics() snapshots, imports no broker
     "testing": frozenset({"base", "config", "proto", "store", "net", "failover"}),

@@ -44,7 +44,16 @@ class TcpProxy:
         self.target = target
         self.port = 0
         self.connections = 0
+        self.blocked = False
         self._scopes: set[trio.CancelScope] = set()
+
+    def block(self) -> int:
+        """Cut every connection and refuse new ones until :meth:`unblock` (a partition)."""
+        self.blocked = True
+        return self.cut()
+
+    def unblock(self) -> None:
+        self.blocked = False
 
     def cut(self) -> int:
         """Close every forwarded connection now (both sides see it end); how many."""
@@ -54,6 +63,9 @@ class TcpProxy:
         return len(scopes)
 
     async def _serve_one(self, client: trio.SocketStream) -> None:
+        if self.blocked:
+            await client.aclose()
+            return
         with trio.CancelScope() as scope:
             self._scopes.add(scope)
             self.connections += 1

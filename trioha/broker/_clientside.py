@@ -10,7 +10,8 @@ Started by the broker inside its nursery, it runs, all in one nursery of its own
 * an embedded name server when ``embedded_namesrv`` is set;
 * name server registration when ``namesrv_addr`` is set (:mod:`._registration`);
 * on a slave, metadata replication from the master (:mod:`._slavesync`);
-* on a master, delayed-message delivery per delay level (:mod:`._schedule`);
+* on a master, delayed-message delivery per delay level (:mod:`._schedule`); with automatic
+  failover the two follow the broker's role as it changes (:meth:`ClientSide.role_changed`);
 * housekeeping: idle clients dropped after 120 s, consumer offsets persisted every 5 s;
 * with ``acl_enable``, the ACL check before every request on the broker port and the
   embedded name server, and the ACL file watcher; with ``tls_server_mode``, TLS on both
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import NoReturn
 
@@ -80,6 +81,40 @@ class ClientSide:
     schedule: ScheduleMessageService | None = None
     #: The VIP channel's address (``MixAll.brokerVIPChannel``: the broker port - 2).
     vip_addr: str = ""
+    #: Automatic failover: the nursery the role's tasks run in, and the running one's scope.
+    nursery: trio.Nursery | None = None
+    role_scope: trio.CancelScope | None = None
+
+    def role_changed(self, broker: BrokerLike, master_addr: str | None) -> None:
+        """Automatic failover: the broker's role changed in the running process. A master
+        delivers delayed messages, a slave syncs metadata from *master_addr*; either way the
+        name servers hear the new role (brokerId 0 as master) at once."""
+        if self.role_scope is not None:
+            self.role_scope.cancel()
+        assert self.nursery is not None
+        scope = self.role_scope = trio.CancelScope()
+        config = broker.config
+        if config.broker_role.is_master:
+            schedule = ScheduleMessageService(
+                broker, self.reput, self.meta.delay, self.reput.delay_levels
+            )
+            self.schedule = schedule
+            self.nursery.start_soon(_run_in, scope, schedule.run)
+        else:
+            self.schedule = None
+            if self.slave_sync is not None:
+                self.slave_sync.master_addr = master_addr
+                self.nursery.start_soon(_run_in, scope, self.slave_sync.run)
+        if self.registrar is not None:
+            self.registrar.config = attrs.evolve(
+                self.registrar.config, broker_role=config.broker_role, broker_id=config.broker_id
+            )
+            self.registrar.request()
+
+
+async def _run_in(scope: trio.CancelScope, task: Callable[[], Awaitable[object]]) -> None:
+    with scope:
+        await task()
 
 
 #: Attempts at finding a free port pair (p, p - 2) when ``listen_port`` is 0.
@@ -301,12 +336,13 @@ async def _start(
     nursery.start_soon(_housekeeping, processor, persister)
     nursery.start_soon(processor.ctx.stats.run)
     schedule: ScheduleMessageService | None = None
-    if config.broker_role.is_master:  # delayed messages are delivered by masters only
+    failover = config.failover  # the role changes at run time: role_changed starts the tasks
+    if config.broker_role.is_master and not failover:  # delayed: delivered by masters only
         schedule = ScheduleMessageService(broker, reput, meta.delay, reput.delay_levels)
         nursery.start_soon(schedule.run)
 
     slave_sync: SlaveSynchronize | None = None
-    if config.broker_role is BrokerRole.SLAVE:
+    if config.broker_role is BrokerRole.SLAVE or failover:
         slave_sync = SlaveSynchronize(
             meta,
             pool,
@@ -316,7 +352,8 @@ async def _start(
             persist=persister.persist,
             on_master_end=_master_end_sink(broker),
         )
-        nursery.start_soon(slave_sync.run)
+        if not failover:
+            nursery.start_soon(slave_sync.run)
 
     if namesrv_addresses(config):
         ha = broker.ha_address
@@ -327,7 +364,8 @@ async def _start(
         )
 
         def on_master(master_addr: str, ha_addr: str) -> None:
-            if slave_sync is not None and not config.master_broker_addr:
+            # With failover, etcd names the master (role_changed), not the name server.
+            if slave_sync is not None and not config.master_broker_addr and not failover:
                 if slave_sync.master_addr != master_addr:
                     log.info("master broker is %s (HA %s)", master_addr, ha_addr)
                 slave_sync.master_addr = master_addr
@@ -401,6 +439,7 @@ async def _start(
         connections=connections,
         acl=acl,
         guard=guard,
+        nursery=nursery,
     )
 
 

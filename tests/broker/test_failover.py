@@ -1,0 +1,224 @@
+"""Automatic failover through a real etcd: one group of three brokers elects its master, the
+master fences itself when it cannot keep its lease, a slave takes over and takes sends, and
+the old master follows the new one without a restart (docs/failover.md).
+
+etcd members are real processes on free loopback ports with data under the test's tmp dir
+(``tests/etcd/_harness.py``); each broker reaches etcd through a proxy of its own, so a test
+can cut one broker off from etcd. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from tests.etcd._harness import TcpProxy, open_proxy, running_etcd
+from tests.test_broker import FAST
+from trioha._config import BrokerConfig, BrokerRole
+from trioha._status import PutStatus
+from trioha.broker import Broker, new_message, open_broker
+from trioha.etcd import EtcdCluster
+
+#: Seconds: the lease's TTL in these tests (a master acks for 0.8 of it after a keepalive).
+TTL = 2
+#: Bounds for the waits below (real seconds; a loaded machine is slow, never this slow).
+WAIT = 30.0
+
+
+def failover_config(root: Path, endpoint: str, broker_id: int, **extra: Any) -> BrokerConfig:
+    settings: dict[str, Any] = {
+        **FAST,
+        "slave_timeout": 3000,
+        "enable_controller_mode": True,
+        "failover_etcd_endpoints": endpoint,
+        "failover_broker_id": broker_id,
+        "failover_lease_ttl": TTL,
+        "ha_max_time_slave_not_catchup": 5000,
+        **extra,
+    }
+    return BrokerConfig(
+        broker_role=BrokerRole.SLAVE, store_path_root_dir=str(root / f"b{broker_id}"), **settings
+    )
+
+
+class Group:
+    """Three brokers of one group, each behind its own proxy to etcd."""
+
+    def __init__(self, proxies: Sequence[TcpProxy]) -> None:
+        self.proxies = list(proxies)
+        self.brokers: dict[int, Broker] = {}
+        self.stops: dict[int, trio.CancelScope] = {}
+
+    def masters(self) -> list[Broker]:
+        return [b for b in self.brokers.values() if b.role.is_master and b._acking()]
+
+    async def wait_for(self, what: str, check: Callable[[], Any]) -> Any:
+        with trio.move_on_after(WAIT):
+            while not (found := check()):  # noqa: ASYNC110 (state of several brokers)
+                await trio.sleep(0.05)
+            return found
+        raise AssertionError(f"not within {WAIT} s: {what}")
+
+    async def master(self, *, other_than: Broker | None = None) -> Broker:
+        def one() -> Broker | None:
+            masters = [m for m in self.masters() if m is not other_than]
+            assert len(masters) <= 1, "two acknowledging masters"
+            return masters[0] if masters else None
+
+        found: Broker = await self.wait_for("a master that acknowledges", one)
+        return found
+
+    def id_of(self, broker: Broker) -> int:
+        return next(bid for bid, b in self.brokers.items() if b is broker)
+
+
+async def _run_broker(
+    config: BrokerConfig, group: Group, broker_id: int, task_status: trio.TaskStatus[None]
+) -> None:
+    with trio.CancelScope() as scope:
+        group.stops[broker_id] = scope
+        async with open_broker(config) as broker:
+            group.brokers[broker_id] = broker
+            task_status.started()
+            await trio.sleep_forever()
+    group.brokers.pop(broker_id, None)
+
+
+@contextlib.asynccontextmanager
+async def running_group(tmp_path: Path, cluster: EtcdCluster, **extra: Any) -> AsyncIterator[Group]:
+    host, port = cluster.endpoints[0].removeprefix("http://").split(":")
+    async with contextlib.AsyncExitStack() as stack:
+        proxies = [await stack.enter_async_context(open_proxy((host, int(port)))) for _ in "abc"]
+        group = Group(proxies)
+        async with trio.open_nursery() as nursery:
+            for bid, proxy in enumerate(proxies, start=1):
+                endpoint = f"http://127.0.0.1:{proxy.port}"
+                config = failover_config(tmp_path, endpoint, bid, **extra)
+                await nursery.start(_run_broker, config, group, bid)
+            yield group
+            nursery.cancel_scope.cancel()
+
+
+async def put(broker: Broker, i: int) -> tuple[PutStatus, int, int]:
+    result = await broker.put(topic="FailoverTopic", body=b"m%06d" % i, keys=f"k{i}")
+    return result.status, result.offset, result.end_offset
+
+
+async def wait_in_sync(group: Group, master: Broker, size: int) -> None:
+    def full() -> bool:
+        stats = master.replica_manager.statistics() if master.replica_manager else None
+        return stats is not None and len(stats.sync_state_set) >= size
+
+    await group.wait_for(f"a SyncStateSet of {size}", full)
+
+
+def read_log(broker: Broker, start: int, end: int) -> bytes:
+    out = b""
+    while start + len(out) < end:
+        chunk = bytes(broker.store.commitlog.read(start + len(out), end - start - len(out)))
+        assert chunk, f"broker log ends at {broker.store.commitlog.max_offset}, before {end}"
+        out += chunk
+    return out
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Any:
+    with running_etcd(tmp_path / "etcd") as cluster:
+        yield cluster
+
+
+async def test_a_group_elects_one_master_whose_acks_every_member_holds(
+    tmp_path: Path, etcd: EtcdCluster
+) -> None:
+    async with running_group(tmp_path, etcd) as group:
+        master = await group.master()
+        assert master.config.broker_id == 0  # registered as the master
+        assert master.master_epoch >= 1
+        await wait_in_sync(group, master, 3)
+        results = [await put(master, i) for i in range(40)]
+        assert {status for status, _, _ in results} == {PutStatus.PUT_OK}
+        end = max(e for _, _, e in results)
+        expected = read_log(master, 0, end)
+        for broker in group.brokers.values():
+            if broker is not master:
+                assert not broker.role.is_master
+                assert (await put(broker, 999))[0] is PutStatus.SERVICE_NOT_AVAILABLE
+                # Acknowledged means flushed on every member already.
+                assert broker.store.commitlog.flushed_offset >= end
+                assert read_log(broker, 0, end) == expected
+        stats = master.statistics().failover
+        assert stats is not None and stats.phase == "MASTER"
+        assert stats.sync_state_set == (1, 2, 3)
+        assert stats.lease_deadline_in is not None and stats.lease_deadline_in > 0
+
+
+async def test_a_master_that_stops_hands_over_and_the_new_one_holds_every_ack(
+    tmp_path: Path, etcd: EtcdCluster
+) -> None:
+    async with running_group(tmp_path, etcd) as group:
+        old = await group.master()
+        await wait_in_sync(group, old, 3)
+        acked = [r for r in [await put(old, i) for i in range(30)] if r[0] is PutStatus.PUT_OK]
+        assert len(acked) == 30
+        end = max(e for _, _, e in acked)
+        expected = read_log(old, 0, end)
+        old_id = group.id_of(old)
+        group.stops[old_id].cancel()  # a clean stop gives the lease back at once
+        new = await group.master(other_than=old)
+        assert group.id_of(new) != old_id
+        assert read_log(new, 0, end) == expected
+        assert (await put(new, 100))[0] is PutStatus.PUT_OK
+        assert new.master_epoch > 1
+
+
+async def test_a_master_cut_off_from_etcd_stops_acking_and_rejoins_as_a_slave(
+    tmp_path: Path, etcd: EtcdCluster
+) -> None:
+    async with running_group(tmp_path, etcd) as group:
+        old = await group.master()
+        await wait_in_sync(group, old, 3)
+        before = [await put(old, i) for i in range(10)]
+        assert {s for s, _, _ in before} == {PutStatus.PUT_OK}
+        old_epoch = old.master_epoch
+        group.proxies[group.id_of(old) - 1].block()
+        cut_at = trio.current_time()
+        await group.wait_for("the cut-off master fences", lambda: not old._acking())
+        # The lease deadline is 0.8 TTL after the last keepalive was sent: no later than that
+        # after the cut, plus a tick.
+        assert trio.current_time() - cut_at <= 0.8 * TTL + 0.5
+        status, _, _ = await put(old, 500)
+        assert status is not PutStatus.PUT_OK
+        new = await group.master(other_than=old)
+        assert new.master_epoch > old_epoch
+        acked = [await put(new, 1000 + i) for i in range(10)]
+        assert {s for s, _, _ in acked} == {PutStatus.PUT_OK}
+        # What a put stored on the cut-off master and never acknowledged leaves behind: bytes
+        # no other broker has (written past the fence, as a put in flight would have been).
+        stray = old.store.commitlog.append_batch(
+            [new_message(topic="FailoverTopic", body=b"never acknowledged")]
+        )
+        stray_end = stray[-1].end_offset
+        assert old.store.commitlog.max_offset == stray_end
+        group.proxies[group.id_of(old) - 1].unblock()
+        await group.wait_for(
+            "the old master follows the new one",
+            lambda: (
+                not old.role.is_master and old.ha_client is not None and old.ha_client.connected
+            ),
+        )
+        end = max(e for _, _, e in acked)
+        await group.wait_for(
+            "the old master caught up", lambda: old.store.commitlog.max_offset >= end
+        )
+        assert read_log(old, 0, end) == read_log(new, 0, end)
+        assert old.config.broker_id == group.id_of(old)
+        client = old.ha_client
+        assert client is not None
+        # Cut back to the consistent point through the epoch protocol, the stray bytes gone.
+        assert [before for before, _to in client.truncations] == [stray_end]
+        assert old.epoch_file is not None and old.epoch_file.history.last_epoch == new.master_epoch
