@@ -506,6 +506,10 @@ def _created(view: GroupView, keys: GroupKeys, key: bytes) -> int:
     return entry.create_revision if entry.present else 0
 
 
+def _replica_id(replica: Replica) -> int:
+    return replica.broker_id
+
+
 def _not_master(state: ReplicaState) -> ReplicaState:
     return attrs.evolve(state, epoch=0, token=0, sss=frozenset(), proposal=None, replicas=())
 
@@ -536,12 +540,14 @@ def _keepalive_due(state: ReplicaState, c: _Ctx) -> ReplicaState:
 
 
 def _lease_lost(state: ReplicaState, c: _Ctx, reason: str) -> ReplicaState:
-    """The lease is gone, and with it the registration and any master key: start over."""
+    """The lease is gone, and with it the registration and any master key: start over, at
+    once (a new lease is asked for now, not at the next tick)."""
     if state.phase in (Phase.MASTER, Phase.FENCED):
         c.fence(f"lost the master key of epoch {state.epoch}: {reason}")
-    return attrs.evolve(
+    state = attrs.evolve(
         _not_master(state), phase=Phase.STARTING, lease=0, ttl=0, deadline_at=0, requests=()
     )
+    return c.send(state, Purpose.GRANT, LeaseGrant(c.o.lease_ttl))
 
 
 # --- following and campaigning ----------------------------------------------------------------
@@ -586,12 +592,14 @@ def _follow(state: ReplicaState, c: _Ctx) -> ReplicaState:
                 f"the master key names this broker from an earlier start (lease "
                 f"{master.lease}); waiting for it to expire",
             )
-        # This broker's own campaign landed though its reply never came: take the key, once
-        # the set is known as of the key's creation (a read brings it, if the watch has not).
-        sss = view.sss
-        if sss.as_of < master.create_revision or (sss.present and sss.current is None):
+        # This broker's own campaign landed though its reply never came: take the key. The
+        # campaign compared the set's revision, so the set is still the one this view holds
+        # (only the master writes it), unless the campaign wrote it itself (the first or an
+        # unclean election: {me}), which the view shows once news of that revision comes.
+        sss = view.sss.current
+        if sss is None or me not in sss.members:
             return _read(state, c)
-        members = sss.current.members if sss.current is not None else frozenset({me})
+        members = sss.members
         return _became_master(
             state, c, epoch=record.epoch, token=master.create_revision, members=members
         )
@@ -829,7 +837,7 @@ def _commit(state: ReplicaState, c: _Ctx) -> ReplicaState:
     assert proposal is not None
     known = {r.broker_id for r in state.replicas}
     added = tuple(Replica(m, -1, c.now) for m in proposal.members if m not in known)
-    replicas = tuple(sorted((*state.replicas, *added)))
+    replicas = tuple(sorted((*state.replicas, *added), key=_replica_id))
     state = attrs.evolve(state, sss=proposal.members, proposal=None, replicas=replicas)
     c.acts.append(SetSyncStateSet(proposal.members))
     return state
@@ -999,8 +1007,10 @@ def _failed(state: ReplicaState, event: Failed, c: _Ctx) -> ReplicaState:
         case Purpose.READ:
             return _read(state, c)
         case Purpose.CAMPAIGN:
-            # It may have landed: read, and take the key if it is this broker's (``_follow``).
-            return _read(attrs.evolve(state, phase=Phase.FOLLOWER), c)
+            # It may have landed. Following again either takes the key, if the view already
+            # shows it is this broker's, or campaigns again: a second copy fails its compare
+            # if the first landed, and its failure branch reads the group (``_follow``).
+            return _follow(attrs.evolve(state, phase=Phase.FOLLOWER), c)
         case Purpose.ALTER:
             # The change stays pending (the union in force) and goes again, compared against
             # the same revision: whichever copy lands first, the other can never land after.
@@ -1038,7 +1048,9 @@ def _replica_acked(state: ReplicaState, event: ReplicaAcked, c: _Ctx) -> Replica
     replica = Replica(event.broker_id, event.acked, caught_up_at)
     others = tuple(r for r in state.replicas if r.broker_id != event.broker_id)
     state = attrs.evolve(
-        state, replicas=tuple(sorted((*others, replica))), confirm_offset=event.confirm_offset
+        state,
+        replicas=tuple(sorted((*others, replica), key=_replica_id)),
+        confirm_offset=event.confirm_offset,
     )
     return _master(state, c, event.confirm_offset)
 
@@ -1139,12 +1151,12 @@ FAILOVER_TABLE: dict[tuple[Phase, type], Rule] = {
     (_R, RoleChangeFailed): Rule(_ignore, (_R,)),
     (_R, Shutdown): Rule(_shutdown, (_Z,)),
     # FOLLOWER: registered; following, or about to campaign (or taking a key that is its own).
-    (_F, Tick): Rule(_tick, (_F, _C)),
+    (_F, Tick): Rule(_tick, (_F, _C, _M, _X)),
     (_F, Replied): Rule(_replied, (_F, _S, _C, _M, _X)),
     (_F, Failed): Rule(_failed, (_F,)),
     (_F, Watched): Rule(_watched, (_F, _C, _M, _X)),
     (_F, WatchBroken): Rule(_watch_broken, (_F,)),
-    (_F, LogChanged): Rule(_log_changed, (_F, _C)),
+    (_F, LogChanged): Rule(_log_changed, (_F, _C, _M, _X)),
     (_F, ReplicaAcked): Rule(_ignore, (_F,)),
     (_F, ReplicaGone): Rule(_ignore, (_F,)),
     (_F, RoleChangeFailed): Rule(_ignore, (_F,)),
@@ -1152,7 +1164,7 @@ FAILOVER_TABLE: dict[tuple[Phase, type], Rule] = {
     # CAMPAIGNING: the campaign's reply decides.
     (_C, Tick): Rule(_tick, (_C,)),
     (_C, Replied): Rule(_replied, (_C, _S, _F, _M, _X)),
-    (_C, Failed): Rule(_failed, (_C, _F)),
+    (_C, Failed): Rule(_failed, (_C, _F, _M, _X)),
     (_C, Watched): Rule(_merge_only, (_C,)),
     (_C, WatchBroken): Rule(_watch_broken, (_C,)),
     (_C, LogChanged): Rule(_facts_only, (_C,)),

@@ -187,7 +187,7 @@ def sss_change(
     """
     alive = set(live)
     by_id = {r.broker_id: r for r in replicas}
-    keep = set()
+    keep = {me}  # the master is always a member of its own set
     for member in members:
         if member == me:
             keep.add(member)

@@ -55,17 +55,25 @@ class Entry(Generic[T]):
     def news(
         self, revision: int, kv: KeyValue | None, decode: Callable[[bytes, bytes], T]
     ) -> Entry[T]:
-        """This entry after learning that, as of *revision*, the key is *kv* (None: absent)."""
+        """This entry after learning that, as of *revision*, the key is *kv* (None: absent).
+
+        A present key is known as of its ``mod_revision`` (nothing about it changed since),
+        an absent one as of the revision that showed it absent.
+        """
         if revision <= self.as_of:
             return self
         if kv is None:
             return Entry(revision, False, self.value)
+        if kv.mod_revision <= self.as_of:
+            return self
         try:
             value: T | None = decode(kv.key, kv.value)
             error = ""
         except CoordinatorDataError as exc:
             value, error = self.value, str(exc)
-        return Entry(revision, True, value, kv.create_revision, kv.mod_revision, kv.lease, error)
+        return Entry(
+            kv.mod_revision, True, value, kv.create_revision, kv.mod_revision, kv.lease, error
+        )
 
 
 _EMPTY: Entry[object] = Entry()
@@ -79,8 +87,6 @@ def _empty() -> Entry[T]:
 class GroupView:
     """The group's keys as this broker knows them (module docstring)."""
 
-    #: The highest revision any reply or event has shown.
-    revision: int = 0
     master: Entry[MasterRecord] = attrs.field(factory=_empty)
     epoch: Entry[int] = attrs.field(factory=_empty)
     sss: Entry[SyncStateSet] = attrs.field(factory=_empty)
@@ -111,7 +117,6 @@ class GroupView:
             if bid is not None:
                 brokers.setdefault(bid, _empty())
         return GroupView(
-            max(self.revision, revision),
             self.master.news(revision, found.get(keys.master), MasterRecord.decode),
             self.epoch.news(revision, found.get(keys.epoch), decode_epoch),
             self.sss.news(revision, found.get(keys.sync_state_set), SyncStateSet.decode),
@@ -126,25 +131,18 @@ class GroupView:
         kv = event.kv if event.type is EventType.PUT else None
         revision = event.revision
         key = event.kv.key
-        seen = max(self.revision, revision)
         if key == keys.master:
-            return attrs.evolve(
-                self, revision=seen, master=self.master.news(revision, kv, MasterRecord.decode)
-            )
+            return attrs.evolve(self, master=self.master.news(revision, kv, MasterRecord.decode))
         if key == keys.epoch:
-            return attrs.evolve(
-                self, revision=seen, epoch=self.epoch.news(revision, kv, decode_epoch)
-            )
+            return attrs.evolve(self, epoch=self.epoch.news(revision, kv, decode_epoch))
         if key == keys.sync_state_set:
-            return attrs.evolve(
-                self, revision=seen, sss=self.sss.news(revision, kv, SyncStateSet.decode)
-            )
+            return attrs.evolve(self, sss=self.sss.news(revision, kv, SyncStateSet.decode))
         bid = keys.broker_id_of(key)
         if bid is None:
-            return attrs.evolve(self, revision=seen)
+            return self
         entries = dict(self.brokers)
         entries[bid] = entries.get(bid, _empty()).news(revision, kv, Registration.decode)
-        return attrs.evolve(self, revision=seen, brokers=tuple(sorted(entries.items())))
+        return attrs.evolve(self, brokers=tuple(sorted(entries.items())))
 
     def events(self, keys: GroupKeys, events: Iterable[WatchEvent]) -> GroupView:
         view = self

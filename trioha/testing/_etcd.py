@@ -110,6 +110,10 @@ def _key(kv: KeyValue) -> bytes:
     return kv.key
 
 
+def _lease_id(lease: Lease) -> int:
+    return lease.id
+
+
 # --- the pure functions -----------------------------------------------------------------------
 
 
@@ -171,7 +175,7 @@ _NO_LEASE = "etcdserver: requested lease not found (lease {})"
 
 
 def _with_lease(leases: tuple[Lease, ...], lease: Lease) -> tuple[Lease, ...]:
-    return tuple(sorted((*(x for x in leases if x.id != lease.id), lease)))
+    return tuple(sorted((*(x for x in leases if x.id != lease.id), lease), key=_lease_id))
 
 
 def _revoke(state: EtcdState, lease_id: int) -> tuple[EtcdState, tuple[WatchEvent, ...]]:
@@ -232,7 +236,7 @@ def _txn(state: EtcdState, txn: Txn) -> tuple[EtcdState, Response, tuple[WatchEv
     for op in ops:
         match op:
             case Range():
-                view = EtcdState(state.revision, tuple(sorted(kvs.values())))
+                view = EtcdState(state.revision, tuple(sorted(kvs.values(), key=_key)))
                 # Reads inside a transaction see its earlier writes, at the new revision.
                 responses.append(RangeResponse(revision, view.range(op)))
             case Put(key=key, value=value, lease=lease):
@@ -265,7 +269,8 @@ def _txn(state: EtcdState, txn: Txn) -> tuple[EtcdState, Response, tuple[WatchEv
         responses = [_at(r, revision) for r in responses]
         new = state
     else:
-        new = EtcdState(revision, tuple(sorted(kvs.values())), state.leases, state.next_lease)
+        kvs_sorted = tuple(sorted(kvs.values(), key=_key))
+        new = EtcdState(revision, kvs_sorted, state.leases, state.next_lease)
     return new, TxnResponse(revision, succeeded, tuple(responses)), tuple(events)
 
 
