@@ -35,7 +35,7 @@ from typing import Protocol, assert_never
 import attrs
 import trio
 
-from trioha._errors import CoordinatorError, ProtocolError, StorageError
+from trioha._errors import ConfigError, CoordinatorError, ProtocolError, StorageError
 from trioha._status import PutStatus
 from trioha.etcd import EtcdClient, open_etcd_client
 from trioha.failover import (
@@ -331,7 +331,16 @@ class ReplicaManager:
                         end,
                         epoch,
                     )
-                    await self.plane.become_slave(master)
+                    try:
+                        await self.plane.become_slave(master)
+                    except ConfigError as exc:  # a master key naming no usable HA address
+                        log.error(
+                            "cannot follow master %d of epoch %d: %s",
+                            master.broker_id,
+                            master.epoch,
+                            exc,
+                        )
+                        continue
                 case _:
                     assert_never(action)
             self.role_changes += 1
