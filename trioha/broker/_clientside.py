@@ -419,6 +419,20 @@ async def _start(
                 for s in ha.slaves
                 if s.behind_seconds is not None
             )
+        failover = getattr(stats, "failover", None)
+        if failover is not None:  # trioha's own: automatic failover (docs/failover.md)
+            info["failoverPhase"] = failover.phase
+            info["failoverEpoch"] = str(failover.master_epoch)
+            info["failoverMasterId"] = str(failover.master_id)
+            info["failoverSyncStateSet"] = ",".join(map(str, failover.sync_state_set))
+            info["failoverLeaseDeadlineSeconds"] = (
+                "" if failover.lease_deadline_in is None else f"{failover.lease_deadline_in:.3f}"
+            )
+            info["failoverLastElectionEpoch"] = str(failover.last_election_epoch)
+            info["failoverLastElectionSecondsAgo"] = (
+                "" if failover.last_election_ago is None else f"{failover.last_election_ago:.1f}"
+            )
+            info["failoverEtcdLastError"] = failover.etcd_last_error
         if slave_sync is not None:
             info["masterAddr"] = slave_sync.master_addr or ""
             info["metadataSyncs"] = str(slave_sync.syncs)
