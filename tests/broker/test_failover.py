@@ -23,6 +23,8 @@ from trioha._config import BrokerConfig, BrokerRole
 from trioha._status import PutStatus
 from trioha.broker import Broker, new_message, open_broker
 from trioha.etcd import EtcdCluster
+from trioha.remoting._client import open_client_pool
+from trioha.remoting._mqclient import pull_message
 
 #: Seconds: the lease's TTL in these tests (a master acks for 0.8 of it after a keepalive).
 TTL = 2
@@ -34,6 +36,11 @@ def failover_config(root: Path, endpoint: str, broker_id: int, **extra: Any) -> 
     settings: dict[str, Any] = {
         **FAST,
         "slave_timeout": 3000,
+        # A loaded machine must not drop a connection for a late heartbeat: a slave that
+        # reconnects vouches only for what it is sent anew, and a put waiting meanwhile
+        # would time out.
+        "ha_send_heartbeat_interval": 500,
+        "ha_housekeeping_interval": 5000,
         "enable_controller_mode": True,
         "failover_etcd_endpoints": endpoint,
         "failover_broker_id": broker_id,
@@ -258,3 +265,42 @@ async def test_a_master_cut_off_from_etcd_stops_acking_and_rejoins_as_a_slave(
         # Cut back to the consistent point through the epoch protocol, the stray bytes gone.
         assert [before for before, _to in client.truncations] == [stray_end]
         assert old.epoch_file is not None and old.epoch_file.history.last_epoch == new.master_epoch
+
+
+async def test_without_etcd_the_master_stops_acking_and_slaves_still_serve_pulls(
+    tmp_path: Path, etcd: EtcdCluster
+) -> None:
+    async with running_group(tmp_path, etcd) as group, open_client_pool() as pool:
+        master = await group.master()
+        await wait_in_sync(group, master, 3)
+        before = [await put(master, i) for i in range(10)]
+        assert {s for s, _, _ in before} == {PutStatus.PUT_OK}
+        slave = next(b for b in group.brokers.values() if b is not master)
+        assert slave.client_side is not None
+        member = etcd.members[0]
+        await trio.to_thread.run_sync(member.pause)
+        try:
+            paused_at = trio.current_time()
+            assert master._ack_until <= paused_at + 0.8 * TTL
+            await group.wait_for("the master fences", lambda: not master._acking())
+            assert (await put(master, 99))[0] is not PutStatus.PUT_OK
+            assert group.masters() == []
+
+            async def pulled() -> int:
+                result = await pull_message(
+                    pool,
+                    slave.client_side.broker_addr,  # type: ignore[union-attr]
+                    group="readers",
+                    topic="FailoverTopic",
+                    queue_id=0,
+                    offset=0,
+                )
+                return len(result.messages)
+
+            with trio.fail_after(WAIT):
+                while await pulled() < 10:  # noqa: ASYNC110 (another broker's queues)
+                    await trio.sleep(0.05)
+        finally:
+            await trio.to_thread.run_sync(member.resume)
+        again = await group.master()
+        assert (await put(again, 200))[0] is PutStatus.PUT_OK

@@ -651,6 +651,10 @@ class Broker:
             last = 1  # data from before epochs were kept counts as epoch 1 (begin_epoch)
         return end, last, self._confirm_offset
 
+    def replica_acks(self) -> dict[int, int]:
+        """The replica manager: each streaming slave's broker id and acked offset."""
+        return self.ha_service.replica_acks() if self.ha_service is not None else {}
+
     def fence(self, reason: str) -> None:
         self._ack_until = -math.inf
 
@@ -705,7 +709,7 @@ class Broker:
             self.master_epoch = 0
             self._switch_role(BrokerRole.SLAVE, master_addr=master.broker_addr)
             await self._stop_ha_client()
-            await self._start_ha_client(master.ha_addr)
+            await self._start_ha_client(master.ha_addr, master.epoch)
 
     def _switch_role(self, role: BrokerRole, *, master_addr: str | None) -> None:
         """The one place a running broker changes role: what it refuses, what it registers
@@ -733,7 +737,7 @@ class Broker:
                 broker_id,
             )
 
-    async def _start_ha_client(self, ha_addr: str) -> None:
+    async def _start_ha_client(self, ha_addr: str, epoch: int) -> None:
         assert self._nursery is not None
         security = HASecurity.for_config(self.config, master=False)
         client = HAClient(
@@ -744,6 +748,7 @@ class Broker:
             epoch_file=self.epoch_file,
             truncate=self._truncate_replica,
             connect=security.connector(trio.open_tcp_stream) if security is not None else None,
+            master_epoch=epoch,
         )
         scope = trio.CancelScope()
         done = trio.Event()

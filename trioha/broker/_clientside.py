@@ -95,6 +95,11 @@ class ClientSide:
         scope = self.role_scope = trio.CancelScope()
         config = broker.config
         if config.broker_role.is_master:
+            # A new data version makes the name servers take this broker's topic queues as
+            # the master's (RocketMQ 5.x ``ReplicasManager.changeToMaster`` does the same).
+            topics = self.meta.topics
+            topics.data_version = topics.data_version.next()
+            topics.dirty = True  # written by the persister, off the event loop
             schedule = ScheduleMessageService(
                 broker, self.reput, self.meta.delay, self.reput.delay_levels
             )

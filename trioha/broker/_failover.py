@@ -88,6 +88,10 @@ class DataPlane(Protocol):
         """``(max offset, last epoch, confirm offset)`` as they are now."""
         ...
 
+    def replica_acks(self) -> dict[int, int]:
+        """Master: each streaming slave's broker id and the newest offset it vouches for."""
+        ...
+
     def fence(self, reason: str) -> None:
         """Acknowledge nothing from now on."""
         ...
@@ -248,12 +252,12 @@ class ReplicaManager:
             try:
                 response = await self.client.request(action.request)
             except CoordinatorError as exc:
-                self._etcd_failed(action, str(exc))
+                self._etcd_failed(action, type(exc).__name__, str(exc))
                 self.feed(Failed(action.request_id, str(exc)))
                 return
         if scope.cancelled_caught:
             why = f"no answer from etcd within {self.options.lease_ttl} s"
-            self._etcd_failed(action, why)
+            self._etcd_failed(action, "timeout", why)
             self.feed(Failed(action.request_id, why))
             return
         if self._etcd_fault:
@@ -261,8 +265,7 @@ class ReplicaManager:
             self._etcd_fault = ""
         self.feed(Replied(action.request_id, response))
 
-    def _etcd_failed(self, action: SendRequest, reason: str) -> None:
-        kind = reason.split(":", 1)[0]
+    def _etcd_failed(self, action: SendRequest, kind: str, reason: str) -> None:
         if kind != self._etcd_fault:
             self._etcd_fault = kind
             log.warning(
@@ -300,7 +303,17 @@ class ReplicaManager:
                 self._facts = facts
                 self.feed(LogChanged(*facts))
             self.feed(Tick())
+            self._replicas_now(facts[0])
             await trio.sleep(TICK)
+
+    def _replicas_now(self, end: int) -> None:
+        """Every streaming slave's standing, now and then, not only when its ack moves: an
+        idle master gets no new acks, and a slave that registered after its last ack must
+        still be judged for the SyncStateSet (RocketMQ's slaves report every heartbeat)."""
+        if self.state.phase not in (Phase.MASTER, Phase.FENCED):
+            return
+        for broker_id, acked in self.plane.replica_acks().items():
+            self.replica_acked(broker_id, acked, acked >= end)
 
     async def _roles(self) -> None:
         async for action in self._roles_receive:

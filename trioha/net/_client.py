@@ -349,6 +349,7 @@ class HAClient:
         epoch_file: EpochFile | None = None,
         truncate: Truncator | None = None,
         wall_clock: Callable[[], float] = time.time,
+        master_epoch: int = 0,
     ) -> None:
         master = config.ha_master
         if master is None:
@@ -387,6 +388,9 @@ class HAClient:
         self._truncate = truncate
         #: Epoch mode: cuts made to reach a consistent point, as ``(from, to)`` offsets.
         self.truncations: list[tuple[int, int]] = []
+        #: Automatic failover: the epoch etcd names the master at; a master at another is
+        #: refused (0: any).
+        self.master_epoch = master_epoch
 
     @property
     def master(self) -> str:
@@ -497,6 +501,7 @@ class HAClient:
                     sync_from_last_file=self.config.sync_from_last_file,
                     broker_id=self.config.broker_id,
                 ),
+                master_epoch=self.master_epoch,
             )
             session = _Session(self, stream, proto)
             self._live = proto

@@ -250,6 +250,15 @@ class HAService:
         self.notify_log_grew()
         return await self._waiters.wait(end, start=start)
 
+    def replica_acks(self) -> dict[int, int]:
+        """Failover: each streaming slave's broker id and the newest offset it vouches for."""
+        acks: dict[int, int] = {}
+        for conn, (_served, ack) in self._vouches.items():
+            bid = self._slave_id(conn)
+            if bid is not None and conn.transferring and ack > acks.get(bid, -1):
+                acks[bid] = ack
+        return acks
+
     def in_sync_holds(self, start: int, end: int) -> bool:
         return self.in_sync_quorum().holds(start, end)
 
