@@ -75,6 +75,7 @@ ALLOWED: dict[str, frozenset[str]] = {
             "broker",
             "pipeline",
             "metrics",
+            "etcd",  # demo --failover starts an etcd member
         }
     ),
 }

@@ -299,7 +299,9 @@ def build_parser() -> argparse.ArgumentParser:
     slave.set_defaults(handler=_run_slave)
 
     demo = sub.add_parser("demo", help="run a master and a slave on loopback with a sync workload")
-    demo.add_argument("--messages", type=int, default=20000, help="messages to put (default 20000)")
+    demo.add_argument(
+        "--messages", type=int, help="messages to put (default 20000; 200 with --failover)"
+    )
     demo.add_argument("--size", type=_size, default=1024, help="body size (default 1K)")
     demo.add_argument("--producers", type=int, default=16, help="concurrent producers")
     demo.add_argument(
@@ -309,6 +311,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="segment size (default 8M, so the workload spans segments)",
     )
     demo.add_argument("--dir", type=Path, help="keep the stores here instead of a temp dir")
+    demo.add_argument(
+        "--failover",
+        action="store_true",
+        help="automatic failover instead: etcd, a name server and three broker processes of "
+        "one group; the master is killed halfway (docs/failover.md; --messages 200 fits)",
+    )
+    demo.add_argument(
+        "--lease-ttl", type=int, default=3, help="with --failover: the etcd lease (seconds)"
+    )
     demo.set_defaults(handler=_run_demo)
 
     for module in ("trioha.pipeline._cli", "trioha._clitools"):
@@ -544,9 +555,11 @@ async def _report_progress(broker: Any) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from trioha._demo import run_demo
+    from trioha._demo import run_demo, run_failover_demo
 
-    return trio.run(run_demo, args)
+    if args.messages is None:
+        args.messages = 200 if args.failover else 20000
+    return trio.run(run_failover_demo if args.failover else run_demo, args)
 
 
 def main(argv: list[str] | None = None) -> None:
