@@ -470,6 +470,13 @@ class _Tx:
             return -1
         return m
 
+    def slave_and_master(self, j: int) -> tuple[int, Broker, Broker] | None:
+        """Slave *j* and the master it may stream from now (its index too), or None."""
+        m = self.serving(j)
+        if m < 0:
+            return None
+        return m, self.brokers[j], self.brokers[m]
+
     def quorum(self, m: int, *, recheck: bool = True) -> InSyncQuorum:
         b = self.brokers[m]
         vouches = [
@@ -898,10 +905,10 @@ class FailoverModel:
 
     def _connect(self, tx: _Tx, step: FStep) -> bool:
         j = step.broker
-        m = tx.serving(j)
-        if m < 0:
+        pair = tx.slave_and_master(j)
+        if pair is None:
             return False
-        s, leader = tx.brokers[j], tx.brokers[m]
+        m, s, leader = pair
         if self.config.truncate_to_high_watermark:
             point = min(s.hw, s.end)
             epochs = s.epochs.truncate_suffix(point)
@@ -936,10 +943,10 @@ class FailoverModel:
 
     def _replicate(self, tx: _Tx, step: FStep) -> bool:
         j = step.broker
-        m = tx.serving(j)
-        if m < 0:
+        pair = tx.slave_and_master(j)
+        if pair is None:
             return False
-        s, leader = tx.brokers[j], tx.brokers[m]
+        _m, s, leader = pair
         if s.end >= leader.end or s.link is None:
             return False
         epoch, mid = leader.log[s.end]

@@ -7,6 +7,7 @@ it only together with docs/model.md ("Failover") and a commit message that says 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -181,3 +182,12 @@ def test_a_twin_prints_its_trace_and_says_it_was_expected(
     assert "shortest trace (6 steps):" in out
     assert "Cut(b1)" in out
     assert "result: fails on OneAckingMasterPerEpoch, as expected" in out
+
+
+def test_docs_show_every_twin_with_its_property_and_trace_length() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "failover.md").read_text()
+    table = text.split("<!-- twins:begin -->")[1].split("<!-- twins:end -->")[0]
+    rows = {line.split("`")[1]: line for line in table.splitlines() if line.startswith("| `")}
+    assert set(rows) == set(PINNED_TRACE)
+    for name, steps in PINNED_TRACE.items():
+        assert f"| `{FAILOVER_CONFIGS[name].expect}` | {steps} steps" in rows[name], name
