@@ -143,13 +143,9 @@ async def test_a_group_elects_one_master_whose_acks_every_member_holds(
     tmp_path: Path, etcd: EtcdCluster
 ) -> None:
     async with running_group(tmp_path, etcd) as group:
-        master = await group.master()
+        master, end = await acked_by_all(group, 40)
         assert master.config.broker_id == 0  # registered as the master
         assert master.master_epoch >= 1
-        await wait_in_sync(group, master, 3)
-        results = [await put(master, i) for i in range(40)]
-        assert {status for status, _, _ in results} == {PutStatus.PUT_OK}
-        end = max(e for _, _, e in results)
         expected = read_log(master, 0, end)
         for broker in group.brokers.values():
             if broker is not master:
@@ -196,15 +192,21 @@ async def test_the_failover_state_is_in_the_metrics(tmp_path: Path, etcd: EtcdCl
         assert ("trioha_failover_phase_info", (("phase", "FOLLOWER"),)) in slave_samples
 
 
+async def acked_by_all(group: Group, count: int) -> tuple[Broker, int]:
+    """The master, once every broker is in its SyncStateSet, and the end of *count* puts
+    it acknowledged (each must be PUT_OK)."""
+    master = await group.master()
+    await wait_in_sync(group, master, 3)
+    results = [await put(master, i) for i in range(count)]
+    assert {status for status, _, _ in results} == {PutStatus.PUT_OK}
+    return master, max(end for _, _, end in results)
+
+
 async def test_a_master_that_stops_hands_over_and_the_new_one_holds_every_ack(
     tmp_path: Path, etcd: EtcdCluster
 ) -> None:
     async with running_group(tmp_path, etcd) as group:
-        old = await group.master()
-        await wait_in_sync(group, old, 3)
-        acked = [r for r in [await put(old, i) for i in range(30)] if r[0] is PutStatus.PUT_OK]
-        assert len(acked) == 30
-        end = max(e for _, _, e in acked)
+        old, end = await acked_by_all(group, 30)
         expected = read_log(old, 0, end)
         old_id = group.id_of(old)
         group.stops[old_id].cancel()  # a clean stop gives the lease back at once
@@ -219,10 +221,7 @@ async def test_a_master_cut_off_from_etcd_stops_acking_and_rejoins_as_a_slave(
     tmp_path: Path, etcd: EtcdCluster
 ) -> None:
     async with running_group(tmp_path, etcd) as group:
-        old = await group.master()
-        await wait_in_sync(group, old, 3)
-        before = [await put(old, i) for i in range(10)]
-        assert {s for s, _, _ in before} == {PutStatus.PUT_OK}
+        old, _end = await acked_by_all(group, 10)
         old_epoch = old.master_epoch
         group.proxies[group.id_of(old) - 1].block()
         cut_at = trio.current_time()
@@ -271,10 +270,7 @@ async def test_without_etcd_the_master_stops_acking_and_slaves_still_serve_pulls
     tmp_path: Path, etcd: EtcdCluster
 ) -> None:
     async with running_group(tmp_path, etcd) as group, open_client_pool() as pool:
-        master = await group.master()
-        await wait_in_sync(group, master, 3)
-        before = [await put(master, i) for i in range(10)]
-        assert {s for s, _, _ in before} == {PutStatus.PUT_OK}
+        master, _end = await acked_by_all(group, 10)
         slave = next(b for b in group.brokers.values() if b is not master)
         assert slave.client_side is not None
         member = etcd.members[0]

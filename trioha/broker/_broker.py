@@ -564,16 +564,7 @@ class Broker:
                     self.config.in_sync_replicas,
                 )
         else:
-            security = HASecurity.for_config(self.config, master=False)
-            self.ha_client = HAClient(
-                self.config,
-                self.store.commitlog,
-                on_appended=self._on_log_grew,
-                diverged_file=self.store.root / DIVERGED_FILE,
-                epoch_file=self.epoch_file,
-                truncate=self._truncate_replica,
-                connect=security.connector(trio.open_tcp_stream) if security is not None else None,
-            )
+            self.ha_client = self._new_ha_client(self.config)
             await nursery.start(self.ha_client.run)
         self.client_side = await nursery.start(serve_client_side, self)
         self._client_side_ready.set()
@@ -737,19 +728,23 @@ class Broker:
                 broker_id,
             )
 
-    async def _start_ha_client(self, ha_addr: str, epoch: int) -> None:
-        assert self._nursery is not None
-        security = HASecurity.for_config(self.config, master=False)
-        client = HAClient(
-            self.config.evolve(ha_master_address=ha_addr),
+    def _new_ha_client(self, config: BrokerConfig, master_epoch: int = 0) -> HAClient:
+        """A slave's HA client for this store (its master is ``config.ha_master_address``)."""
+        security = HASecurity.for_config(config, master=False)
+        return HAClient(
+            config,
             self.store.commitlog,
             on_appended=self._on_log_grew,
             diverged_file=self.store.root / DIVERGED_FILE,
             epoch_file=self.epoch_file,
             truncate=self._truncate_replica,
             connect=security.connector(trio.open_tcp_stream) if security is not None else None,
-            master_epoch=epoch,
+            master_epoch=master_epoch,
         )
+
+    async def _start_ha_client(self, ha_addr: str, epoch: int) -> None:
+        assert self._nursery is not None
+        client = self._new_ha_client(self.config.evolve(ha_master_address=ha_addr), epoch)
         scope = trio.CancelScope()
         done = trio.Event()
 
