@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Protocol, assert_never
 
 import attrs
@@ -37,7 +37,7 @@ import trio
 
 from trioha._errors import ConfigError, CoordinatorError, ProtocolError, StorageError
 from trioha._status import PutStatus
-from trioha.etcd import EtcdClient, open_etcd_client
+from trioha.etcd import EtcdClientStatistics, open_etcd_client
 from trioha.failover import (
     Action,
     Alert,
@@ -52,10 +52,13 @@ from trioha.failover import (
     LogChanged,
     MasterRecord,
     Phase,
+    Range,
     ReplicaAcked,
     ReplicaGone,
     ReplicaState,
     Replied,
+    Request,
+    Response,
     RoleChangeFailed,
     SendRequest,
     SetSyncStateSet,
@@ -65,10 +68,19 @@ from trioha.failover import (
     Unfence,
     WatchBroken,
     Watched,
+    WatchEvent,
     failover_step,
 )
 
-__all__ = ["TICK", "DataPlane", "FailoverStatistics", "ReplicaManager", "open_replica_manager"]
+__all__ = [
+    "TICK",
+    "DataPlane",
+    "EtcdLike",
+    "FailoverStatistics",
+    "ReplicaManager",
+    "open_replica_manager",
+    "run_replica_manager",
+]
 
 log = logging.getLogger("trioha.failover")
 
@@ -76,6 +88,22 @@ log = logging.getLogger("trioha.failover")
 #: acknowledgement anyway, so this only bounds how late a fence's WARNING and its failing of
 #: in-flight puts can come.
 TICK = 0.05
+
+
+class EtcdLike(Protocol):
+    """What the replica manager needs of etcd (:class:`trioha.etcd.EtcdClient` is one; a
+    test may pass an in-memory etcd behind the same calls)."""
+
+    @property
+    def endpoint(self) -> str: ...
+
+    def statistics(self) -> EtcdClientStatistics: ...
+
+    async def request(self, request: Request) -> Response: ...
+
+    def open_watch(
+        self, watched: Range, start_revision: int
+    ) -> AbstractAsyncContextManager[AsyncIterator[tuple[WatchEvent, ...]]]: ...
 
 
 class DataPlane(Protocol):
@@ -156,7 +184,7 @@ class ReplicaManager:
     def __init__(
         self,
         options: FailoverOptions,
-        client: EtcdClient,
+        client: EtcdLike,
         plane: DataPlane,
         nursery: trio.Nursery,
     ) -> None:
@@ -426,6 +454,29 @@ def failover_options(
 
 
 @asynccontextmanager
+async def run_replica_manager(
+    options: FailoverOptions,
+    plane: DataPlane,
+    client: EtcdLike,
+    *,
+    on_started: Callable[[ReplicaManager], None] = lambda manager: None,
+) -> AsyncIterator[ReplicaManager]:
+    """Run the replica manager over *client* until the block exits; then give the etcd
+    lease back (a clean stop hands the master key over at once)."""
+    async with trio.open_nursery() as nursery:
+        manager = ReplicaManager(options, client, plane, nursery)
+        on_started(manager)
+        nursery.start_soon(manager._roles)
+        nursery.start_soon(manager._tick)
+        try:
+            yield manager
+        finally:
+            with trio.CancelScope(shield=True):
+                await manager._shutdown()
+            nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
 async def open_replica_manager(
     options: FailoverOptions,
     plane: DataPlane,
@@ -435,7 +486,7 @@ async def open_replica_manager(
     password: str = "",
     on_started: Callable[[ReplicaManager], None] = lambda manager: None,
 ) -> AsyncIterator[ReplicaManager]:
-    """Run the replica manager until the block exits; then give the etcd lease back.
+    """:func:`run_replica_manager` over a client of the etcd at *endpoints*.
 
     Requests to etcd are bounded by the lease's TTL: a keepalive answered later than that
     is of no use (the core has fenced, and the lease may be gone).
@@ -450,15 +501,6 @@ async def open_replica_manager(
             retry_for=max(1.0, ttl * 0.8),
             probe_interval=max(0.5, ttl / 3),
         ) as client,
-        trio.open_nursery() as nursery,
+        run_replica_manager(options, plane, client, on_started=on_started) as manager,
     ):
-        manager = ReplicaManager(options, client, plane, nursery)
-        on_started(manager)
-        nursery.start_soon(manager._roles)
-        nursery.start_soon(manager._tick)
-        try:
-            yield manager
-        finally:
-            with trio.CancelScope(shield=True):
-                await manager._shutdown()
-            nursery.cancel_scope.cancel()
+        yield manager
