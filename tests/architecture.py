@@ -75,7 +75,8 @@ ALLOWED: dict[str, frozenset[str]] = {
             "broker",
             "pipeline",
             "metrics",
-            "etcd",  # demo --failover starts an etcd member
+            "etcd",  # demo --failover starts an etcd member; failover-state reads one
+            "failover",
         }
     ),
 }

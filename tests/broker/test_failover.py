@@ -10,6 +10,7 @@ can cut one broker off from etcd. Every wait is bounded.
 from __future__ import annotations
 
 import contextlib
+import io
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,9 @@ import trio
 
 from tests.etcd._harness import TcpProxy, open_proxy, running_etcd
 from tests.test_broker import FAST
+from trioha._clitools import failover_state
 from trioha._config import BrokerConfig, BrokerRole
+from trioha._errors import ConfigError
 from trioha._status import PutStatus
 from trioha.broker import Broker, new_message, open_broker
 from trioha.etcd import EtcdCluster
@@ -164,6 +167,19 @@ async def test_a_group_elects_one_master_whose_acks_every_member_holds(
         assert info["failoverPhase"] == "MASTER"
         assert info["failoverSyncStateSet"] == "1,2,3"
         assert info["failoverEpoch"] == str(master.master_epoch)
+        # What `python -m trioha failover-state -c broker.conf` prints.
+        lines = await failover_state(master.config, out=io.StringIO())
+        master_id = group.id_of(master)
+        assert lines[1].startswith(f"master: broker {master_id}, epoch {master.master_epoch}, ")
+        assert lines[2] == f"epoch counter: {master.master_epoch}"
+        assert lines[3].startswith("SyncStateSet: [1, 2, 3], version ")
+        assert lines[4] == "brokers registered (alive): 3"
+        assert lines[4 + master_id].startswith(f"  broker {master_id}: epoch ")
+
+
+def test_failover_state_needs_the_etcd_endpoints() -> None:
+    with pytest.raises(ConfigError, match="failover-state needs failoverEtcdEndpoints"):
+        trio.run(failover_state, BrokerConfig())
 
 
 async def test_the_failover_state_is_in_the_metrics(tmp_path: Path, etcd: EtcdCluster) -> None:

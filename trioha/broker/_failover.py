@@ -49,10 +49,12 @@ from trioha.failover import (
     FailoverOptions,
     Fence,
     GroupKeys,
+    GroupView,
     LogChanged,
     MasterRecord,
     Phase,
     Range,
+    RangeResponse,
     ReplicaAcked,
     ReplicaGone,
     ReplicaState,
@@ -78,7 +80,9 @@ __all__ = [
     "EtcdLike",
     "FailoverStatistics",
     "ReplicaManager",
+    "describe_group",
     "open_replica_manager",
+    "read_group",
     "run_replica_manager",
 ]
 
@@ -504,3 +508,57 @@ async def open_replica_manager(
         run_replica_manager(options, plane, client, on_started=on_started) as manager,
     ):
         yield manager
+
+
+# --- reading a group's state (``python -m trioha failover-state``) ----------------------------
+
+
+async def read_group(client: EtcdLike, keys: GroupKeys) -> tuple[int, GroupView]:
+    """The group's keys as etcd has them now: the revision read at, and the view."""
+    response = await client.request(Range.prefix(keys.prefix))
+    if not isinstance(response, RangeResponse):
+        raise CoordinatorError(f"etcd refused to read {keys.prefix.decode()}: {response}")
+    return response.revision, GroupView().snapshot(keys, response.revision, response.kvs)
+
+
+def describe_group(keys: GroupKeys, revision: int, view: GroupView) -> list[str]:
+    """What an operator reads of a group: the master, the epoch, the set and every broker
+    (a value trioha cannot read is shown with why)."""
+    lines = [f"group {keys.prefix.decode()} at etcd revision {revision}"]
+    master = view.master
+    if not master.present:
+        lines.append("master: none (the key is vacant: an election is due)")
+    elif master.current is None:
+        lines.append(f"master: unreadable ({master.error})")
+    else:
+        m = master.current
+        lines.append(
+            f"master: broker {m.broker_id}, epoch {m.epoch}, broker port {m.broker_addr}, "
+            f"HA {m.ha_addr} (lease {master.lease:x}, fencing token {master.create_revision})"
+        )
+    if view.epoch.present and view.epoch.current is None:
+        lines.append(f"epoch counter: unreadable ({view.epoch.error})")
+    else:
+        lines.append(f"epoch counter: {view.counter()}")
+    sss = view.sss
+    if not sss.present:
+        lines.append("SyncStateSet: none (no master was ever elected)")
+    elif sss.current is None:
+        lines.append(f"SyncStateSet: unreadable ({sss.error})")
+    else:
+        lines.append(
+            f"SyncStateSet: {sorted(sss.current.members)}, version {sss.current.version}, "
+            f"written by the master of epoch {sss.current.master_epoch}"
+        )
+    live = view.live()
+    lines.append(f"brokers registered (alive): {len(live)}")
+    for bid, entry in sorted(live.items()):
+        reg = entry.current
+        if reg is None:
+            lines.append(f"  broker {bid}: unreadable ({entry.error})")
+        else:
+            lines.append(
+                f"  broker {bid}: epoch {reg.epoch}, max offset {reg.max_offset}, "
+                f"broker port {reg.broker_addr}, HA {reg.ha_addr}"
+            )
+    return lines
