@@ -251,7 +251,10 @@ async def test_a_master_cut_off_from_etcd_stops_acking_and_rejoins_as_a_slave(
         )
         status, _, _ = await put(old, 500)
         assert status is not PutStatus.PUT_OK
+        # No route names it master while it is fenced: it registers under its stable id.
+        assert old.registered_id == group.id_of(old)
         new = await group.master(other_than=old)
+        assert new.registered_id == 0
         assert new.master_epoch > old_epoch
         acked = [await put(new, 1000 + i) for i in range(10)]
         assert {s for s, _, _ in acked} == {PutStatus.PUT_OK}

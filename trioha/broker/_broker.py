@@ -199,6 +199,8 @@ class Broker:
         self._confirm_offset = 0
         #: The epoch this broker is master of (0: not master, or not in failover mode).
         self.master_epoch = 0
+        #: The broker id it registers with the name servers as (0: the group's master).
+        self.registered_id = config.failover_broker_id if config.failover else config.broker_id
         self._role_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
         self._ha_client_scope: trio.CancelScope | None = None
@@ -648,9 +650,18 @@ class Broker:
 
     def fence(self, reason: str) -> None:
         self._ack_until = -math.inf
+        self._register_as(self.config.failover_broker_id)
 
     def unfence(self, until_ms: int) -> None:
         self._ack_until = until_ms / 1000
+        if self.role.is_master:
+            self._register_as(0)
+
+    def _register_as(self, broker_id: int) -> None:
+        """Name servers see a fenced master as a slave (its stable id), an acking one as 0."""
+        self.registered_id = broker_id
+        if self.client_side is not None:
+            self.client_side.register_as(broker_id)
 
     def fail_in_flight(self, status: PutStatus) -> None:
         if self.ha_service is not None:
@@ -716,6 +727,9 @@ class Broker:
         self._put_mode = "sync" if role.is_master else "async"
         if self.client_side is not None:
             self.client_side.role_changed(self, master_addr)
+        # The name servers hear the new role at once; a master that is fenced already
+        # registers as a slave until it is unfenced.
+        self._register_as(broker_id if self._acking() else self.config.failover_broker_id)
         if old is not role:
             commitlog = self.store.commitlog
             log.warning(
@@ -725,7 +739,7 @@ class Broker:
                 self.epoch_file.history.last_epoch if self.epoch_file is not None else 0,
                 commitlog.min_offset,
                 commitlog.max_offset,
-                broker_id,
+                self.registered_id,
             )
 
     def _new_ha_client(self, config: BrokerConfig, master_epoch: int = 0) -> HAClient:
@@ -787,7 +801,8 @@ class Broker:
             max_offset=commitlog.max_offset,
             flushed_offset=commitlog.flushed_offset,
             puts=self._puts,
-            ha=self.ha_service.statistics() if self.ha_service else None,
+            # A failover slave's HA port is bound but serves nobody: no master figures.
+            ha=self.ha_service.statistics() if self.ha_service and self.role.is_master else None,
             client=self.ha_client.statistics() if self.ha_client else None,
             disk=self.disk.statistics(),
             put_results=dict(self._put_results),

@@ -87,8 +87,8 @@ class ClientSide:
 
     def role_changed(self, broker: BrokerLike, master_addr: str | None) -> None:
         """Automatic failover: the broker's role changed in the running process. A master
-        delivers delayed messages, a slave syncs metadata from *master_addr*; either way the
-        name servers hear the new role (brokerId 0 as master) at once."""
+        delivers delayed messages, a slave syncs metadata from *master_addr* (the broker then
+        says what to register as: :meth:`register_as`)."""
         if self.role_scope is not None:
             self.role_scope.cancel()
         assert self.nursery is not None
@@ -110,11 +110,17 @@ class ClientSide:
             if self.slave_sync is not None:
                 self.slave_sync.master_addr = master_addr
                 self.nursery.start_soon(_run_in, scope, self.slave_sync.run)
-        if self.registrar is not None:
-            self.registrar.config = attrs.evolve(
-                self.registrar.config, broker_role=config.broker_role, broker_id=config.broker_id
-            )
-            self.registrar.request()
+
+    def register_as(self, broker_id: int) -> None:
+        """Automatic failover: register with the name servers as *broker_id* from now on (0:
+        the group's master), at once if that is a change. A master that fenced itself
+        registers under its stable id, so that no route names it master meanwhile."""
+        registrar = self.registrar
+        if registrar is None or registrar.config.broker_id == broker_id:
+            return
+        role = BrokerRole.SYNC_MASTER if broker_id == 0 else BrokerRole.SLAVE
+        registrar.config = attrs.evolve(registrar.config, broker_role=role, broker_id=broker_id)
+        registrar.request()
 
 
 async def _run_in(scope: trio.CancelScope, task: Callable[[], Awaitable[object]]) -> None:
