@@ -513,7 +513,7 @@ async def broker_status(broker: str, *, out: TextIO = sys.stdout) -> dict[str, s
 
 async def failover_state(config: BrokerConfig, *, out: TextIO = sys.stdout) -> list[str]:
     """Print and return a failover group's state, read from the etcd *config* names."""
-    from trioha.broker._failover import describe_group, read_group
+    from trioha.broker import describe_group, read_group
     from trioha.etcd import open_etcd_client
     from trioha.failover import GroupKeys
 

@@ -31,8 +31,9 @@ import trio
 from trioha._config import BrokerConfig, BrokerRole
 from trioha._errors import RemotingError
 from trioha._status import PutStatus
-from trioha.broker import Broker, open_broker
-from trioha.etcd import EtcdMemberError, start_etcd
+from trioha.broker import Broker, open_broker, read_group
+from trioha.etcd import EtcdMemberError, open_etcd_client, start_etcd
+from trioha.failover import GroupKeys
 from trioha.namesrv import serve_namesrv
 from trioha.remoting._client import RemotingClientPool, open_client_pool
 from trioha.remoting._mqclient import get_route, send_message
@@ -181,6 +182,7 @@ FAILOVER_GROUP = 3
 #: The topic every broker registers: its route names the group's master.
 _ROUTE_TOPIC = "TBW102"
 _DEMO_TOPIC = "TriohaFailover"
+_DEMO_BROKER_NAME = "broker-f"
 #: Seconds the failover demo waits for anything at most.
 _FAILOVER_WAIT = 60.0
 
@@ -241,7 +243,7 @@ def _start_demo_brokers(base: Path, etcd: str, namesrv: str, lease_ttl: int) -> 
         conf.write_text(
             "\n".join(
                 [
-                    "brokerName=broker-f",
+                    f"brokerName={_DEMO_BROKER_NAME}",
                     f"storePathRootDir={broker.root}",
                     f"mappedFileSizeCommitLog={1 << 20}",
                     "brokerIP1=127.0.0.1",
@@ -298,11 +300,26 @@ async def _send_once(pool: RemotingClientPool, namesrv: str, i: int) -> tuple[st
     return master, int(result.msg_id[-16:], 16)  # the msgId's last 8 bytes: the offset
 
 
+async def _wait_in_sync(etcd: str, size: int) -> list[int]:
+    """Wait until the demo group's SyncStateSet in etcd has *size* members; the members."""
+    keys = GroupKeys.of(BrokerConfig().broker_cluster_name, _DEMO_BROKER_NAME)
+    async with open_etcd_client(etcd) as client:
+        with trio.move_on_after(_FAILOVER_WAIT):
+            while True:
+                _revision, view = await read_group(client, keys)
+                sss = view.sss.current
+                if sss is not None and len(sss.members) >= size:
+                    return sorted(sss.members)
+                await trio.sleep(0.1)
+    raise TimeoutError(f"the SyncStateSet did not reach {size} brokers in {_FAILOVER_WAIT:g} s")
+
+
 async def failover_demo(
     base: Path, *, messages: int = 200, lease_ttl: int = 3, out: TextIO | None = None
 ) -> FailoverDemoResult:
     """Start one etcd member, a name server and three brokers of one group (processes), send
-    *messages* sync sends through trioha's client, SIGKILL the master halfway, and keep
+    *messages* sync sends through trioha's client, wait until every broker is in the
+    SyncStateSet (before that, nobody may replace the master), SIGKILL the master, and keep
     sending (the route asked again after every failed send) until all are acknowledged.
 
     Raises :class:`EtcdMemberError` when etcd is not installed, :class:`TimeoutError` when
@@ -343,6 +360,10 @@ async def failover_demo(
                     killed = next(b for b in brokers if b.addr == master)
                     assert killed.process is not None
                     say(f"{half} sends acknowledged by broker {killed.broker_id} ({master})")
+                    # Until a slave is in the SyncStateSet, the master is the only broker
+                    # that holds every acknowledged send, and nobody may replace it.
+                    members = await _wait_in_sync(etcd, FAILOVER_GROUP)
+                    say(f"SyncStateSet {members}: every broker holds every acknowledged send")
                     killed.process.send_signal(signal.SIGKILL)
                     at = time.monotonic()
                     say(f"SIGKILL to broker {killed.broker_id}, the master")

@@ -11,7 +11,12 @@ manager (``_failover``: the control core of ``trioha.failover`` against etcd).
 """
 
 from trioha.broker._broker import Broker, BrokerStatistics, open_broker
-from trioha.broker._failover import FailoverStatistics, ReplicaManager
+from trioha.broker._failover import (
+    FailoverStatistics,
+    ReplicaManager,
+    describe_group,
+    read_group,
+)
 from trioha.broker._types import new_message
 
 __all__ = [
@@ -19,6 +24,8 @@ __all__ = [
     "BrokerStatistics",
     "FailoverStatistics",
     "ReplicaManager",
+    "describe_group",
     "new_message",
     "open_broker",
+    "read_group",
 ]
