@@ -11,7 +11,7 @@ from model._configs import CONFIGS
 from model._failover_configs import FAILOVER_CONFIGS
 from model._failover_values import FailoverConfig
 from model._report import check, render_result
-from model._world import Config
+from model._values import Config
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,7 @@ import attrs
 
 from model._failover_configs import FAILOVER_CONFIGS
 from model._failover_values import FailoverConfig
-from model._world import Config, Faults
+from model._values import Config, Faults
 
 _BASE = Config(name="base", doc="")
 

@@ -20,7 +20,8 @@ from model._failover_properties import FailoverSpec
 from model._failover_steps import FailoverModel, FStep
 from model._failover_values import FailoverConfig, FailoverWorld
 from model._properties import PROBES, STATE_INVARIANTS, TRANSITION_INVARIANTS, HASpec
-from model._world import Config, HAModel, Step, World
+from model._steps import HAModel
+from model._values import Config, Step, World
 
 Outcome = Result[World, Step]
 FailoverOutcome = Result[FailoverWorld, FStep]

@@ -20,14 +20,13 @@ import trio
 
 from tests.etcd._harness import TcpProxy, open_proxy, running_etcd
 from tests.test_broker import FAST
-from trioha._clitools import failover_state
 from trioha._config import BrokerConfig, BrokerRole
 from trioha._errors import ConfigError
 from trioha._status import PutStatus
 from trioha.broker import Broker, new_message, open_broker
+from trioha.cli._tools import failover_state
 from trioha.etcd import EtcdCluster
-from trioha.remoting._client import open_client_pool
-from trioha.remoting._mqclient import pull_message
+from trioha.remoting import open_client_pool, pull_message
 
 #: Seconds: the lease's TTL in these tests (a master acks for 0.8 of it after a keepalive).
 TTL = 2
@@ -184,7 +183,7 @@ def test_failover_state_needs_the_etcd_endpoints() -> None:
 
 async def test_the_failover_state_is_in_the_metrics(tmp_path: Path, etcd: EtcdCluster) -> None:
     pytest.importorskip("prometheus_client")
-    from trioha.metrics._collect import BrokerCollector
+    from trioha.metrics import BrokerCollector
 
     async with running_group(tmp_path, etcd) as group:
         master = await group.master()

@@ -19,7 +19,7 @@ import attrs
 import trio
 
 from tests.etcd._harness import etcd_or_skip
-from trioha._demo import check_failover, failover_demo
+from trioha.cli._demo import check_failover, failover_demo
 
 
 def test_a_killed_master_is_replaced_and_every_send_ok_survives(tmp_path: Path) -> None:

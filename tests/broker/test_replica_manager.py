@@ -179,27 +179,32 @@ async def test_a_master_cut_off_fences_at_its_deadline_and_a_successor_acks_only
 ) -> None:
     etcd = MemoryEtcd(now_ms)
     async with managers(etcd, 2) as group:
-        (m1, plane1, client1), (_m2, plane2, _client2) = group
-        await wait_until("broker 1 master", lambda: plane1.values("master") == [1])
-        plane1.acks = {2: 0}  # broker 2 streams and holds everything: it joins the set
-        await wait_until("broker 2 in etcd's set", lambda: m1.statistics().sync_state_set == (1, 2))
-        await wait_until("broker 2 follows", lambda: plane2.values("slave") == [(1, 1)])
+        await wait_until("a master", lambda: any(plane.values("master") for _, plane, _ in group))
+        first = next(i for i, (_, plane, _) in enumerate(group) if plane.values("master"))
+        (m1, plane1, client1), (_m2, plane2, _client2) = group[first], group[1 - first]
+        id1, id2 = first + 1, 2 - first
+        assert plane1.values("master") == [1]
+        plane1.acks = {id2: 0}  # the other streams and holds everything: it joins the set
+        await wait_until(
+            "the other in etcd's set", lambda: m1.statistics().sync_state_set == (1, 2)
+        )
+        await wait_until("the other follows", lambda: plane2.values("slave") == [(id1, 1)])
         client1.cut = True
         cut_at = now_ms()
         deadline = plane1.values("unfence")[-1]
         assert deadline <= cut_at + FENCE_MS
-        await wait_until("broker 1 fences", lambda: plane1.values("fence"))
+        await wait_until("the master fences", lambda: plane1.values("fence"))
         fenced_at = plane1.times("fence")[0]
         assert deadline <= fenced_at <= deadline + int(TICK * 1000) + 1
         # Every put waiting for replicas is failed in the same step, right after.
         step = [what for t, what, _value in plane1.calls if t == fenced_at]
         assert step[step.index("fence") + 1] == "fail"
         assert plane1.values("fail")[0] is PutStatus.FLUSH_SLAVE_TIMEOUT
-        await wait_until("broker 2 master", lambda: plane2.values("master") == [2])
-        # One acknowledging master at a time, on one clock: broker 2 acks only after broker 1
-        # stopped, and after etcd let broker 1's lease expire (a full TTL after its last
-        # keepalive arrived, which was before the cut).
+        await wait_until("the other becomes master", lambda: plane2.values("master") == [2])
+        # One acknowledging master at a time, on one clock: the successor acks only after the
+        # old master stopped, and after etcd let the old lease expire (a full TTL after its
+        # last keepalive arrived, which was before the cut).
         assert plane2.times("unfence")[0] >= fenced_at
         assert plane2.times("master")[0] >= cut_at + FENCE_MS
         client1.cut = False
-        await wait_until("broker 1 follows broker 2", lambda: plane1.values("slave") == [(2, 2)])
+        await wait_until("the old master follows", lambda: plane1.values("slave") == [(id2, 2)])

@@ -11,21 +11,26 @@ manager (``_failover``: the control core of ``trioha.failover`` against etcd).
 """
 
 from trioha.broker._broker import Broker, BrokerStatistics, open_broker
+from trioha.broker._clientside import free_port_pair
 from trioha.broker._failover import (
     FailoverStatistics,
     ReplicaManager,
     describe_group,
     read_group,
 )
+from trioha.broker._reput import CHECKPOINT_FILE, truncate_replica
 from trioha.broker._types import new_message
 
 __all__ = [
+    "CHECKPOINT_FILE",
     "Broker",
     "BrokerStatistics",
     "FailoverStatistics",
     "ReplicaManager",
     "describe_group",
+    "free_port_pair",
     "new_message",
     "open_broker",
     "read_group",
+    "truncate_replica",
 ]

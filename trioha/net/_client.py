@@ -199,6 +199,8 @@ class _Session:
         self.first_bytes = b""
         #: The master's bytes did not parse as HA frames.
         self.protocol_error = False
+        #: The master's bytes parsed as at least one HA frame header or handshake.
+        self.spoke_ha = False
         #: An append the disk refused (its StorageError chains the OSError).
         self.disk_error: StorageError | None = None
         self.started = trio.current_time()
@@ -252,6 +254,10 @@ class _Session:
                     isinstance(a, Close) and a.diverged_at is None for a in actions
                 ):
                     self.protocol_error = True  # bytes that are no HA frame, not a refusal
+                elif self.proto.bytes_received > self.proto.buffered and not any(
+                    isinstance(a, Close) for a in actions
+                ):
+                    self.spoke_ha = True  # a whole header or handshake parsed and accepted
                 appended = ended = False
                 for action in actions:
                     if isinstance(action, Truncate | RecordEpoch):
@@ -276,6 +282,8 @@ class _Session:
                             break
                     elif isinstance(action, Append):
                         try:
+                            if not self.client.replicating:
+                                await self.client.become_replica()
                             commitlog.append_raw(action.offset, action.data)
                         except StorageError as exc:
                             if isinstance(exc.__cause__, OSError):
@@ -350,6 +358,7 @@ class HAClient:
         truncate: Truncator | None = None,
         wall_clock: Callable[[], float] = time.time,
         master_epoch: int = 0,
+        become_replica: Callable[[], object] | None = None,
     ) -> None:
         master = config.ha_master
         if master is None:
@@ -391,6 +400,14 @@ class HAClient:
         #: Automatic failover: the epoch etcd names the master at; a master at another is
         #: refused (0: any).
         self.master_epoch = master_epoch
+        #: Run (blocking, once) before the first replicated byte is appended: the store
+        #: stops being a former master's (its master marks are removed).
+        self._become_replica = become_replica
+        #: Whether a byte from a master has been appended by this process.
+        self.replicating = False
+        #: Whether the peer has ever answered like an HA master (then an immediate close is
+        #: a restart, a network blip or a refusal, never a wrong port).
+        self._spoke_ha = False
 
     @property
     def master(self) -> str:
@@ -399,6 +416,13 @@ class HAClient:
     def on_appended(self) -> None:
         if self._on_appended is not None:
             self._on_appended()
+
+    async def become_replica(self) -> None:
+        """Before the first replicated append: the store now follows a master's history,
+        so marks it kept as a master no longer describe it (raises StorageError)."""
+        if self._become_replica is not None:
+            await trio.to_thread.run_sync(self._become_replica)
+        self.replicating = True
 
     async def execute(self, action: Truncate | RecordEpoch) -> None:
         """Epoch mode: cut the replica to the consistent point, or record a new epoch."""
@@ -556,19 +580,35 @@ class HAClient:
                     self.disk_retry,
                 )
             self.append_error = str(session.disk_error)
-        if session.received_data or session.diverged_at is not None:
-            self._not_ha_warned = False  # an HA master: it sent data, or said we diverged
+        if session.received_data or session.diverged_at is not None or session.spoke_ha:
+            # An HA master: it sent data or frames, or said we diverged.
+            self._not_ha_warned = False
+            self._spoke_ha = True
+            return
+        epoch_mode = self.epoch_file is not None
+        level = logging.ERROR if self._not_ha_warned else logging.WARNING
+        mismatch = mode_mismatch_sign(
+            session.first_bytes, protocol_error=session.protocol_error, epoch_mode=epoch_mode
+        )
+        if mismatch is not None:
+            log.log(level, "the master at %s %s", self.master, mismatch)
+            self._not_ha_warned = True
+            return
+        closed_by_peer = session.close_reason == "master closed the connection"
+        if closed_by_peer and self._spoke_ha and not session.first_bytes:
+            # It answered as an HA master before: a restart, a cut connection, a refusal.
             return
         sign = not_ha_sign(
             session.first_bytes,
             protocol_error=session.protocol_error,
-            closed_by_peer=session.close_reason == "master closed the connection",
+            closed_by_peer=closed_by_peer,
             seconds=trio.current_time() - session.started,
             offset=session.requested,
+            epoch_mode=epoch_mode,
         )
         if sign is not None:
             log.log(
-                logging.ERROR if self._not_ha_warned else logging.WARNING,
+                level,
                 "the master at %s does not speak RocketMQ HA (is that the broker port? the HA "
                 "port is usually listenPort+1): %s",
                 self.master,
@@ -693,6 +733,23 @@ _SNIFF = 16
 _IMMEDIATE = 1.0
 
 
+def mode_mismatch_sign(first_bytes: bytes, *, protocol_error: bool, epoch_mode: bool) -> str | None:
+    """What shows that the peer is an HA master in the other mode, or None.
+
+    An epoch-mode slave reads a classic master's first frame (an 8-byte offset below 4 GiB,
+    then a size) as a handshake whose state field is 0 (``READY``): the master speaks classic
+    HA. (A classic slave cannot tell: an epoch-mode master closes on its report at once,
+    without a byte, which :func:`not_ha_sign` describes with this reading among the others.)
+    """
+    if epoch_mode and protocol_error and len(first_bytes) >= 4 and first_bytes[:4] == bytes(4):
+        return (
+            "speaks classic HA, not the AutoSwitch (epoch) protocol: its first frame carries "
+            "state 0, where a handshake carries 1. Both sides must set enableControllerMode "
+            "alike (this slave: true, the master: false)"
+        )
+    return None
+
+
 def not_ha_sign(
     first_bytes: bytes,
     *,
@@ -700,6 +757,7 @@ def not_ha_sign(
     closed_by_peer: bool,
     seconds: float,
     offset: int | None = None,
+    epoch_mode: bool = False,
 ) -> str | None:
     """What shows that the peer of a session that delivered no data is not an HA master,
     or None. The signs, as a broker or name server port answers a slave's 8-byte report:
@@ -718,11 +776,17 @@ def not_ha_sign(
         return f"its first bytes ({prefix}) are not an HA frame"
     if closed_by_peer and not first_bytes and seconds < _IMMEDIATE:
         # An HA master does this too when it refuses the slave's offset (a diverged or
-        # deleted one), so the line says that as well.
+        # deleted one), or the other mode's report, so the line says that as well.
+        what = "handshake" if epoch_mode else f"offset{'' if offset is None else f' {offset}'}"
+        other = (
+            ""
+            if epoch_mode
+            else ", or it runs the AutoSwitch (epoch) protocol, enableControllerMode=true, "
+            "which this slave (enableControllerMode=false) does not speak"
+        )
         return (
             "it closed the connection at once without sending anything (if it is the HA port, "
-            f"it refused this slave's offset{'' if offset is None else f' {offset}'}: its log "
-            "says why)"
+            f"it refused this slave's {what}{other}: its log says which)"
         )
     return None
 

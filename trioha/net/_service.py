@@ -34,6 +34,7 @@ from trioha._config import BrokerConfig
 from trioha._errors import ConfigError
 from trioha._status import PutStatus
 from trioha.net._connection import HAConnection
+from trioha.net._marks import MarkKeeper
 from trioha.net._timeline import LogTimeline
 from trioha.net._waiters import OffsetWaiters
 from trioha.proto import (
@@ -46,8 +47,7 @@ from trioha.proto import (
 )
 
 if TYPE_CHECKING:
-    from trioha.store import CommitLog, EpochFile
-    from trioha.store._sent import SentOffsets
+    from trioha.store import CommitLog, EpochFile, SentOffsets
 
 log = logging.getLogger("trioha.ha")
 
@@ -145,14 +145,19 @@ class HAService:
         sent: SentOffsets | None = None,
         epoch_file: EpochFile | None = None,
         accept: StreamGate | None = None,
+        marks: MarkKeeper | None = None,
     ) -> None:
         self.config = config
         self.commitlog = commitlog
         #: Runs on each accepted socket before the HA protocol (trioha.acl.HASecurity.accept):
         #: the stream to serve, or None to drop the connection.
         self.accept = accept
+        if marks is None and sent is not None:
+            marks = MarkKeeper(sent, retry_interval=config.clean_resource_interval / 1000)
+        #: The durable marks every writer reserves before sending (shared by the connections).
+        self.marks = marks
         #: The durable "highest offset sent" mark and lost ranges (classic divergence check).
-        self.sent = sent
+        self.sent = marks.sent if marks is not None else None
         self._refused = 0
         if config.enable_controller_mode and epoch_file is None:
             raise ConfigError("epoch mode (enable_controller_mode) needs the store's epoch file")
@@ -323,8 +328,8 @@ class HAService:
             options=self.options,
             timing=self.timing,
             peer=peer,
-            sent=self.sent,
             epoch_file=self.epoch_file,
+            marks=self.marks,
         )
         conn_id = next(self._ids)
         self.connections[conn_id] = conn
@@ -398,6 +403,8 @@ class HAService:
         """
         self._vouches[connection] = (connection.proto.state.served_from, offset)
         self._quorum = None
+        if self.marks is not None:
+            self.marks.note_slave(connection.peer_host, offset)
         if self.failover:
             self._on_in_sync_ack(connection, offset)
             return

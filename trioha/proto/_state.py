@@ -55,7 +55,8 @@ Where trioha deliberately differs from RocketMQ (docs/replication.md says why):
   request offset that no longer exists on the master (RocketMQ #3388) close the connection with
   a reason that says so, instead of heartbeating forever;
 * classic mode's divergence check: a first report inside a range the master may have sent and
-  then lost in a crash (``LogView.lost``, kept by ``trioha.store.SentOffsets``) is refused,
+  then lost in a crash, or, promoted from a slave, a range of the history it took over that it
+  never had (``LogView.lost``, kept by ``trioha.store.SentOffsets``) is refused,
   and a refusal of a diverged slave carries ``Close.diverged_at``, which the IO layer sends as
   a heartbeat header that the slave's own offset check rejects. On the slave side a frame off
   its end is such a signal (``Close.diverged_at`` again), and the client stops for good.
@@ -86,9 +87,11 @@ class LogView:
     min_offset: int
     max_offset: int
     segment_size: int
-    #: Ranges ``(from, to)`` of bytes this master may have sent and then lost in a crash
-    #: (``trioha.store.SentOffsets``): a first report ``from < offset <= to`` comes from a
-    #: slave holding a history this master no longer has (classic mode's divergence check).
+    #: Ranges ``(from, to)`` of bytes this master may have sent and then lost in a crash, or
+    #: that a broker it was promoted over may hold (``trioha.store.SentOffsets``): a first
+    #: report ``from < offset <= to`` comes from a slave holding a history this master does
+    #: not have (classic mode's divergence check). A report beyond the end is cut back to
+    #: the newest range's ``from`` when there is one.
     lost: tuple[tuple[int, int], ...] = attrs.field(default=(), kw_only=True)
     #: The master's epoch history (epoch mode only; None in classic mode).
     epochs: EpochHistory | None = attrs.field(default=None, kw_only=True)
@@ -436,6 +439,15 @@ def _closed(
     )
 
 
+def _cut_back(offset: int) -> str:
+    """What the operator does with a refused slave, trioha's or Java's."""
+    return (
+        f"Cut the slave back to {offset} (a trioha slave: `trioha slave --truncate-to-master`; "
+        f"a Java slave, stopped: `trioha slave --store-dir <its store> --truncate-to {offset}`) "
+        "or re-seed it"
+    )
+
+
 def _master_first_report(
     state: MasterState, event: ReportReceived, options: MasterOptions
 ) -> MasterStep:
@@ -445,18 +457,23 @@ def _master_first_report(
             return _closed(
                 state,
                 f"slave requests offset {offset}, inside [{lost_from}, {lost_to}): bytes this "
-                f"master may have sent before it crashed and lost them (its log was recovered "
-                f"to {lost_from}); the slave's log after {lost_from} is a history the master no "
-                f"longer has. Cut the slave back to {lost_from} (`trioha slave "
-                "--truncate-to-master`) or re-seed it",
+                "master may have sent before it crashed and lost them, or, promoted from a "
+                "slave, bytes of the history it took over that it never had (its log was "
+                f"recovered to {lost_from}); the slave's log after {lost_from} is a history the "
+                f"master does not have. {_cut_back(lost_from)}",
                 diverged_at=lost_from,
             )
     if offset > log.max_offset:
+        # Nothing this master sent lies past its end, so the slave's history parts from its
+        # own at the latest where this master's latest history begins: the newest lost range.
+        at = max((lo for lo, _ in log.lost if lo < log.max_offset), default=log.max_offset)
+        where = "" if at == log.max_offset else f" (from {at}, where its latest history begins)"
         return _closed(
             state,
             f"slave requests offset {offset} but the master's log ends at {log.max_offset}: "
-            "the slave holds data this master does not (diverged history or a wrong master)",
-            diverged_at=log.max_offset,
+            "the slave holds data this master does not (diverged history or a wrong "
+            f"master){where}. {_cut_back(at)}",
+            diverged_at=at,
         )
     if options.epoch_mode:
         start = choose_epoch_start(offset, log, state.from_last_file)

@@ -89,7 +89,10 @@ COMMIT_LOG = "commit log"
 COMMIT_LOG_FLUSH = "commit log flush"
 CONSUME_QUEUE = "consume queues"
 CONSUME_QUEUE_CHECKPOINT = "consume queue checkpoint"
+MESSAGE_INDEX = "message index"
 METADATA = "metadata files"
+SENT_MARK = "HA sent mark"
+ACKED_MARK = "acknowledged mark"
 
 
 class DiskGuard:
@@ -206,28 +209,42 @@ class DiskGuard:
                 self.warning_ratio,
             )
 
-    def failed(self, what: str, exc: BaseException, *, blocks_puts: bool = True) -> None:
-        """A writer's attempt failed with *exc*; logged at ERROR once per failure spell."""
+    def failed(
+        self, what: str, exc: BaseException, *, blocks_puts: bool = True, effect: str = ""
+    ) -> None:
+        """A writer's attempt failed with *exc*; logged at ERROR once per failure spell.
+
+        *effect* says what stops meanwhile (for a writer whose failure does not refuse puts:
+        ``"replication to slaves is paused at 1024"``).
+        """
         message = _one_line(exc)
         failure = self._failures.get(what)
         if failure is None:
             self._failures[what] = _Failure(message, blocks_puts)
+            if blocks_puts:
+                effect = "puts are refused (SERVICE_NOT_AVAILABLE)" + (
+                    f" and {effect}" if effect else ""
+                )
             log.error(
                 "%s cannot be written: %s; %sretrying every check until it works",
                 what,
                 message,
-                "puts are refused (SERVICE_NOT_AVAILABLE); " if blocks_puts else "",
+                f"{effect}; " if effect else "",
             )
             return
         failure.error = message
         failure.retry = False
 
-    def succeeded(self, what: str) -> None:
-        """A writer's attempt worked; logged once if it had been failing."""
-        if self._failures.pop(what, None) is not None:
-            log.warning(
-                "%s written again; %s", what, "puts accepted" if self.writable else self.describe()
-            )
+    def succeeded(self, what: str, resumed: str = "") -> None:
+        """A writer's attempt worked; logged once if it had been failing (*resumed* says
+        what goes on again, for a writer whose failure did not refuse puts)."""
+        failure = self._failures.pop(what, None)
+        if failure is not None:
+            if resumed and not failure.blocks_puts:
+                now = resumed
+            else:
+                now = "puts accepted" if self.writable else self.describe()
+            log.warning("%s written again; %s", what, now)
 
     def retry_due(self, what: str) -> bool:
         """Whether a failing writer may try again now (always True for a healthy one)."""

@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import attrs
 import trio
@@ -31,13 +31,44 @@ import trio
 from trioha._config import BrokerConfig, BrokerRole
 from trioha._errors import RemotingError
 from trioha._status import PutStatus
-from trioha.broker import Broker, open_broker, read_group
-from trioha.etcd import EtcdMemberError, open_etcd_client, start_etcd
-from trioha.failover import GroupKeys
-from trioha.namesrv import serve_namesrv
-from trioha.remoting._client import RemotingClientPool, open_client_pool
-from trioha.remoting._mqclient import get_route, send_message
-from trioha.store import DecodedMessage, decode_record, open_store
+from trioha.cli._shared import size
+
+if TYPE_CHECKING:
+    from trioha.broker import Broker
+    from trioha.remoting import RemotingClientPool
+
+
+def register_commands(sub: Any) -> None:
+    """Add ``demo`` to the ``trioha`` command."""
+    demo = sub.add_parser("demo", help="run a master and a slave on loopback with a sync workload")
+    demo.add_argument(
+        "--messages", type=int, help="messages to put (default 20000; 200 with --failover)"
+    )
+    demo.add_argument("--size", type=size, default=1024, help="body size (default 1K)")
+    demo.add_argument("--producers", type=int, default=16, help="concurrent producers")
+    demo.add_argument(
+        "--mapped-file-size",
+        type=size,
+        default=8 << 20,
+        help="segment size (default 8M, so the workload spans segments)",
+    )
+    demo.add_argument("--dir", type=Path, help="keep the stores here instead of a temp dir")
+    demo.add_argument(
+        "--failover",
+        action="store_true",
+        help="automatic failover instead: etcd, a name server and three broker processes of "
+        "one group; the master is killed halfway (docs/failover.md)",
+    )
+    demo.add_argument(
+        "--lease-ttl", type=int, default=3, help="with --failover: the etcd lease (seconds)"
+    )
+    demo.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.messages is None:
+        args.messages = 200 if args.failover else 20000
+    return trio.run(run_failover_demo if args.failover else run_demo, args)
 
 
 def compare_logs(master: Broker, slave: Broker, chunk: int = 1 << 20) -> int | None:
@@ -75,6 +106,8 @@ async def run_demo(args: argparse.Namespace) -> int:
 
 
 async def _demo(args: argparse.Namespace, base: Path) -> int:
+    from trioha.broker import open_broker  # the broker loads when a demo runs, not for --help
+
     out = sys.stdout
     common = {
         "mapped_file_size_commit_log": args.mapped_file_size,
@@ -223,7 +256,7 @@ def demo_body(i: int) -> bytes:
 
 
 def _free_port_pair() -> int:
-    from trioha.broker._clientside import free_port_pair
+    from trioha.broker import free_port_pair
 
     return free_port_pair("127.0.0.1")
 
@@ -284,6 +317,8 @@ def _stop_demo_brokers(brokers: list[DemoBroker]) -> None:
 
 async def _send_once(pool: RemotingClientPool, namesrv: str, i: int) -> tuple[str, int] | None:
     """One sync send to the master the name server names: (broker, offset) if SEND_OK."""
+    from trioha.remoting import get_route, send_message
+
     try:
         with trio.fail_after(5):
             route = await get_route(pool, namesrv, _ROUTE_TOPIC)
@@ -302,6 +337,10 @@ async def _send_once(pool: RemotingClientPool, namesrv: str, i: int) -> tuple[st
 
 async def _wait_in_sync(etcd: str, size: int) -> list[int]:
     """Wait until the demo group's SyncStateSet in etcd has *size* members; the members."""
+    from trioha.broker import read_group
+    from trioha.etcd import open_etcd_client
+    from trioha.failover import GroupKeys
+
     keys = GroupKeys.of(BrokerConfig().broker_cluster_name, _DEMO_BROKER_NAME)
     async with open_etcd_client(etcd) as client:
         with trio.move_on_after(_FAILOVER_WAIT):
@@ -325,6 +364,10 @@ async def failover_demo(
     Raises :class:`EtcdMemberError` when etcd is not installed, :class:`TimeoutError` when
     nothing is acknowledged for a minute.
     """
+    from trioha.etcd import start_etcd
+    from trioha.namesrv import serve_namesrv
+    from trioha.remoting import open_client_pool
+
     acked: dict[int, tuple[str, int]] = {}
     retries = 0
 
@@ -382,6 +425,8 @@ def check_failover(result: FailoverDemoResult, *, segment_size: int = 1 << 20) -
     """What is wrong after ``demo --failover`` (nothing: an empty list): every SEND_OK must be
     in the new master's log at its offset, and every surviving replica's log a byte prefix
     of the new master's."""
+    from trioha.store import DecodedMessage, decode_record, open_store
+
     problems: list[str] = []
     with open_store(result.new_master.root, segment_size=segment_size) as master:
         mlog = master.commitlog
@@ -410,6 +455,8 @@ def check_failover(result: FailoverDemoResult, *, segment_size: int = 1 << 20) -
 
 
 async def run_failover_demo(args: argparse.Namespace) -> int:
+    from trioha.etcd import EtcdMemberError
+
     base = args.dir or Path(tempfile.mkdtemp(prefix="trioha-failover-demo-"))
     out = sys.stdout
     try:
