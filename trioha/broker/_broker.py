@@ -585,14 +585,7 @@ class Broker:
                     self.epoch_file.begin_epoch, commitlog.max_offset, commitlog.min_offset
                 )
                 log.info("master epoch %d begins at offset %d", epoch, commitlog.max_offset)
-            security = HASecurity.for_config(self.config, master=True)
-            self.ha_service = HAService(
-                self.config,
-                self.store.commitlog,
-                epoch_file=self.epoch_file,
-                accept=security.accept if security is not None else None,
-                marks=self.marks,
-            )
+            self.ha_service = self._new_ha_service()
             if self.marks is not None:
                 await nursery.start(self.marks.run)
             self.ha_address = await nursery.start(self.ha_service.serve)
@@ -621,14 +614,19 @@ class Broker:
             self.config.broker_cluster_name,
             self.config.broker_name,
         )
+        self.ha_service = self._new_ha_service()
+        self.ha_address = await nursery.start(self.ha_service.serve)
+
+    def _new_ha_service(self) -> HAService:
+        """The master's HA service for this store (failover: bound for the broker's life)."""
         security = HASecurity.for_config(self.config, master=True)
-        self.ha_service = HAService(
+        return HAService(
             self.config,
             self.store.commitlog,
             epoch_file=self.epoch_file,
             accept=security.accept if security is not None else None,
+            marks=self.marks,
         )
-        self.ha_address = await nursery.start(self.ha_service.serve)
 
     async def _run_replica_manager(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
