@@ -1,21 +1,26 @@
 """The etcd behaviour the failover core relies on, as assertions any etcd must pass.
 
-Each test talks to a *backend* through :class:`EtcdBackend` only: the in-memory double here
-(:class:`trioha.testing.MemoryEtcd`, on Trio's clock, so an autojump clock makes its leases
-expire at once); a real etcd (one member per test, nothing else writing to it) joins the
-``backend`` fixture's parameters where etcd is installed. Revisions are compared relative to
-what the backend reported, never as absolute numbers, and every test keeps its keys under a
-prefix of its own.
+Each test talks to a *backend* through :class:`EtcdBackend` only, and runs twice: on the
+in-memory double (:class:`trioha.testing.MemoryEtcd`, on a virtual clock of its own that a
+backend ``sleep`` moves at once), and on a real etcd through trioha's client
+(:func:`trioha.etcd.open_etcd_client`; one member for the module, started as
+``tests/etcd`` starts them, skipped with the line that says what to install when there is no
+etcd). Revisions are compared relative to what the backend reported, never as absolute
+numbers; every test keeps its keys under a prefix of its own, and the leases a test granted
+are revoked after it, so nothing of one test changes the store during the next.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator, Iterator
 from typing import Protocol
 
 import pytest
 import trio
 
+from tests.etcd._harness import running_etcd
+from trioha.etcd import EtcdClient, EtcdCluster, open_etcd_client
 from trioha.failover import (
     Cmp,
     Compare,
@@ -55,10 +60,11 @@ class EtcdBackend(Protocol):
 
 
 class MemoryBackend:
-    """The double, on Trio's clock."""
+    """The double, on a virtual clock: ``sleep`` moves it and returns at once."""
 
     def __init__(self) -> None:
-        self.etcd = MemoryEtcd(lambda: int(trio.current_time() * 1000))
+        self.now = 0.0
+        self.etcd = MemoryEtcd(lambda: int(self.now * 1000))
 
     async def request(self, request: Request) -> Response:
         await trio.lowlevel.checkpoint()
@@ -69,17 +75,67 @@ class MemoryBackend:
             found = self.etcd.events(watched, start_revision)
             if len(found) >= count:
                 return found[:count]
-            await trio.sleep(0.05)
+            await self.sleep(0.05)
         raise AssertionError(f"fewer than {count} events on {watched} from {start_revision}")
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        await trio.lowlevel.checkpoint()
+
+
+class RealBackend:
+    """A real etcd member, through trioha's client; the leases a test granted are revoked
+    when it ends."""
+
+    def __init__(self, client: EtcdClient) -> None:
+        self.client = client
+        self.leases: list[int] = []
+
+    async def request(self, request: Request) -> Response:
+        response = await self.client.request(request)
+        if isinstance(response, LeaseGrantResponse):
+            self.leases.append(response.lease)
+        return response
+
+    async def events(self, watched: Range, start_revision: int, count: int) -> list[WatchEvent]:
+        found: list[WatchEvent] = []
+        with trio.fail_after(60):
+            async with self.client.open_watch(watched, start_revision) as watch:
+                async for batch in watch:
+                    found.extend(batch)
+                    if len(found) >= count:
+                        return found[:count]
+        raise AssertionError(f"the watch on {watched} from {start_revision} ended")
 
     async def sleep(self, seconds: float) -> None:
         await trio.sleep(seconds)
 
+    async def revoke_granted(self) -> None:
+        for lease in self.leases:
+            await self.client.request(LeaseRevoke(lease))  # gone already: LEASE_NOT_FOUND
 
-@pytest.fixture(params=["memory"])
-def backend(request: pytest.FixtureRequest, autojump_clock: trio.testing.MockClock) -> EtcdBackend:
-    assert request.param == "memory"
-    return MemoryBackend()
+
+@pytest.fixture(scope="module", params=["memory", "etcd"])
+def contract_etcd(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[EtcdCluster | None]:
+    """None for the double; for "etcd", one real member shared by the module's tests."""
+    if request.param == "memory":
+        yield None
+        return
+    with running_etcd(tmp_path_factory.mktemp("etcd-contract")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+async def backend(contract_etcd: EtcdCluster | None) -> AsyncIterator[EtcdBackend]:
+    if contract_etcd is None:
+        yield MemoryBackend()
+        return
+    async with open_etcd_client(contract_etcd.endpoints) as client:
+        real = RealBackend(client)
+        yield real
+        await real.revoke_granted()
 
 
 @pytest.fixture
