@@ -55,6 +55,7 @@ from trioha.remoting._codec import (
     int_field,
     require_field,
 )
+from trioha.store import NewMessage
 from trioha.store._message import PROPERTY_WAIT_STORE_MSG_OK, HostAddress, string_to_properties
 
 _LEN = struct.Struct(">I")
@@ -115,13 +116,12 @@ async def _serve_store(path: str) -> None:
 
 
 async def _store_connection(broker: Broker, stream: trio.abc.Stream) -> None:
-    log = broker.store.commitlog
     host = HostAddress(*_PEER)
     buf = bytearray()
     while (frame := await _read_frame(stream, buf)) is not None:
         batch: list[tuple[Any, ...]] = marshal.loads(frame)
         records = [
-            log.prepare(
+            NewMessage(
                 topic=topic,
                 body=body,
                 queue_id=queue_id,

@@ -34,7 +34,7 @@ _MODULE_ROOMS = {
 #: What each room may import besides itself: the layering, written once. A room left out of a
 #: list must never appear among that room's imports; ``base`` may be imported by every room.
 ALLOWED: dict[str, frozenset[str]] = {
-    "root": frozenset({"base", "config", "broker"}),  # the public face, resolved lazily
+    "root": frozenset({"base", "config", "store", "broker"}),  # the public face, resolved lazily
     "base": frozenset(),
     "proto": frozenset({"base"}),
     "config": frozenset({"base", "proto"}),  # the protocol's timing defaults, written once

@@ -19,7 +19,8 @@ import trio
 
 from trioha._config import BrokerConfig, BrokerRole
 from trioha._status import PutStatus
-from trioha.broker import Broker, open_broker
+from trioha.broker import Broker, open_broker, producer_properties
+from trioha.store import NewMessage
 
 
 def compare_logs(master: Broker, slave: Broker, chunk: int = 1 << 20) -> int | None:
@@ -90,11 +91,12 @@ async def _demo(args: argparse.Namespace, base: Path) -> int:
                 for i in remaining:
                     t0 = time.perf_counter()
                     result = await master.put(
-                        topic="TriohaDemo",
-                        body=body,
-                        tags=f"T{i % 4}",
-                        keys=f"k{i}",
-                        queue_id=pid % 4,
+                        NewMessage(
+                            "TriohaDemo",
+                            body,
+                            queue_id=pid % 4,
+                            properties=producer_properties(tags=f"T{i % 4}", keys=f"k{i}"),
+                        )
                     )
                     latencies.append(time.perf_counter() - t0)
                     statuses[result.status] += 1

@@ -18,6 +18,7 @@ from trioha.broker._reput import (
 )
 from trioha.broker._schedule import SCHEDULE_TOPIC, deliver_timestamp, parse_delay_levels
 from trioha.remoting._json import loads_lenient
+from trioha.store import NewMessage
 from trioha.store._consumequeue import ConsumeQueueStore, tags_code
 from trioha.store._index import IndexService
 from trioha.store._memory import MemoryCommitLog
@@ -36,10 +37,12 @@ def fill(
 ) -> None:
     for i in range(n):
         log.append(
-            topic=topics[i % len(topics)],
-            body=b"m%04d" % i + b"x" * 100,
-            queue_id=i % queues,
-            properties={"TAGS": "TagA" if i % 2 else "TagB"},
+            NewMessage(
+                topic=topics[i % len(topics)],
+                body=b"m%04d" % i + b"x" * 100,
+                queue_id=i % queues,
+                properties={"TAGS": "TagA" if i % 2 else "TagB"},
+            )
         )
 
 
@@ -176,7 +179,7 @@ async def test_long_poll_wakes_on_arrival(autojump_clock: trio.abc.Clock, tmp_pa
         await trio.sleep(5)
         assert woke_at == []
         fill(log, 1, queues=1)
-        log.append(topic="T", body=b"q1", queue_id=1)
+        log.append(NewMessage(topic="T", body=b"q1", queue_id=1))
         grew.set()
         await trio.sleep(1)
         assert len(woke_at) == 1
@@ -298,13 +301,15 @@ def _varied_log() -> MemoryCommitLog:
         if i % 17 == 0:
             topic = "L" * 200  # V2 magic: a two-byte topic length
         log.append(
-            topic=topic,
-            body=b"b%04d" % i * (1 + i % 30),
-            queue_id=queue_id,
-            properties=props,
-            sysflag=sysflag,
-            born_host=v6 if i % 19 == 0 else None,
-            store_host=v6 if i % 23 == 0 else None,
+            NewMessage(
+                topic=topic,
+                body=b"b%04d" % i * (1 + i % 30),
+                queue_id=queue_id,
+                properties=props,
+                sysflag=sysflag,
+                born_host=v6 if i % 19 == 0 else None,
+                store_host=v6 if i % 23 == 0 else None,
+            )
         )
     return log
 

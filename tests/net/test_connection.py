@@ -26,7 +26,7 @@ from trioha.proto import (
     encode_report,
 )
 from trioha.proto._epochs import entries_of
-from trioha.store import EpochFile, MemoryCommitLog
+from trioha.store import EpochFile, MemoryCommitLog, NewMessage
 from trioha.store._sent import SentOffsets
 
 SEG = 4096
@@ -43,7 +43,7 @@ class _Acks:
 def make_log(messages: int) -> MemoryCommitLog:
     log = MemoryCommitLog(segment_size=SEG)
     for i in range(messages):
-        log.append(topic="FooBar", body=b"x" * 100, queue_id=i % 2)
+        log.append(NewMessage(topic="FooBar", body=b"x" * 100, queue_id=i % 2))
     return log
 
 
@@ -228,7 +228,7 @@ async def test_an_epoch_mode_close_found_by_the_writer_is_named_and_counts_the_h
         await slave_end.send_all(SlaveHandshake().to_bytes() + encode_epoch_report(end))
         await trio.testing.wait_all_tasks_blocked()
         received += await slave_end.receive_some()
-        commitlog.append(topic="FooBar", body=b"y" * 100, queue_id=0)
+        commitlog.append(NewMessage(topic="FooBar", body=b"y" * 100, queue_id=0))
         conn.wakeup.notify()
     assert conn.close_reason == f"no epoch of the master holds offset {end}"
     assert not conn.refused
@@ -260,7 +260,7 @@ async def test_a_long_catch_up_goes_out_in_writes_of_about_a_mebibyte_counted_ex
 ) -> None:
     commitlog = MemoryCommitLog(segment_size=8 << 20)
     for i in range(300):
-        commitlog.append(topic="FooBar", body=bytes([i % 251]) * 10_000, queue_id=0)
+        commitlog.append(NewMessage(topic="FooBar", body=bytes([i % 251]) * 10_000, queue_id=0))
     end = commitlog.max_offset
     frame = HEADER_SIZE + 32 * 1024
     stream, writes = _reported_zero()
@@ -376,7 +376,7 @@ async def test_a_write_that_reaches_the_batch_size_exactly_goes_out_alone(
 ) -> None:
     commitlog = MemoryCommitLog(segment_size=8 << 20)
     while commitlog.max_offset < 2 * WRITE_BATCH + 1000:
-        commitlog.append(topic="FooBar", body=b"z" * 50_000, queue_id=0)
+        commitlog.append(NewMessage(topic="FooBar", body=b"z" * 50_000, queue_id=0))
     stream, writes = _reported_zero()
     conn = HAConnection(
         stream,

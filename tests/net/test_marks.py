@@ -20,7 +20,7 @@ from tests.net.test_connection import inline
 from tests.net.test_service import FakeSlave, config
 from trioha._errors import StorageError
 from trioha.net import HAService, MarkKeeper
-from trioha.store import MemoryCommitLog, SentOffsets
+from trioha.store import MemoryCommitLog, NewMessage, SentOffsets
 from trioha.store._diskspace import SENT_MARK, DiskGuard
 
 SEG = 4096
@@ -46,7 +46,7 @@ class FlakyMarks(SentOffsets):
 def make_log(messages: int) -> MemoryCommitLog:
     log = MemoryCommitLog(segment_size=SEG)
     for i in range(messages):
-        log.append(topic="T", body=b"m%03d" % i)
+        log.append(NewMessage(topic="T", body=b"m%03d" % i))
     return log
 
 

@@ -20,6 +20,7 @@ from trioha.net._service import close_level
 from trioha.remoting._codec import RemotingCommand, encode
 from trioha.remoting._connection import RejectAllRequests
 from trioha.remoting._server import serve_remoting
+from trioha.store import NewMessage
 from trioha.store._memory import MemoryCommitLog
 
 MESSAGE = (
@@ -169,7 +170,7 @@ async def test_a_diverged_slave_is_not_mistaken_for_a_wrong_port(
         assert master.ha_address is not None
         host, port = master.ha_address
         slave_log = MemoryCommitLog(segment_size=1 << 20)
-        slave_log.append(topic="T", body=b"only on the slave")
+        slave_log.append(NewMessage(topic="T", body=b"only on the slave"))
         config = BrokerConfig(
             broker_role=BrokerRole.SLAVE,
             ha_master_address=f"{host}:{port}",
@@ -220,7 +221,7 @@ async def test_a_master_in_the_other_mode_is_named_by_enable_controller_mode(
     caplog.set_level(logging.INFO)
     master = master_config(tmp_path / "m", enable_controller_mode=not slave_epoch_mode)
     async with open_broker(master) as broker, trio.open_nursery() as nursery:
-        await broker.put(topic="T", body=b"x")
+        await broker.put(NewMessage(topic="T", body=b"x"))
         assert broker.ha_address is not None
         host, port = broker.ha_address
         config = BrokerConfig(

@@ -10,6 +10,6 @@ the rooms.
 """
 
 from trioha.broker._broker import Broker, BrokerStatistics, open_broker
-from trioha.broker._types import new_message
+from trioha.broker._types import producer_properties
 
-__all__ = ["Broker", "BrokerStatistics", "new_message", "open_broker"]
+__all__ = ["Broker", "BrokerStatistics", "open_broker", "producer_properties"]

@@ -15,7 +15,7 @@ import collections
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -30,7 +30,6 @@ from trioha._status import PutResult, PutStatus, refusal_status
 from trioha.acl import HASecurity
 from trioha.broker._clientside import ClientSide, serve_client_side
 from trioha.broker._schedule import apply_delay_levels, parse_delay_levels
-from trioha.broker._types import new_message
 from trioha.net import HAClient, HAClientStatistics, HAService, HAServiceStatistics, MarkKeeper
 from trioha.net._client import DIVERGED_FILE
 from trioha.net._divergence import former_master_divergence, open_master_history
@@ -48,7 +47,6 @@ from trioha.store import (
     open_store,
 )
 from trioha.store._diskspace import COMMIT_LOG, COMMIT_LOG_FLUSH, DiskGuard, DiskStatistics
-from trioha.store._message import PreparedMessage
 
 log = logging.getLogger("trioha.broker")
 
@@ -180,43 +178,11 @@ class Broker:
         self._closed = False
 
     # --- the put API ------------------------------------------------------------------------
-    async def put(
-        self,
-        *,
-        topic: str,
-        body: bytes,
-        tags: str | None = None,
-        keys: str | Sequence[str] | None = None,
-        properties: Mapping[str, str] | None = None,
-        queue_id: int = 0,
-        flag: int = 0,
-        sysflag: int = 0,
-        born_timestamp: int | None = None,
-        born_host: tuple[str, int] | None = None,
-        reconsume_times: int = 0,
-    ) -> PutResult:
+    async def put(self, message: NewMessage) -> PutResult:
         """Store one message; returns when the flush and replication policies are satisfied.
 
         Never raises for a refused message: the status says why (see :meth:`put_batch`).
         """
-        try:
-            message = new_message(
-                topic=topic,
-                body=body,
-                tags=tags,
-                keys=keys,
-                properties=properties,
-                queue_id=queue_id,
-                flag=flag,
-                sysflag=sysflag,
-                born_timestamp=born_timestamp,
-                born_host=born_host,
-                reconsume_times=reconsume_times,
-            )
-        except ValueError as exc:  # a born host that is no address
-            log.warning("put refused: %s", exc)
-            self.count_puts(PutStatus.MESSAGE_ILLEGAL, 1, 0.0)
-            return PutResult(PutStatus.MESSAGE_ILLEGAL)
         return await self.put_batch([message])
 
     def count_puts(self, status: PutStatus, messages: int, seconds: float) -> None:
@@ -272,7 +238,7 @@ class Broker:
             msg_id=first.msg_id,
         )
 
-    def append_each(self, messages: Sequence[NewMessage | PreparedMessage]) -> list[PutResult]:
+    def append_each(self, messages: Sequence[NewMessage]) -> list[PutResult]:
         """Append independent messages now, without waiting; one result per message.
 
         What a burst of sends from one read needs: the valid messages are appended in one
@@ -300,7 +266,7 @@ class Broker:
         return await self._wait_policies(start, end)
 
     def _append(
-        self, messages: Sequence[NewMessage | PreparedMessage], *, delivery: bool = False
+        self, messages: Sequence[NewMessage], *, delivery: bool = False
     ) -> list[AppendResult] | PutStatus:
         """Append messages as one batch; the refusal's status when they cannot be stored.
 
@@ -317,7 +283,7 @@ class Broker:
             if not delivery:
                 messages = apply_delay_levels(messages, self._max_delay_level)
             results = self.store.commitlog.append_batch(messages)
-        except (StorageError, ValueError) as exc:  # ValueError: a topic that is no UTF-8
+        except (StorageError, ValueError) as exc:  # ValueError: no UTF-8 topic, no host address
             status = refusal_status(exc)
             if isinstance(exc.__cause__, OSError):  # the disk, not the request
                 self.disk.failed(COMMIT_LOG, exc)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
 import trio
@@ -30,7 +30,7 @@ from trioha._errors import ConfigError
 from trioha._status import PutStatus
 from trioha.broker._metadata import SCHEDULE_TOPIC as SCHEDULE_TOPIC  # noqa: PLC0414 - kept importable from here
 from trioha.broker._metadata import DelayOffsets
-from trioha.broker._types import BrokerLike, new_message
+from trioha.broker._types import BrokerLike
 from trioha.store._consumequeue import java_string_hash
 from trioha.store._contract import NewMessage
 from trioha.store._message import (
@@ -38,7 +38,6 @@ from trioha.store._message import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     DecodedMessage,
-    PreparedMessage,
     decode_record,
 )
 
@@ -46,8 +45,6 @@ if TYPE_CHECKING:
     from trioha.broker._reput import ReputService
 
 log = logging.getLogger("trioha.broker.schedule")
-
-M = TypeVar("M", NewMessage, NewMessage | PreparedMessage)
 
 #: ``TopicValidator.RMQ_SYS_TRANS_HALF_TOPIC``: never delivered from a delay level.
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
@@ -151,25 +148,16 @@ def java_hashmap_order(items: Sequence[tuple[str, str]]) -> list[tuple[str, str]
     return [items[i] for _bucket, i in ranked]
 
 
-def apply_delay_levels(messages: Sequence[M], max_level: int) -> Sequence[M]:
+def apply_delay_levels(messages: Sequence[NewMessage], max_level: int) -> Sequence[NewMessage]:
     """:func:`schedule_rewrite` over a put's messages (those without ``DELAY`` unchanged);
-    a rewritten message's properties take the order RocketMQ's re-serialisation gives.
-
-    Messages already encoded (:class:`~trioha.store._message.PreparedMessage`, the send
-    path's undelayed ones) pass unchanged.
-    """
-    if not any(
-        key == PROPERTY_DELAY_TIME_LEVEL
-        for m in messages
-        if isinstance(m, NewMessage)
-        for key, _ in m.properties
-    ):
-        return messages
-    out: list[M] = []
+    a rewritten message's properties take the order RocketMQ's re-serialisation gives."""
     for message in messages:
-        if not isinstance(message, NewMessage):
-            out.append(message)
-            continue
+        if message.get_property(PROPERTY_DELAY_TIME_LEVEL) is not None:
+            break
+    else:
+        return messages
+    out: list[NewMessage] = []
+    for message in messages:
         props = dict(message.properties)
         topic, queue_id = schedule_rewrite(
             message.topic, message.queue_id, message.sysflag, props, max_level=max_level
@@ -309,15 +297,14 @@ class ScheduleMessageService:
             queue_id = int(props.get(PROPERTY_REAL_QUEUE_ID, "0"))
         except ValueError:
             queue_id = 0
-        born_host = message.born_host
-        return new_message(
+        return NewMessage(
             topic=topic,
             queue_id=queue_id,
             body=message.body,
             flag=message.flag,
             sysflag=message.sysflag,
-            born_timestamp=message.born_timestamp,
-            born_host=(born_host.host, born_host.port) if born_host is not None else None,
+            born_timestamp=message.born_timestamp or None,  # 0: now, as a producer's would be
+            born_host=message.born_host,
             reconsume_times=message.reconsume_times,
             properties=props,
         )

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 
 import attrs
 
-from trioha._errors import StorageError
 from trioha._status import PutResult, PutStatus
 from trioha.broker._batch import BatchError, decode_batch
 from trioha.broker._context import (
@@ -22,7 +21,6 @@ from trioha.broker._context import (
 )
 from trioha.broker._metadata import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, TopicConfig
 from trioha.broker._schedule import is_delayed
-from trioha.broker._types import new_message
 from trioha.remoting._codec import (
     HeaderError,
     RemotingCommand,
@@ -45,7 +43,6 @@ from trioha.store._message import (
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_WAIT_STORE_MSG_OK,
-    PreparedMessage,
     string_to_properties,
 )
 
@@ -278,39 +275,22 @@ class SendMessageProcessor:
         checked: _Checked, body: bytes, flag: int, properties: dict[str, str]
     ) -> NewMessage:
         header = checked.header
-        return new_message(
+        return NewMessage(
             topic=checked.target,
+            body=body,
             queue_id=checked.queue_id,
+            flag=flag,
+            properties=properties,
             sysflag=int_field(header, "sysFlag", 0),
             born_timestamp=int_field(header, "bornTimestamp", 0) or None,
             born_host=checked.born_host,
             reconsume_times=checked.reconsume_times,
-            body=body,
-            flag=flag,
-            properties=properties,
         )
 
-    def _record(self, checked: _Checked, request: RemotingCommand) -> NewMessage | PreparedMessage:
-        """A plain send's record, encoded here for the log (no :class:`NewMessage` between,
-        the properties joined once); a delayed one, or one the log would refuse, as a
-        :class:`NewMessage`, which the put path rewrites or refuses with its status."""
-        header = checked.header
-        flag = int_field(header, "flag", 0)
-        if not checked.has_delay:
-            try:
-                return self.ctx.broker.store.commitlog.prepare(
-                    topic=checked.target,
-                    body=request.body,
-                    queue_id=checked.queue_id,
-                    flag=flag,
-                    sysflag=int_field(header, "sysFlag", 0),
-                    born_timestamp=int_field(header, "bornTimestamp", 0) or int(time.time() * 1000),
-                    born_host=checked.born_host,
-                    reconsume_times=checked.reconsume_times,
-                    properties=checked.properties,
-                )
-            except (StorageError, ValueError):
-                pass  # refused below, by the put path, with the status it gives
+    def _record(self, checked: _Checked, request: RemotingCommand) -> NewMessage:
+        """A plain send's record; the put path rewrites a delayed one, or refuses one the
+        log would not take, with its status."""
+        flag = int_field(checked.header, "flag", 0)
         return self._new_message(checked, request.body, flag, checked.properties)
 
     async def send_message(
@@ -339,7 +319,7 @@ class SendMessageProcessor:
         taken: list[RemotingCommand] = []
         answers: list[RemotingCommand | int] = []  # a response, or an index into records
         queues: list[int] = []
-        records: list[NewMessage | PreparedMessage] = []
+        records: list[NewMessage] = []
         for request in requests:
             if request.code not in _PLAIN_SENDS:
                 continue
@@ -536,15 +516,17 @@ class SendMessageProcessor:
             props[PROPERTY_ORIGIN_MESSAGE_ID] = message.msg_id
         props[PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)  # setDelayTimeLevel
         result = await self.ctx.broker.put(
-            topic=topic,
-            body=message.body,
-            properties=props,
-            queue_id=random.randrange(config.write_queue_nums),
-            flag=message.flag,
-            sysflag=message.sysflag,
-            born_timestamp=message.born_timestamp,
-            born_host=peer_address(connection),
-            reconsume_times=reconsume_times + 1,
+            NewMessage(
+                topic=topic,
+                body=message.body,
+                queue_id=random.randrange(config.write_queue_nums),
+                flag=message.flag,
+                properties=props,
+                sysflag=message.sysflag,
+                born_timestamp=message.born_timestamp or None,
+                born_host=peer_address(connection),
+                reconsume_times=reconsume_times + 1,
+            )
         )
         if result.status.is_stored:
             return request.response(ResponseCode.SUCCESS)

@@ -272,8 +272,10 @@ def default_producer(log: ReplicaLog, body: bytes, now: float) -> tuple[int, int
     append = getattr(log, "append", None)
     if append is None:
         raise TypeError(f"{log!r} has no append(); pass a producer to ProtocolPair")
+    from trioha.store import NewMessage  # the store only when a real log is in use
+
     stamp = int(now * 1000)
-    result = append(topic="TopicTest", body=body, born_timestamp=stamp, store_timestamp=stamp)
+    result = append(NewMessage("TopicTest", body, born_timestamp=stamp, store_timestamp=stamp))
     return int(result.physical_offset), int(result.end_offset)
 
 
