@@ -125,7 +125,6 @@ async def run(
             side = broker.client_side
             assert side is not None
             handler = side.guard or side.processor  # what the broker port serves
-            take_burst = getattr(handler, "take_burst", None)  # as RemotingConnection finds it
             peer = _Peer()
             decoder = FrameDecoder()
 
@@ -137,7 +136,7 @@ async def run(
             async def one(k: int) -> int:
                 decoder.receive_data(frames[k % len(frames)])
                 requests = list(decoder.commands())
-                taken = take_burst(requests, peer) if take_burst is not None else None
+                taken = handler.take_burst(requests, peer)  # type: ignore[arg-type]
                 out: list[bytes] = []
                 if taken is not None:
                     responses = await taken.finish()

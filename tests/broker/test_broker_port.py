@@ -19,7 +19,7 @@ from trioha.broker._clientside import ClientSide, serve_client_side
 from trioha.remoting._client import RemotingClientPool, open_client_pool, open_remoting_client
 from trioha.remoting._codec import RemotingCommand
 from trioha.remoting._codes import RequestCode, ResponseCode
-from trioha.remoting._connection import RemotingConnection
+from trioha.remoting._connection import NoBursts, RemotingConnection
 from trioha.remoting._json import loads_lenient
 from trioha.remoting._mqclient import (
     get_route,
@@ -230,7 +230,7 @@ async def test_consumer_offsets_query_update_and_file(tmp_path: Path) -> None:
     assert saved == {"offsetTable": {"T@G": {"0": 1}}}
 
 
-class Recorder:
+class Recorder(NoBursts):
     def __init__(self) -> None:
         self.requests: list[RemotingCommand] = []
         self.arrived = trio.Event()

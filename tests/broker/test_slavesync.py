@@ -15,7 +15,7 @@ from trioha.broker._slavesync import SlaveSynchronize
 from trioha.remoting._client import open_client_pool
 from trioha.remoting._codec import RemotingCommand
 from trioha.remoting._codes import RequestCode, ResponseCode
-from trioha.remoting._connection import RemotingConnection
+from trioha.remoting._connection import NoBursts, RemotingConnection
 from trioha.remoting._mqclient import send_message, update_consumer_offset
 from trioha.remoting._server import serve_remoting
 
@@ -35,7 +35,7 @@ JAVA_GROUPS = (
 )
 
 
-class JavaMaster:
+class JavaMaster(NoBursts):
     """Answers the four sync requests the way a Java master's AdminBrokerProcessor does."""
 
     def __init__(self, fail: int | None = None) -> None:

@@ -19,7 +19,8 @@ RocketMQ's response codes and remarks, because clients branch on them:
 
 Where trioha differs, the handler says so: a slave refuses sends before any topic is
 auto-created (its tables come from its master). :class:`VipChannelProcessor` serves the VIP
-channel (``listen_port - 2``) with the same processors minus pulls, as RocketMQ registers them.
+channel (``listen_port - 2``) with the same processors minus pulls, as RocketMQ registers them,
+and takes a read's sends together as the broker port does.
 """
 
 from __future__ import annotations
@@ -221,3 +222,9 @@ class VipChannelProcessor:
                 f" request type {request.code} not supported",
             )
         return await self.processor.handle_request(request, connection)
+
+    def take_burst(
+        self, requests: Sequence[RemotingCommand], connection: RemotingConnection
+    ) -> Burst | None:
+        """The sends of one read, answered together, as on the broker port."""
+        return self.processor.take_burst(requests, connection)

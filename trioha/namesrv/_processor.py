@@ -23,7 +23,7 @@ from trioha.namesrv._routes import (
     SCAN_INTERVAL,
     RouteInfoManager,
 )
-from trioha.remoting import ServerLimits, serve_remoting
+from trioha.remoting import NoBursts, ServerLimits, serve_remoting
 from trioha.remoting._codec import RemotingCommand
 from trioha.remoting._codes import RequestCode, ResponseCode
 from trioha.remoting._connection import RemotingConnection, RequestHandler
@@ -41,8 +41,8 @@ log = logging.getLogger("trioha.namesrv")
 CONFIG_PATH_KEYS = frozenset({"kvConfigPath", "configStorePath"})
 
 
-class NamesrvProcessor:
-    """``DefaultRequestProcessor``: the name server's request codes.
+class NamesrvProcessor(NoBursts):
+    """``DefaultRequestProcessor``: the name server's request codes, each answered on its own.
 
     *settings* gives the ``key -> value`` properties GET_NAMESRV_CONFIG answers
     (``Configuration.getAllConfigsFormatString``); when None, :func:`serve_namesrv` fills in

@@ -23,7 +23,13 @@ from trioha.remoting._codec import (
     encode,
 )
 from trioha.remoting._codes import RequestCode, ResponseCode
-from trioha.remoting._connection import NO_RESPONSE, RemotingConnection, RequestHandler
+from trioha.remoting._connection import (
+    NO_RESPONSE,
+    Burst,
+    NoBursts,
+    RemotingConnection,
+    RequestHandler,
+)
 from trioha.remoting._dataversion import DataVersion
 from trioha.remoting._limits import ConnectionReserve, FrameDeadline, ServerLimits
 from trioha.remoting._server import ConnectionCounters, serve_remoting
@@ -31,12 +37,14 @@ from trioha.remoting._server import ConnectionCounters, serve_remoting
 __all__ = [
     "MAX_FRAME_LENGTH",
     "NO_RESPONSE",
+    "Burst",
     "ConnectionCounters",
     "ConnectionReserve",
     "DataVersion",
     "FrameDeadline",
     "FrameDecoder",
     "HeaderError",
+    "NoBursts",
     "RemotingClientPool",
     "RemotingCommand",
     "RemotingConnection",
