@@ -64,18 +64,20 @@ class FakeBroker:
             msg_id=results[0].msg_id,
         )
 
-    def append_each(self, messages: Sequence[NewMessage]) -> list[PutResult]:
+    def append_each(self, puts: Sequence[Sequence[NewMessage]]) -> list[PutResult]:
         if not self.config.broker_role.is_master:
-            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE) for _ in messages]
+            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE) for _ in puts]
         out = []
-        for m in apply_delay_levels(messages, DEFAULT_MAX_DELAY_LEVEL):
+        for put in puts:
             try:
-                (r,) = self.store.commitlog.append_batch([m])
+                r = self.store.commitlog.append_batch(
+                    apply_delay_levels(put, DEFAULT_MAX_DELAY_LEVEL)
+                )
             except (MessageTooLargeError, ValueError):
                 out.append(PutResult(PutStatus.MESSAGE_ILLEGAL))
                 continue
-            self.puts += 1
-            stored = (r.physical_offset, r.end_offset, r.queue_offset, r.msg_id)
+            self.puts += len(r)
+            stored = (r[0].physical_offset, r[-1].end_offset, r[0].queue_offset, r[0].msg_id)
             out.append(PutResult(PutStatus.PUT_OK, *stored))
         self._notify()
         return out

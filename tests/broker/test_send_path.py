@@ -1,4 +1,4 @@
-"""A read's sends taken together on every channel, with or without ACL."""
+"""One send path: a read's sends taken together on every channel, and counted in one place."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
-from tests.broker.test_broker_port import FULL_V2, broker_port
+from tests.broker.test_broker_port import FULL_V1, FULL_V2, broker_port
+from trioha._status import PutStatus
 from trioha.acl import RequestSigner
+from trioha.broker._batch import BatchItem, encode_batch
 from trioha.broker._clientside import ClientSide
 from trioha.remoting import (
     Burst,
@@ -22,6 +25,7 @@ from trioha.remoting import (
     ResponseCode,
     encode,
 )
+from trioha.remoting._json import loads_lenient
 
 ACL = """
 accounts:
@@ -59,11 +63,68 @@ def _code(response: RemotingCommand | bytes | None) -> int:
 
 
 def _next_minute(side: ClientSide) -> None:
-    """Move the runtime info's clock on a minute: ``putMessageDistributeTime`` reports the
-    previous minute's puts."""
+    """Move the runtime info's wall clock on a minute: ``putMessageDistributeTime`` reports
+    the previous minute's puts."""
     stats = side.processor.ctx.stats
     later = int(time.time() * 1000) + 60_000
     stats.wall_ms = lambda: later
+
+
+async def _runtime_info(side: ClientSide) -> dict[str, str]:
+    """GET_BROKER_RUNTIME_INFO as the broker port answers it."""
+    request = RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)
+    response = await side.processor.handle_request(request, _Peer())  # type: ignore[arg-type]
+    assert response is not None and response.code == ResponseCode.SUCCESS
+    return {str(k): str(v) for k, v in loads_lenient(response.body)["table"].items()}
+
+
+async def test_sends_alone_in_a_read_and_in_a_batch_all_count_in_the_runtime_info(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with broker_port(tmp_path) as (broker, side, _pool):
+        wait_stored = broker.wait_stored
+
+        async def slow_flush(start: int, end: int) -> PutStatus:
+            await trio.sleep(0.3)  # the Trio clock's 300 ms: every answer waits for it
+            return await wait_stored(start, end)
+
+        broker.wait_stored = slow_flush  # type: ignore[method-assign]
+        processor = side.processor
+        peer = _Peer()
+        read = [
+            RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, FULL_V2, b"a"),
+            RemotingCommand.request(RequestCode.SEND_MESSAGE, FULL_V1, b"b"),
+            RemotingCommand.request(
+                RequestCode.SEND_BATCH_MESSAGE,
+                FULL_V2,
+                encode_batch([BatchItem(0, b"c1", ""), BatchItem(0, b"c2", "")]),
+            ),
+            RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"b": "T"}, b"refused"),
+        ]
+        burst = processor.take_burst(read, peer)  # type: ignore[arg-type]
+        assert burst is not None and list(burst.requests) == read
+        responses = await burst.finish()
+        alone = await processor.handle_request(
+            RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, FULL_V2, b"d"),
+            peer,  # type: ignore[arg-type]
+        )
+        assert alone is not None and alone.code == ResponseCode.SUCCESS
+        codes = [_code(r) for r in responses]
+        assert codes == [ResponseCode.SUCCESS] * 3 + [ResponseCode.SYSTEM_ERROR]
+        assert broker.puts == 5  # two sends, a batch of two, one send alone
+        _next_minute(side)
+        info = await _runtime_info(side)
+        # Five send requests answered after the 300 ms wait: the read's four (one refused
+        # before the store) and the one handed over alone.
+        assert _distribute(info)["200~500ms"] == 5
+        assert sum(_distribute(info).values()) == 5
+        assert info["putMessageEntireTimeMax"] == "300"
+        assert info["putMessageFailedTimes"] == "1"
+        assert side.processor.served["SEND_MESSAGE_V2.0"] == 2
+        assert side.processor.served["SEND_MESSAGE_V2.1"] == 1
+        assert side.processor.served["SEND_MESSAGE.0"] == 1
+        assert side.processor.served["SEND_BATCH_MESSAGE.0"] == 1
+        assert broker.answered == {"PUT_OK": 5}
 
 
 async def _send_in_one_write(address: str, requests: Sequence[RemotingCommand]) -> list[int]:

@@ -109,14 +109,15 @@ class _GroupFlusher:
                 self.waiters.release(flushed)
 
 
-def _appended(result: AppendResult) -> PutResult:
-    """A stored message's result before the flush and replication policies are waited for."""
+def _appended(first: AppendResult, last: AppendResult) -> PutResult:
+    """A stored put's result (its first and last record) before the flush and replication
+    policies are waited for."""
     return PutResult(
         PutStatus.PUT_OK,
-        offset=result.physical_offset,
-        end_offset=result.end_offset,
-        queue_offset=result.queue_offset,
-        msg_id=result.msg_id,
+        first.physical_offset,
+        last.physical_offset + last.size,
+        first.queue_offset,
+        first.msg_id,
     )
 
 
@@ -238,26 +239,43 @@ class Broker:
             msg_id=first.msg_id,
         )
 
-    def append_each(self, messages: Sequence[NewMessage]) -> list[PutResult]:
-        """Append independent messages now, without waiting; one result per message.
+    def append_each(self, puts: Sequence[Sequence[NewMessage]]) -> list[PutResult]:
+        """Append independent puts now, without waiting; one result per put.
 
-        What a burst of sends from one read needs: the valid messages are appended in one
-        write (a refused one is appended alone to find it), and the log's growth is announced
-        once. A stored message's result says PUT_OK and where it is; the flush and
-        replication policies are still to be waited for, once, with :meth:`wait_stored` up
-        to the last one's ``end_offset``. A refused message's result carries its status.
+        What the sends of one read need: each put is one message, or a batch's messages as
+        consecutive records of one segment. Every valid put is appended in one write (when
+        one of them is refused, each is appended alone to find it), and the log's growth is
+        announced once. A stored put's result says PUT_OK and where it is (its first
+        record's offset, queue offset and message id, its last record's end); the flush and
+        replication policies are still to be waited for, once, with :meth:`wait_stored` up to
+        the last one's ``end_offset``. A refused put's result carries its status.
         """
         if self._closed or not self.role.is_master:
-            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE) for _ in messages]
-        together = self._append(messages) if len(messages) > 1 else None
+            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE) for _ in puts]
+        together: list[AppendResult] | PutStatus | None = None
+        if len(puts) > 1:
+            together = self._append([message for put in puts for message in put])
+        out: list[PutResult] = []
         if isinstance(together, list):
-            out = [_appended(r) for r in together]
+            if len(together) == len(puts):  # a message each: the usual read of sends
+                out = [_appended(result, result) for result in together]
+            else:
+                i = 0
+                for put in puts:
+                    n = len(put)
+                    out.append(_appended(together[i], together[i + n - 1]))
+                    i += n
+            grew = True
         else:
-            out = []
-            for message in messages:
-                one = self._append([message])
-                out.append(PutResult(one) if isinstance(one, PutStatus) else _appended(one[0]))
-        if any(result.offset >= 0 for result in out):
+            grew = False
+            for put in puts:
+                alone = self._append(put)
+                if isinstance(alone, PutStatus):
+                    out.append(PutResult(alone))
+                else:
+                    out.append(_appended(alone[0], alone[-1]))
+                    grew = True
+        if grew:
             self._on_log_grew()
         return out
 

@@ -81,8 +81,9 @@ class BrokerLike(Protocol):
     ) -> PutResult:
         """Store messages; ``delivery``: a delayed message's delivery (see ``Broker``)."""
 
-    def append_each(self, messages: Sequence[NewMessage]) -> list[PutResult]:
-        """Append independent messages without waiting; one result per message."""
+    def append_each(self, puts: Sequence[Sequence[NewMessage]]) -> list[PutResult]:
+        """Append independent puts (a message, or a batch's messages) without waiting; one
+        result per put."""
 
     async def wait_stored(self, start: int, end: int) -> PutStatus:
         """Wait for the flush and replication policies to cover ``[start, end)``."""

@@ -21,6 +21,7 @@ from trioha.remoting._codec import (
     SerializeType,
     decode_frame,
     encode,
+    int_field,
 )
 from trioha.remoting._codes import RequestCode, ResponseCode
 from trioha.remoting._connection import (
@@ -55,6 +56,7 @@ __all__ = [
     "ServerLimits",
     "decode_frame",
     "encode",
+    "int_field",
     "open_client_pool",
     "open_remoting_client",
     "serve_remoting",

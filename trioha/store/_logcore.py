@@ -171,8 +171,16 @@ class LogCore(abc.ABC, Generic[S]):
         refuses (``MessageIllegalError``, ``BodyTooLargeError``, ``TopicTooLongError``,
         ``PropertiesTooLargeError``; ValueError for a host that is no address).
         """
-        store_host = self.store_host if message.store_host is None else to_host(message.store_host)
+        store_host = message.store_host
+        if store_host is None:
+            store_host = self.store_host
+        elif not isinstance(store_host, HostAddress):
+            store_host = to_host(store_host)
         born_host = message.born_host
+        if born_host is None:
+            born_host = store_host
+        elif not isinstance(born_host, HostAddress):
+            born_host = to_host(born_host)
         return PreparedMessage(
             topic=message.topic,
             body=message.body,
@@ -180,7 +188,7 @@ class LogCore(abc.ABC, Generic[S]):
             flag=message.flag,
             sysflag=message.sysflag,
             born_timestamp=now if message.born_timestamp is None else message.born_timestamp,
-            born_host=store_host if born_host is None else to_host(born_host),
+            born_host=born_host,
             store_host=store_host,
             reconsume_times=message.reconsume_times,
             prepared_transaction_offset=message.prepared_transaction_offset,
