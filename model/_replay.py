@@ -26,6 +26,7 @@ from __future__ import annotations
 import random
 import struct
 from collections.abc import Sequence
+from typing import assert_never
 
 import attrs
 
@@ -56,13 +57,17 @@ from trioha.proto import (
     MasterConnection,
     MasterPhase,
     Quorum,
+    RecordEpoch,
     SendHeartbeat,
+    SendMasterHandshake,
     SendReport,
+    SendSlaveHandshake,
     SendTransfer,
     SlaveAction,
     SlaveConnection,
     SlaveState,
     Timing,
+    Truncate,
     Vouch,
     encode_report,
     frame_header,
@@ -252,13 +257,18 @@ class _Harness:
         for action in actions:
             if w not in self.wires:
                 return
-            if isinstance(action, SendTransfer | SendHeartbeat):
-                self.write_frame(w, action)
-            elif isinstance(action, AckAdvanced):
-                self.on_ack()
-            elif isinstance(action, Close):
-                self.closes.append(action.reason)
-                self.master_close(w)
+            match action:
+                case SendTransfer() | SendHeartbeat():
+                    self.write_frame(w, action)
+                case AckAdvanced():
+                    self.on_ack()
+                case Close():
+                    self.closes.append(action.reason)
+                    self.master_close(w)
+                case SendMasterHandshake():
+                    raise AssertionError(f"a classic-mode replay got {action!r}")
+                case _:
+                    assert_never(action)
 
     def write_frame(self, w: _Wire, action: SendTransfer | SendHeartbeat) -> None:
         size = action.size if isinstance(action, SendTransfer) else 0
@@ -305,20 +315,25 @@ class _Harness:
     # --- the slave side (what trioha.net.HAClient does) ---------------------------------------
     def slave_actions(self, w: _Wire, actions: Sequence[SlaveAction]) -> None:
         for action in actions:
-            if isinstance(action, SendReport):
-                self.violations.extend(check_report(self._project_wire(w), action.offset))
-                w.up.append(encode_report(action.offset))
-                w.last_report = action.offset
-                assert self.sc is not None
-                self.sc.report_written(now=self.now)
-            elif isinstance(action, Append):
-                self.append(action)
-            elif isinstance(action, Close):
-                self.closes.append(action.reason)
-                if "pushed offset" in action.reason:
-                    self.violations.append(("NoFrameRejected", f"slave: {action.reason}"))
-                self.slave_close(w)
-                return
+            match action:
+                case SendReport():
+                    self.violations.extend(check_report(self._project_wire(w), action.offset))
+                    w.up.append(encode_report(action.offset))
+                    w.last_report = action.offset
+                    assert self.sc is not None
+                    self.sc.report_written(now=self.now)
+                case Append():
+                    self.append(action)
+                case Close():
+                    self.closes.append(action.reason)
+                    if "pushed offset" in action.reason:
+                        self.violations.append(("NoFrameRejected", f"slave: {action.reason}"))
+                    self.slave_close(w)
+                    return
+                case SendSlaveHandshake() | Truncate() | RecordEpoch():
+                    raise AssertionError(f"a classic-mode replay got {action!r}")
+                case _:
+                    assert_never(action)
 
     def append(self, action: Append) -> None:
         if self.sstore is not None:

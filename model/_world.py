@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import TypeVar, assert_never
 
 import attrs
 
@@ -695,33 +695,36 @@ class _Tx:
         for action in actions:
             if self.conns[i] is None:
                 return
-            if isinstance(action, SendMasterHandshake):
-                conn = self.conn(i)
-                hello = Hello(action.max_offset, action.epochs)
-                self.conns[i] = conn.but(down=(*conn.down, hello))
-            elif isinstance(action, SendTransfer | SendHeartbeat):
-                self.master_wrote(i, action)
-            elif isinstance(action, AckAdvanced):
-                self.release_waiters()
-            elif isinstance(action, Close):
-                tag = _reason_tag(action.reason)
-                self.marks.add("master_closed:" + tag)
-                self.refused(i, action)
-                conn = self.conn(i)
-                if (
-                    tag in ("ack_beyond_sent", "report_backwards")
-                    and conn.attached
-                    and self.budget.bogus == self.cfg.faults.bogus
-                ):
-                    self.violations.append(
-                        (
-                            "HonestReportsAccepted",
-                            f"master c{i} refused its slave's own report: {action.reason}",
+            match action:
+                case SendMasterHandshake():
+                    conn = self.conn(i)
+                    hello = Hello(action.max_offset, action.epochs)
+                    self.conns[i] = conn.but(down=(*conn.down, hello))
+                case SendTransfer() | SendHeartbeat():
+                    self.master_wrote(i, action)
+                case AckAdvanced():
+                    self.release_waiters()
+                case Close():
+                    tag = _reason_tag(action.reason)
+                    self.marks.add("master_closed:" + tag)
+                    self.refused(i, action)
+                    conn = self.conn(i)
+                    if (
+                        tag in ("ack_beyond_sent", "report_backwards")
+                        and conn.attached
+                        and self.budget.bogus == self.cfg.faults.bogus
+                    ):
+                        self.violations.append(
+                            (
+                                "HonestReportsAccepted",
+                                f"master c{i} refused its slave's own report: {action.reason}",
+                            )
                         )
-                    )
-                if conn.attached:
-                    self.healthy_close(i, f"master closed it: {action.reason}")
-                self.master_close(i)
+                    if conn.attached:
+                        self.healthy_close(i, f"master closed it: {action.reason}")
+                    self.master_close(i)
+                case _:
+                    assert_never(action)
 
     def master_wrote(self, i: int, action: SendTransfer | SendHeartbeat) -> None:
         """The IO layer writes the whole frame, then tells the core (``FrameWritten``)."""
@@ -813,29 +816,34 @@ class _Tx:
         self, i: int, actions: tuple[SlaveAction, ...], body: tuple[int, ...] = ()
     ) -> None:
         for action in actions:
-            if isinstance(action, SendReport):
-                conn = self.conn(i)
-                self.violations.extend(check_report(conn, action.offset))
-                self.conns[i] = conn.but(up=(*conn.up, action.offset), last_report=action.offset)
-            elif isinstance(action, SendSlaveHandshake):
-                conn = self.conn(i)
-                self.conns[i] = conn.but(up=(*conn.up, HANDSHAKE))
-            elif isinstance(action, Truncate):
-                self.truncate_slave(action.offset)
-            elif isinstance(action, RecordEpoch):
-                self.sepochs = self.sepochs.append(action.epoch, action.start_offset)
-            elif isinstance(action, Append):
-                self.append(action, body)
-            elif isinstance(action, Close):
-                tag = _reason_tag(action.reason)
-                self.marks.add("slave_closed:" + tag)
-                if action.diverged_at is not None:
-                    self.marks.add("slave_diverged")
-                if tag == "offset_mismatch":
-                    self.violations.append(("NoFrameRejected", f"slave: {action.reason}"))
-                self.healthy_close(i, f"the slave closed it: {action.reason}")
-                self.slave_close(i)
-                return
+            match action:
+                case SendReport():
+                    conn = self.conn(i)
+                    self.violations.extend(check_report(conn, action.offset))
+                    self.conns[i] = conn.but(
+                        up=(*conn.up, action.offset), last_report=action.offset
+                    )
+                case SendSlaveHandshake():
+                    conn = self.conn(i)
+                    self.conns[i] = conn.but(up=(*conn.up, HANDSHAKE))
+                case Truncate():
+                    self.truncate_slave(action.offset)
+                case RecordEpoch():
+                    self.sepochs = self.sepochs.append(action.epoch, action.start_offset)
+                case Append():
+                    self.append(action, body)
+                case Close():
+                    tag = _reason_tag(action.reason)
+                    self.marks.add("slave_closed:" + tag)
+                    if action.diverged_at is not None:
+                        self.marks.add("slave_diverged")
+                    if tag == "offset_mismatch":
+                        self.violations.append(("NoFrameRejected", f"slave: {action.reason}"))
+                    self.healthy_close(i, f"the slave closed it: {action.reason}")
+                    self.slave_close(i)
+                    return
+                case _:
+                    assert_never(action)
 
     def append(self, action: Append, body: tuple[int, ...]) -> None:
         """The slave's store appends a body (``appendToCommitLog``); only at the log's end."""

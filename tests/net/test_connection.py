@@ -1,5 +1,5 @@
 """One master-side connection (``HAConnection``) over memory streams: why it closed, in the
-words the service logs and counts (``close_category``), and what a refused slave is told."""
+words the service logs and the kind it counts (``CloseKind``), and what a refused slave is told."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import trio
 import trio.testing
 
 from trioha.net._connection import WRITE_BATCH, HAConnection
-from trioha.net._service import close_category, close_level
 from trioha.proto import (
     EPOCH_TRANSFER_HEADER_SIZE,
     HEADER_SIZE,
+    CloseKind,
     EpochTransferHeader,
     MasterOptions,
     SlaveHandshake,
@@ -96,7 +96,7 @@ async def test_a_slave_hanging_up_is_named_as_routine(autojump_clock: trio.abc.C
         await trio.testing.wait_all_tasks_blocked()
         await slave_end.aclose()
     assert conn.close_reason == "slave closed the connection"
-    assert close_category(conn.close_reason) == "peer_closed"
+    assert conn.close_kind is CloseKind.PEER_CLOSED
 
 
 async def test_a_silent_slave_is_dropped_at_the_configured_interval_and_says_so(
@@ -108,8 +108,8 @@ async def test_a_silent_slave_is_dropped_at_the_configured_interval_and_says_so(
     await conn.run()
     assert trio.current_time() - start == pytest.approx(7.5)
     assert conn.close_reason == "nothing read from the slave for 7.5 s (housekeeping)"
-    assert close_category(conn.close_reason) == "timeout"
-    assert close_level(conn.close_reason) == logging.INFO
+    assert conn.close_kind is CloseKind.TIMEOUT
+    assert conn.close_kind.level == logging.INFO
 
 
 async def test_a_protocol_close_keeps_the_cores_reason_and_refuses_nobody(
@@ -127,6 +127,7 @@ async def test_a_protocol_close_keeps_the_cores_reason_and_refuses_nobody(
         f"{end}); the ack is not trusted (RocketMQ #3015)"
     )
     assert not conn.refused  # an untrusted ack is not a diverged history
+    assert conn.close_kind is CloseKind.PROTOCOL_ERROR
     await conn.stream.aclose()  # as HAService does once run() returns
     assert await slave_end.receive_some() == b""  # nothing was written before the close
 
@@ -141,6 +142,7 @@ async def test_a_refused_slave_is_told_where_the_master_ends_and_the_operator_wh
         await slave_end.send_all(encode_report(end + 100))
     reason = beyond_the_end(end + 100, end)
     assert conn.refused and conn.close_reason == reason
+    assert conn.close_kind is CloseKind.DIVERGED and conn.close_kind.level == logging.WARNING
     # The refusal: a heartbeat header at the master's end, which the slave's offset check
     # rejects (HAClient.dispatchReadRequest), and nothing more.
     data = await slave_end.receive_some()
@@ -196,7 +198,7 @@ async def test_a_broken_transport_is_named_and_counted_as_broken(
     conn = connection(stream, make_log(1))
     await conn.run()
     assert conn.close_reason == f"connection broken while reading: {said}"
-    assert close_category(conn.close_reason) == "broken"
+    assert conn.close_kind is CloseKind.BROKEN
 
 
 async def test_a_transport_broken_under_a_write_is_named(autojump_clock: trio.abc.Clock) -> None:
@@ -209,7 +211,7 @@ async def test_a_transport_broken_under_a_write_is_named(autojump_clock: trio.ab
     conn = connection(stream, make_log(1))
     await conn.run()
     assert conn.close_reason == "connection broken while writing: BrokenResourceError"
-    assert close_category(conn.close_reason) == "broken"
+    assert conn.close_kind is CloseKind.BROKEN
 
 
 async def test_an_epoch_mode_close_found_by_the_writer_is_named_and_counts_the_handshake(
@@ -231,6 +233,7 @@ async def test_an_epoch_mode_close_found_by_the_writer_is_named_and_counts_the_h
         commitlog.append(NewMessage(topic="FooBar", body=b"y" * 100, queue_id=0))
         conn.wakeup.notify()
     assert conn.close_reason == f"no epoch of the master holds offset {end}"
+    assert conn.close_kind is CloseKind.PROTOCOL_ERROR  # decided by the writer's core call
     assert not conn.refused
     assert received[:20] == encode_master_handshake(end, epochs.history)[:20]
     assert conn.bytes_sent == len(received) == len(encode_master_handshake(end, epochs.history))

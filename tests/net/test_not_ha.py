@@ -16,7 +16,6 @@ import trio
 from trioha._config import BrokerConfig, BrokerRole
 from trioha.namesrv._processor import serve_namesrv
 from trioha.net._client import HAClient, not_ha_sign
-from trioha.net._service import close_level
 from trioha.remoting._codec import RemotingCommand, encode
 from trioha.remoting._connection import RejectAllRequests
 from trioha.remoting._server import serve_remoting
@@ -131,30 +130,6 @@ async def test_a_slave_pointed_at_a_non_ha_port_says_so_and_backs_off(
     assert all(r.levelno == logging.ERROR for r in said[1:])  # it keeps saying so, louder
     # Backoff (100 ms doubling to 400 ms), not a hot loop: a handful of attempts in 1.5 s.
     assert 2 <= client.connects <= 8
-
-
-@pytest.mark.parametrize(
-    ("reason", "level"),
-    [
-        ("slave closed the connection", logging.INFO),
-        ("connection broken while reading: reset", logging.INFO),
-        ("nothing read from the slave for 20 s (housekeeping)", logging.INFO),
-        ("cancelled", logging.INFO),
-        (
-            "slave requests offset 9 but the master's log ends at 4: the slave holds data this "
-            "master does not (diverged history or a wrong master)",
-            logging.WARNING,
-        ),
-        (
-            "slave requests offset 0, which no longer exists on the master (oldest offset 9); "
-            "the slave cannot catch up and must be re-seeded (RocketMQ #3388)",
-            logging.WARNING,
-        ),
-        ("master pushed offset 5 but the slave's log ends at 3; nothing appended", logging.WARNING),
-    ],
-)
-def test_close_reasons_that_need_an_operator_are_warnings(reason: str, level: int) -> None:
-    assert close_level(reason) == level
 
 
 async def test_a_diverged_slave_is_not_mistaken_for_a_wrong_port(

@@ -18,7 +18,6 @@ from trioha import BrokerConfig, ConfigError
 from trioha._status import PutStatus
 from trioha.net import HAClient, HAService, Wakeup
 from trioha.net._connection import HAConnection
-from trioha.net._service import close_category
 from trioha.net._timeline import LogTimeline
 from trioha.proto import HEADER_SIZE, MasterOptions, Timing, TransferHeader, encode_report
 from trioha.store import MemoryCommitLog, NewMessage
@@ -530,29 +529,6 @@ async def test_an_unexpected_error_ends_that_connection_only_and_is_logged(
 
 
 # --- what the operator reads about closes ------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("reason", "category"),
-    [
-        ("slave closed the connection", "peer_closed"),
-        ("connection broken while reading: reset", "broken"),
-        ("nothing read from the slave for 20 s (housekeeping)", "timeout"),
-        ("refusal write timed out", "timeout"),
-        ("slave's log diverged from the master's", "diverged"),
-        ("refusing the slave: DIVERGED history", "diverged"),  # the first phrase wins
-        ("slave refused: wrong master", "refused"),
-        ("disk full while serving", "disk"),
-        ("internal error", "internal_error"),
-        ("cancelled", "shutdown"),
-        (None, "shutdown"),  # still open when the service stopped
-        ("", "shutdown"),
-        ("bytes that are not the HA protocol", "protocol_error"),
-        ("Connection Broken by a Housekeeping bug", "broken"),  # case does not matter
-    ],
-)
-def test_each_close_reason_is_counted_under_one_category(reason: str | None, category: str) -> None:
-    assert close_category(reason) == category
 
 
 async def test_statistics_count_closes_by_category(autojump_clock: trio.abc.Clock) -> None:
