@@ -46,6 +46,21 @@ FULL_V1 = {
 }
 
 
+#: Sends lacking a required header field, and how the refusal names the first one missing.
+MISSING_REQUIRED: list[tuple[int, dict[str, object], str]] = [
+    (RequestCode.SEND_MESSAGE, {"topic": "T"}, "<producerGroup>"),
+    (RequestCode.SEND_MESSAGE, {k: v for k, v in FULL_V1.items() if k != "flag"}, "<flag>"),
+    (RequestCode.SEND_MESSAGE_V2, {"b": "T"}, "<a> (producerGroup)"),
+    (
+        RequestCode.SEND_MESSAGE_V2,
+        {k: v for k, v in FULL_V2.items() if k != "g"},
+        "<g> (bornTimestamp)",
+    ),
+    (RequestCode.SEND_BATCH_MESSAGE, {"b": "T", "e": 0}, "<a> (producerGroup)"),
+    (RequestCode.SEND_BATCH_MESSAGE, {"topic": "T"}, "<producerGroup>"),  # long header
+]
+
+
 @asynccontextmanager
 async def broker_port(
     root: Path, **overrides: Any
@@ -413,20 +428,8 @@ async def test_a_send_without_a_required_header_field_is_refused_naming_it(
     """SendMessageRequestHeader's @CFNotNull fields: a 4.9.7 broker fails such a send with
     SYSTEM_ERROR (a NullPointerException after the decoder logged the field); trioha answers
     the same code and names the field. Nothing is stored, no topic created."""
-    cases: list[tuple[int, dict[str, object], str]] = [
-        (RequestCode.SEND_MESSAGE, {"topic": "T"}, "<producerGroup>"),
-        (RequestCode.SEND_MESSAGE, {k: v for k, v in FULL_V1.items() if k != "flag"}, "<flag>"),
-        (RequestCode.SEND_MESSAGE_V2, {"b": "T"}, "<a> (producerGroup)"),
-        (
-            RequestCode.SEND_MESSAGE_V2,
-            {k: v for k, v in FULL_V2.items() if k != "g"},
-            "<g> (bornTimestamp)",
-        ),
-        (RequestCode.SEND_BATCH_MESSAGE, {"b": "T", "e": 0}, "<a> (producerGroup)"),
-        (RequestCode.SEND_BATCH_MESSAGE, {"topic": "T"}, "<producerGroup>"),  # long header
-    ]
     async with broker_port(tmp_path) as (broker, side, pool):
-        for code, fields, named in cases:
+        for code, fields, named in MISSING_REQUIRED:
             response = await pool.request(
                 side.broker_addr, RemotingCommand.request(code, fields, b"x")
             )

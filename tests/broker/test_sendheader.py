@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.broker.test_broker_port import FULL_V1, FULL_V2
+from tests.broker.test_broker_port import FULL_V1, FULL_V2, MISSING_REQUIRED
 from trioha.broker._sendheader import MAX_RECONSUME_TIMES, SendMessageHeader
 from trioha.remoting import HeaderError, RemotingCommand, RequestCode
 
@@ -74,21 +74,7 @@ def test_the_cpp_clients_batch_flag(code: int, flag: str, batch: bool) -> None:
     assert header(code, {**FULL_V1, "batch": flag}).batch is batch
 
 
-@pytest.mark.parametrize(
-    ("code", "fields", "named"),
-    [
-        (RequestCode.SEND_MESSAGE, {"topic": "T"}, "<producerGroup>"),
-        (RequestCode.SEND_MESSAGE, {k: v for k, v in FULL_V1.items() if k != "flag"}, "<flag>"),
-        (RequestCode.SEND_MESSAGE_V2, {"b": "T"}, "<a> (producerGroup)"),
-        (
-            RequestCode.SEND_MESSAGE_V2,
-            {k: v for k, v in FULL_V2.items() if k != "g"},
-            "<g> (bornTimestamp)",
-        ),
-        (RequestCode.SEND_BATCH_MESSAGE, {"b": "T", "e": 0}, "<a> (producerGroup)"),
-        (RequestCode.SEND_BATCH_MESSAGE, {"topic": "T"}, "<producerGroup>"),
-    ],
-)
+@pytest.mark.parametrize(("code", "fields", "named"), MISSING_REQUIRED)
 def test_the_first_missing_required_field_is_named(
     code: int, fields: dict[str, object], named: str
 ) -> None:
