@@ -48,14 +48,18 @@ from trioha._config import BrokerConfig, BrokerRole
 from trioha.broker import Broker, open_broker
 from trioha.broker._send import PROPERTY_CLUSTER
 from trioha.broker._sendheader import SendMessageHeader
-from trioha.remoting._codec import (
+from trioha.remoting import (
     FrameDecoder,
     RemotingCommand,
     encode,
     encode_response,
 )
-from trioha.store import NewMessage
-from trioha.store._message import PROPERTY_WAIT_STORE_MSG_OK, HostAddress, string_to_properties
+from trioha.store import (
+    PROPERTY_WAIT_STORE_MSG_OK,
+    HostAddress,
+    NewMessage,
+    string_to_properties,
+)
 
 _LEN = struct.Struct(">I")
 _PEER = ("127.0.0.1", 40000)

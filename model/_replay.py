@@ -30,22 +30,20 @@ from typing import assert_never
 
 import attrs
 
+from model._checks import check_frame, check_master_transition, check_report
 from model._engine import Trace
 from model._properties import STATE_INVARIANTS
-from model._world import (
+from model._steps import HAModel
+from model._values import (
     Config,
     Conn,
     FrameBody,
     FrameHeader,
-    HAModel,
     Item,
     Kind,
     Step,
     World,
     caught_up,
-    check_frame,
-    check_master_transition,
-    check_report,
 )
 from trioha._errors import OffsetMismatchError
 from trioha.proto import (

@@ -24,12 +24,12 @@ import trio
 import trio.testing
 
 from trioha import BrokerConfig
-from trioha._config import BrokerRole, FlushDiskType
-from trioha._demo import compare_logs
+from trioha._config import BrokerRole
 from trioha._status import PutStatus
 from trioha.broker import Broker, open_broker, producer_properties
+from trioha.cli._demo import compare_logs
 from trioha.proto import encode_header
-from trioha.store import NewMessage, open_store
+from trioha.store import FlushDiskType, NewMessage, open_store
 
 SEG = 64 * 1024
 FAST = {
@@ -500,7 +500,7 @@ async def test_a_master_on_a_damaged_log_starts_only_when_the_operator_accepts_i
     tmp_path: Path,
 ) -> None:
     from trioha import DamagedLogError
-    from trioha.store._sent import SentOffsets
+    from trioha.store import SentOffsets
 
     root = tmp_path / "m"
     with open_store(root, segment_size=SEG) as store:
@@ -549,7 +549,7 @@ async def test_a_former_master_holding_bytes_it_never_sent_starts_as_a_slave_div
     """The old master of a failover, brought back as a slave, holding messages it took after
     its slave went away: no other broker has them, so it stops before it connects, and once
     cut back it replicates its new master (its master marks removed before the first byte)."""
-    from trioha._reseed import truncate_to_master
+    from trioha.cli._reseed import truncate_to_master
     from trioha.store import SENT_OFFSET_FILE
 
     m, s = tmp_path / "m", tmp_path / "s"

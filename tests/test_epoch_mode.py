@@ -36,19 +36,25 @@ from tests.test_broker import (
     serve_hostile_master,
     slave_config,
 )
-from trioha._demo import compare_logs
 from trioha._errors import (
     DamagedLogError,
     LostAcknowledgedError,
     NotAMessageBoundaryError,
     RemotingError,
 )
-from trioha._reseed import truncate_to_master
-from trioha.net._client import DIVERGED_FILE
+from trioha.cli._demo import compare_logs
+from trioha.cli._reseed import truncate_to_master
+from trioha.net import DIVERGED_FILE
 from trioha.proto import encode_master_handshake
 from trioha.proto._epochs import entries_of
-from trioha.store import EPOCH_FILE_NAME, EpochFile, StoredMessage, open_store
-from trioha.store._sent import SENT_OFFSET_FILE, SentOffsets
+from trioha.store import (
+    EPOCH_FILE_NAME,
+    SENT_OFFSET_FILE,
+    EpochFile,
+    SentOffsets,
+    StoredMessage,
+    open_store,
+)
 
 EPOCH: dict[str, Any] = {"enable_controller_mode": True}
 SEG = FAST["mapped_file_size_commit_log"]
@@ -176,8 +182,7 @@ def _until(
 
 
 async def _produce(broker_process: _Process, port: int, count: int, tag: bytes) -> None:
-    from trioha.remoting._client import open_client_pool
-    from trioha.remoting._mqclient import send_message
+    from trioha.remoting import open_client_pool, send_message
 
     async with open_client_pool() as pool:
         broker = f"127.0.0.1:{port}"
@@ -199,8 +204,7 @@ async def _produce(broker_process: _Process, port: int, count: int, tag: bytes) 
 async def _queues(port: int) -> list[list[tuple[int, bytes]]] | None:
     """Every message of topic Epochs through the broker's consume queues, queue by queue
     (None when the broker did not answer: it may be busy; the caller asks again)."""
-    from trioha.remoting._client import open_client_pool
-    from trioha.remoting._mqclient import pull_message
+    from trioha.remoting import open_client_pool, pull_message
 
     out = []
     try:

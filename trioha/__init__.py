@@ -40,9 +40,9 @@ from trioha._errors import (
 from trioha._status import PutResult, PutStatus
 
 if TYPE_CHECKING:
-    from trioha._config import BrokerConfig, BrokerRole, FlushDiskType
+    from trioha._config import BrokerConfig, BrokerRole
     from trioha.broker import Broker, BrokerStatistics, open_broker, producer_properties
-    from trioha.store import NewMessage
+    from trioha.store import FlushDiskType, NewMessage
 
 __version__ = "0.1.0"
 
@@ -50,7 +50,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "BrokerConfig": "trioha._config",
     "BrokerRole": "trioha._config",
-    "FlushDiskType": "trioha._config",
+    "FlushDiskType": "trioha.store",
     "Broker": "trioha.broker",
     "BrokerStatistics": "trioha.broker",
     "open_broker": "trioha.broker",

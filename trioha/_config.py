@@ -23,19 +23,20 @@ import enum
 import logging
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import attrs
 
 from trioha._errors import ConfigError
-from trioha.proto._timing import (
+from trioha.proto import (
     HEARTBEAT_INTERVAL_MS,
     HOUSEKEEPING_INTERVAL_MS,
     SLAVE_TIMEOUT_MS,
     Timing,
 )
+from trioha.store import FlushDiskType
 
 log = logging.getLogger("trioha.config")
 
@@ -58,13 +59,6 @@ class BrokerRole(enum.Enum):
     @property
     def is_master(self) -> bool:
         return self is not BrokerRole.SLAVE
-
-
-class FlushDiskType(enum.Enum):
-    """``org.apache.rocketmq.store.config.FlushDiskType``."""
-
-    SYNC_FLUSH = "SYNC_FLUSH"
-    ASYNC_FLUSH = "ASYNC_FLUSH"
 
 
 def _positive(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -120,7 +114,62 @@ def _percent(_inst: object, attribute: attrs.Attribute[int], value: int) -> None
         raise ConfigError(f"{attribute.name} must be a percentage (0..100), got {value}")
 
 
-@attrs.frozen(kw_only=True)
+def _read_bool(raw: str) -> bool:
+    if raw.lower() not in {"true", "false"}:
+        raise ValueError("expected true or false")
+    return raw.lower() == "true"
+
+
+def _read_str(raw: str) -> str:
+    return raw
+
+
+def _read_optional_str(raw: str) -> str | None:
+    """Empty is unset (``brokerIP1=`` in a file means "not given")."""
+    return raw or None
+
+
+def _read_broker_role(raw: str) -> BrokerRole:
+    return BrokerRole(raw.upper())
+
+
+def _read_flush_disk_type(raw: str) -> FlushDiskType:
+    return FlushDiskType(raw.upper())
+
+
+#: How a ``.properties`` value becomes a setting's value, by the setting's type. The types are
+#: the annotations resolved (``str | None``, ``Optional[str]`` and ``"str|None"`` are one
+#: key), so how an annotation is spelled cannot change how its value is read.
+READERS: dict[object, Callable[[str], Any]] = {
+    bool: _read_bool,
+    int: int,
+    str: _read_str,
+    str | None: _read_optional_str,
+    BrokerRole: _read_broker_role,
+    FlushDiskType: _read_flush_disk_type,
+}
+
+
+def settings_readers(cls: type, fields: list[attrs.Attribute[Any]]) -> list[attrs.Attribute[Any]]:
+    """The ``field_transformer`` of the configuration classes: each field carries its reader
+    (``metadata["read"]``: raw text -> value, ValueError for a bad value), chosen from
+    :data:`READERS` by its resolved type unless the field names its own. A field whose type
+    has no reader stops the class from being defined, so a setting can never be taken as raw
+    text by accident."""
+    hints = get_type_hints(cls)
+    out = []
+    for field in fields:
+        reader = field.metadata.get("read") or READERS.get(hints.get(field.name))
+        if reader is None:
+            raise TypeError(
+                f"{cls.__name__}.{field.name}: no reader for a setting of type {field.type!r}; "
+                "give the field metadata={'read': ...} or add its type to READERS"
+            )
+        out.append(field.evolve(metadata={**field.metadata, "read": reader}))
+    return out
+
+
+@attrs.frozen(kw_only=True, field_transformer=settings_readers)
 class RemotingServerConfig:
     """What a remoting port allows its peers, for the broker and the name server alike:
     ``NettyServerConfig``'s idle timeout and trioha's own limits (docs/operations.md, "Idle
@@ -142,7 +191,7 @@ class RemotingServerConfig:
     server_connection_reserve_max_per_address: int = attrs.field(default=4, validator=_positive)
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, field_transformer=settings_readers)
 class BrokerConfig(RemotingServerConfig):
     """Everything a trioha broker needs to run, as RocketMQ names it (in snake_case).
 
@@ -415,7 +464,7 @@ class BrokerConfig(RemotingServerConfig):
 DEFAULT_NAMESRV_PORT = 9876
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, field_transformer=settings_readers)
 class NamesrvConfig(RemotingServerConfig):
     """A name server's settings: the ``NamesrvConfig`` and ``NettyServerConfig`` keys of a
     RocketMQ ``namesrv.properties`` that trioha honours (``mqnamesrv -c``, docs/rocketmq-protocol.md
@@ -799,19 +848,8 @@ def _nearest(key: str, fields: Mapping[str, Any]) -> str:
 
 
 def _convert(field: attrs.Attribute[Any], raw: str, where: str, key: str) -> Any:
-    kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", "")
+    """*raw* read by the field's own reader (:func:`settings_readers`)."""
     try:
-        if kind == "bool":
-            if raw.lower() not in {"true", "false"}:
-                raise ValueError("expected true or false")
-            return raw.lower() == "true"
-        if kind == "int":
-            return int(raw)
-        if kind in {"BrokerRole", "FlushDiskType"}:
-            enum_type = BrokerRole if kind == "BrokerRole" else FlushDiskType
-            return enum_type(raw.upper())
-        if kind == "str | None":
-            return raw or None
-        return raw
+        return field.metadata["read"](raw)
     except ValueError as exc:
         raise ConfigError(f"{where}: {key}={raw!r} is not valid: {exc}") from None

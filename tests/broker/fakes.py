@@ -17,7 +17,7 @@ import trio
 from trioha._config import BrokerConfig
 from trioha._errors import MessageTooLargeError
 from trioha._status import PutResult, PutStatus
-from trioha.broker._schedule import DEFAULT_MAX_DELAY_LEVEL, apply_delay_levels
+from trioha.broker._delaylevels import DEFAULT_MAX_DELAY_LEVEL, apply_delay_levels
 from trioha.store import HostAddress, NewMessage, Store, open_store
 
 

@@ -24,8 +24,7 @@ from typing import Any
 
 import trio
 
-from trioha.remoting._client import open_client_pool
-from trioha.remoting._mqclient import send_message
+from trioha.remoting import open_client_pool, send_message
 
 NAMESRV = "127.0.0.1:9876"
 MASTER = "127.0.0.1:10911"

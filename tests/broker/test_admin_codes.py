@@ -17,14 +17,18 @@ import trio
 from tests.broker.test_broker_port import Recorder, broker_port, call, heartbeat
 from trioha.broker import _clientcalls
 from trioha.broker._clientcalls import version_desc
-from trioha.remoting._client import open_remoting_client
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import RequestCode, ResponseCode
-from trioha.remoting._connection import RemotingConnection
-from trioha.remoting._json import loads_lenient
-from trioha.remoting._mqclient import runtime_info, send_message, update_consumer_offset
-from trioha.store import DecodedMessage, decode_record
-from trioha.store._consumequeue import tags_code
+from trioha.remoting import (
+    RemotingCommand,
+    RemotingConnection,
+    RequestCode,
+    ResponseCode,
+    loads_lenient,
+    open_remoting_client,
+    runtime_info,
+    send_message,
+    update_consumer_offset,
+)
+from trioha.store import DecodedMessage, decode_record, tags_code
 
 
 class Answering(Recorder):

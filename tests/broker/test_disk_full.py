@@ -19,12 +19,10 @@ import trio
 
 from tests.broker._diskfaults import Disk, injected_disk, tmpfs_disk
 from tests.test_broker import master_config, slave_config
-from trioha._demo import compare_logs
 from trioha._status import PutStatus
 from trioha.broker import Broker, open_broker
-from trioha.remoting._client import open_client_pool
-from trioha.remoting._codes import ResponseCode
-from trioha.remoting._mqclient import pull_message, runtime_info, send_message
+from trioha.cli._demo import compare_logs
+from trioha.remoting import ResponseCode, open_client_pool, pull_message, runtime_info, send_message
 from trioha.store import NewMessage, open_store
 
 FAST_DISK: dict[str, Any] = {"clean_resource_interval": 50}

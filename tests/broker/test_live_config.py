@@ -11,11 +11,11 @@ import attrs
 import trio
 import trio.testing
 
-from trioha._config import BrokerConfig, FlushDiskType
+from trioha._config import BrokerConfig
 from trioha._status import PutStatus
 from trioha.broker import Broker, open_broker
 from trioha.broker._liveconfig import LIVE_KEYS, updated_config
-from trioha.store import NewMessage
+from trioha.store import FlushDiskType, NewMessage
 
 
 @asynccontextmanager

@@ -24,8 +24,8 @@ from trioha.remoting import (
     RequestCode,
     ResponseCode,
     encode,
+    loads_lenient,
 )
-from trioha.remoting._json import loads_lenient
 
 ACL = """
 accounts:

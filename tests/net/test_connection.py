@@ -26,8 +26,7 @@ from trioha.proto import (
     encode_report,
 )
 from trioha.proto._epochs import entries_of
-from trioha.store import EpochFile, MemoryCommitLog, NewMessage
-from trioha.store._sent import SentOffsets
+from trioha.store import EpochFile, MemoryCommitLog, NewMessage, SentOffsets
 
 SEG = 4096
 

@@ -18,8 +18,7 @@ from trioha.net._divergence import (
     open_master_history,
     promotion_end,
 )
-from trioha.store import MemoryCommitLog, NewMessage, open_store
-from trioha.store._sent import DEFAULT_RESERVE_STEP, SentOffsets
+from trioha.store import DEFAULT_RESERVE_STEP, MemoryCommitLog, NewMessage, SentOffsets, open_store
 
 SEG = 4096
 
@@ -73,21 +72,28 @@ def test_a_master_whose_log_ends_below_its_flushed_mark_refuses_to_start_naming_
     assert SentOffsets.open(tmp_path).flushed == 1000  # a refusal changes nothing
 
 
-def test_the_damage_error_says_why_recovery_stopped_and_where_it_kept_the_cut_bytes(
-    tmp_path: Path,
-) -> None:
-    with open_store(tmp_path, segment_size=SEG) as store:  # three segments of records
+def damaged_store(root: Path) -> tuple[list[int], int]:
+    """A store of three segments, all flushed, whose second record's magic is then broken;
+    the offsets of its records and its end."""
+    with open_store(root, segment_size=SEG) as store:
         offsets = [
             store.commitlog.append(NewMessage(topic="T", body=b"x" * 100)).physical_offset
             for _ in range(80)
         ]
         end = store.commitlog.max_offset
         assert end > 2 * SEG
-    SentOffsets.open(tmp_path).note_flushed(end, now=0.0)
-    with (tmp_path / "commitlog" / f"{0:020d}").open("r+b") as f:
+    SentOffsets.open(root).note_flushed(end, now=0.0)
+    with (root / "commitlog" / f"{0:020d}").open("r+b") as f:
         f.seek(offsets[1] + 4)
         f.write(b"\xde\xad\xbe\xef")
-    (tmp_path / "abort").touch()
+    (root / "abort").touch()
+    return offsets, end
+
+
+def test_the_damage_error_says_why_recovery_stopped_and_where_it_kept_the_cut_bytes(
+    tmp_path: Path,
+) -> None:
+    offsets, end = damaged_store(tmp_path)
     with open_store(tmp_path, segment_size=SEG) as store:
         report = store.recovery
         assert report.reason and report.cut_bytes

@@ -20,8 +20,7 @@ from tests.net.test_connection import inline
 from tests.net.test_service import FakeSlave, config
 from trioha._errors import StorageError
 from trioha.net import HAService, MarkKeeper
-from trioha.store import MemoryCommitLog, NewMessage, SentOffsets
-from trioha.store._diskspace import SENT_MARK, DiskGuard
+from trioha.store import SENT_MARK, DiskGuard, MemoryCommitLog, NewMessage, SentOffsets
 
 SEG = 4096
 

@@ -14,13 +14,11 @@ import pytest
 import trio
 
 from trioha._config import BrokerConfig, BrokerRole
-from trioha.namesrv._processor import serve_namesrv
+from trioha.namesrv import serve_namesrv
 from trioha.net._client import HAClient, not_ha_sign
-from trioha.remoting._codec import RemotingCommand, encode
+from trioha.remoting import RemotingCommand, encode, serve_remoting
 from trioha.remoting._connection import RejectAllRequests
-from trioha.remoting._server import serve_remoting
-from trioha.store import NewMessage
-from trioha.store._memory import MemoryCommitLog
+from trioha.store import MemoryCommitLog, NewMessage
 
 MESSAGE = (
     "does not speak RocketMQ HA (is that the broker port? the HA port is usually listenPort+1)"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from trioha import DamagedLogError, StorageError, StoreLayoutError
-from trioha.net._divergence import open_master_history
+from trioha.net import open_master_history
 from trioha.store import NewMessage, open_store
 from trioha.store._sent import SENT_OFFSET_FILE, SentOffsets
 

@@ -10,6 +10,14 @@ the rooms.
 """
 
 from trioha.broker._broker import Broker, BrokerStatistics, open_broker
+from trioha.broker._reput import CHECKPOINT_FILE, truncate_replica
 from trioha.broker._types import producer_properties
 
-__all__ = ["Broker", "BrokerStatistics", "open_broker", "producer_properties"]
+__all__ = [
+    "CHECKPOINT_FILE",
+    "Broker",
+    "BrokerStatistics",
+    "open_broker",
+    "producer_properties",
+    "truncate_replica",
+]

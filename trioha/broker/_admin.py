@@ -37,18 +37,18 @@ from trioha.broker._metadata import (
     reply_topic,
 )
 from trioha.broker._stats import disk_capacity_text, human_bytes, java_double
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import (
+from trioha.remoting import (
     PERM_READ,
     PERM_WRITE,
     VERSION_4_9_7,
+    RemotingCommand,
+    RemotingConnection,
     RequestCode,
     ResponseCode,
+    dumps,
+    dumps_bytes,
 )
-from trioha.remoting._connection import RemotingConnection
-from trioha.remoting._json import dumps, dumps_bytes
-from trioha.store._consumequeue import ConsumeQueue
-from trioha.store._diskspace import used_ratio
+from trioha.store import ConsumeQueue, used_ratio
 
 log = logging.getLogger("trioha.broker")
 

@@ -22,23 +22,35 @@ from pathlib import Path
 import attrs
 import trio
 
-from trioha._config import BrokerConfig, BrokerRole, FlushDiskType
+from trioha._config import BrokerConfig, BrokerRole
 from trioha._errors import StorageError
 from trioha._histogram import HistogramSnapshot, LatencyHistogram
 from trioha._progress import Progress
 from trioha._status import PutResult, PutStatus, refusal_status
 from trioha.acl import HASecurity
 from trioha.broker._clientside import ClientSide, serve_client_side
-from trioha.broker._schedule import apply_delay_levels, parse_delay_levels
-from trioha.net import HAClient, HAClientStatistics, HAService, HAServiceStatistics, MarkKeeper
-from trioha.net._client import DIVERGED_FILE
-from trioha.net._divergence import former_master_divergence, open_master_history
-from trioha.net._waiters import OffsetWaiters
-from trioha.net._wakeup import Wakeup
+from trioha.broker._delaylevels import apply_delay_levels, parse_delay_levels
+from trioha.net import (
+    DIVERGED_FILE,
+    HAClient,
+    HAClientStatistics,
+    HAService,
+    HAServiceStatistics,
+    MarkKeeper,
+    OffsetWaiters,
+    Wakeup,
+    former_master_divergence,
+    open_master_history,
+)
 from trioha.store import (
+    COMMIT_LOG,
+    COMMIT_LOG_FLUSH,
     EPOCH_FILE_NAME,
     AppendResult,
+    DiskGuard,
+    DiskStatistics,
     EpochFile,
+    FlushDiskType,
     HostAddress,
     NewMessage,
     SentOffsets,
@@ -46,7 +58,6 @@ from trioha.store import (
     forget_master_marks,
     open_store,
 )
-from trioha.store._diskspace import COMMIT_LOG, COMMIT_LOG_FLUSH, DiskGuard, DiskStatistics
 
 log = logging.getLogger("trioha.broker")
 
@@ -207,7 +218,7 @@ class Broker:
         """Store several messages as consecutive records (RocketMQ's batch put).
 
         A message with a ``DELAY`` level is stored in its level's queue of
-        ``SCHEDULE_TOPIC_XXXX`` (:func:`~trioha.broker._schedule.apply_delay_levels`), unless
+        ``SCHEDULE_TOPIC_XXXX`` (:func:`~trioha.broker._delaylevels.apply_delay_levels`), unless
         ``delivery`` says this is the delivery of such a message, which also waits for neither
         flush nor replicas (``waitStoreMsgOK`` false, as ``ScheduleMessageService`` puts).
 

@@ -16,8 +16,7 @@ from typing import Any, Protocol
 
 from trioha._config import BrokerConfig
 from trioha._status import PutResult, PutStatus
-from trioha.store._contract import NewMessage
-from trioha.store._message import PROPERTY_KEYS, PROPERTY_TAGS
+from trioha.store import PROPERTY_KEYS, PROPERTY_TAGS, NewMessage
 
 
 class CommitLogLike(Protocol):

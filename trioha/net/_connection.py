@@ -35,8 +35,7 @@ from trioha.proto import (
 )
 
 if TYPE_CHECKING:
-    from trioha.store import CommitLog, EpochFile
-    from trioha.store._sent import SentOffsets
+    from trioha.store import CommitLog, EpochFile, SentOffsets
 
 log = logging.getLogger("trioha.ha")
 

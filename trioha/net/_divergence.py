@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 
 from trioha._errors import DamagedLogError, LostAcknowledgedError
 from trioha.net._client import Divergence
-from trioha.store._sent import DEFAULT_RESERVE_STEP, SentOffsets
+from trioha.store import DEFAULT_RESERVE_STEP, SentOffsets
 
 if TYPE_CHECKING:
     from trioha.store import CommitLog, Store
@@ -86,6 +86,11 @@ def open_master_history(
         f"recovery of {store.root} ended there ({report.reason or 'a clean end'}) and kept "
         f"{report.cut_bytes} cut bytes in {kept}"
     )
+    if report.earlier_aside:
+        cut += (
+            f"; bytes from {report.valid_end} on that an earlier start or cut took out of the "
+            f"log are in {', '.join(str(p) for p in report.earlier_aside)}"
+        )
     return check_master_history(
         commitlog,
         sent,

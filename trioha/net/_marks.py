@@ -39,8 +39,7 @@ import trio
 
 from trioha._errors import StorageError
 from trioha.net._wakeup import Wakeup
-from trioha.store._diskspace import ACKED_MARK, SENT_MARK, DiskGuard
-from trioha.store._sent import SentOffsets
+from trioha.store import ACKED_MARK, SENT_MARK, DiskGuard, SentOffsets
 
 __all__ = ["SETTLE_INTERVAL", "MarkKeeper"]
 

@@ -31,7 +31,7 @@ import os
 import re
 import shutil
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -306,11 +306,29 @@ class ConsumeQueue:
 
         Returns how many units were removed.
         """
+        removed = self.cut_tail(lambda unit, _: unit.commitlog_offset + unit.size > commitlog_end)
+        if removed:
+            log.info(
+                "consume queue %s/%d truncated by %d units to end before commit log offset %d",
+                self.topic,
+                self.queue_id,
+                removed,
+                commitlog_end,
+            )
+        return removed
+
+    def cut_tail(self, gone: Callable[[CQUnit, int], bool]) -> int:
+        """Drop units from the end while ``gone(unit, queue_offset)`` says their message is
+        not in the commit log (a pre-blank unit stops it); returns how many were removed.
+
+        The units are overwritten with zeros in place (pages already written: a full disk
+        allows it) and files wholly past the new end are deleted.
+        """
         self.write_pending()
         removed = 0
         while self._end > 0:
             unit = self._read_unit(self._end - CQ_UNIT_SIZE)
-            if unit is None or unit.is_blank or unit.commitlog_offset + unit.size <= commitlog_end:
+            if unit is None or unit.is_blank or not gone(unit, self._end // CQ_UNIT_SIZE - 1):
                 break
             self._end -= CQ_UNIT_SIZE
             cq_file = self._file_for(self._end, create=False)
@@ -326,14 +344,6 @@ class ConsumeQueue:
             last.commitlog_offset + last.size if last is not None and not last.is_blank else -1
         )
         self.min_offset = min(self.min_offset, self.max_offset)
-        if removed:
-            log.info(
-                "consume queue %s/%d truncated by %d units to end before commit log offset %d",
-                self.topic,
-                self.queue_id,
-                removed,
-                commitlog_end,
-            )
         return removed
 
     # --- reading ------------------------------------------------------------------------

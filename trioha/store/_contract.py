@@ -11,13 +11,13 @@ may run in a worker thread (``trio.to_thread.run_sync``) while the owner appends
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Final, Protocol, TypeAlias
 
 import attrs
 
-from trioha._config import FlushDiskType
 from trioha.store._message import (
     HostAddress,
     PropertiesForm,
@@ -29,6 +29,17 @@ from trioha.store._message import (
 DEFAULT_MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024
 """``maxMessageSize``: the largest body accepted (4 MiB)."""
 DEFAULT_STORE_HOST: Final = HostAddress("127.0.0.1", 10911)
+
+
+class FlushDiskType(enum.Enum):
+    """``org.apache.rocketmq.store.config.FlushDiskType``: when an append is on disk.
+
+    It lives with the store, as RocketMQ keeps it beside ``MessageStoreConfig``; the broker's
+    configuration (``trioha._config``) reads it from here.
+    """
+
+    SYNC_FLUSH = "SYNC_FLUSH"
+    ASYNC_FLUSH = "ASYNC_FLUSH"
 
 
 def system_clock_ms() -> int:
@@ -215,6 +226,7 @@ class SegmentLike(Protocol):
     wrote: int
     flushed: int
     data_start: int
+    backed: int
 
     def buffer(self) -> ReadableBuffer: ...
     def write(self, pos: int, data: bytes | bytearray | memoryview) -> None: ...

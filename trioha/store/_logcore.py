@@ -47,6 +47,9 @@ from trioha.store._scan import PageBudget, QueueOffsets, RecordScan
 
 log = logging.getLogger("trioha.store")
 
+#: What a read of END_OF_FILE padding returns (a shared buffer: no copy for the usual sizes).
+_ZEROS = memoryview(bytes(1 << 20))
+
 S = TypeVar("S", bound=SegmentLike)
 
 
@@ -355,7 +358,9 @@ class LogCore(abc.ABC, Generic[S]):
         """Written bytes from ``offset``, at most ``max_bytes``, never past a segment end.
 
         This is what the HA master sends (``getData``/``selectMappedBuffer``); a segment
-        closed by a blank record is read up to its end, padding included.
+        closed by a blank record is read up to its end, padding included. The padding is a
+        hole in the file, and it is read as the zeros it is, never through the segment's
+        mapping (``_segment``'s note on holes).
         """
         self._check_open()
         self._check_range(offset)
@@ -365,9 +370,17 @@ class LogCore(abc.ABC, Generic[S]):
             return b""
         seg = self._segments[self._segment_at(offset)]
         pos = offset - seg.start
-        view = seg.view(pos, min(seg.wrote, pos + max_bytes))
-        self._pages.note(seg, len(view))
-        return view
+        end = min(seg.wrote, pos + max_bytes)
+        backed = seg.backed
+        if end <= backed:
+            view = seg.view(pos, end)
+            self._pages.note(seg, len(view))
+            return view
+        if pos >= backed:
+            return _ZEROS[: end - pos] if end - pos <= len(_ZEROS) else bytes(end - pos)
+        written = seg.view(pos, backed)
+        self._pages.note(seg, len(written))
+        return bytes(written) + bytes(end - backed)
 
     def iter_messages(self, start: int | None = None) -> Iterator[StoredMessage]:
         """Messages from ``start`` (a record boundary; default the first message).
@@ -452,7 +465,7 @@ class LogCore(abc.ABC, Generic[S]):
             self._generation += 1
             self._flushed = min(self._flushed, offset)
         if pos < old:
-            seg.zero(pos, old)
+            seg.zero(pos, min(old, max(pos, seg.backed)))  # past ``backed``: zeros already
             self._after_truncate(seg)
         # Should a move fail, recovery moves what is left on the next open: the log already
         # ends at ``offset`` on disk.

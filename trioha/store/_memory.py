@@ -27,7 +27,7 @@ __all__ = ["MemoryCommitLog"]
 class MemorySegment:
     """A segment whose written bytes live in a ``bytearray`` (unwritten bytes read as 0)."""
 
-    __slots__ = ("data", "data_start", "flushed", "size", "start", "wrote")
+    __slots__ = ("backed", "data", "data_start", "flushed", "size", "start", "wrote")
 
     def __init__(self, start: int, size: int) -> None:
         self.start = start
@@ -35,6 +35,7 @@ class MemorySegment:
         self.wrote = 0
         self.flushed = 0
         self.data_start = 0
+        self.backed = size  # unwritten bytes read as zeros here, whatever reads them
         self.data = bytearray()
 
     def buffer(self) -> bytearray:

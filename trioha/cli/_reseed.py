@@ -4,10 +4,10 @@ store back to its master's history.
 A slave refused by its master (classic mode: the master lost bytes it had sent, or the slave
 holds more than the master) records the divergence in ``<store>/haDiverged`` and stops
 replicating. ``--truncate-to-master``, run with the slave stopped, cuts its commit log back to
-the offset the master named (where the two histories part), with the consume queues and their
-build checkpoint following (``truncate_replica``), keeps the cut bytes in
-``<store>/lost+found``, and clears the record; the next start replicates the master's history
-from there.
+the offset the master named (where the two histories part), with the consume queues, the
+message index and their build checkpoint following (``truncate_replica``), keeps the cut
+bytes in ``<store>/lost+found``, and clears the record; the next start replicates the master's
+history from there.
 
 A Java RocketMQ slave records nothing: a trioha master that refuses it names the offset in its
 own log (and the Java slave logs ``master pushed offset not equal the max phy offset in slave``
@@ -28,10 +28,15 @@ import logging
 
 from trioha._config import BrokerConfig
 from trioha._errors import ConfigError
-from trioha.broker._reput import CHECKPOINT_FILE, truncate_replica
-from trioha.net._client import DIVERGED_FILE, Divergence
-from trioha.store import SENT_OFFSET_FILE, SentOffsets, open_store
-from trioha.store._consumequeue import ConsumeQueueStore
+from trioha.broker import CHECKPOINT_FILE, truncate_replica
+from trioha.net import DIVERGED_FILE, Divergence
+from trioha.store import (
+    SENT_OFFSET_FILE,
+    ConsumeQueueStore,
+    IndexService,
+    SentOffsets,
+    open_store,
+)
 
 __all__ = ["truncate_to_master", "truncate_to_offset"]
 
@@ -72,7 +77,14 @@ def _cut(config: BrokerConfig, offset: int, whose: str) -> str:
     ) as store:
         queues = ConsumeQueueStore(root)
         queues.load()
+        index = (
+            IndexService(root, slots=config.max_hash_slot_num, max_index=config.max_index_num)
+            if config.message_index_enable and (root / "index").is_dir()
+            else None
+        )
         try:
+            if index is not None:
+                index.load(flushed_up_to=None)
             end = store.commitlog.max_offset
             if offset > end:
                 raise ConfigError(
@@ -80,12 +92,14 @@ def _cut(config: BrokerConfig, offset: int, whose: str) -> str:
                     f"{end}: nothing to cut; remove {marker} if the slave was re-seeded"
                 )
             kept = truncate_replica(
-                store.commitlog, queues, root / "config" / CHECKPOINT_FILE, offset
+                store.commitlog, queues, root / "config" / CHECKPOINT_FILE, offset, index=index
             )
             if (root / SENT_OFFSET_FILE).exists():  # a former master's flushed mark
                 SentOffsets.open(root).cut_to(offset)
         finally:
             queues.close()
+            if index is not None:
+                index.close()
     marker.unlink(missing_ok=True)
     where = ", ".join(k.where for k in kept) or "nothing (the log already ended there)"
     summary = (

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import run
-from trioha._cli import COMMAND_HELP, EXIT_CODES, _broker_config, build_parser
-from trioha._config import BrokerRole, FlushDiskType
+from tests.cli.test_main import run
+from trioha._config import BrokerRole
 from trioha._errors import ConfigError
+from trioha.cli import COMMAND_HELP, EXIT_CODES, build_parser
+from trioha.cli._brokers import _broker_config
+from trioha.store import FlushDiskType
 
 
 def test_version() -> None:
@@ -110,7 +112,7 @@ def test_a_set_without_equals_is_a_usage_error(tmp_path: Path) -> None:
 def test_metrics_without_prometheus_client_is_one_clear_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from trioha._cli import require_prometheus_client
+    from trioha.cli._shared import require_prometheus_client
 
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
     args = build_parser().parse_args(["namesrv", "--metrics-listen", "9100"])
@@ -174,7 +176,7 @@ def test_a_slave_catching_up_logs_progress_with_rate_and_eta(
 ) -> None:
     from types import SimpleNamespace
 
-    from trioha._cli import BrokerReport
+    from trioha.cli._report import BrokerReport
 
     caplog.set_level(logging.INFO)
     now = [0.0]
@@ -226,7 +228,7 @@ def test_a_slave_state_line_says_bytes_and_seconds_behind(
 ) -> None:
     from types import SimpleNamespace
 
-    from trioha._cli import BrokerReport
+    from trioha.cli._report import BrokerReport
 
     caplog.set_level(logging.INFO)
     now = [0.0]

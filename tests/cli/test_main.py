@@ -198,8 +198,8 @@ def test_broker_conf_alone_starts_a_master_with_its_commit_log_where_it_says(
 def test_an_os_error_inside_nursery_groups_is_the_one_line() -> None:
     import errno
 
-    from trioha._cli import _trioha_error, error_line
     from trioha._errors import StorageError
+    from trioha.cli._main import _trioha_error, error_line
 
     bare = PermissionError(errno.EACCES, "Permission denied", "/data/store/lock")
     group = BaseExceptionGroup("nursery", [BaseExceptionGroup("inner", [bare])])
@@ -262,8 +262,7 @@ def test_truncate_to_cuts_a_store_without_a_recorded_divergence_as_a_java_slave_
 
     from trioha import BrokerConfig
     from trioha.broker import open_broker
-    from trioha.store import open_store
-    from trioha.store._consumequeue import ConsumeQueueStore
+    from trioha.store import ConsumeQueueStore, open_store
 
     root = tmp_path / "s"
     config = BrokerConfig(
@@ -312,8 +311,7 @@ def test_truncate_to_cuts_a_store_without_a_recorded_divergence_as_a_java_slave_
 def test_a_master_on_a_log_damaged_below_its_flushed_mark_refuses_to_start(
     tmp_path: Path,
 ) -> None:
-    from trioha.store import open_store
-    from trioha.store._sent import SentOffsets
+    from trioha.store import SentOffsets, open_store
 
     root = tmp_path / "m"
     with open_store(root, segment_size=4096) as store:
