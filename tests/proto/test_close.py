@@ -24,14 +24,16 @@ ROWS = [
     # "slave requests offset 9 but the master's log ends at 4: ... (diverged history or a wrong
     # master)", "master pushed offset 5 but the slave's log ends at 3; nothing appended"
     (CloseKind.DIVERGED, "diverged", logging.WARNING),
+    # "slave requests offset 0, which no longer exists on the master (oldest offset 9); ...",
+    # "offset 5 was deleted on the master while the slave still needed it"
+    (CloseKind.DELETED, "deleted", logging.WARNING),
     # "cannot append 100 bytes at 0: write at 0 failed" (ENOSPC, EIO)
     (CloseKind.DISK, "disk", logging.WARNING),
     # "internal error" (an exception out of the connection), a commit log short read
     (CloseKind.INTERNAL_ERROR, "internal_error", logging.WARNING),
     # "cancelled": still open when the service stopped
     (CloseKind.SHUTDOWN, "shutdown", logging.INFO),
-    # "slave requests offset 0, which no longer exists on the master (oldest offset 9); ...",
-    # an untrusted ack, bytes that are not the HA protocol
+    # an untrusted ack, a report before the handshake, bytes that are not the HA protocol
     (CloseKind.PROTOCOL_ERROR, "protocol_error", logging.WARNING),
     # "cannot connect to master ...": no connection to close, counted with the closes
     (CloseKind.CONNECT_FAILED, "connect_failed", logging.WARNING),

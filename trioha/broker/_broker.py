@@ -30,6 +30,7 @@ from trioha._status import PutResult, PutStatus, refusal_status
 from trioha.acl import HASecurity
 from trioha.broker._clientside import ClientSide, serve_client_side
 from trioha.broker._delaylevels import apply_delay_levels, parse_delay_levels
+from trioha.broker._retention import RetentionService, RetentionStatistics
 from trioha.net import (
     DIVERGED_FILE,
     HAClient,
@@ -80,6 +81,8 @@ class BrokerStatistics:
     #: Time from a put's arrival to its answer: ``sync`` (a SYNC_MASTER waiting for slaves)
     #: or ``async``.
     put_latency: dict[str, HistogramSnapshot] = attrs.field(factory=dict)
+    #: What retention has done (None until it runs).
+    retention: RetentionStatistics | None = None
 
     @property
     def disk_used_ratio(self) -> float:
@@ -156,6 +159,8 @@ class Broker:
         #: The client side (broker port, consume queues, name server registration, metadata
         #: sync), once started; ``client_side.broker_addr`` is the bound broker address.
         self.client_side: ClientSide | None = None
+        #: Deletes old files (``cleanFilesPeriodically``), once the client side runs.
+        self.retention: RetentionService | None = None
         self._client_side_ready = trio.Event()
         #: Epoch mode (``enable_controller_mode``): the store's epoch history.
         self.epoch_file: EpochFile | None = None
@@ -402,19 +407,27 @@ class Broker:
         self.store.commitlog.max_message_size = config.max_message_size
         if self.ha_service is not None:
             self.ha_service.config = config  # reads ha_slave_fallbehind_max on every put
+        if self.retention is not None:
+            self.retention.config = config  # reads fileReservedTime, deleteWhen every run
 
     # --- retention hooks (mqadmin deleteExpiredCommitLog, cleanExpiredCQ) ---------------------
     def delete_expired_commitlog(self) -> bool:
         """``DefaultMessageStore.executeDeleteFilesManually`` (DELETE_EXPIRED_COMMITLOG): have
         the retention service delete expired commit log files at its next runs, whatever the
-        hour (``deleteWhen``). False: this broker has no retention service yet."""
-        return False
+        hour (``deleteWhen``), the first at once. False while retention does not run."""
+        if self.retention is None:
+            return False
+        self.retention.delete_now()
+        return True
 
     def clean_expired_consume_queues(self) -> bool:
         """``DefaultMessageStore.cleanExpiredConsumerQueue`` (CLEAN_EXPIRED_CONSUMEQUEUE):
         destroy every consume queue whose messages are all below the commit log's min offset.
-        False: this broker has no retention service yet."""
-        return False
+        False while retention does not run."""
+        if self.retention is None:
+            return False
+        self.retention.clean_expired_queues()
+        return True
 
     # --- running ----------------------------------------------------------------------------
     async def _run_async_flusher(self) -> None:
@@ -503,6 +516,10 @@ class Broker:
             )
             await nursery.start(self.ha_client.run)
         self.client_side = await nursery.start(serve_client_side, self)
+        self.retention = RetentionService(
+            self.config, self.store.commitlog, self.disk, self.client_side.reput
+        )
+        await nursery.start(self.retention.run)
         self._client_side_ready.set()
 
     async def _truncate_replica(self, offset: int) -> None:
@@ -530,6 +547,7 @@ class Broker:
             put_latency={self._put_mode: self._put_latency.snapshot()}
             if self.role.is_master
             else {},
+            retention=self.retention.statistics() if self.retention is not None else None,
         )
 
 

@@ -26,6 +26,9 @@ class CloseKind(enum.Enum):
     #: The two logs are not one history: the slave is refused or stops until an operator
     #: cuts it back or re-seeds it (``Close.diverged_at``).
     DIVERGED = "diverged"
+    #: What the slave needs next was deleted on the master (retention, RocketMQ #3388): only
+    #: a re-seed helps (``Close.oldest``).
+    DELETED = "deleted"
     #: The slave's disk refused a write or a flush (ENOSPC, EIO): replication pauses.
     DISK = "disk"
     #: A bug or a store that contradicts itself on this side.
@@ -55,6 +58,7 @@ _LEVELS = {
     CloseKind.BROKEN: logging.INFO,
     CloseKind.TIMEOUT: logging.INFO,
     CloseKind.DIVERGED: logging.WARNING,
+    CloseKind.DELETED: logging.WARNING,
     CloseKind.DISK: logging.WARNING,
     CloseKind.INTERNAL_ERROR: logging.WARNING,
     CloseKind.SHUTDOWN: logging.INFO,
