@@ -177,3 +177,17 @@ async def test_failover_elect_says_when_etcd_cannot_be_reached(tmp_path: Path) -
     config = BrokerConfig(failover_etcd_endpoints="http://127.0.0.1:9")
     with pytest.raises(CoordinatorError, match=r"127\.0\.0\.1:9"):
         await failover_elect(config, 2, out=io.StringIO())
+
+
+def test_failover_state_shows_a_pending_handover() -> None:
+    from trioha.broker import describe_group
+    from trioha.failover import GroupKeys, GroupView, Handover, HandoverState, KeyValue
+
+    keys = GroupKeys.of("DefaultCluster", "broker-a")
+    refused = Handover(3, 4, HandoverState.REFUSED, 5000, "broker 3 is not in the SyncStateSet")
+    kvs = [KeyValue(keys.handover, refused.encode(), 7, 9), KeyValue(keys.epoch, b"4", 2, 8)]
+    lines = describe_group(keys, 9, GroupView().snapshot(keys, 9, kvs))
+    assert (
+        "handover: refused, to broker 3, addressed to the master of epoch 4: broker 3 is not "
+        "in the SyncStateSet"
+    ) in lines

@@ -565,6 +565,17 @@ def describe_group(keys: GroupKeys, revision: int, view: GroupView) -> list[str]
             f"SyncStateSet: {sorted(sss.current.members)}, version {sss.current.version}, "
             f"written by the master of epoch {sss.current.master_epoch}"
         )
+    handover = view.handover
+    if handover.present:
+        request = handover.current
+        if request is None:
+            lines.append(f"handover: unreadable ({handover.error})")
+        else:
+            why = f": {request.reason}" if request.reason else ""
+            lines.append(
+                f"handover: {request.state.value}, to broker {request.target}, addressed to "
+                f"the master of epoch {request.epoch}{why}"
+            )
     live = view.live()
     lines.append(f"brokers registered (alive): {len(live)}")
     for bid, entry in sorted(live.items()):
