@@ -237,10 +237,22 @@ class ReplicaManager:
         for action in actions:
             self._carry_out(action)
         self._note_master()
+        if any(isinstance(action, Fence) for action in actions):
+            # The log cannot grow once fenced (a put is refused or appended without a
+            # checkpoint in between): its end now is final, and a handover waits for it.
+            self._log_facts()
+
+    def _log_facts(self) -> tuple[int, int, int]:
+        """Feed the data plane's log facts if they changed since last fed; return them."""
+        facts = self.plane.log_facts()
+        if facts != self._facts:
+            self._facts = facts
+            self.feed(LogChanged(*facts))
+        return facts
 
     def replica_acked(self, broker_id: int, acked: int, caught_up: bool) -> None:
         """The HA service: slave *broker_id*'s connection vouches up to *acked*."""
-        confirm = self.plane.log_facts()[2]
+        confirm = self._log_facts()[2]
         self.feed(ReplicaAcked(broker_id, acked, caught_up, confirm))
 
     def replica_gone(self, broker_id: int) -> None:
@@ -345,10 +357,7 @@ class ReplicaManager:
     # --- running ------------------------------------------------------------------------------
     async def _tick(self) -> None:
         while True:
-            facts = self.plane.log_facts()
-            if facts != self._facts:
-                self._facts = facts
-                self.feed(LogChanged(*facts))
+            facts = self._log_facts()
             self.feed(Tick())
             self._replicas_now(facts[0])
             await trio.sleep(TICK)

@@ -834,7 +834,9 @@ def _master(state: ReplicaState, c: _Ctx, confirm: int | None) -> ReplicaState:
             c.acts.append(SetSyncStateSet(effective_members(state, c.o)))
     state = _judge_handover(state, c)
     if state.phase is Phase.HANDING_OVER:
-        return _handing(state, c)
+        # Judged on the next event, not this one: the data plane's log end as of the fence
+        # (it cannot grow after it) comes first.
+        return state
     return _maintain(state, c, confirm)
 
 
@@ -906,7 +908,12 @@ def _commit(state: ReplicaState, c: _Ctx) -> ReplicaState:
 
 
 def _judge_handover(state: ReplicaState, c: _Ctx) -> ReplicaState:
-    """MASTER or FENCED: answer a handover request not answered yet (module docstring)."""
+    """MASTER or FENCED: answer a handover request not answered yet (module docstring).
+
+    Accepting it fences the master; whether the target holds the whole log is asked from the
+    next event on (``_handing``), once the Trio layer has fed the log's end as of the fence
+    (``LogChanged``): a put appended just before it must be counted.
+    """
     entry = state.view.handover
     request = entry.current
     if (
