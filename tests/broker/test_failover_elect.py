@@ -9,6 +9,7 @@ to a real etcd on loopback, a 2 s lease. Every wait is bounded.
 from __future__ import annotations
 
 import io
+import re
 import sys
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from tests.broker.test_failover import (
     put,
     read_log,
     running_group,
+    wait_in_sync,
 )
 from trioha._errors import ConfigError, HandoverRefusedError
 from trioha._status import PutStatus
@@ -100,6 +102,22 @@ async def test_a_handover_makes_the_chosen_member_master_and_the_old_one_its_sla
         # Asking again for the master it already is changes nothing.
         again = await failover_elect(new.config, target, out=io.StringIO())
         assert again.already and again.epoch == done.epoch
+        # And back, through the command itself, once the old master has caught up and joined.
+        await wait_in_sync(group, new, 3)
+        conf = tmp_path / "elect.conf"
+        conf.write_text(f"failoverEtcdEndpoints={etcd.endpoints[0]}\nfailoverLeaseTtl=2\n")
+        command = [sys.executable, "-m", "trioha", "failover-elect", "-c", str(conf)]
+        proc = await trio.run_process(
+            [*command, "--broker-id", str(old_id)], capture_stdout=True, capture_stderr=True
+        )
+        line = proc.stdout.decode()
+        assert re.fullmatch(
+            rf"failover-elect: broker {old_id} is master of epoch {done.epoch + 1} \(was broker "
+            rf"{target} at epoch {done.epoch}\), handed over in \d+\.\d\d s\n",
+            line,
+        ), line
+        await group.wait_for("the old master acknowledges again", old._acking)
+        assert old.master_epoch == done.epoch + 1
 
 
 async def test_a_handover_is_refused_for_an_unknown_or_out_of_sync_target(
