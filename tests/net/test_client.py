@@ -703,7 +703,7 @@ async def test_bytes_appended_before_a_bad_frame_in_the_same_read_are_announced(
         nursery.start_soon(client.session, slave_end)
         assert await master_end.receive_some() == encode_report(0)
         bad = len(record) + 100  # not where the slave's log ends
-        await master_end.send_all(encode_header(0, len(record)) + record + encode_header(bad, 0))
+        await master_end.send_all(encode_header(0, len(record)) + record + encode_header(bad, 1))
         received = b""
         while data := await master_end.receive_some():
             received += data

@@ -139,7 +139,8 @@ def test_first_reports_refused_say_why_and_what_to_do() -> None:
             500,
             Close(
                 "slave requests offset 500, which no longer exists on the master (oldest "
-                "offset 1000); the slave cannot catch up and must be re-seeded (RocketMQ #3388)"
+                "offset 1000); the slave cannot catch up and must be re-seeded (RocketMQ #3388)",
+                oldest=1000,
             ),
         ),
     ]

@@ -44,6 +44,7 @@ from trioha.broker._failover import (
     failover_options,
     open_replica_manager,
 )
+from trioha.broker._retention import RetentionService, RetentionStatistics
 from trioha.broker._types import new_message
 from trioha.failover import MasterRecord
 from trioha.net import (
@@ -99,6 +100,8 @@ class BrokerStatistics:
     put_latency: dict[str, HistogramSnapshot] = attrs.field(factory=dict)
     #: Automatic failover: the replica manager's state (None without failover).
     failover: FailoverStatistics | None = None
+    #: What retention has done (None until it runs).
+    retention: RetentionStatistics | None = None
 
     @property
     def disk_used_ratio(self) -> float:
@@ -178,6 +181,8 @@ class Broker:
         #: The client side (broker port, consume queues, name server registration, metadata
         #: sync), once started; ``client_side.broker_addr`` is the bound broker address.
         self.client_side: ClientSide | None = None
+        #: Deletes old files (``cleanFilesPeriodically``), once the client side runs.
+        self.retention: RetentionService | None = None
         self._client_side_ready = trio.Event()
         #: Epoch mode (``enable_controller_mode``): the store's epoch history.
         self.epoch_file: EpochFile | None = None
@@ -509,19 +514,27 @@ class Broker:
         self.store.commitlog.max_message_size = config.max_message_size
         if self.ha_service is not None:
             self.ha_service.config = config  # reads ha_slave_fallbehind_max on every put
+        if self.retention is not None:
+            self.retention.config = config  # reads fileReservedTime, deleteWhen every run
 
     # --- retention hooks (mqadmin deleteExpiredCommitLog, cleanExpiredCQ) ---------------------
     def delete_expired_commitlog(self) -> bool:
         """``DefaultMessageStore.executeDeleteFilesManually`` (DELETE_EXPIRED_COMMITLOG): have
         the retention service delete expired commit log files at its next runs, whatever the
-        hour (``deleteWhen``). False: this broker has no retention service yet."""
-        return False
+        hour (``deleteWhen``), the first at once. False while retention does not run."""
+        if self.retention is None:
+            return False
+        self.retention.delete_now()
+        return True
 
     def clean_expired_consume_queues(self) -> bool:
         """``DefaultMessageStore.cleanExpiredConsumerQueue`` (CLEAN_EXPIRED_CONSUMEQUEUE):
         destroy every consume queue whose messages are all below the commit log's min offset.
-        False: this broker has no retention service yet."""
-        return False
+        False while retention does not run."""
+        if self.retention is None:
+            return False
+        self.retention.clean_expired_queues()
+        return True
 
     # --- running ----------------------------------------------------------------------------
     async def _run_async_flusher(self) -> None:
@@ -598,6 +611,10 @@ class Broker:
             self.ha_client = self._new_ha_client(self.config)
             await nursery.start(self.ha_client.run)
         self.client_side = await nursery.start(serve_client_side, self)
+        self.retention = RetentionService(
+            self.config, self.store.commitlog, self.disk, self.client_side.reput
+        )
+        await nursery.start(self.retention.run)
         self._client_side_ready.set()
         if self.config.failover:
             await nursery.start(self._run_replica_manager)
@@ -846,6 +863,7 @@ class Broker:
             if self.role.is_master
             else {},
             failover=self.replica_manager.statistics() if self.replica_manager else None,
+            retention=self.retention.statistics() if self.retention is not None else None,
         )
 
 

@@ -21,7 +21,11 @@ Mirrors ``HAService.HAClient`` (4.x) / ``DefaultHAClient`` (5.x) (docs/rocketmq-
   ``proto.Close.diverged_at``) puts the client in a sticky *diverged* state, logged at ERROR
   with both offsets, recorded in ``<store>/haDiverged`` so that a restart remembers it, and
   shown by ``statistics()``: it stops replicating (no reconnect loop) until the operator cuts
-  the log back (``trioha slave --truncate-to-master``, which reads that file) or re-seeds it.
+  the log back (``trioha slave --truncate-to-master``, which reads that file) or re-seeds it;
+* a master whose retention deleted what the slave needs next says so with a heartbeat past the
+  slave's end (``proto.Close.oldest``; RocketMQ's master heartbeats forever instead, #3388):
+  one ERROR names both offsets and says to re-seed, and the client stops (*fell behind*,
+  shown by ``statistics()``) until the slave is restarted, re-seeded.
 
 In epoch mode (``enable_controller_mode``, RocketMQ 5.x ``AutoSwitchHAClient``) a session
 starts with the handshake; the slave cuts its log (commit log, consume queues, epoch file) to
@@ -148,6 +152,28 @@ class Divergence:
 
 
 @attrs.frozen
+class FellBehind:
+    """What this slave needs next was deleted on its master (the sticky state)."""
+
+    #: Where the master's log now begins.
+    master_offset: int
+    #: Where this slave's log ends.
+    slave_offset: int
+    master: str
+
+    def describe(self) -> str:
+        return (
+            f"fell behind master {self.master}: this slave's log ends at {self.slave_offset}, "
+            f"but the master's now begins at {self.master_offset}; the master deleted "
+            f"[{self.slave_offset}, {self.master_offset}) (retention: fileReservedTime or a "
+            "full disk) before this slave fetched it, so it can never catch up (RocketMQ "
+            "#3388). Replication is stopped: re-seed this slave (stop it, empty its store or "
+            "copy the master's, start it again; an empty slave copies from the master's last "
+            "file, or from its oldest with haSyncFromOldest=true on the master)"
+        )
+
+
+@attrs.frozen
 class HAClientStatistics:
     master: str
     connected: bool
@@ -163,6 +189,9 @@ class HAClientStatistics:
     diverged_master_offset: int = -1
     #: Where this slave's log ended when it was told; -1 if not diverged.
     diverged_slave_offset: int = -1
+    #: Sticky until a restart: the master deleted what this slave needs next; where the
+    #: master's log begins now (-1: not so).
+    fell_behind_master_offset: int = -1
     #: Epoch mode: the newest epoch this slave holds (0: none yet; -1: classic mode).
     last_epoch: int = -1
     #: Epoch mode: cuts to a consistent point, as ``(from, to)`` offsets, oldest first.
@@ -171,7 +200,8 @@ class HAClientStatistics:
     bytes_appended: int = 0
     #: Connections to the master that ended (or could not be made), by kind of reason.
     closed_by_reason: dict[str, int] = attrs.field(factory=dict)
-    #: ``connected``, ``connecting``, ``disk_full``, ``diverged`` or ``refused``.
+    #: ``connected``, ``connecting``, ``disk_full``, ``diverged``, ``fell_behind`` or
+    #: ``refused``.
     state: str = "connecting"
     #: The master's log end as last learned (metadata sync), and how far this log is behind
     #: it; None until learned.
@@ -209,6 +239,8 @@ class _Session:
         #: The master pushed this offset where the slave's log does not end (a divergence).
         #: Epoch mode: where the histories part, when the master's says the slave diverged.
         self.diverged_at: int | None = None
+        #: The master's oldest offset, past this slave's end: what it needs was deleted.
+        self.deleted_to: int | None = None
 
     def _end(self, reason: str, scope: trio.CancelScope) -> None:
         if self.close_reason is None:
@@ -229,6 +261,8 @@ class _Session:
             elif isinstance(action, Close):
                 if action.diverged_at is not None:
                     self.diverged_at = action.diverged_at
+                if action.oldest is not None:
+                    self.deleted_to = action.oldest
                 self._end(action.reason, scope)
                 return False
         return True
@@ -251,7 +285,8 @@ class _Session:
                     self.first_bytes += bytes(data[: _SNIFF - len(self.first_bytes)])
                 actions = self.proto.receive_data(data, now=trio.current_time())
                 if not self.received_data and any(
-                    isinstance(a, Close) and a.diverged_at is None for a in actions
+                    isinstance(a, Close) and a.diverged_at is None and a.oldest is None
+                    for a in actions
                 ):
                     self.protocol_error = True  # bytes that are no HA frame, not a refusal
                 elif self.proto.bytes_received > self.proto.buffered and not any(
@@ -390,6 +425,9 @@ class HAClient:
         #: Where the sticky divergence is recorded (None: kept in memory only).
         self.diverged_file = diverged_file
         self.divergence = Divergence.read(diverged_file) if diverged_file is not None else None
+        #: Set when the master deleted what this slave needs next; kept until a restart (a
+        #: re-seed restarts the slave anyway).
+        self.fell_behind: FellBehind | None = None
         if config.enable_controller_mode and epoch_file is None:
             raise ConfigError("epoch mode (enable_controller_mode) needs the store's epoch file")
         #: Epoch mode: this slave's epoch history (None: classic mode).
@@ -468,6 +506,8 @@ class HAClient:
         while True:
             if self.divergence is not None:
                 await self._stay_diverged()
+            while self.fell_behind is not None:  # nothing to fetch ever again from this master
+                await self._state_change.park()
             try:
                 with trio.fail_after(CONNECT_TIMEOUT):
                     stream = await self._connect(self.master_host, self.master_port)
@@ -550,6 +590,15 @@ class HAClient:
                     )
             if session.diverged_at is not None:
                 self._diverged(session.diverged_at, log_max, session.close_reason or "")
+            if session.deleted_to is not None:
+                end = self.commitlog.max_offset
+                self.fell_behind = FellBehind(session.deleted_to, end, self.master)
+                log.error(
+                    "%s",
+                    self.fell_behind.describe(),
+                    extra={"peer": self.master, "offset": end, "reason": "fell_behind"},
+                )
+                self._state_change.unpark_all()
             self._after_session(session)
             return session.received_data
         finally:
@@ -580,7 +629,12 @@ class HAClient:
                     self.disk_retry,
                 )
             self.append_error = str(session.disk_error)
-        if session.received_data or session.diverged_at is not None or session.spoke_ha:
+        if (
+            session.received_data
+            or session.diverged_at is not None
+            or session.deleted_to is not None
+            or session.spoke_ha
+        ):
             # An HA master: it sent data or frames, or said we diverged.
             self._not_ha_warned = False
             self._spoke_ha = True
@@ -641,13 +695,20 @@ class HAClient:
             self.diverged_file.unlink(missing_ok=True)
         self._state_change.unpark_all()
 
-    async def wait_diverged(self, deadline: float = math.inf) -> bool:
-        """Wait until the client is in the diverged state; False at *deadline*."""
+    async def _wait_state(self, reached: Callable[[], bool], deadline: float) -> bool:
         with trio.move_on_at(deadline):
-            while self.divergence is None:
+            while not reached():
                 await self._state_change.park()
             return True
         return False
+
+    async def wait_fell_behind(self, deadline: float = math.inf) -> bool:
+        """Wait until the master said it deleted what this slave needs; False at *deadline*."""
+        return await self._wait_state(lambda: self.fell_behind is not None, deadline)
+
+    async def wait_diverged(self, deadline: float = math.inf) -> bool:
+        """Wait until the client is in the diverged state; False at *deadline*."""
+        return await self._wait_state(lambda: self.divergence is not None, deadline)
 
     def _set_connected(self, value: bool) -> None:
         self.connected = value
@@ -655,11 +716,9 @@ class HAClient:
 
     async def wait_connected(self, deadline: float = math.inf, *, connects: int = 1) -> bool:
         """Wait until connected for (at least) the *connects*-th time; False at *deadline*."""
-        with trio.move_on_at(deadline):
-            while not self.connected or self.connects < connects:
-                await self._state_change.park()
-            return True
-        return False
+        return await self._wait_state(
+            lambda: self.connected and self.connects >= connects, deadline
+        )
 
     def _count_close(self, category: str) -> None:
         self._closed_by_reason[category] = self._closed_by_reason.get(category, 0) + 1
@@ -674,6 +733,8 @@ class HAClient:
         """What the slave is doing, in one word (``/metrics``, ``status``)."""
         if self.divergence is not None:
             return "diverged"
+        if self.fell_behind is not None:
+            return "fell_behind"
         if self.append_error is not None:
             return "disk_full"
         if self.connected:
@@ -713,9 +774,12 @@ class HAClient:
             connects=self.connects,
             last_close_reason=self.last_close_reason,
             append_error=self.append_error,
-            needs_reseed=self.divergence is not None,
+            needs_reseed=self.divergence is not None or self.fell_behind is not None,
             diverged_master_offset=self.divergence.master_offset if self.divergence else -1,
             diverged_slave_offset=self.divergence.slave_offset if self.divergence else -1,
+            fell_behind_master_offset=(
+                self.fell_behind.master_offset if self.fell_behind is not None else -1
+            ),
             last_epoch=-1 if self.epoch_file is None else self.epoch_file.history.last_epoch,
             truncations=tuple(self.truncations),
             bytes_appended=self.bytes_appended,

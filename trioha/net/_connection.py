@@ -153,6 +153,8 @@ class HAConnection:
                         elif isinstance(action, Close):
                             if action.diverged_at is not None and self.epoch_file is None:
                                 await self._refuse(action.diverged_at, action.reason)
+                            elif action.oldest is not None:
+                                await self._push_offset(action.oldest)
                             self._end(action.reason, scope)
                             return
                     if awaiting and self.transferring:
@@ -179,9 +181,33 @@ class HAConnection:
             self.peer,
             reason,
         )
+        await self._push_offset(diverged_at)
+
+    async def _push_offset(self, offset: int) -> None:
+        """Send a heartbeat header at *offset*, for a refusal the slave's offset check turns
+        into an error naming both offsets (``proto.Close``): where the histories part, or the
+        master's oldest offset when what the slave needs was deleted (RocketMQ #3388).
+
+        Only before the writer sends anything (the reader's refusals, taken on a first
+        report) or from the writer itself, so that frames never interleave. In epoch mode the
+        header carries the epoch holding *offset*; none does: nothing is sent.
+        """
+        if self.epoch_file is None:
+            header = frame_header(SendHeartbeat(offset))
+        else:
+            found = self.epoch_file.history.find_by_offset(offset)
+            if found is None:
+                return
+            entry = found[1]
+            header = self.proto.header(
+                SendHeartbeat(offset, entry.epoch, entry.start_offset),
+                confirm_offset=self.commitlog.max_offset,
+            )
         with trio.move_on_after(1.0):
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await self.stream.send_all(frame_header(SendHeartbeat(diverged_at)))
+            with contextlib.suppress(
+                trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError
+            ):
+                await self.stream.send_all(header)
 
     def view(self) -> LogView:
         return log_view(self.commitlog, self.sent, self.epoch_file)
@@ -225,6 +251,8 @@ class HAConnection:
                 now = trio.current_time()
                 action = self.proto.next_send(now=now, log=view)
                 if isinstance(action, Close):
+                    if action.oldest is not None:
+                        await self._push_offset(action.oldest)
                     self._end(action.reason, scope)
                     return
                 if action is None:

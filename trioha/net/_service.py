@@ -114,6 +114,8 @@ _CLOSE_CATEGORIES = (
     ("housekeeping", "timeout"),
     ("timed out", "timeout"),
     ("diverg", "diverged"),
+    ("deleted", "deleted"),
+    ("no longer exists", "deleted"),
     ("refus", "refused"),
     ("disk", "disk"),
     ("internal error", "internal_error"),

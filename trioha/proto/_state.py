@@ -53,7 +53,10 @@ Where trioha deliberately differs from RocketMQ (docs/replication.md says why):
   the 4.9 check);
 * a first report beyond the master's end (the slave holds data the master does not) and a
   request offset that no longer exists on the master (RocketMQ #3388) close the connection with
-  a reason that says so, instead of heartbeating forever;
+  a reason that says so, instead of heartbeating forever; the deleted case carries
+  ``Close.oldest``, which the IO layer pushes as a heartbeat header past the slave's end, and
+  a slave that reads a heartbeat past its end stops for good (``Close.oldest`` again): it must be
+  re-seeded;
 * classic mode's divergence check: a first report inside a range the master may have sent and
   then lost in a crash, or, promoted from a slave, a range of the history it took over that it
   never had (``LogView.lost``, kept by ``trioha.store.SentOffsets``) is refused,
@@ -326,6 +329,12 @@ class Close:
     reason: str
     remote: bool = True
     diverged_at: int | None = None
+    #: The master's oldest offset, past where the slave needs to continue: what the slave needs
+    #: was deleted on the master (retention, RocketMQ #3388). On the master the IO layer
+    #: pushes it as a heartbeat header ``(oldest, 0)`` before closing, which every slave's
+    #: offset check rejects (Java's names both offsets); on the slave it is that offset, and
+    #: the client stops for good instead of reconnecting: only a re-seed helps.
+    oldest: int | None = None
 
 
 @attrs.frozen
@@ -432,10 +441,15 @@ def _epochs_of(log: LogView) -> EpochHistory:
 
 
 def _closed(
-    state: MasterState, reason: str, *, remote: bool = True, diverged_at: int | None = None
+    state: MasterState,
+    reason: str,
+    *,
+    remote: bool = True,
+    diverged_at: int | None = None,
+    oldest: int | None = None,
 ) -> MasterStep:
     return attrs.evolve(state, phase=MasterPhase.CLOSED, write_pending=False), (
-        Close(reason, remote, diverged_at),
+        Close(reason, remote, diverged_at, oldest),
     )
 
 
@@ -493,6 +507,7 @@ def _master_first_report(
             f"slave requests offset {offset}, which no longer exists on the master "
             f"(oldest offset {log.min_offset}); the slave cannot catch up and must be "
             "re-seeded (RocketMQ #3388)",
+            oldest=log.min_offset,
         )
     new = attrs.evolve(
         state,
@@ -557,6 +572,7 @@ def _master_send(state: MasterState, event: SendReady, options: MasterOptions) -
             state,
             f"offset {start} was deleted on the master while the slave still needed it "
             f"(oldest offset now {log.min_offset}); the slave must be re-seeded (RocketMQ #3388)",
+            oldest=log.min_offset,
         )
     epoch = epoch_start = -1
     end = log.readable_end(start)
@@ -701,9 +717,21 @@ def _slave_header(state: SlaveState, event: HeaderReceived) -> SlaveStep:
     if state.expected not in (0, event.offset):
         # HAClient.dispatchReadRequest: "master pushed offset not equal the max phy offset in
         # slave"; nothing of this frame is appended.
-        # A classic master never does this to a healthy slave (it serves from the slave's
-        # report), so it is the master's divergence signal (``Close.diverged_at``) or a
-        # different master's history: either way the logs are not one history.
+        # A master never does this to a healthy slave (it serves from the slave's report).
+        # A heartbeat (no body) past the slave's end is the master's "deleted" signal
+        # (``Close.oldest``): what the slave needs next is gone there. Otherwise the master's
+        # divergence signal (``Close.diverged_at``) or a different master's history: either
+        # way the logs are not one history.
+        if event.size == 0 and event.offset > state.expected:
+            return SlaveState(phase=SlavePhase.DISCONNECTED, expected=state.expected), (
+                Close(
+                    f"the master's log now begins at {event.offset}, past this slave's end "
+                    f"{state.expected}: the bytes [{state.expected}, {event.offset}) it needs "
+                    "next were deleted on the master (retention, RocketMQ #3388); nothing "
+                    "appended",
+                    oldest=event.offset,
+                ),
+            )
         return SlaveState(phase=SlavePhase.DISCONNECTED, expected=state.expected), (
             Close(
                 f"master pushed offset {event.offset} but the slave's log ends at "

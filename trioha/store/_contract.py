@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, Protocol
 
 import attrs
@@ -207,6 +207,19 @@ class CommitLog(Protocol):
     def delete_segments_before(self, offset: int) -> int:
         """Delete whole oldest segments that end at or before ``offset``; returns how many."""
 
+    def release_segments_before(self, offset: int) -> Released:
+        """Take whole oldest segments ending at or before ``offset`` out of the log (never the
+        last); their files go with :meth:`Released.destroy`."""
+
+    def segment_times(self) -> list[int]:
+        """Each segment's last-modified time (ms since the epoch), oldest first."""
+
+    def floor_queue_offsets(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Raise the next queue offsets to at least these (consume queues' ends)."""
+
+    def forget_queue(self, topic: str, queue_id: int) -> None:
+        """Count the queue's offsets from 0 again (its consume queue was destroyed)."""
+
     def close(self) -> None:
         """Flush and release the log; idempotent."""
 
@@ -222,12 +235,35 @@ class SegmentLike(Protocol):
     data_start: int
     backed: int
 
+    @property
+    def modified_ms(self) -> int:
+        """When the segment was last written (ms since the epoch)."""
+
     def buffer(self) -> ReadableBuffer: ...
     def write(self, pos: int, data: bytes | bytearray | memoryview) -> None: ...
     def view(self, pos: int, end: int) -> memoryview | bytes: ...
     def zero(self, pos: int, end: int) -> None: ...
     def drop_pages(self, pos: int = 0, end: int | None = None) -> None: ...
     def close(self) -> None: ...
+
+
+@attrs.define
+class Released:
+    """Segments retention took out of a log (``CommitLog.release_segments_before``), whose
+    files are not deleted yet: :meth:`destroy` deletes them, once."""
+
+    #: Where each released segment started, oldest first (empty: nothing was released).
+    starts: tuple[int, ...]
+    #: The log's first offset without them.
+    min_offset: int
+    _destroy: Callable[[], None] | None = attrs.field(default=None, repr=False)
+
+    def destroy(self) -> None:
+        """Close and delete the files (blocking IO, so any thread may run it; raises
+        ``StorageError`` naming the file that could not be deleted)."""
+        destroy, self._destroy = self._destroy, None
+        if destroy is not None:
+            destroy()
 
 
 @attrs.frozen
