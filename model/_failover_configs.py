@@ -77,6 +77,15 @@ FAILOVER_CONFIGS: dict[str, FailoverConfig] = {
             faults=FailoverFaults(crashes=1),
             liveness_bound=9,
         ),
+        _config(
+            "failover-handover",
+            "2 brokers, 1 put; an operator asks the master to hand its role to broker 2 at any "
+            "moment (failover-elect), with a power cut at any moment: the master fences, "
+            "waits one tick for broker 2 to catch up, then releases the key or refuses.",
+            messages=1,
+            faults=FailoverFaults(crashes=1, handovers=1),
+            liveness_bound=8,
+        ),
         # --- known-bad twins: each fails on its property --------------------------------------
         _config(
             "failover-twin-ack-any",

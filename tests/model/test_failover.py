@@ -24,6 +24,7 @@ PINNED_STATES = {
     "failover-smoke": 1_944,
     "failover-ci": 173_443,
     "failover-bootstrap": 10_372,
+    "failover-handover": 8_108,
     "failover-network": 3_196,
 }
 #: Too big for the default run; ``pytest -m slow`` checks them.

@@ -14,8 +14,10 @@ from trioha.broker._broker import Broker, BrokerStatistics, open_broker
 from trioha.broker._clientside import free_port_pair
 from trioha.broker._failover import (
     FailoverStatistics,
+    HandoverOutcome,
     ReplicaManager,
     describe_group,
+    hand_over,
     read_group,
 )
 from trioha.broker._reput import CHECKPOINT_FILE, truncate_replica
@@ -26,9 +28,11 @@ __all__ = [
     "Broker",
     "BrokerStatistics",
     "FailoverStatistics",
+    "HandoverOutcome",
     "ReplicaManager",
     "describe_group",
     "free_port_pair",
+    "hand_over",
     "open_broker",
     "producer_properties",
     "read_group",

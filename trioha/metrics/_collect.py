@@ -55,7 +55,7 @@ def _failover(stats: Any) -> Iterator[Metric]:
     yield _gauge(
         "trioha_failover_phase_info",
         "The replica manager's phase (value 1): STARTING, REGISTERING, FOLLOWER, CAMPAIGNING, "
-        "MASTER, FENCED, STOPPED.",
+        "MASTER, FENCED, HANDING_OVER, STOPPED.",
         1,
         phase=stats.phase,
     )
