@@ -14,6 +14,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+# First: importing trioha._build chooses the build before any compilable module loads.
+from trioha._build import BuildInfo, build_info
 from trioha._errors import (
     BodyTooLargeError,
     ConfigError,
@@ -74,6 +76,7 @@ __all__ = [
     "BrokerConfig",
     "BrokerRole",
     "BrokerStatistics",
+    "BuildInfo",
     "ConfigError",
     "CorruptLogError",
     "DamagedLogError",
@@ -97,5 +100,6 @@ __all__ = [
     "TopicTooLongError",
     "TriohaError",
     "__version__",
+    "build_info",
     "open_broker",
 ]
