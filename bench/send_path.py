@@ -1,6 +1,7 @@
 """The master's CPU per client send, in-process: decode, checks, append, wait, encode.
 
     PYTHONPATH=. .venv/bin/python bench/send_path.py [--burst 32] [--seconds 5] [--profile F]
+    PYTHONPATH=. .venv/bin/python bench/send_path.py --bursts 100   # a fixed count instead
 
 A real broker (ASYNC_MASTER, ASYNC_FLUSH, no slave: the wait is one checkpoint) is opened on
 a temporary store; bursts of ``--burst`` SEND_MESSAGE requests, encoded as the official C++
@@ -14,6 +15,9 @@ message, the part that a profile of the whole broker spreads over many frames.
 It prints the process's CPU time per message (all threads; the Trio thread's alone in
 brackets) and wall time per message;
 ``--profile F`` writes a cProfile of the measured window to F (``python -m pstats F``).
+``--bursts N`` measures exactly N bursts instead of ``--seconds``, with the random draws seeded
+and the body fixed, so the window is the same work every run: ``bench/instructions.py`` counts
+its instructions under callgrind (the window is :func:`bench._icount.window`).
 """
 
 from __future__ import annotations
@@ -28,9 +32,11 @@ import time
 from pathlib import Path
 
 import trio
+from trio.testing import MockClock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._icount import make_deterministic, window
 from trioha._config import BrokerConfig, BrokerRole
 from trioha.broker import open_broker
 from trioha.remoting._codec import FrameDecoder, RemotingCommand, encode
@@ -71,8 +77,12 @@ def send_request(opaque: int, body: bytes) -> RemotingCommand:
     )
 
 
-async def run(burst: int, seconds: float, profile: str | None, role: BrokerRole) -> None:
-    body = os.urandom(1024)
+async def run(args: argparse.Namespace, clock: MockClock | None = None) -> None:
+    burst, seconds, profile, bursts = args.burst, args.seconds, args.profile, args.bursts
+    role = BrokerRole(args.role)
+    if bursts is not None:
+        make_deterministic()
+    body = os.urandom(1024) if bursts is None else bytes(i % 251 for i in range(1024))
     frames = [
         b"".join(encode(send_request(k * burst + i, body)) for i in range(burst)) for k in range(64)
     ]
@@ -83,7 +93,6 @@ async def run(burst: int, seconds: float, profile: str | None, role: BrokerRole)
             listen_port=0,
             ha_listen_port=0,
             ha_listen_host="127.0.0.1",
-            namesrv_addr="127.0.0.1:1",
         )
         async with open_broker(config) as broker:
             assert broker.client_side is not None
@@ -110,9 +119,10 @@ async def run(burst: int, seconds: float, profile: str | None, role: BrokerRole)
             if prof is not None:
                 prof.enable()
             n = 0
-            while time.perf_counter() - wall0 < seconds:
-                await one(n)
-                n += 1
+            with window(clock):
+                while n < bursts if bursts is not None else time.perf_counter() - wall0 < seconds:
+                    await one(n)
+                    n += 1
             if prof is not None:
                 prof.disable()
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
@@ -135,8 +145,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--profile", default=None, help="write a cProfile here")
     parser.add_argument("--role", default="ASYNC_MASTER", help="ASYNC_MASTER (no slave)")
+    parser.add_argument(
+        "--bursts", type=int, default=None, help="measure this many bursts, seeded (not --seconds)"
+    )
     args = parser.parse_args()
-    trio.run(run, args.burst, args.seconds, args.profile, BrokerRole(args.role))
+    # A fixed count runs on a clock that stands still in the window (bench._icount.window).
+    clock = MockClock(rate=1.0) if args.bursts is not None else None
+    trio.run(run, args, clock, clock=clock)
 
 
 if __name__ == "__main__":
