@@ -65,7 +65,19 @@ def test_an_edited_source_makes_the_whole_build_stale(tmp_path: Path) -> None:
     (tmp_path / "fast" / "_mod.py").write_text("VALUE = 2\n")
     info = decide(built, pure=False, root=tmp_path)
     assert info.compiled == ()
-    assert info.describe() == "pure Python (compiled build is stale: trioha.fast._mod changed)"
+    assert info.describe() == (
+        "pure Python (compiled build is stale: trioha.fast._mod changed since it was built)"
+    )
+
+
+def test_extensions_without_a_manifest_are_not_loaded(tmp_path: Path) -> None:
+    _package(tmp_path, compiled=True)
+    info = decide({}, pure=False, root=tmp_path, compilable=("trioha.fast._mod",))
+    assert info.compiled == ()
+    assert info.built == ("trioha.fast._mod",)  # the finder will load these from .py
+    assert info.describe() == (
+        "pure Python (compiled modules without _compiled.json: trioha.fast._mod)"
+    )
 
 
 def test_a_missing_extension_is_not_reported_compiled(tmp_path: Path) -> None:

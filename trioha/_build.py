@@ -15,7 +15,8 @@ safe and switchable:
 * a source edited since the build makes the whole compiled build stale: compiled modules call
   each other's compiled code directly, so one stale module cannot be swapped out alone. Every
   module then loads from its ``.py``, and a warning names what changed and how to rebuild;
-* without a manifest nothing is done: the pure build, as a fresh checkout runs.
+* without a manifest nothing is done: the pure build, as a fresh checkout runs (compiled
+  modules found without one, say from an interrupted build, are not loaded either).
 
 :func:`build_info` tells which build runs; ``Broker.statistics()`` carries it (``stats.build``
 in the runtime info, so ``trioha status`` shows it), and brokers log it at start.
@@ -128,16 +129,30 @@ def read_manifest(path: Path = MANIFEST) -> dict[str, str]:
     return {str(k): str(v) for k, v in modules.items()}
 
 
-def decide(built: dict[str, str], *, pure: bool, root: Path = Path(__file__).parent) -> BuildInfo:
-    """Which build loads, given the manifest's modules, ``TRIOHA_PURE`` and the sources."""
+def decide(
+    built: dict[str, str],
+    *,
+    pure: bool,
+    root: Path = Path(__file__).parent,
+    compilable: tuple[str, ...] | None = None,
+) -> BuildInfo:
+    """Which build loads, given the manifest's modules, ``TRIOHA_PURE`` and the sources
+    (*compilable*: :data:`COMPILABLE`, which a test may replace)."""
     names = tuple(built)
     if not built:
+        # Extensions without a manifest (an interrupted or hand-made build) are of unknown
+        # provenance: never loaded.
+        candidates = COMPILABLE if compilable is None else compilable
+        strays = tuple(n for n in candidates if _is_extension(module_source(n, root)))
+        if strays:
+            why = f"compiled modules without {MANIFEST.name}: {', '.join(strays)}"
+            return BuildInfo(compiled=(), built=strays, bypassed=why)
         return BuildInfo(compiled=(), built=())
     if pure:
         return BuildInfo(compiled=(), built=names, bypassed=f"{PURE_ENV} is set")
     stale = [n for n, d in built.items() if _digest_or_none(module_source(n, root)) != d]
     if stale:
-        why = f"compiled build is stale: {', '.join(stale)} changed"
+        why = f"compiled build is stale: {', '.join(stale)} changed since it was built"
         return BuildInfo(compiled=(), built=names, bypassed=why)
     compiled = tuple(n for n in names if _is_extension(module_source(n, root)))
     return BuildInfo(compiled=compiled, built=names)
@@ -150,8 +165,8 @@ def install() -> BuildInfo:
     if info.bypassed is not None:
         if not info.bypassed.startswith(PURE_ENV):
             log.warning(
-                "%s since `python3 tasks.py build-fast`; loading the pure-Python modules "
-                "until it is run again",
+                "%s; loading the pure-Python modules (`python3 tasks.py build-fast` makes "
+                "a current build)",
                 info.bypassed,
             )
         loaded = sorted(n for n in info.built if n in sys.modules)
