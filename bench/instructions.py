@@ -166,7 +166,9 @@ def _report(rows: list[dict[str, Any]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", default="send,catchup", help="send, catchup")
+    parser.add_argument(
+        "--only", default="send,slave,master", help="send, slave, master (catchup: both sides)"
+    )
     parser.add_argument("--repeat", type=int, default=2, help="runs of each figure")
     parser.add_argument("--bursts", type=int, default=100, help="send: bursts counted")
     parser.add_argument("--burst", type=int, default=32, help="send: sends per burst")
@@ -179,7 +181,8 @@ def main() -> None:
     missing = valgrind_missing()
     if missing:
         sys.exit(f"instructions: {missing}")
-    only = set(args.only.split(","))
+    only = set(args.only.replace("catchup", "slave,master").split(","))
+    sides = [side for side in ("slave", "master") if side in only]
     print(f"trioha build: {build_info().describe()}")
     rows = []
     if "send" in only:
@@ -191,7 +194,7 @@ def main() -> None:
                 lambda: count_sends(args.bursts, args.burst, _kept(args.keep, "send")),
             )
         )
-    if "catchup" in only:
+    if sides:
         with tempfile.TemporaryDirectory(prefix="instructions-") as tmp:
             work = Path(tmp)
             backlog = work / "backlog"
@@ -200,7 +203,7 @@ def main() -> None:
             )
             modes = [False, True] if args.bare else [False]
             for bare in modes:
-                for side in ("slave", "master"):
+                for side in sides:
                     label = (
                         f"per replicated MiB, {side}{', replication path alone' if bare else ''}"
                     )
