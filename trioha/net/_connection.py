@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 
+from trioha.net._sendparts import send_parts
 from trioha.net._wakeup import Wakeup
 from trioha.proto import (
     AckAdvanced,
@@ -234,7 +235,7 @@ class HAConnection:
                 if sent is not None and sent.needs_reserve(upto):
                     # The durable mark first: a crash must never forget bytes a slave holds.
                     await trio.to_thread.run_sync(sent.reserve, upto)
-                await self.stream.send_all(parts[0] if len(parts) == 1 else b"".join(parts))
+                await send_parts(self.stream, parts)  # no join over plain TCP
                 if sent is not None:
                     sent.note_sent(upto)
                 self.frames_sent += frames
