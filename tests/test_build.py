@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -135,3 +136,46 @@ def test_the_source_only_finder_skips_an_extension(tmp_path: Path) -> None:
         text=True,
     ).stdout.strip()
     assert out == str(package / "mod.py")
+
+
+_LOADED_PROBE = textwrap.dedent(
+    """
+    import importlib
+    import trioha
+    from trioha._build import COMPILABLE
+    print(trioha.build_info().kind)
+    for name in COMPILABLE:
+        print(importlib.import_module(name).__file__)
+    """
+)
+
+
+def _loaded(pure: bool) -> tuple[str, list[str]]:
+    """The build a fresh interpreter runs in this checkout, and where its compilable modules
+    load from."""
+    env = {k: v for k, v in os.environ.items() if k != "TRIOHA_PURE"}
+    if pure:
+        env["TRIOHA_PURE"] = "1"
+    kind, *files = subprocess.run(
+        [sys.executable, "-c", _LOADED_PROBE],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+    ).stdout.split()
+    return kind, files
+
+
+def test_the_build_said_is_the_build_loaded() -> None:
+    """Whichever build this checkout has (``tasks.py test --compiled`` or ``--pure``), what
+    ``build_info`` says is what the import system loads, and ``TRIOHA_PURE`` loads sources."""
+    kind, files = _loaded(pure=False)
+    assert len(files) == len(COMPILABLE)
+    if kind == "compiled":
+        assert not any(f.endswith(".py") for f in files), files
+    else:
+        assert kind == "pure"
+        assert all(f.endswith(".py") for f in files), files
+    kind, files = _loaded(pure=True)
+    assert kind == "pure"
+    assert all(f.endswith(".py") for f in files), files
