@@ -4,7 +4,8 @@
     python3 tasks.py demo     # install trioha, run a local master and slave replicating a workload
     python3 tasks.py test     # install trioha with its dev and spark extras, run ruff (lint and
                               # format check), mypy, and pytest under coverage (the figures
-                              # are printed at the end)
+                              # are printed at the end); then the core and store tests on
+                              # Python 3.12 and 3.13 too, where those interpreters are found
     python3 tasks.py mutate [proto|net|store]  # mutation testing (mutmut), a package at a time
     python3 tasks.py test --compiled|--pure    # the same on the compiled build (made first with
                                                # build-fast) or on the pure-Python modules
@@ -25,6 +26,8 @@ import re
 import shutil
 import subprocess
 import sys
+import time
+import tomllib
 import venv
 from pathlib import Path
 
@@ -88,8 +91,90 @@ def test(argv: list[str]) -> None:
     print("+", " ".join(str(a) for a in command), flush=True)
     tests = subprocess.run([str(a) for a in command], cwd=ROOT, env=env, check=False)
     _report_coverage(data, env)
+    portable = 0 if argv else test_other_pythons()
     if tests.returncode != 0:
         sys.exit(tests.returncode)
+    if portable != 0:
+        sys.exit(portable)
+
+
+#: The interpreters besides this one that the classifiers promise, and CI checks: the
+#: sans-IO core, the store and the configuration run their tests on each.
+OTHER_PYTHONS = ("3.12", "3.13")
+#: Those tests: pure code (no Spark, no servers in subprocesses), about a minute each.
+PORTABLE_TESTS = ("tests/proto", "tests/store", "tests/test_config.py", "tests/test_status.py")
+#: What they need of the dev extra (its version bounds are taken from pyproject.toml).
+PORTABLE_TEST_DEPS = ("pytest", "pytest-trio", "pytest-timeout", "hypothesis")
+
+
+def find_python(version: str, home: Path | None = None) -> Path | None:
+    """An interpreter of *version* that runs: ``python3.12`` on PATH, else the newest pyenv
+    build of that version; None when there is none (a pyenv shim of a version not selected
+    fails to run, and is passed over)."""
+    builds = ((home or Path.home()) / ".pyenv" / "versions").glob(
+        f"{version}.*/bin/python{version}"
+    )
+    ranked = sorted(builds, key=lambda p: [int(x) for x in re.findall(r"\d+", p.parts[-3])])
+    on_path = shutil.which(f"python{version}")
+    candidates = [Path(on_path)] if on_path else []
+    for candidate in [*candidates, *reversed(ranked)]:
+        probe = subprocess.run(
+            [str(candidate), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if probe.returncode == 0 and probe.stdout.strip() == version:
+            return candidate
+    return None
+
+
+def portable_requirements(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
+    """The dev extra's entries for :data:`PORTABLE_TEST_DEPS`, bounds and all."""
+    dev = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    return [
+        spec
+        for spec in dev["dev"]
+        if re.split(r"[\s<>=!~;\[]", spec, maxsplit=1)[0] in PORTABLE_TEST_DEPS
+    ]
+
+
+def test_other_pythons() -> int:
+    """Run :data:`PORTABLE_TESTS` on each of :data:`OTHER_PYTHONS` found; the worst exit code.
+
+    Each gets ``.venv-<version>`` with trioha (editable) and the test dependencies, remade
+    when ``pyproject.toml`` changes. A version not installed is said in one line and skipped.
+    """
+    worst = 0
+    for version in OTHER_PYTHONS:
+        python = find_python(version)
+        if python is None:
+            print(f"Python {version} not found (python{version}, pyenv): its tests are skipped")
+            continue
+        started = time.monotonic()
+        env_python = _ensure_other_env(version, python)
+        command = [str(env_python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        print(f"+ (Python {version}) pytest {' '.join(PORTABLE_TESTS)}", flush=True)
+        result = subprocess.run([*command, *PORTABLE_TESTS], cwd=ROOT, check=False)
+        took = time.monotonic() - started
+        print(f"Python {version}: exit {result.returncode} in {took:.0f} s", flush=True)
+        worst = worst or result.returncode
+    return worst
+
+
+def _ensure_other_env(version: str, python: Path) -> Path:
+    root = ROOT / f".venv-{version}"
+    env_python = root / "bin" / "python"
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:16]
+    stamp = root / f".installed-portable-{digest}"
+    if stamp.exists():
+        return env_python
+    if not env_python.exists():
+        _run(python, "-m", "venv", root)
+    _run(env_python, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
+    _run(env_python, "-m", "pip", "install", "--quiet", "-e", ".", *portable_requirements())
+    stamp.touch()
+    return env_python
 
 
 #: Packages whose coverage ``test`` prints on a line of their own: the sans-IO core, its Trio

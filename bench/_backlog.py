@@ -19,7 +19,7 @@ import trio
 from bench._common import MIB
 from trioha._config import BrokerConfig
 from trioha.broker import open_broker
-from trioha.store import open_store
+from trioha.store import SentOffsets, open_store
 
 TOPIC = "BenchTopic"
 _OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET (bytes 20..36)
@@ -60,8 +60,11 @@ def make_backlog(root: Path, *, total: int, segment_size: int, body_size: int) -
                 done += os.pwrite(fd, view[done:], done)
         finally:
             os.close(fd)
-    end = trio.run(_index, root, segment_size)
     expected = segments * segment_size
+    # A master's own log, as a master that wrote it would have said in its marks: a store with
+    # data and no marks starts as a promoted slave, padded past its end (docs/replication.md).
+    SentOffsets.open(root).note_recovered_end(expected)
+    end = trio.run(_index, root, segment_size)
     if end != expected:
         raise RuntimeError(f"backlog at {root} recovered to {end}, expected {expected}")
     return end

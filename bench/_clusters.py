@@ -14,7 +14,6 @@ Every cluster is a :class:`Cluster`: its name server address and the master's an
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
@@ -27,12 +26,9 @@ import attrs
 import trio
 
 from bench._common import ROOT
+from tests.javaref import MISSING, java_rocketmq
 
-JAVA_HOME_DIR = Path(
-    os.environ.get(
-        "TRIOHA_JAVA_ROCKETMQ", ROOT.parent.parent / "shared" / "reference" / "rocketmq-4.9.7"
-    )
-)
+JAVA_HOME_DIR = java_rocketmq() or ROOT / "missing-rocketmq-reference"
 READY_TIMEOUT = 90.0
 
 
@@ -68,7 +64,7 @@ def java_missing() -> str | None:
     """Why the Java broker cannot run here, or None when it can."""
     script = JAVA_HOME_DIR / "rocketmq.sh"
     if not script.exists():
-        return f"{script} not found (set TRIOHA_JAVA_ROCKETMQ)"
+        return MISSING
     if shutil.which("java") is None:
         return "no java on PATH"
     if not Path("/usr/share/java/netty-transport.jar").exists():
@@ -230,8 +226,7 @@ async def open_java_cluster(work: Path, *, segment_size: int) -> AsyncIterator[C
 async def wait_sendable(cluster: Cluster, topic: str) -> None:
     """Send to *topic* through the name server until SEND_OK; then its route is known."""
     from trioha._errors import TriohaError
-    from trioha.remoting._client import open_client_pool
-    from trioha.remoting._mqclient import get_route, send_message
+    from trioha.remoting import get_route, open_client_pool, send_message
 
     last = "nothing tried"
     with trio.move_on_after(READY_TIMEOUT):

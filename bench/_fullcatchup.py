@@ -53,7 +53,7 @@ def _copy_log(backlog: Path, master: Path) -> None:
 
 async def _info(pool: Any, broker: str) -> dict[str, str] | None:
     from trioha._errors import TriohaError
-    from trioha.remoting._mqclient import runtime_info
+    from trioha.remoting import runtime_info
 
     try:
         with trio.fail_after(5):
@@ -74,7 +74,7 @@ async def full_catch_up(
     work: Path, *, kind: str, backlog: Path, end: int, segment_size: int
 ) -> dict[str, Any]:
     """Master on a copy of *backlog*, slave from its first message; *kind* trioha or java."""
-    from trioha.remoting._client import open_client_pool
+    from trioha.remoting import open_client_pool
 
     root = work / f"catchup-{kind}"
     shutil.rmtree(root, ignore_errors=True)

@@ -117,8 +117,7 @@ def official(
 async def trio_client(
     namesrv: str, topic: str, tasks: int, *, body_size: int, warmup: float, seconds: float
 ) -> None:
-    from trioha.remoting._client import open_client_pool
-    from trioha.remoting._mqclient import get_route, send_message
+    from trioha.remoting import get_route, open_client_pool, send_message
 
     body = bytes(65 + i % 26 for i in range(body_size))  # no NUL: the C API takes C strings
     async with open_client_pool() as pool:

@@ -16,7 +16,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from trioha.pipeline._source import MESSAGE_SCHEMA, arrow_schema
+from trioha.pipeline import MESSAGE_SCHEMA
+from trioha.pipeline._schema import arrow_schema
 
 _BATCH: dict[str, pa.RecordBatch] = {}
 
@@ -28,8 +29,7 @@ class ReplayReader(DataSourceReader):
         self.path = path
 
     def partitions(self) -> list[InputPartition]:
-        from trioha.pipeline._layout import read_layout
-        from trioha.pipeline._plan import plan_partitions
+        from trioha.pipeline import plan_partitions, read_layout
         from trioha.pipeline._read import read_messages
 
         # Rows per partition, counted by reading it once here (the planning is not timed
@@ -42,8 +42,7 @@ class ReplayReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         batch = _BATCH.get(self.path)
         if batch is None:
-            from trioha.pipeline._layout import read_layout
-            from trioha.pipeline._plan import plan_partitions
+            from trioha.pipeline import plan_partitions, read_layout
             from trioha.pipeline._read import read_messages
 
             first = plan_partitions(read_layout(self.path))[0]

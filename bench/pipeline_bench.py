@@ -50,8 +50,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trioha.store import HostAddress, decode_record, encode_blank, encode_message
-from trioha.store._store import open_store
+from trioha.store import HostAddress, decode_record, encode_blank, encode_message, open_store
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -162,8 +161,7 @@ def stream_latency(
     master's put is) while a ``readStream`` of it runs into a ``foreachBatch`` sink; returns
     the p50, p99 and max of put-to-row latency in seconds."""
     from trioha.pipeline import start_stream
-    from trioha.store import NewMessage
-    from trioha.store._store import open_store
+    from trioha.store import NewMessage, open_store
 
     arrived: dict[int, float] = {}
 
@@ -267,8 +265,7 @@ def replayed(spark: SparkSession, root: Path, repeat: int) -> tuple[float, float
 
 def decoder(root: Path) -> tuple[float, int]:
     """The pipeline's decoder without Spark: every planned partition read in this process."""
-    from trioha.pipeline._layout import read_layout
-    from trioha.pipeline._plan import plan_partitions
+    from trioha.pipeline import plan_partitions, read_layout
     from trioha.pipeline._read import read_messages
 
     t0 = time.perf_counter()

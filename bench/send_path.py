@@ -39,9 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._icount import make_deterministic, window
 from trioha._config import BrokerConfig, BrokerRole
 from trioha.broker import open_broker
-from trioha.remoting._codec import FrameDecoder, RemotingCommand, encode
-from trioha.remoting._codes import RequestCode
-from trioha.store._message import properties_to_string
+from trioha.remoting import FrameDecoder, RemotingCommand, RequestCode, encode
+from trioha.store import properties_to_string
 
 TOPIC = "SendPathTopic"
 

@@ -47,7 +47,7 @@ from bench.send_path import send_request
 from trioha._config import BrokerConfig, BrokerRole
 from trioha.broker import Broker, open_broker
 from trioha.broker._send import PROPERTY_CLUSTER, SendMessageProcessor
-from trioha.remoting._codec import (
+from trioha.remoting import (
     FrameDecoder,
     RemotingCommand,
     encode,
@@ -55,7 +55,7 @@ from trioha.remoting._codec import (
     int_field,
     require_field,
 )
-from trioha.store._message import PROPERTY_WAIT_STORE_MSG_OK, HostAddress, string_to_properties
+from trioha.store import PROPERTY_WAIT_STORE_MSG_OK, HostAddress, string_to_properties
 
 _LEN = struct.Struct(">I")
 _PEER = ("127.0.0.1", 40000)

@@ -16,7 +16,8 @@ from model._engine import Edge, Goal, Invariant, Probe, Result, Spec, Trace, Vio
 from model._properties import HASpec
 from model._replay import ReplayMismatch, ReplayResult, fair_tail, random_walk, replay
 from model._report import check, render_result, render_trace, verdict
-from model._world import Config, Conn, Faults, HAModel, Kind, Step, World
+from model._steps import HAModel
+from model._values import Config, Conn, Faults, Kind, Step, World
 
 __all__ = [
     "CONFIGS",

@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from model._world import Config, Faults
+from model._values import Config, Faults
 
 _BASE = Config(name="base", doc="")
 

@@ -2,7 +2,7 @@
 
 Each property names the RocketMQ behaviour, code or issue it protects (docs/model.md has the
 table). State invariants are functions of one :class:`World`; transition invariants are checked
-while a step is applied (``model._world.check_*``) and reported with the edge.
+while a step is applied (``model._checks``) and reported with the edge.
 """
 
 from __future__ import annotations
@@ -12,16 +12,8 @@ from collections.abc import Callable, Iterable, Sequence
 import attrs
 
 from model._engine import Edge, Goal, Invariant, Probe
-from model._world import (
-    Config,
-    HAModel,
-    Step,
-    World,
-    caught_up,
-    divergence,
-    full_copy,
-    serving,
-)
+from model._steps import HAModel
+from model._values import Config, Step, World, caught_up, divergence, full_copy, serving
 from trioha.proto import MasterPhase, SlavePhase, find_consistent_point
 
 # --- state invariants -------------------------------------------------------------------------
@@ -196,7 +188,7 @@ STATE_INVARIANTS: tuple[Invariant[World], ...] = (
     Invariant("WellFormed", well_formed, "bounds and cross-component sanity"),
 )
 
-#: Checked while a step is applied; see ``model._world``.
+#: Checked while a step is applied; see ``model._checks``.
 TRANSITION_INVARIANTS: tuple[tuple[str, str], ...] = (
     ("FramesContiguous", "frames on a connection continue exactly from the slave's request"),
     ("FrameWithinLog", "a frame lies in one segment of the master's stored log, <= batch size"),
@@ -370,6 +362,11 @@ PROBES: tuple[ProbeSpec, ...] = (
     ProbeSpec(
         "master_closed:deleted_offset",
         "a slave's offset had been deleted on the master (#3388)",
+        lambda c: c.faults.deletions > 0,
+    ),
+    ProbeSpec(
+        "slave_fell_behind",
+        "the slave was told its next bytes were deleted on the master, and stopped",
         lambda c: c.faults.deletions > 0,
     ),
 )

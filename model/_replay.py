@@ -29,28 +29,27 @@ from collections.abc import Sequence
 
 import attrs
 
+from model._checks import check_frame, check_master_transition, check_report
 from model._engine import Trace
 from model._properties import STATE_INVARIANTS
-from model._world import (
+from model._steps import HAModel
+from model._values import (
     Config,
     Conn,
     FrameBody,
     FrameHeader,
-    HAModel,
     Item,
     Kind,
     Step,
     World,
     caught_up,
-    check_frame,
-    check_master_transition,
-    check_report,
 )
 from trioha._errors import OffsetMismatchError
 from trioha.proto import (
     AckAdvanced,
     Append,
     Close,
+    HeaderReceived,
     LogView,
     MasterAction,
     MasterConnection,
@@ -61,11 +60,13 @@ from trioha.proto import (
     SendTransfer,
     SlaveAction,
     SlaveConnection,
+    SlavePhase,
     SlaveState,
     Timing,
     Vouch,
     encode_report,
     frame_header,
+    slave_step,
     vouch,
 )
 from trioha.store import MemoryCommitLog
@@ -116,6 +117,7 @@ class _ModelLog(MemoryCommitLog):
     def __init__(self, segment_size: int) -> None:
         LogCore.__init__(self, segment_size=segment_size)
         self.kept_bytes = {}
+        self._mtime_ms = lambda: 0  # retention's rule is the model's, not the segments' times
 
 
 def _store_bytes(store: MemoryCommitLog) -> bytes:
@@ -161,6 +163,8 @@ class _Harness:
         self.slog = bytearray()
         self.sbase = 0
         self.sflushed = 0
+        #: The slave was told its next bytes were deleted on the master (World.sbehind).
+        self.sbehind = -1
         self.budget = config.faults
         self.violations: list[tuple[str, str]] = []
         self.closes: list[str] = []
@@ -213,6 +217,7 @@ class _Harness:
             slog=tuple(self.slog),
             sflushed=self.sflushed,
             budget=self.budget,
+            sbehind=self.sbehind,
         )
 
     def _project_wire(self, w: _Wire) -> Conn:
@@ -258,7 +263,21 @@ class _Harness:
                 self.on_ack()
             elif isinstance(action, Close):
                 self.closes.append(action.reason)
+                self.told_deleted(w, action)
                 self.master_close(w)
+
+    def told_deleted(self, w: _Wire, close: Close) -> None:
+        """``HAConnection._push_offset``: the master's oldest offset goes out as a heartbeat
+        header before the close; a slave between frames reads it with its own rule and, told
+        its next bytes are gone, stops for good (the model's ``refused``)."""
+        sc = self.sc
+        if close.oldest is None or not w.attached or sc is None:
+            return
+        if sc.state.phase is not SlavePhase.TRANSFER or sc.state.receiving is not None:
+            return
+        _, actions = slave_step(sc.state, HeaderReceived(close.oldest, 0))
+        if any(isinstance(a, Close) and a.oldest is not None for a in actions):
+            self.sbehind = close.oldest
 
     def write_frame(self, w: _Wire, action: SendTransfer | SendHeartbeat) -> None:
         size = action.size if isinstance(action, SendTransfer) else 0

@@ -8,7 +8,8 @@ from model._configs import get
 from model._engine import Result, Trace, Violation
 from model._engine import check as _check
 from model._properties import PROBES, STATE_INVARIANTS, TRANSITION_INVARIANTS, HASpec
-from model._world import Config, HAModel, Step, World
+from model._steps import HAModel
+from model._values import Config, Step, World
 
 Outcome = Result[World, Step]
 

@@ -24,12 +24,12 @@ import trio
 import trio.testing
 
 from trioha import BrokerConfig
-from trioha._config import BrokerRole, FlushDiskType
-from trioha._demo import compare_logs
+from trioha._config import BrokerRole
 from trioha._status import PutStatus
 from trioha.broker import Broker, open_broker
+from trioha.cli._demo import compare_logs
 from trioha.proto import encode_header
-from trioha.store import open_store
+from trioha.store import FlushDiskType, open_store
 
 SEG = 64 * 1024
 FAST = {
@@ -493,7 +493,7 @@ async def test_a_master_on_a_damaged_log_starts_only_when_the_operator_accepts_i
     tmp_path: Path,
 ) -> None:
     from trioha import DamagedLogError
-    from trioha.store._sent import SentOffsets
+    from trioha.store import SentOffsets
 
     root = tmp_path / "m"
     with open_store(root, segment_size=SEG) as store:
@@ -514,3 +514,60 @@ async def test_a_master_on_a_damaged_log_starts_only_when_the_operator_accepts_i
         assert result.offset == offsets[3]  # nothing was sent past it: no padding needed
     async with running(master_config(root)) as master:  # accepted once: the mark follows
         assert master.store.commitlog.max_offset > offsets[3]
+
+
+async def test_a_clean_stop_leaves_the_flushed_mark_at_the_logs_end(tmp_path: Path) -> None:
+    """The flushers write the flushed mark at most once a second; a clean stop flushes the
+    whole log, and says so in the mark, so that the next start's damage check covers it."""
+    from trioha.store import SentOffsets
+
+    root = tmp_path / "m"
+    # No flush by interval while the broker runs: only the stop can move the mark.
+    async with running(master_config(root, flush_interval_commit_log=600_000)) as master:
+        for i in range(30):
+            assert (await master.put(topic="T", body=b"m%d" % i)).status is PutStatus.PUT_OK
+        end = master.store.commitlog.max_offset
+        assert SentOffsets.open(root).flushed == 0
+    marks = SentOffsets.open(root)
+    assert marks.flushed == end
+    assert (marks.reserved, marks.acked_reserved) == (0, end)  # exact: nothing sent, all acked
+
+
+async def test_a_former_master_holding_bytes_it_never_sent_starts_as_a_slave_diverged(
+    tmp_path: Path,
+) -> None:
+    """The old master of a failover, brought back as a slave, holding messages it took after
+    its slave went away: no other broker has them, so it stops before it connects, and once
+    cut back it replicates its new master (its master marks removed before the first byte)."""
+    from trioha.cli._reseed import truncate_to_master
+    from trioha.store import SENT_OFFSET_FILE
+
+    m, s = tmp_path / "m", tmp_path / "s"
+    async with running(master_config(m)) as master:
+        async with running(slave_config(s, master)) as slave:
+            await connected(master)
+            await put_many(master, 20)
+            await caught_up(master, slave)
+        sent_end = master.store.commitlog.max_offset
+        await put_many(master, 20)  # the slave is gone: these are never sent
+        held_end = master.store.commitlog.max_offset
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(serve_hostile_master, b"")
+        async with running(slave_config(m, tuple(address))) as old:
+            client = old.statistics().client
+            assert client is not None and client.needs_reseed and client.connects == 0
+            assert (client.diverged_master_offset, client.diverged_slave_offset) == (
+                sent_end,
+                held_end,
+            )
+        nursery.cancel_scope.cancel()
+    assert "never sent bytes" in (m / "haDiverged").read_text()
+    assert "back from" in truncate_to_master(slave_config(m, tuple(address)))
+    # The slave is promoted; the old master, cut back, copies it and stops being a master.
+    async with running(master_config(s)) as promoted:
+        await put_many(promoted, 10)
+        async with running(slave_config(m, promoted)) as old:
+            await caught_up(promoted, old)
+            assert compare_logs(promoted, old) is None
+            assert not (m / SENT_OFFSET_FILE).exists()
+    files_identical(s, m)

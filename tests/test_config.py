@@ -3,12 +3,22 @@ namesrv.properties (docs/rocketmq-protocol.md §3)."""
 
 from __future__ import annotations
 
+import builtins
 from pathlib import Path
+from typing import Optional, Union, get_type_hints
 
+import attrs
 import pytest
 
 from trioha import BrokerConfig, BrokerRole, ConfigError, FlushDiskType
-from trioha._config import NamesrvConfig
+from trioha._config import (
+    READERS,
+    NamesrvConfig,
+    RemotingServerConfig,
+    config_properties,
+    java_key,
+    settings_readers,
+)
 
 
 def test_defaults_are_rocketmqs() -> None:
@@ -298,8 +308,19 @@ def test_read_setting_is_the_files_reading_of_one_key() -> None:
     )
     with pytest.raises(ConfigError, match="w: unknown key 'brokerIPP1'; did you mean 'brokerIP1'"):
         read_setting(BrokerConfig, "brokerIPP1", "x", where="w")
-    with pytest.raises(ConfigError, match="w: fileReservedTime is a RocketMQ setting trioha"):
-        read_setting(BrokerConfig, "fileReservedTime", "72", where="w")
+    with pytest.raises(ConfigError, match="w: brokerIP2 is a RocketMQ setting trioha"):
+        read_setting(BrokerConfig, "brokerIP2", "10.0.0.2", where="w")
+    assert read_setting(BrokerConfig, "fileReservedTime", "48", where="w") == (
+        "file_reserved_time",
+        48,
+    )
+    assert read_setting(BrokerConfig, "deleteWhen", "04;16", where="w") == ("delete_when", "04;16")
+    with pytest.raises(ConfigError, match="deleteWhen='4pm': '4pm' is not an hour of the day"):
+        BrokerConfig(delete_when="4pm")
+    with pytest.raises(
+        ConfigError, match="destroyMapedFileIntervalForcibly is how long RocketMQ waits for readers"
+    ):
+        read_setting(BrokerConfig, "destroyMapedFileIntervalForcibly", "120000", where="w")
     with pytest.raises(ConfigError, match="w: listenPort='x' is not valid"):
         read_setting(BrokerConfig, "listenPort", "x", where="w")
 
@@ -316,3 +337,71 @@ def test_config_properties_round_trip_through_the_reader(tmp_path: Path) -> None
     assert java_key("ha_slave_fallbehind_max") == "haSlaveFallbehindMax"
     conf = write(tmp_path, "".join(f"{k}={v}\n" for k, v in properties.items()))
     assert BrokerConfig.from_properties(conf) == config
+
+
+# --- every setting reads its value with its own reader ---------------------------------------
+
+
+@pytest.mark.parametrize("cls", [BrokerConfig, NamesrvConfig, RemotingServerConfig])
+def test_every_setting_carries_the_reader_of_its_type(cls: type) -> None:
+    hints = get_type_hints(cls)
+    for field in attrs.fields(cls):
+        assert field.metadata["read"] is READERS[hints[field.name]], field.name
+
+
+def test_every_setting_reads_back_what_config_properties_wrote() -> None:
+    """Each field's text (``MixAll.object2Properties``) read by its reader is its value: a
+    reader that took a number or a flag as text would fail here, field by field."""
+    config = BrokerConfig(tls_server_mode="enforcing", broker_ip1="10.0.0.1")
+    text = config_properties(config)
+    read = {
+        field.name: field.metadata["read"](text[java_key(field.name)])
+        for field in attrs.fields(BrokerConfig)
+        if java_key(field.name) in text
+    }
+    assert len(read) > 50
+    assert BrokerConfig(**read) == config
+    assert {type(value) for value in read.values()} == {bool, int, str, BrokerRole, FlushDiskType}
+
+
+def test_however_an_annotation_is_spelled_it_is_read_the_same() -> None:
+    @attrs.frozen(kw_only=True, field_transformer=settings_readers)
+    class Spelled:
+        plain: str | None = None
+        union: Union[str, None] = None  # noqa: UP007 - the point is the other spelling
+        optional: Optional[str] = None  # noqa: UP045 - likewise
+        number: "int" = 0  # noqa: UP037 - a quoted annotation inside the quoted ones
+        flag: builtins.bool = False
+
+    readers = {f.name: f.metadata["read"] for f in attrs.fields(Spelled)}
+    assert readers["union"] is readers["optional"] is readers["plain"]
+    assert [readers["plain"](""), readers["number"]("7"), readers["flag"]("TRUE")] == [
+        None,
+        7,
+        True,
+    ]
+    with pytest.raises(ValueError, match="true or false"):
+        readers["flag"]("yes")
+
+
+def test_a_setting_of_a_type_without_a_reader_cannot_be_defined() -> None:
+    with pytest.raises(TypeError, match=r"Odd\.ratio: no reader for a setting of type 'float'"):
+
+        @attrs.frozen(kw_only=True, field_transformer=settings_readers)
+        class Odd:
+            ratio: float = 0.5
+
+    with pytest.raises(TypeError, match=r"Odd\.port: no reader"):
+
+        @attrs.frozen(kw_only=True, field_transformer=settings_readers)
+        class Odd:  # type: ignore[no-redef]
+            port: int | None = None
+
+
+def test_a_field_may_name_its_own_reader() -> None:
+    @attrs.frozen(kw_only=True, field_transformer=settings_readers)
+    class Own:
+        ratio: float = attrs.field(default=0.5, metadata={"read": float})
+
+    (field,) = attrs.fields(Own)
+    assert field.metadata["read"]("0.25") == 0.25

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trioha._cli import build_parser
+from trioha.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 

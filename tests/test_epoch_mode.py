@@ -36,14 +36,25 @@ from tests.test_broker import (
     serve_hostile_master,
     slave_config,
 )
-from trioha._demo import compare_logs
-from trioha._errors import DamagedLogError, NotAMessageBoundaryError, RemotingError
-from trioha._reseed import truncate_to_master
-from trioha.net._client import DIVERGED_FILE
+from trioha._errors import (
+    DamagedLogError,
+    LostAcknowledgedError,
+    NotAMessageBoundaryError,
+    RemotingError,
+)
+from trioha.cli._demo import compare_logs
+from trioha.cli._reseed import truncate_to_master
+from trioha.net import DIVERGED_FILE
 from trioha.proto import encode_master_handshake
 from trioha.proto._epochs import entries_of
-from trioha.store import EPOCH_FILE_NAME, EpochFile, StoredMessage, open_store
-from trioha.store._sent import SENT_OFFSET_FILE, SentOffsets
+from trioha.store import (
+    EPOCH_FILE_NAME,
+    SENT_OFFSET_FILE,
+    EpochFile,
+    SentOffsets,
+    StoredMessage,
+    open_store,
+)
 
 EPOCH: dict[str, Any] = {"enable_controller_mode": True}
 SEG = FAST["mapped_file_size_commit_log"]
@@ -95,7 +106,16 @@ class _Process:
     the test waits could fill and stall the broker)."""
 
     def __init__(
-        self, name: str, role: str, store: Path, *, conf: Path, ha: int, listen: int, logs: Path
+        self,
+        name: str,
+        role: str,
+        store: Path,
+        *,
+        conf: Path,
+        ha: int,
+        listen: int,
+        logs: Path,
+        extra: tuple[str, ...] = (),
     ) -> None:
         cmd = [
             sys.executable,
@@ -109,7 +129,7 @@ class _Process:
             "--listen",
             f"127.0.0.1:{listen}",
         ]
-        cmd += ["--ha-listen" if role == "master" else "--master-ha", f"127.0.0.1:{ha}"]
+        cmd += ["--ha-listen" if role == "master" else "--master-ha", f"127.0.0.1:{ha}", *extra]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.name = name
         self.log = logs / f"{name}.out"
@@ -162,8 +182,7 @@ def _until(
 
 
 async def _produce(broker_process: _Process, port: int, count: int, tag: bytes) -> None:
-    from trioha.remoting._client import open_client_pool
-    from trioha.remoting._mqclient import send_message
+    from trioha.remoting import open_client_pool, send_message
 
     async with open_client_pool() as pool:
         broker = f"127.0.0.1:{port}"
@@ -185,8 +204,7 @@ async def _produce(broker_process: _Process, port: int, count: int, tag: bytes) 
 async def _queues(port: int) -> list[list[tuple[int, bytes]]] | None:
     """Every message of topic Epochs through the broker's consume queues, queue by queue
     (None when the broker did not answer: it may be busy; the caller asks again)."""
-    from trioha.remoting._client import open_client_pool
-    from trioha.remoting._mqclient import pull_message
+    from trioha.remoting import open_client_pool, pull_message
 
     out = []
     try:
@@ -248,9 +266,11 @@ def test_a_slave_holding_the_masters_lost_tail_is_cut_back_never_spliced(tmp_pat
     )
     ha, m_port, s_port = _free_port(), free_broker_port(), free_broker_port()
 
-    def start(name: str, role: str) -> _Process:
+    def start(name: str, role: str, *extra: str) -> _Process:
         store, port = (master_dir, m_port) if role == "master" else (slave_dir, s_port)
-        return _Process(name, role, store, conf=conf, ha=ha, listen=port, logs=tmp_path)
+        return _Process(
+            name, role, store, conf=conf, ha=ha, listen=port, logs=tmp_path, extra=extra
+        )
 
     master, slave = start("master1", "master"), start("slave1", "slave")
     try:
@@ -277,9 +297,14 @@ def test_a_slave_holding_the_masters_lost_tail_is_cut_back_never_spliced(tmp_pat
         with open(segment, "r+b") as f:
             f.seek(cut)
             f.write(b"\0" * (SEG - cut))
+        # The lost messages had been answered PUT_OK and the slave holds them: the master
+        # refuses to start until the operator discards them on purpose.
+        refused = start("refused", "master")
+        assert refused.proc.wait(timeout=60) == 1, refused.output
+        assert f"the acknowledged bytes [{cut}, " in refused.output, refused.output
         # The master restarts, begins epoch 2 at the cut, and producers resume at once,
         # taking the master's log past where the slave's ends.
-        master = start("master2", "master")
+        master = start("master2", "master", "--accept-lost-acknowledged")
         trio.run(_produce, master, m_port, 100, b"new")
         # Epoch 2 begins exactly at the cut: the sent mark past it did not pad the log.
         assert EpochFile.open(master_dir / EPOCH_FILE_NAME).history == entries_of(
@@ -413,6 +438,13 @@ async def test_a_damaged_record_cut_by_recovery_makes_the_slave_truncate(tmp_pat
     assert f"ends at {damaged.physical_offset}, below {held_end}" in str(refused.value)
     assert "lost+found" in str(refused.value)
     again = attrs.evolve(again, ha_accept_damaged_log=True)
+    # The cut records had been answered PUT_OK and sent: the slave holds them. Discarding
+    # them takes a second, explicit choice.
+    with pytest.raises(LostAcknowledgedError) as lost:
+        async with running(again):
+            pass
+    assert f"the acknowledged bytes [{damaged.physical_offset}, {held_end})" in str(lost.value)
+    again = attrs.evolve(again, ha_accept_lost_acknowledged=True)
     async with running(again) as master:
         assert master.store.commitlog.max_offset == damaged.physical_offset
         assert master.epoch_file is not None

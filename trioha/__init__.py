@@ -22,6 +22,7 @@ from trioha._errors import (
     CorruptLogError,
     DamagedLogError,
     LocalProtocolError,
+    LostAcknowledgedError,
     MessageIllegalError,
     MessageTooLargeError,
     NotAMessageBoundaryError,
@@ -41,8 +42,9 @@ from trioha._errors import (
 from trioha._status import PutResult, PutStatus
 
 if TYPE_CHECKING:
-    from trioha._config import BrokerConfig, BrokerRole, FlushDiskType
+    from trioha._config import BrokerConfig, BrokerRole
     from trioha.broker import Broker, BrokerStatistics, open_broker
+    from trioha.store import FlushDiskType
 
 __version__ = "0.1.0"
 
@@ -50,7 +52,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "BrokerConfig": "trioha._config",
     "BrokerRole": "trioha._config",
-    "FlushDiskType": "trioha._config",
+    "FlushDiskType": "trioha.store",
     "Broker": "trioha.broker",
     "BrokerStatistics": "trioha.broker",
     "open_broker": "trioha.broker",
@@ -82,6 +84,7 @@ __all__ = [
     "DamagedLogError",
     "FlushDiskType",
     "LocalProtocolError",
+    "LostAcknowledgedError",
     "MessageIllegalError",
     "MessageTooLargeError",
     "NotAMessageBoundaryError",

@@ -1,5 +1,5 @@
-"""``python -m trioha`` delegates to the CLI module."""
+"""``python -m trioha`` delegates to the CLI room."""
 
-from trioha._cli import main
+from trioha.cli import main
 
 main()

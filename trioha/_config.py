@@ -23,19 +23,20 @@ import enum
 import logging
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import attrs
 
 from trioha._errors import ConfigError
-from trioha.proto._timing import (
+from trioha.proto import (
     HEARTBEAT_INTERVAL_MS,
     HOUSEKEEPING_INTERVAL_MS,
     SLAVE_TIMEOUT_MS,
     Timing,
 )
+from trioha.store import FlushDiskType
 
 log = logging.getLogger("trioha.config")
 
@@ -58,13 +59,6 @@ class BrokerRole(enum.Enum):
     @property
     def is_master(self) -> bool:
         return self is not BrokerRole.SLAVE
-
-
-class FlushDiskType(enum.Enum):
-    """``org.apache.rocketmq.store.config.FlushDiskType``."""
-
-    SYNC_FLUSH = "SYNC_FLUSH"
-    ASYNC_FLUSH = "ASYNC_FLUSH"
 
 
 def _positive(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -115,12 +109,90 @@ def parse_address(text: str, *, what: str = "address") -> tuple[str, int]:
     return host, port
 
 
+def parse_delete_when(text: str) -> tuple[int, ...]:
+    """``deleteWhen``: hours of the day, ``;``-separated (``"04"``, ``"04;16"``).
+
+    RocketMQ parses it at every clean-up run (``UtilAll.isItTimeToDo``), where a bad entry
+    throws every 10 s and no time-based deletion ever happens; here it is refused when read,
+    the entry named. Raises :class:`ConfigError`.
+    """
+    hours = []
+    for part in str(text).split(";"):
+        entry = part.strip()
+        if not entry.isdigit() or not 0 <= int(entry) <= 23:
+            raise ConfigError(
+                f"deleteWhen={text!r}: {entry!r} is not an hour of the day (0..23); give "
+                "hours separated by ';', e.g. 04 or 04;16"
+            )
+        hours.append(int(entry))
+    return tuple(hours)
+
+
+def _delete_when(_inst: object, _attribute: attrs.Attribute[str], value: str) -> None:
+    parse_delete_when(value)
+
+
 def _percent(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
     if not 0 <= value <= 100:
         raise ConfigError(f"{attribute.name} must be a percentage (0..100), got {value}")
 
 
-@attrs.frozen(kw_only=True)
+def _read_bool(raw: str) -> bool:
+    if raw.lower() not in {"true", "false"}:
+        raise ValueError("expected true or false")
+    return raw.lower() == "true"
+
+
+def _read_str(raw: str) -> str:
+    return raw
+
+
+def _read_optional_str(raw: str) -> str | None:
+    """Empty is unset (``brokerIP1=`` in a file means "not given")."""
+    return raw or None
+
+
+def _read_broker_role(raw: str) -> BrokerRole:
+    return BrokerRole(raw.upper())
+
+
+def _read_flush_disk_type(raw: str) -> FlushDiskType:
+    return FlushDiskType(raw.upper())
+
+
+#: How a ``.properties`` value becomes a setting's value, by the setting's type. The types are
+#: the annotations resolved (``str | None``, ``Optional[str]`` and ``"str|None"`` are one
+#: key), so how an annotation is spelled cannot change how its value is read.
+READERS: dict[object, Callable[[str], Any]] = {
+    bool: _read_bool,
+    int: int,
+    str: _read_str,
+    str | None: _read_optional_str,
+    BrokerRole: _read_broker_role,
+    FlushDiskType: _read_flush_disk_type,
+}
+
+
+def settings_readers(cls: type, fields: list[attrs.Attribute[Any]]) -> list[attrs.Attribute[Any]]:
+    """The ``field_transformer`` of the configuration classes: each field carries its reader
+    (``metadata["read"]``: raw text -> value, ValueError for a bad value), chosen from
+    :data:`READERS` by its resolved type unless the field names its own. A field whose type
+    has no reader stops the class from being defined, so a setting can never be taken as raw
+    text by accident."""
+    hints = get_type_hints(cls)
+    out = []
+    for field in fields:
+        reader = field.metadata.get("read") or READERS.get(hints.get(field.name))
+        if reader is None:
+            raise TypeError(
+                f"{cls.__name__}.{field.name}: no reader for a setting of type {field.type!r}; "
+                "give the field metadata={'read': ...} or add its type to READERS"
+            )
+        out.append(field.evolve(metadata={**field.metadata, "read": reader}))
+    return out
+
+
+@attrs.frozen(kw_only=True, field_transformer=settings_readers)
 class RemotingServerConfig:
     """What a remoting port allows its peers, for the broker and the name server alike:
     ``NettyServerConfig``'s idle timeout and trioha's own limits (docs/operations.md, "Idle
@@ -142,7 +214,7 @@ class RemotingServerConfig:
     server_connection_reserve_max_per_address: int = attrs.field(default=4, validator=_positive)
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, field_transformer=settings_readers)
 class BrokerConfig(RemotingServerConfig):
     """Everything a trioha broker needs to run, as RocketMQ names it (in snake_case).
 
@@ -178,14 +250,27 @@ class BrokerConfig(RemotingServerConfig):
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
     # --- disk space guards (MessageStoreConfig; DefaultMessageStore.isSpaceFull) ---------
-    #: Percent. RocketMQ deletes old commit log files above it; trioha has no retention
-    #: service and warns instead. Clamped to [10, 95] as ``getDiskMaxUsedSpaceRatio`` does.
+    #: Percent. Above it, commit log files older than ``file_reserved_time`` are deleted at
+    #: once, whatever the hour. Clamped to [10, 95] as ``getDiskMaxUsedSpaceRatio`` does.
     disk_max_used_space_ratio: int = attrs.field(default=75, validator=_positive)
     #: Percent (5.x broker-config ints; 4.x JVM properties): puts are refused above it.
     disk_space_warning_level_ratio: int = attrs.field(default=90, validator=_positive)
+    #: Percent: above it (with ``clean_file_forcibly_enable``) files are deleted at any age.
     disk_space_clean_forcibly_ratio: int = attrs.field(default=85, validator=_positive)
-    #: How often (ms) the disk is measured and failing writers retried.
+    #: How often (ms) the disk is measured, failing writers retried and retention run.
     clean_resource_interval: int = attrs.field(default=10000, validator=_positive)
+
+    # --- retention (MessageStoreConfig; DefaultMessageStore.CleanCommitLogService) ---------
+    #: Hours a commit log file is kept after its last write.
+    file_reserved_time: int = attrs.field(default=72, validator=_non_negative)
+    #: The hours of the day (local time, ``;``-separated) at which expired files are deleted.
+    delete_when: str = attrs.field(default="04", converter=str, validator=_delete_when)
+    #: Above ``disk_space_clean_forcibly_ratio``, delete the oldest files whatever their age.
+    clean_file_forcibly_enable: bool = True
+    #: ms between two commit log files deleted in one run.
+    delete_commit_log_files_interval: int = attrs.field(default=100, validator=_non_negative)
+    #: ms after each consume queue that lost files, before the next one is looked at.
+    delete_consume_queue_files_interval: int = attrs.field(default=100, validator=_non_negative)
 
     # --- HA (MessageStoreConfig) ------------------------------------------------------------
     ha_listen_host: str = "127.0.0.1"
@@ -223,6 +308,10 @@ class BrokerConfig(RemotingServerConfig):
     #: Master: start even though recovery cut bytes that had been flushed (a damaged record,
     #: not a lost tail). Off, a master refuses to start on such a log (docs/replication.md).
     ha_accept_damaged_log: bool = False
+    #: Master: start even though recovery ended below messages it had answered PUT_OK and
+    #: sent to slaves, which may still hold them. Off, a master refuses to start then, naming
+    #: the slave to promote (docs/replication.md); on, those messages are discarded.
+    ha_accept_lost_acknowledged: bool = False
 
     # --- client side (BrokerConfig) ---------------------------------------------------------
     listen_port: int = attrs.field(default=10911, validator=_port)
@@ -335,6 +424,11 @@ class BrokerConfig(RemotingServerConfig):
         )
 
     @property
+    def delete_hours(self) -> tuple[int, ...]:
+        """``delete_when`` as hours of the day."""
+        return parse_delete_when(self.delete_when)
+
+    @property
     def ha_master(self) -> tuple[str, int] | None:
         """``ha_master_address`` parsed, or None (RocketMQ ignores values shorter than 6)."""
         if self.ha_master_address is None or len(self.ha_master_address) < 6:
@@ -411,7 +505,7 @@ class BrokerConfig(RemotingServerConfig):
 DEFAULT_NAMESRV_PORT = 9876
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, field_transformer=settings_readers)
 class NamesrvConfig(RemotingServerConfig):
     """A name server's settings: the ``NamesrvConfig`` and ``NettyServerConfig`` keys of a
     RocketMQ ``namesrv.properties`` that trioha honours (``mqnamesrv -c``, docs/rocketmq-protocol.md
@@ -550,8 +644,6 @@ FIXED_STORE_PATHS = {
 # RocketMQ settings a real broker.conf commonly carries that trioha accepts and ignores.
 IGNORED_ROCKETMQ_KEYS = frozenset(
     {
-        "deleteWhen",
-        "fileReservedTime",
         "brokerIP2",
         "mapedFileSizeConsumeQueue",
         "mappedFileSizeConsumeQueue",
@@ -592,10 +684,25 @@ IGNORED_NETTY_SERVER_KEYS = frozenset(
     }
 )
 
+#: Retention settings of RocketMQ's that guard against a file still in use: a segment
+#: trioha deletes while a reader holds part of it stays mapped until the reader lets go, so
+#: nothing waits or retries (docs/storage.md).
+IGNORED_RETENTION_KEYS = {
+    "destroyMapedFileIntervalForcibly": (
+        "how long RocketMQ waits for readers of a deleted file; trioha deletes at once and a "
+        "reader keeps its mapping until it is done"
+    ),
+    "redeleteHangedFileInterval": (
+        "how often RocketMQ retries deleting a file readers held; trioha's deletion never "
+        "waits for readers"
+    ),
+}
+
 #: A broker.conf's keys trioha accepts and ignores, and why.
-BROKER_IGNORED_KEYS: dict[str, str] = dict.fromkeys(
-    IGNORED_ROCKETMQ_KEYS | IGNORED_NETTY_SERVER_KEYS, NO_USE
-)
+BROKER_IGNORED_KEYS: dict[str, str] = {
+    **dict.fromkeys(IGNORED_ROCKETMQ_KEYS | IGNORED_NETTY_SERVER_KEYS, NO_USE),
+    **IGNORED_RETENTION_KEYS,
+}
 
 # ``NamesrvConfig`` keys a trioha name server accepts and ignores, and why.
 IGNORED_NAMESRV_KEYS: dict[str, str] = {
@@ -795,19 +902,8 @@ def _nearest(key: str, fields: Mapping[str, Any]) -> str:
 
 
 def _convert(field: attrs.Attribute[Any], raw: str, where: str, key: str) -> Any:
-    kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", "")
+    """*raw* read by the field's own reader (:func:`settings_readers`)."""
     try:
-        if kind == "bool":
-            if raw.lower() not in {"true", "false"}:
-                raise ValueError("expected true or false")
-            return raw.lower() == "true"
-        if kind == "int":
-            return int(raw)
-        if kind in {"BrokerRole", "FlushDiskType"}:
-            enum_type = BrokerRole if kind == "BrokerRole" else FlushDiskType
-            return enum_type(raw.upper())
-        if kind == "str | None":
-            return raw or None
-        return raw
+        return field.metadata["read"](raw)
     except ValueError as exc:
         raise ConfigError(f"{where}: {key}={raw!r} is not valid: {exc}") from None

@@ -71,6 +71,11 @@ class DamagedLogError(StorageError):
     to start on such a log unless the operator accepts it explicitly."""
 
 
+class LostAcknowledgedError(StorageError):
+    """A master recovered below messages it had answered PUT_OK, which a slave may still
+    hold; it refuses to start as master unless the operator accepts the loss explicitly."""
+
+
 class MessageTooLargeError(StorageError):
     """A message does not fit a segment or exceeds a RocketMQ limit (MESSAGE_ILLEGAL)."""
 

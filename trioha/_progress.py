@@ -2,7 +2,7 @@
 
 Catching up gigabytes, scanning a store on open, auditing or exporting a log can take minutes;
 an operator wants to see how far it is, how fast it goes and when it ends. On a terminal
-:class:`Progress` draws a ``tqdm`` bar (when tqdm is installed); anywhere else (a service's
+:class:`Progress` draws a ``tqdm`` bar (tqdm is a dependency of trioha); anywhere else (a service's
 journal, a container's log) it logs one line every ``interval`` seconds::
 
     slave catch-up: 512.0 MiB of 1.0 GiB (50%), 310.2 MiB/s, ETA 1.7 s
@@ -18,6 +18,8 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any, TextIO
+
+from tqdm import tqdm
 
 log = logging.getLogger("trioha.progress")
 
@@ -63,24 +65,19 @@ class Progress:
         stream = stream if stream is not None else sys.stderr
         if terminal is None:
             terminal = bool(getattr(stream, "isatty", lambda: False)())
-        self._bar: Any = None
+        self._bar: tqdm[Any] | None = None
         self._closed = False
         if terminal:
-            try:
-                from tqdm import tqdm
-            except ImportError:  # plain lines it is
-                pass
-            else:
-                scale = unit == "B"
-                self._bar = tqdm(
-                    total=total,
-                    desc=what,
-                    unit=unit,
-                    unit_scale=scale,
-                    unit_divisor=1024 if scale else 1000,
-                    file=stream,
-                    leave=True,
-                )
+            scale = unit == "B"
+            self._bar = tqdm(
+                total=total,
+                desc=what,
+                unit=unit,
+                unit_scale=scale,
+                unit_divisor=1024 if scale else 1000,
+                file=stream,
+                leave=True,
+            )
 
     def update(self, amount: float) -> None:
         """``amount`` more is done."""

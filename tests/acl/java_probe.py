@@ -14,8 +14,8 @@ import sys
 import trio
 
 from trioha.acl import RequestSigner
-from trioha.remoting import RemotingCommand, RequestCode
-from trioha.remoting._client import RPCHook, open_client_pool
+from trioha.remoting import RemotingCommand, RequestCode, open_client_pool
+from trioha.remoting._client import RPCHook
 
 GOOD = RequestSigner("RocketMQ", "12345678")
 CASES: list[tuple[str, RPCHook | None, int, dict[str, str]]] = [

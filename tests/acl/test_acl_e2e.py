@@ -22,10 +22,14 @@ from trioha._config import BrokerConfig
 from trioha.acl import PlainAcl, RequestSigner
 from trioha.broker import Broker, open_broker
 from trioha.broker._clientside import ClientSide
-from trioha.namesrv._processor import NamesrvProcessor, serve_namesrv
-from trioha.remoting import RemotingCommand, RequestCode, ResponseCode
-from trioha.remoting._client import open_client_pool
-from trioha.remoting._json import dumps_bytes
+from trioha.namesrv import NamesrvProcessor, serve_namesrv
+from trioha.remoting import (
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    dumps_bytes,
+    open_client_pool,
+)
 
 ACL = """
 accounts:

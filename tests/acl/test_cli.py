@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_clitools import running_namesrv
+from tests.cli.test_tools import running_namesrv
 from trioha.acl import RequestSigner
-from trioha.remoting import RemotingCommand, RequestCode, ResponseCode
-from trioha.remoting._client import open_client_pool
+from trioha.remoting import RemotingCommand, RequestCode, ResponseCode, open_client_pool
 
 
 async def test_namesrv_command_with_acl_and_tls(tmp_path: Path, pki: dict[str, str]) -> None:
@@ -48,9 +47,9 @@ async def test_put_and_status_sign_and_speak_tls_from_the_environment(
 ) -> None:
     import io
 
-    from trioha._clitools import broker_status, put_messages
     from trioha._config import BrokerConfig
     from trioha.broker import open_broker
+    from trioha.cli._tools import broker_status, put_messages
 
     (tmp_path / "plain_acl.yml").write_text(
         "accounts:\n  - {accessKey: operator1, secretKey: operatorSecret, admin: true}\n"

@@ -1,11 +1,11 @@
 """trioha's ACL beside the Java RocketMQ 4.9.7 reference: refusals compared with the Java
 broker's case by case, and the Java ``mqadmin``'s signed requests verified by trioha.
 
-The Java name server and broker (``../shared/reference/rocketmq-4.9.7``, with ``aclEnable=true``
-and the ACL file below) run in a network namespace of their own (they bind 0.0.0.0); the same
-requests (``java_probe.py``) go to them and to a trioha broker with the same file, and the
-answers (code and remark) must be equal. Skipped when Java, its libraries or ``unshare`` are
-not available.
+The Java name server and broker (``TRIOHA_JAVA_ROCKETMQ``, :mod:`tests.javaref`; with
+``aclEnable=true`` and the ACL file below) run in a network namespace of their own (they bind
+0.0.0.0); the same requests (``java_probe.py``) go to them and to a trioha broker with the same
+file, and the answers (code and remark) must be equal. Skipped when Java, its libraries or
+``unshare`` are not available.
 """
 
 from __future__ import annotations
@@ -21,24 +21,14 @@ import trio
 
 from tests.acl.java_probe import probe
 from tests.acl.test_acl_e2e import ACL
+from tests.javaref import java_rocketmq
 from trioha._config import BrokerConfig
 from trioha.broker import open_broker
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _reference() -> Path:
-    """``$TRIOHA_ROCKETMQ_REFERENCE``, else ``shared/reference/rocketmq-4.9.7`` in a parent."""
-    if os.environ.get("TRIOHA_ROCKETMQ_REFERENCE"):
-        return Path(os.environ["TRIOHA_ROCKETMQ_REFERENCE"])
-    for parent in ROOT.parents:
-        candidate = parent / "shared" / "reference" / "rocketmq-4.9.7"
-        if candidate.exists():
-            return candidate
-    return ROOT / "missing-rocketmq-reference"
-
-
-REFERENCE = _reference()
+REFERENCE = java_rocketmq() or ROOT / "missing-rocketmq-reference"
 
 JVM = (
     "-Xms256m -Xmx512m -XX:+UseG1GC -XX:MaxDirectMemorySize=512m "

@@ -18,9 +18,7 @@ from trioha._config import BrokerConfig
 from trioha._errors import ConfigError, RemotingError
 from trioha.acl import HASecurity
 from trioha.broker import Broker, open_broker
-from trioha.remoting import ResponseCode
-from trioha.remoting._client import open_client_pool
-from trioha.remoting._mqclient import pull_message, send_message
+from trioha.remoting import ResponseCode, open_client_pool, pull_message, send_message
 
 
 def trusting(pki: dict[str, str], ca: str = "ca") -> ssl.SSLContext:

@@ -13,17 +13,50 @@ import os
 import subprocess
 import types
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from trioha.broker import _metadata
-from trioha.store import _commitlog, _consumequeue, _diskspace, _segment
+from trioha.store import _commitlog, _consumequeue, _diskspace, _index, _segment, _sent
 
-#: The modules whose file writes the injected disk refuses. Not the store checkpoint's: it is
-#: written in place in a file allocated at start, which a full disk still allows.
-WRITERS = (_segment, _commitlog, _consumequeue, _metadata)
+#: The modules whose file writes the injected disk refuses (``_sent``: the master's marks, a
+#: new file renamed into place at every write; ``_index``: its ``posix_fallocate``). Not the
+#: store checkpoint's: it is written in place in a file allocated at start, which a full disk
+#: still allows.
+WRITERS = (_segment, _commitlog, _consumequeue, _metadata, _sent, _index)
+
+
+def fill_until_full(filler: Path) -> None:
+    """Write ``filler`` until its filesystem says ENOSPC."""
+    with open(filler, "wb", buffering=0) as f:
+        while True:
+            try:
+                f.write(b"\xab" * 4096)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                return
+
+
+class RefusingFallocate:
+    """An ``os`` module whose ``posix_fallocate`` fails with ENOSPC while ``full`` (for the
+    message index's reservations; everything else is the real ``os``)."""
+
+    def __init__(self) -> None:
+        self.full = False
+        self.refused = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    def posix_fallocate(self, fd: int, offset: int, length: int) -> None:
+        if self.full:
+            self.refused += 1
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        os.posix_fallocate(fd, offset, length)
 
 
 class FullDisk:
@@ -37,8 +70,10 @@ class FullDisk:
             **{k: getattr(os, k) for k in dir(os) if not k.startswith("__")}
         )
         # Allocation fails where it does on tmpfs or ext4: at the write (``replace`` stands in
-        # for the metadata files' writes, which go through ``open``). fsync does not fail.
-        for name in ("pwrite", "write", "replace"):
+        # for the metadata files' writes, which go through ``open``) or at the reservation
+        # (``posix_fallocate``, before the message index writes through its mapping). fsync
+        # does not fail.
+        for name in ("pwrite", "write", "replace", "posix_fallocate"):
             setattr(self.module, name, self._refusing(getattr(os, name)))
         self.module.statvfs = self._statvfs
 
@@ -85,15 +120,7 @@ class Disk:
         if self.injected is not None:
             self.injected.full = True
             return
-        chunk = b"\xab" * 4096
-        with open(self._filler, "wb", buffering=0) as f:
-            while True:
-                try:
-                    f.write(chunk)
-                except OSError as exc:
-                    if exc.errno != errno.ENOSPC:
-                        raise
-                    return
+        fill_until_full(self._filler)
 
     def free(self) -> None:
         if self.injected is not None:
@@ -102,14 +129,15 @@ class Disk:
             self._filler.unlink()
 
 
-def tmpfs_disk(tmp_path: Path) -> Iterator[Disk]:
-    """A 2 MiB tmpfs mounted for one test (skips where mounting is not allowed)."""
-    mount = tmp_path / "tmpfs"
-    mount.mkdir()
+@contextmanager
+def mounted_tmpfs(mount: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``mount -o size=``) at ``mount`` for the block; skips the test
+    where mounting is not allowed (not root, no mount namespace rights)."""
+    mount.mkdir(parents=True, exist_ok=True)
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root (the injected disk covers the same ground)")
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
         capture_output=True,
         text=True,
         check=False,
@@ -117,9 +145,15 @@ def tmpfs_disk(tmp_path: Path) -> Iterator[Disk]:
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
-        yield Disk(mount)
+        yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def tmpfs_disk(tmp_path: Path, size: str = "2m", name: str = "tmpfs") -> Iterator[Disk]:
+    """A small tmpfs mounted for one test (skips where mounting is not allowed)."""
+    with mounted_tmpfs(tmp_path / name, size) as mount:
+        yield Disk(mount)
 
 
 def injected_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Disk:

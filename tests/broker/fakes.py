@@ -18,9 +18,8 @@ from trioha._config import BrokerConfig
 from trioha._errors import MessageTooLargeError
 from trioha._status import PutResult, PutStatus
 from trioha.broker import new_message
-from trioha.broker._schedule import DEFAULT_MAX_DELAY_LEVEL, apply_delay_levels
-from trioha.store import HostAddress, NewMessage, Store, open_store
-from trioha.store._message import PreparedMessage
+from trioha.broker._delaylevels import DEFAULT_MAX_DELAY_LEVEL, apply_delay_levels
+from trioha.store import HostAddress, NewMessage, PreparedMessage, Store, open_store
 
 
 @attrs.frozen

@@ -24,8 +24,7 @@ from typing import Any
 
 import trio
 
-from trioha.remoting._client import open_client_pool
-from trioha.remoting._mqclient import send_message
+from trioha.remoting import open_client_pool, send_message
 
 NAMESRV = "127.0.0.1:9876"
 MASTER = "127.0.0.1:10911"
@@ -243,6 +242,16 @@ def admin_commands(
     run("cleanUnusedTopic", "cleanUnusedTopic", "-b", broker)
     run("cleanExpiredCQ", "cleanExpiredCQ", "-b", broker)
     run("deleteExpiredCommitLog", "deleteExpiredCommitLog", "-b", broker)
+    run(
+        "updateBrokerConfig_retention",
+        "updateBrokerConfig",
+        "-b",
+        broker,
+        "-k",
+        "fileReservedTime",
+        "-v",
+        "48",
+    )
     # A key read only at start: Java stores it and answers success, trioha refuses it.
     run(
         "updateBrokerConfig_startOnly",

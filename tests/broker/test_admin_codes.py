@@ -17,14 +17,18 @@ import trio
 from tests.broker.test_broker_port import Recorder, broker_port, call, heartbeat
 from trioha.broker import _clientcalls
 from trioha.broker._clientcalls import version_desc
-from trioha.remoting._client import open_remoting_client
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import RequestCode, ResponseCode
-from trioha.remoting._connection import RemotingConnection
-from trioha.remoting._json import loads_lenient
-from trioha.remoting._mqclient import runtime_info, send_message, update_consumer_offset
-from trioha.store import DecodedMessage, decode_record
-from trioha.store._consumequeue import tags_code
+from trioha.remoting import (
+    RemotingCommand,
+    RemotingConnection,
+    RequestCode,
+    ResponseCode,
+    loads_lenient,
+    open_remoting_client,
+    runtime_info,
+    send_message,
+    update_consumer_offset,
+)
+from trioha.store import DecodedMessage, decode_record, tags_code
 
 
 class Answering(Recorder):
@@ -396,7 +400,7 @@ async def test_retention_codes_call_the_brokers_hook(tmp_path: Path, code: int, 
     async with broker_port(tmp_path) as (broker, side, pool):
         without = await call(pool, side, code)
         assert without.code == ResponseCode.SYSTEM_ERROR
-        assert "no retention service" in (without.remark or "")
+        assert "retention is not running on this broker yet" in (without.remark or "")
         calls: list[str] = []
 
         def retained() -> bool:
@@ -462,7 +466,8 @@ async def test_update_broker_config_refuses_what_cannot_change_live(tmp_path: Pa
             "unknown key 'flushIntervalCommitlog'; did you mean 'flushIntervalCommitLog'": update(
                 flushIntervalCommitlog=900
             ),
-            "deleteWhen is a RocketMQ setting trioha has no use for": update(deleteWhen="04"),
+            "brokerIP2 is a RocketMQ setting trioha has no use for": update(brokerIP2="10.0.0.2"),
+            "deleteWhen='4;25': '25' is not an hour of the day": update(deleteWhen="4;25"),
             "flushIntervalCommitLog='soon' is not valid": update(flushIntervalCommitLog="soon"),
             "flush_interval_commit_log must be positive": update(flushIntervalCommitLog=0),
         }

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from tests.broker.fakes import FakeBroker, open_fake_broker
@@ -16,13 +18,16 @@ from trioha._config import BrokerConfig
 from trioha._errors import RemotingError
 from trioha.broker._batch import BatchItem, encode_batch
 from trioha.broker._clientside import ClientSide, serve_client_side
-from trioha.remoting._client import RemotingClientPool, open_client_pool, open_remoting_client
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import RequestCode, ResponseCode
-from trioha.remoting._connection import RemotingConnection
-from trioha.remoting._json import loads_lenient
-from trioha.remoting._mqclient import (
+from trioha.remoting import (
+    RemotingClientPool,
+    RemotingCommand,
+    RemotingConnection,
+    RequestCode,
+    ResponseCode,
     get_route,
+    loads_lenient,
+    open_client_pool,
+    open_remoting_client,
     pull_message,
     query_consumer_offset,
     runtime_info,
@@ -344,6 +349,56 @@ async def test_queue_offsets_timestamps_and_view(tmp_path: Path) -> None:
             pool, side, RequestCode.VIEW_MESSAGE_BY_ID, offset=messages[2].physical_offset
         )
         assert view.body == messages[2].encode()
+
+
+async def test_a_unit_whose_message_is_not_in_the_log_is_never_served(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``DefaultMessageStore.getMessage`` skips a unit it cannot select; here also one whose
+    record does not name the unit's offset, queue and queue offset (a unit left pointing at
+    a message the log lost): the consumer gets MESSAGE_WAS_REMOVING and moves past it, and
+    the broker says so once per queue. A read by offset of something that is no message
+    finds nothing."""
+    async with broker_port(tmp_path) as (broker, side, pool):
+        for i in range(3):
+            await send_message(pool, side.broker_addr, topic="T", body=b"q0-%d" % i, queue_id=0)
+        await send_message(pool, side.broker_addr, topic="T", body=b"q1", queue_id=1)
+        await side.reput.wait_dispatched(broker.store.commitlog.max_offset)
+        messages = list(broker.store.commitlog.iter_messages())
+        other, inside = messages[3], messages[1]
+        queue = side.reput.queues.get("T", 0)
+        assert queue is not None
+        # Units 3..5: another queue's message, the middle of a record, past the log's end.
+        queue.put(3, other.physical_offset, other.total_size, 0)
+        queue.put(4, inside.physical_offset + 8, inside.total_size, 0)
+        queue.put(5, broker.store.commitlog.max_offset - 4, inside.total_size, 0)
+
+        async def pull(offset: int) -> Any:
+            return await pull_message(
+                pool, side.broker_addr, group="G", topic="T", queue_id=0, offset=offset
+            )
+
+        first = await pull(0)
+        assert [m.body for m in first.messages] == [b"q0-0", b"q0-1", b"q0-2"]
+        assert first.next_begin_offset == 6  # past the units skipped
+        rest = await pull(3)
+        assert (rest.code, rest.remark, rest.next_begin_offset, rest.messages) == (
+            ResponseCode.PULL_RETRY_IMMEDIATELY,
+            "MESSAGE_WAS_REMOVING",
+            6,
+            (),
+        )
+        await pull(4)
+        view = await call(
+            pool, side, RequestCode.VIEW_MESSAGE_BY_ID, offset=inside.physical_offset + 8
+        )
+        assert view.code == ResponseCode.SYSTEM_ERROR
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors == [
+        f"consume queue T/0: unit 3 points at commit log offset {other.physical_offset} "
+        f"({other.total_size} bytes), which holds no such message; skipped (as are any others "
+        "of this queue, logged once)"
+    ]
 
 
 async def test_batch_code_and_send_back(tmp_path: Path) -> None:

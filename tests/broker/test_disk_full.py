@@ -20,12 +20,10 @@ import trio
 import trioha
 from tests.broker._diskfaults import Disk, injected_disk, tmpfs_disk
 from tests.test_broker import master_config, slave_config
-from trioha._demo import compare_logs
 from trioha._status import PutStatus
 from trioha.broker import Broker, open_broker
-from trioha.remoting._client import open_client_pool
-from trioha.remoting._codes import ResponseCode
-from trioha.remoting._mqclient import pull_message, runtime_info, send_message
+from trioha.cli._demo import compare_logs
+from trioha.remoting import ResponseCode, open_client_pool, pull_message, runtime_info, send_message
 from trioha.store import open_store
 
 FAST_DISK: dict[str, Any] = {"clean_resource_interval": 50}
@@ -88,15 +86,22 @@ async def test_a_master_with_a_full_disk_refuses_puts_keeps_serving_and_resumes(
         assert sent.code == ResponseCode.SERVICE_NOT_AVAILABLE
         assert sent.remark is not None and "disk is full [CL:  1.00" in sent.remark
 
-        # Reads go on: a pull from the master, and the slave holds everything stored.
+        # Reads go on: a pull from the master, and the slave holds everything stored that the
+        # master's sent mark covers (it is on the full disk too: what lies past it waits).
         pulled = await pull_message(pool, addr, group="g", topic="Full", queue_id=0, offset=0)
         assert pulled.code == ResponseCode.SUCCESS
         assert pulled.messages[0].body == b"before 0"
+        marks = master.marks
+        assert marks is not None
         await wait_until(
-            lambda: slave.store.commitlog.max_offset == master.store.commitlog.max_offset,
-            "slave caught up",
+            lambda: (
+                slave.store.commitlog.max_offset == marks.sent.sent
+                and (marks.sent.sent == master.store.commitlog.max_offset or marks.sending_paused)
+            ),
+            "slave caught up as far as the sent mark goes",
         )
         assert slave.ha_client is not None and slave.ha_client.connected
+        assert slave.ha_client.connects == 1
         table = await runtime_info(pool, addr)
         assert table["stats.disk.writable"] == "false"  # Java booleans, never a Python repr
         assert table["commitLogDiskRatio"] == "1.0"  # RocketMQ's RunningStats name
@@ -112,6 +117,7 @@ async def test_a_master_with_a_full_disk_refuses_puts_keeps_serving_and_resumes(
             "slave caught up again",
         )
         assert compare_logs(master, slave) is None
+        assert slave.ha_client.connects == 1  # never a reconnect loop
         expected = 20 + ok + 10
 
     # One ERROR when DISK_FULL was set and one line when it cleared, not one per check.
@@ -130,6 +136,49 @@ async def test_a_master_with_a_full_disk_refuses_puts_keeps_serving_and_resumes(
     with open_store(disk.root / "master") as store:
         assert store.recovery.clean_shutdown and store.recovery.cut_bytes == 0
         assert sum(1 for _ in store.commitlog.iter_messages()) == expected
+
+
+async def test_a_master_whose_sent_mark_cannot_be_written_pauses_replication_and_resumes(
+    tmp_path: Path, disk: Disk, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The sent mark lives in the store root: with that disk full, nothing goes out past it.
+    The slave stays connected, one ERROR says so, and replication resumes by itself."""
+    caplog.set_level(logging.INFO)
+    async with open_broker(master_config(disk.root / "master", **FAST_DISK)) as master:
+        for i in range(20):  # no slave yet: nothing sent, nothing reserved past the start
+            assert (await master.put(topic="T", body=b"early %d" % i)).status is PutStatus.PUT_OK
+        marks = master.marks
+        assert marks is not None and marks.sent.reserved == 0
+        end = master.store.commitlog.max_offset
+        disk.fill()
+        async with open_broker(slave_config(tmp_path / "slave", master, **FAST_DISK)) as slave:
+            client = slave.ha_client
+            assert client is not None
+            await wait_until(lambda: marks.sending_paused, "sending paused at the mark")
+            await wait_until(lambda: client.connected, "the slave connected")
+            await trio.sleep(0.5)  # ten retry intervals
+            assert client.connected and client.connects == 1  # no reconnect loop
+            assert slave.store.commitlog.max_offset == 0
+            assert "HA sent mark" in master.statistics().disk.failures
+            disk.free()
+            await wait_until(
+                lambda: slave.store.commitlog.max_offset == end, "slave caught up after space"
+            )
+            assert compare_logs(master, slave) is None
+            assert client.connects == 1
+    errors = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.ERROR and "HA sent mark" in r.getMessage()
+    ]
+    assert len(errors) == 1, errors
+    assert "replication to slaves is paused at offset 0 (the slaves stay connected)" in errors[0]
+    assert "No space left on device" in errors[0]
+    assert not any("HA connection with" in r.getMessage() for r in caplog.records)  # no trace
+    assert any(
+        r.getMessage() == "HA sent mark written again; replication to slaves resumes"
+        for r in caplog.records
+    )
 
 
 async def test_a_slave_with_a_full_disk_pauses_replication_and_resumes(

@@ -24,9 +24,8 @@ from trioha._config import BrokerConfig
 from trioha.broker import Broker, open_broker
 from trioha.broker._clientside import ClientSide
 from trioha.broker._types import BrokerLike
-from trioha.namesrv._processor import serve_namesrv
-from trioha.remoting._client import open_client_pool
-from trioha.remoting._mqclient import runtime_info
+from trioha.namesrv import serve_namesrv
+from trioha.remoting import open_client_pool, runtime_info
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("rocketmq") is None,

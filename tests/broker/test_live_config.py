@@ -8,13 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 import trio
 import trio.testing
 
-from trioha._config import BrokerConfig, FlushDiskType
+from trioha._config import BrokerConfig
+from trioha._errors import ConfigError
 from trioha._status import PutStatus
 from trioha.broker import Broker, open_broker
 from trioha.broker._liveconfig import LIVE_KEYS, updated_config
+from trioha.store import FlushDiskType
 
 
 @asynccontextmanager
@@ -80,3 +83,24 @@ async def test_the_fall_behind_limit_reaches_the_ha_service(tmp_path: Path) -> N
 
 def test_every_live_key_is_a_broker_setting() -> None:
     assert set(LIVE_KEYS) <= {field.name for field in attrs.fields(BrokerConfig)}
+
+
+async def test_retention_settings_are_read_at_its_next_run(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with running(tmp_path) as broker:
+            retention = broker.retention
+            assert retention is not None
+            settings = {
+                "fileReservedTime": "48",
+                "deleteWhen": "02;14",
+                "cleanFileForciblyEnable": "false",
+            }
+            broker.update_config(updated_config(broker.config, settings))
+            assert retention.config.file_reserved_time == 48
+            assert retention.config.delete_hours == (2, 14)
+            assert retention.config.clean_file_forcibly_enable is False
+
+
+def test_a_delete_when_that_is_not_hours_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match=r"deleteWhen='04;25': '25' is not an hour of the day"):
+        updated_config(BrokerConfig(), {"deleteWhen": "04;25"})

@@ -18,8 +18,7 @@ from trioha.broker._metadata import (
     read_config_file,
     write_config_file,
 )
-from trioha.remoting._codes import AUTO_CREATE_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE
-from trioha.remoting._json import loads_lenient
+from trioha.remoting import AUTO_CREATE_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE, loads_lenient
 
 # What a RocketMQ 4.9 master's fastjson writes: integer map keys without quotes
 # (docs/rocketmq-protocol.md §6.1).

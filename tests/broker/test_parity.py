@@ -9,11 +9,16 @@ from typing import Any
 
 from tests.broker.test_broker_port import FULL_V2, broker_port, call
 from trioha.broker._stats import BrokerStats, human_bytes, java_double, runtime_text
-from trioha.remoting._client import RemotingClientPool
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import RequestCode, ResponseCode
-from trioha.remoting._json import loads_lenient
-from trioha.remoting._mqclient import runtime_info, send_message, update_consumer_offset
+from trioha.remoting import (
+    RemotingClientPool,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    loads_lenient,
+    runtime_info,
+    send_message,
+    update_consumer_offset,
+)
 from trioha.store import DecodedMessage, decode_record
 
 #: Every key ``AdminBrokerProcessor.getBrokerRuntimeInfo`` of RocketMQ 4.9.7 answers with

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 
+from tests.broker._diskfaults import RefusingFallocate
 from trioha import NotAMessageBoundaryError
+from trioha.broker._delaylevels import SCHEDULE_TOPIC, deliver_timestamp, parse_delay_levels
 from trioha.broker._reput import (
     _TAG_CODES,
     _TAG_CODES_MAX,
@@ -16,16 +19,19 @@ from trioha.broker._reput import (
     _tags_code,
     truncate_replica,
 )
-from trioha.broker._schedule import SCHEDULE_TOPIC, deliver_timestamp, parse_delay_levels
-from trioha.remoting._json import loads_lenient
-from trioha.store._consumequeue import ConsumeQueueStore, tags_code
-from trioha.store._index import IndexService
-from trioha.store._memory import MemoryCommitLog
-from trioha.store._message import (
+from trioha.remoting import loads_lenient
+from trioha.store import (
+    MESSAGE_INDEX,
     MESSAGE_MAGIC,
     MESSAGE_MAGIC_V2,
+    ConsumeQueueStore,
+    DiskGuard,
     HostAddress,
+    IndexService,
+    MemoryCommitLog,
+    _index,  # its os, for a refusing fallocate
     properties_to_string,
+    tags_code,
 )
 
 SEGMENT = 4096
@@ -367,3 +373,214 @@ def test_queues_and_index_match_those_built_from_decoded_messages(
         assert ours.path.read_bytes() == theirs.path.read_bytes()
     index.close()
     reference.close()
+
+
+# --- a tail lost in a crash, and a replica cut back: queues and index follow the log --------
+
+
+def keyed(log: MemoryCommitLog, tag: str, n: int) -> list[int]:
+    """``n`` messages keyed ``<tag>-<i>`` over queues 0 and 1; their offsets."""
+    return [
+        log.append(
+            topic="T",
+            body=b"%s-%d" % (tag.encode(), i) * 9,
+            queue_id=i % 2,
+            properties={"KEYS": f"{tag}-{i}"},
+        ).physical_offset
+        for i in range(n)
+    ]
+
+
+def indexed_service(log: MemoryCommitLog, root: Path) -> ReputService:
+    index = IndexService(root, slots=31, max_index=40)  # a few files fill up
+    reput = ReputService(
+        log, ConsumeQueueStore(root, file_size=200), checkpoint=root / "cp.json", index=index
+    )
+    reput.recover()
+    return reput
+
+
+def drain(reput: ReputService) -> None:
+    for _ in range(1000):
+        if not reput.dispatch_available():
+            return
+    raise AssertionError("the builder never caught up")
+
+
+def close(reput: ReputService) -> None:
+    reput.queues.close()
+    assert reput.index is not None
+    reput.index.close()
+
+
+def found(reput: ReputService, key: str) -> list[int]:
+    assert reput.index is not None
+    return reput.index.query_offsets("T", key, 32, 0, 2**62).phy_offsets
+
+
+def bodies(reput: ReputService, log: MemoryCommitLog, queue_id: int) -> list[bytes]:
+    """What a consumer of queue ``queue_id`` would read, unit by unit."""
+    queue = reput.queues.get("T", queue_id)
+    assert queue is not None
+    out = []
+    for at in range(queue.min_offset, queue.max_offset):
+        unit = queue.get(at)
+        assert unit is not None
+        message = next(log.iter_messages(unit.commitlog_offset))
+        assert (message.physical_offset, message.total_size) == (unit.commitlog_offset, unit.size)
+        assert (message.queue_id, message.queue_offset) == (queue_id, at)
+        out.append(message.body)
+    return out
+
+
+def test_units_and_entries_of_a_tail_lost_below_end_of_file_padding_are_removed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The classic master after a power cut (issue: it stopped delivering anything): its
+    queues and index, flushed after the log's tail was lost, point into what END_OF_FILE
+    records now pad. Recovery removes exactly those units and entries, building resumes at
+    the recovered end, steps over the padding and indexes new messages at the queue offsets
+    the log gives them."""
+    log = MemoryCommitLog(segment_size=SEGMENT)
+    kept = keyed(log, "kept", 12)
+    cut = log.max_offset
+    keyed(log, "lost", 9)
+    end = log.max_offset
+    reput = indexed_service(log, tmp_path)
+    drain(reput)
+    trio.run(reput.flush)  # the checkpoint says everything up to `end` was dispatched
+    close(reput)
+    log.truncate(cut)  # the power cut took the unflushed tail
+    assert log.skip_past(end) > end  # ... and the master closes the log past what it sent
+
+    again = indexed_service(log, tmp_path)
+    assert again.reput_from <= cut
+    for queue_id in (0, 1):
+        queue = again.queues.get("T", queue_id)
+        assert queue is not None
+        assert queue.max_offset == 6
+    assert found(again, "lost-0") == []
+    assert found(again, "kept-11") == [kept[11]]
+    assert "its last 5 units point at commit log bytes that hold no such message" in caplog.text
+    assert "message index: its last 9 entries point at commit log bytes" in caplog.text
+
+    new = keyed(log, "new", 7)
+    drain(again)
+    assert again.reput_from == log.max_offset
+    assert bodies(again, log, 0) == [b"kept-%d" % i * 9 for i in range(0, 12, 2)] + [
+        b"new-%d" % i * 9 for i in range(0, 7, 2)
+    ]
+    assert bodies(again, log, 1) == [b"kept-%d" % i * 9 for i in range(1, 12, 2)] + [
+        b"new-%d" % i * 9 for i in range(1, 7, 2)
+    ]
+    assert [found(again, f"new-{i}") for i in range(7)] == [[offset] for offset in new]
+    assert "consume queue building stopped" not in caplog.text
+
+
+def test_a_clean_restart_removes_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    log = MemoryCommitLog(segment_size=SEGMENT)
+    keyed(log, "k", 30)  # across segments closed by blank records
+    reput = indexed_service(log, tmp_path)
+    drain(reput)
+    trio.run(reput.flush)
+    units = [q.max_offset for q in reput.queues]
+    close(reput)
+    again = indexed_service(log, tmp_path)
+    assert [q.max_offset for q in again.queues] == units
+    assert found(again, "k-29") != []
+    assert "point at commit log bytes" not in caplog.text
+
+
+def test_a_replica_cut_back_takes_its_index_along(tmp_path: Path) -> None:
+    """Epoch mode cuts a slave back while it runs: index entries of the cut messages go, and
+    the messages stored at those offsets next are indexed (an index skips offsets below its
+    end, so left alone it would never index them)."""
+    log = MemoryCommitLog(segment_size=SEGMENT)
+    old = keyed(log, "old", 20)
+    reput = indexed_service(log, tmp_path)
+    drain(reput)
+    truncate_replica(log, reput.queues, tmp_path / "cp.json", old[12], reput=reput)
+    assert found(reput, "old-12") == []
+    assert found(reput, "old-11") == [old[11]]
+    new = keyed(log, "new", 8)
+    drain(reput)
+    assert [found(reput, f"new-{i}") for i in range(8)] == [[offset] for offset in new]
+    assert bodies(reput, log, 0)[6:] == [b"new-%d" % i * 9 for i in range(0, 8, 2)]
+
+
+def test_a_replica_cut_back_offline_takes_its_index_along(tmp_path: Path) -> None:
+    log = MemoryCommitLog(segment_size=SEGMENT)
+    old = keyed(log, "old", 20)
+    reput = indexed_service(log, tmp_path)
+    drain(reput)
+    trio.run(reput.flush)
+    close(reput)
+    queues = ConsumeQueueStore(tmp_path, file_size=200)
+    queues.load()
+    index = IndexService(tmp_path, slots=31, max_index=40)
+    index.load(flushed_up_to=None)
+    truncate_replica(log, queues, tmp_path / "cp.json", old[5], index=index)
+    assert index.query_offsets("T", "old-5", 32, 0, 2**62).phy_offsets == []
+    queues.close()
+    index.close()
+    new = keyed(log, "new", 3)
+    again = indexed_service(log, tmp_path)
+    drain(again)
+    assert [found(again, f"new-{i}") for i in range(3)] == [[offset] for offset in new]
+    assert found(again, "old-4") == [old[4]]
+
+
+async def test_an_index_the_disk_refuses_stops_puts_keeps_its_keys_and_resumes(
+    autojump_clock: trio.abc.Clock,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake = RefusingFallocate()
+    monkeypatch.setattr(_index, "os", fake)
+    log = MemoryCommitLog(segment_size=SEGMENT)
+    disk = DiskGuard({})
+    index = IndexService(tmp_path, slots=4096, max_index=100_000)  # one slot page per key
+    reput = ReputService(
+        log,
+        ConsumeQueueStore(tmp_path, file_size=200),
+        checkpoint=tmp_path / "cp.json",
+        index=index,
+        disk=disk,
+        retry_interval=1.0,
+    )
+    reput.recover()
+    first = keyed(log, "a", 3)
+    grew = trio.Event()
+
+    async def wait_log_grew(beyond: int) -> None:
+        while log.max_offset <= beyond:
+            await grew.wait()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(reput.run, wait_log_grew)
+        await reput.wait_dispatched(log.max_offset)
+        fake.full = True
+        second = keyed(log, "b", 40)
+        grew.set()
+        grew = trio.Event()
+        await trio.sleep(5)  # several retries, all refused
+        assert not disk.statistics().writable
+        assert disk.failing(MESSAGE_INDEX)
+        assert index.pending > 0
+        # The queues were built meanwhile; the index lacks the keys it could not write.
+        queue = reput.queues.get("T", 1)
+        assert queue is not None and queue.max_offset == 21
+        fake.full = False
+        await trio.sleep(2)
+        assert disk.statistics().writable
+        assert not disk.failing(MESSAGE_INDEX)
+        nursery.cancel_scope.cancel()
+    assert index.pending == 0
+    assert [found(reput, f"a-{i}") for i in range(3)] == [[o] for o in first]
+    assert [found(reput, f"b-{i}") for i in range(40)] == [[o] for o in second]
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1, errors
+    assert "message index cannot be written" in errors[0].getMessage()
+    assert "No space left on device" in errors[0].getMessage()
+    assert "message index written again" in caplog.text

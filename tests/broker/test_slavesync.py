@@ -12,12 +12,16 @@ from tests.broker.test_broker_port import broker_port
 from trioha._config import BrokerConfig
 from trioha.broker._metadata import Metadata
 from trioha.broker._slavesync import SlaveSynchronize
-from trioha.remoting._client import open_client_pool
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import RequestCode, ResponseCode
-from trioha.remoting._connection import RemotingConnection
-from trioha.remoting._mqclient import send_message, update_consumer_offset
-from trioha.remoting._server import serve_remoting
+from trioha.remoting import (
+    RemotingCommand,
+    RemotingConnection,
+    RequestCode,
+    ResponseCode,
+    open_client_pool,
+    send_message,
+    serve_remoting,
+    update_consumer_offset,
+)
 
 # A RocketMQ 4.9 master's bodies as fastjson writes them: integer map keys unquoted.
 JAVA_TOPICS = (

@@ -19,9 +19,7 @@ from tests.test_broker import master_config
 from trioha.broker._clientside import _Persister
 from trioha.broker._metadata import Metadata
 from trioha.broker._reput import ReputService
-from trioha.store._consumequeue import ConsumeQueueStore
-from trioha.store._diskspace import CONSUME_QUEUE, METADATA, DiskGuard
-from trioha.store._memory import MemoryCommitLog
+from trioha.store import CONSUME_QUEUE, METADATA, ConsumeQueueStore, DiskGuard, MemoryCommitLog
 
 
 @pytest.fixture

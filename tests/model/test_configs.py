@@ -11,7 +11,7 @@ import attrs
 import pytest
 
 import model
-from model import CONFIGS, _world
+from model import CONFIGS, _steps
 from model._properties import no_silent_reattach
 from trioha.proto import LogView
 
@@ -162,17 +162,17 @@ def test_the_classic_refusal_is_what_keeps_the_slave_out() -> None:
     """Bug injection: a master that forgets its lost ranges re-attaches the slave."""
     config = CONFIGS["classic-refusal"]
 
-    original = _world._Tx.log
+    original = _steps._Tx.log
 
-    def forgetful(self: _world._Tx) -> LogView:
+    def forgetful(self: _steps._Tx) -> LogView:
         view = original(self)
         return LogView(view.min_offset, view.max_offset, view.segment_size)
 
-    _world._Tx.log = forgetful  # type: ignore[method-assign]
+    _steps._Tx.log = forgetful  # type: ignore[method-assign]
     try:
         result = model.check(config, stop_at_first=False)
     finally:
-        _world._Tx.log = original  # type: ignore[method-assign]
+        _steps._Tx.log = original  # type: ignore[method-assign]
     assert result.violation("NoSilentReattach") is not None
 
 

@@ -16,12 +16,16 @@ from trioha._errors import ConfigError
 from trioha.broker import open_broker
 from trioha.namesrv import REGISTRATION_PERIOD, NamesrvProcessor, check_idle_timeout, serve_namesrv
 from trioha.namesrv._routes import BROKER_CHANNEL_EXPIRED_TIME, RouteInfoManager
-from trioha.remoting import open_client_pool
-from trioha.remoting._client import open_remoting_client
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import RequestCode, ResponseCode
-from trioha.remoting._json import loads_lenient
-from trioha.remoting._mqclient import get_route, send_message
+from trioha.remoting import (
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    get_route,
+    loads_lenient,
+    open_client_pool,
+    open_remoting_client,
+    send_message,
+)
 
 
 def wrapper(counter: int, **topics: int) -> dict[str, Any]:

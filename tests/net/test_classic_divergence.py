@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 import trio
 
+from tests.javaref import MISSING, rocketmq_sh
 from tests.test_broker import _free_port, free_broker_port
-from trioha.remoting._client import open_client_pool
-from trioha.remoting._mqclient import runtime_info, send_message
+from trioha.remoting import open_client_pool, runtime_info, send_message
 from trioha.store import open_store
 
 SEG = 64 * 1024
@@ -157,8 +157,17 @@ def test_a_slave_holding_a_lost_tail_is_refused_then_cut_back_and_caught_up(
         f.write(bytes(end - cut))
     slave_before = log_bytes(s_dir)
 
-    # 3. The master restarts, producers go on at once; then the slave restarts.
-    with broker(master_args, m_port) as master:
+    # 3. The master had answered PUT_OK for the lost messages and sent them: it refuses to
+    # start as master, naming the range and the slave that holds them.
+    refused = Broker(master_args, m_port)
+    out = refused.proc.communicate(timeout=60)[0].decode()
+    assert refused.proc.returncode == 1, out
+    assert f"the acknowledged bytes [{cut}, " in out, out
+    assert "slave 127.0.0.1, which acknowledged at least up to" in out, out
+    assert "--accept-lost-acknowledged" in out, out
+    assert log_bytes(s_dir) == slave_before
+    # The operator discards them on purpose; producers go on at once; the slave restarts.
+    with broker([*master_args, "--accept-lost-acknowledged"], m_port) as master:
         wait_for("the restarted master", lambda: bool(status(master.address)))
         produce(master.address, 60, "new")
         new_end = int(status(master.address)["commitLogMaxOffset"])
@@ -220,17 +229,6 @@ def test_a_slave_holding_a_lost_tail_is_refused_then_cut_back_and_caught_up(
 # --- a Java RocketMQ 4.9.7 slave is told in its own protocol (optional interop) --------------
 
 
-def _rocketmq_sh() -> Path | None:
-    """The reference Java RocketMQ's launcher: $ROCKETMQ_SH, or shared/reference/ above us."""
-    if os.environ.get("ROCKETMQ_SH"):
-        return Path(os.environ["ROCKETMQ_SH"])
-    for parent in Path(__file__).resolve().parents:
-        candidate = parent / "shared" / "reference" / "rocketmq-4.9.7" / "rocketmq.sh"
-        if candidate.exists():
-            return candidate
-    return None
-
-
 _JAVA_SLAVE_CONF = """brokerClusterName=DefaultCluster
 brokerName=broker-a
 brokerId=1
@@ -269,9 +267,11 @@ wait
 def test_a_java_slave_holding_lost_bytes_is_refused_in_its_own_protocol(tmp_path: Path) -> None:
     """Java's ``HAClient.dispatchReadRequest`` rejects the refusal header and logs both
     offsets at ERROR; its commit log is left as it was."""
-    sh = _rocketmq_sh()
-    if sh is None or shutil.which("java") is None or shutil.which("unshare") is None:
-        pytest.skip("no Java RocketMQ 4.9.7 reference, JDK or unshare here")
+    sh = rocketmq_sh()
+    if sh is None:
+        pytest.skip(MISSING)
+    if shutil.which("java") is None or shutil.which("unshare") is None:
+        pytest.skip("no JDK or unshare here")
     if subprocess.run(["unshare", "-n", "true"], check=False).returncode != 0:
         pytest.skip("cannot create a network namespace (the Java broker binds 0.0.0.0)")
     seg = 1 << 20

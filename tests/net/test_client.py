@@ -675,7 +675,9 @@ async def test_a_master_that_hangs_up_at_once_is_named_with_the_offset_asked(
     line = (
         "the master at 127.0.0.1:1 does not speak RocketMQ HA (is that the broker port? the HA "
         "port is usually listenPort+1): it closed the connection at once without sending "
-        "anything (if it is the HA port, it refused this slave's offset 0: its log says why)"
+        "anything (if it is the HA port, it refused this slave's offset 0, or it runs the "
+        "AutoSwitch (epoch) protocol, enableControllerMode=true, which this slave "
+        "(enableControllerMode=false) does not speak: its log says which)"
     )
     assert said == [(logging.WARNING, line), (logging.ERROR, line)]  # then louder
 
@@ -701,7 +703,7 @@ async def test_bytes_appended_before_a_bad_frame_in_the_same_read_are_announced(
         nursery.start_soon(client.session, slave_end)
         assert await master_end.receive_some() == encode_report(0)
         bad = len(record) + 100  # not where the slave's log ends
-        await master_end.send_all(encode_header(0, len(record)) + record + encode_header(bad, 0))
+        await master_end.send_all(encode_header(0, len(record)) + record + encode_header(bad, 1))
         received = b""
         while data := await master_end.receive_some():
             received += data

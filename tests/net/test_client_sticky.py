@@ -418,9 +418,11 @@ def test_a_classic_slave_ignores_an_epoch_file_it_is_handed(tmp_path: Path) -> N
     assert client.statistics().last_epoch == -1  # classic mode, not epoch 3
 
 
-async def test_a_wrong_port_is_said_at_warning_again_after_a_real_master_served_data(
+async def test_an_immediate_close_after_a_real_master_served_data_is_no_wrong_port(
     autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Once the peer has answered as an HA master, a close at once without a byte is a
+    restart, a cut connection or a refusal (the master's log says which): not a wrong port."""
     master_log, cfg, service = _master()
     slave_log = MemoryCommitLog(segment_size=SEG)
     links: list[FaultyLink] = []
@@ -459,7 +461,7 @@ async def test_a_wrong_port_is_said_at_warning_again_after_a_real_master_served_
             await trio.sleep(0.05)
         nursery.cancel_scope.cancel()
     levels = [r.levelno for r in caplog.records if "does not speak RocketMQ HA" in r.getMessage()]
-    assert levels == [logging.WARNING, logging.WARNING]  # not louder: a master came between
+    assert levels == [logging.WARNING]  # only before the master had spoken
 
 
 class _FirstFlushFails(MemoryCommitLog):
@@ -504,3 +506,36 @@ async def test_a_slave_that_cannot_flush_at_the_start_of_a_session_asks_for_noth
         (logging.ERROR, "slave cannot flush its commit log: fsync 1 failed; retrying every 2 s"),
         (logging.WARNING, "slave flushes its commit log again (after: fsync 1 failed)"),
     ]
+
+
+async def test_a_slave_whose_next_bytes_were_deleted_says_so_once_and_stops(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RocketMQ #3388, answered: the master pushes its oldest offset as a heartbeat past the
+    slave's end; the slave logs one ERROR naming both offsets and re-seeding, and does not
+    reconnect (Java's master would heartbeat such a slave forever)."""
+    master_log, cfg, service = _master()
+    while master_log.max_offset < 3 * SEG:
+        master_log.append(topic="T", body=b"x" * 500)
+    slave_log = MemoryCommitLog(segment_size=SEG)
+    slave_log.append_raw(0, bytes(master_log.read(0, 100)))  # what it copied long ago
+    assert master_log.delete_segments_before(2 * SEG) == 2
+    async with trio.open_nursery() as nursery:
+        client = HAClient(cfg, slave_log, connect=connector(nursery, service))
+        with caplog.at_level(logging.ERROR, logger="trioha.ha"):
+            await nursery.start(client.run)
+            assert await client.wait_fell_behind(trio.current_time() + 60)
+            await trio.sleep(120)  # no reconnect loop, no repeated line
+        stats = client.statistics()
+        assert (stats.state, stats.connects, stats.needs_reseed) == ("fell_behind", 1, True)
+        assert stats.fell_behind_master_offset == 2 * SEG
+        assert stats.closed_by_reason == {"deleted": 1}
+        assert slave_log.max_offset == 100  # nothing appended
+        nursery.cancel_scope.cancel()
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1
+    assert errors[0].startswith(
+        f"fell behind master 127.0.0.1:1: this slave's log ends at 100, but the master's now "
+        f"begins at {2 * SEG}; the master deleted [100, {2 * SEG})"
+    )
+    assert "re-seed this slave" in errors[0]

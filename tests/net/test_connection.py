@@ -26,8 +26,7 @@ from trioha.proto import (
     encode_report,
 )
 from trioha.proto._epochs import entries_of
-from trioha.store import EpochFile, MemoryCommitLog
-from trioha.store._sent import SentOffsets
+from trioha.store import EpochFile, MemoryCommitLog, SentOffsets
 
 SEG = 4096
 
@@ -81,7 +80,9 @@ def beyond_the_end(report: int, end: int) -> str:
     """The core's reason for refusing a first report beyond the master's end."""
     return (
         f"slave requests offset {report} but the master's log ends at {end}: the slave holds "
-        "data this master does not (diverged history or a wrong master)"
+        f"data this master does not (diverged history or a wrong master). Cut the slave back "
+        f"to {end} (a trioha slave: `trioha slave --truncate-to-master`; a Java slave, "
+        f"stopped: `trioha slave --store-dir <its store> --truncate-to {end}`) or re-seed it"
     )
 
 

@@ -11,10 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from trioha import DamagedLogError
-from trioha.net._divergence import check_master_history, open_master_history
-from trioha.store import MemoryCommitLog, open_store
-from trioha.store._sent import DEFAULT_RESERVE_STEP, SentOffsets
+from trioha import DamagedLogError, LostAcknowledgedError
+from trioha.net._divergence import (
+    check_master_history,
+    former_master_divergence,
+    open_master_history,
+    promotion_end,
+)
+from trioha.store import DEFAULT_RESERVE_STEP, MemoryCommitLog, SentOffsets, open_store
 
 SEG = 4096
 
@@ -68,20 +72,27 @@ def test_a_master_whose_log_ends_below_its_flushed_mark_refuses_to_start_naming_
     assert SentOffsets.open(tmp_path).flushed == 1000  # a refusal changes nothing
 
 
-def test_the_damage_error_says_why_recovery_stopped_and_where_it_kept_the_cut_bytes(
-    tmp_path: Path,
-) -> None:
-    with open_store(tmp_path, segment_size=SEG) as store:  # three segments of records
+def damaged_store(root: Path) -> tuple[list[int], int]:
+    """A store of three segments, all flushed, whose second record's magic is then broken;
+    the offsets of its records and its end."""
+    with open_store(root, segment_size=SEG) as store:
         offsets = [
             store.commitlog.append(topic="T", body=b"x" * 100).physical_offset for _ in range(80)
         ]
         end = store.commitlog.max_offset
         assert end > 2 * SEG
-    SentOffsets.open(tmp_path).note_flushed(end, now=0.0)
-    with (tmp_path / "commitlog" / f"{0:020d}").open("r+b") as f:
+    SentOffsets.open(root).note_flushed(end, now=0.0)
+    with (root / "commitlog" / f"{0:020d}").open("r+b") as f:
         f.seek(offsets[1] + 4)
         f.write(b"\xde\xad\xbe\xef")
-    (tmp_path / "abort").touch()
+    (root / "abort").touch()
+    return offsets, end
+
+
+def test_the_damage_error_says_why_recovery_stopped_and_where_it_kept_the_cut_bytes(
+    tmp_path: Path,
+) -> None:
+    offsets, end = damaged_store(tmp_path)
     with open_store(tmp_path, segment_size=SEG) as store:
         report = store.recovery
         assert report.reason and report.cut_bytes
@@ -158,14 +169,17 @@ def test_a_lost_sent_range_is_padded_past_with_end_of_file_records_flushed_and_l
     assert SentOffsets.open(tmp_path).lost == ((end, mark),)
     assert log.max_offset == SEG  # the first segment boundary beyond the lost range
     assert log.flushed_offset == SEG  # the padding is on disk before anything is served
+    # A WARNING: the mark is reserved ahead, so nothing past the end may have gone out; a
+    # slave that does hold such bytes is refused at ERROR when it reports.
     assert ha_records(caplog) == [
         (
-            logging.ERROR,
+            logging.WARNING,
             f"this master may have sent bytes [{end}, {mark}) to slaves before it stopped, "
-            f"and its log now ends at {end}: those bytes are lost here. Slaves reporting an "
-            f"offset in ({end}, {mark}] will be refused until they are cut back to {end} "
-            "(`trioha slave --truncate-to-master`) or re-seeded; new messages start at "
-            f"{SEG}, past the lost range, so that no slave is ever served a spliced log",
+            f"and its log now ends at {end}: those bytes are lost here (the mark is reserved "
+            "ahead, so fewer may have gone out). A slave reporting an offset in "
+            f"({end}, {mark}] will be refused, with an ERROR naming it, until it is cut back "
+            f"to {end} (`trioha slave --truncate-to-master`) or re-seeded; new messages start "
+            f"at {SEG}, past the lost range, so that no slave is ever served a spliced log",
         )
     ]
 
@@ -185,7 +199,7 @@ def test_ranges_lost_in_earlier_crashes_are_recalled_at_every_start(
     lost = sent.lost
     assert lost == ((first_end, first_end + 11), (second_end, second_end + 11))
     records = ha_records(caplog)
-    assert [level for level, _ in records] == [logging.ERROR, logging.INFO]
+    assert [level for level, _ in records] == [logging.WARNING, logging.INFO]
     assert records[0][1].startswith(f"this master may have sent bytes [{second_end}, ")
     assert records[1] == (
         logging.INFO,
@@ -259,3 +273,206 @@ def test_a_store_opened_as_master_passes_on_what_the_operator_accepts_and_the_mo
         sent = open_master_history(store, accept_damaged=True, epoch_mode=True)
         assert store.commitlog.max_offset == SEG  # epoch mode: no padding, the marks restart
         assert (sent.reserved, sent.flushed, sent.lost) == (SEG, SEG, ())
+
+
+# --- a quiet crash: the marks were settled, nothing is reported -----------------------------
+
+
+def test_a_crash_after_the_marks_settled_reports_nothing_and_pads_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = filled(5)
+    end = log.max_offset
+    sent = SentOffsets.open(tmp_path, step=100)
+    sent.reserve(end)  # reserved ahead while sending ...
+    sent.note_sent(end)
+    sent.reserve_acked(end)
+    sent.note_acked(end)
+    assert sent.settle()  # ... then quiet: written down to the exact figures
+    sent.write_settled()
+    with caplog.at_level(logging.INFO):  # the crash: a restart reads the file back
+        check_master_history(log, SentOffsets.open(tmp_path))
+    assert ha_records(caplog) == []
+    assert log.max_offset == end
+    # Without the settle the reservation looks like a lost range: that is what it prevents.
+    busy = SentOffsets.open(tmp_path, step=100)
+    busy.reserve(end + 1)
+    check_master_history(log, SentOffsets.open(tmp_path))
+    assert log.max_offset == SEG
+
+
+# --- acknowledged messages lost ---------------------------------------------------------------
+
+
+def acked_past_the_end(
+    tmp_path: Path, *, sent_past: int, acked_past: int
+) -> tuple[MemoryCommitLog, int, str]:
+    """A log of 5 messages and marks saying a put ending ``acked_past`` bytes beyond its end
+    was answered PUT_OK and ``sent_past`` bytes beyond it were sent; the file's text."""
+    log = filled(5)
+    end = log.max_offset
+    sent = SentOffsets.open(tmp_path, step=10)
+    sent.reserve(end + sent_past)
+    sent.note_sent(end + sent_past)
+    sent.reserve_acked(end + acked_past)
+    sent.note_acked(end + acked_past)
+    sent.note_slave("10.0.0.7", end + acked_past)
+    sent.note_slave("10.0.0.8", end - 5)
+    sent.settle()  # exact figures, as a quiet master writes them
+    sent.write_settled()
+    return log, end, (tmp_path / "haSentOffset").read_text()
+
+
+def test_acknowledged_messages_a_slave_may_hold_keep_the_master_from_starting(
+    tmp_path: Path,
+) -> None:
+    log, end, before = acked_past_the_end(tmp_path, sent_past=40, acked_past=30)
+    with pytest.raises(LostAcknowledgedError) as refused:
+        check_master_history(log, SentOffsets.open(tmp_path, step=10), store_dir="/data/m")
+    assert str(refused.value) == (
+        f"refusing to start as master: this master answered PUT_OK for messages up to offset "
+        f"{end + 30}, and its log now ends at {end}: the acknowledged bytes [{end}, {end + 30}) "
+        "are lost here, and it had sent them to its slaves, which may still hold them (slave "
+        f"10.0.0.7, which acknowledged at least up to {end + 30}; slave 10.0.0.8, which "
+        f"acknowledged at least up to {end - 5}; the mark is reserved up to 10 bytes ahead of "
+        "the last answer, so the loss may end earlier). Promote the slave that holds them: "
+        "stop it and start it as master (`trioha master --store-dir <its store>`), then start "
+        "this broker as its slave (`trioha slave --store-dir /data/m --master-ha "
+        "10.0.0.7:<its HA port>`), which copies them back. To start this broker as master "
+        "anyway and discard them, pass --accept-lost-acknowledged (haAcceptLostAcknowledged)"
+    )
+    # A refusal changes nothing: the next start refuses the same way.
+    assert (tmp_path / "haSentOffset").read_text() == before
+    assert log.max_offset == end
+
+
+def test_lost_acknowledged_messages_accepted_are_said_at_error_and_forgotten(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log, end, _ = acked_past_the_end(tmp_path, sent_past=40, acked_past=30)
+    sent = SentOffsets.open(tmp_path, step=10)
+    with caplog.at_level(logging.INFO):
+        check_master_history(log, sent, accept_lost_acknowledged=True)
+    (level, line), (sent_level, _) = ha_records(caplog)
+    assert level == logging.ERROR
+    assert line.startswith(f"this master answered PUT_OK for messages up to offset {end + 30}")
+    assert line.endswith(
+        "starting as master anyway (haAcceptLostAcknowledged): slaves holding them will be "
+        "refused until cut back or re-seeded"
+    )
+    assert sent_level == logging.WARNING  # and the lost sent range as always
+    assert SentOffsets.open(tmp_path).acked_reserved == end  # said once, not at every start
+    assert log.max_offset == SEG
+
+
+def test_acknowledged_messages_never_sent_are_lost_for_good_and_said_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An ASYNC_MASTER whose slave was away: PUT_OK after the local append, never sent.
+    log, end, _ = acked_past_the_end(tmp_path, sent_past=0, acked_past=30)
+    with caplog.at_level(logging.INFO):
+        check_master_history(log, SentOffsets.open(tmp_path, step=10))
+    assert ha_records(caplog) == [
+        (
+            logging.ERROR,
+            f"this master answered PUT_OK for messages up to offset {end + 30} and its log now "
+            f"ends at {end}: the acknowledged messages in [{end}, {end + 30}) are lost (the "
+            "mark is reserved up to 10 bytes ahead of the last answer, so the loss may end "
+            "earlier). It never sent them to a slave, so no copy of them exists; starting as "
+            f"master, new messages start at {end}",
+        )
+    ]
+    assert log.max_offset == end
+    assert SentOffsets.open(tmp_path).acked_reserved == end
+
+
+def test_in_epoch_mode_lost_acknowledged_messages_keep_the_master_from_starting_too(
+    tmp_path: Path,
+) -> None:
+    log, end, _ = acked_past_the_end(tmp_path, sent_past=40, acked_past=30)
+    with pytest.raises(LostAcknowledgedError, match=r"slave 10\.0\.0\.7, which acknowledged"):
+        check_master_history(log, SentOffsets.open(tmp_path), epoch_mode=True)
+    sent = SentOffsets.open(tmp_path)
+    check_master_history(log, sent, epoch_mode=True, accept_lost_acknowledged=True)
+    assert log.max_offset == end  # epoch mode: no padding
+    assert (sent.reserved, sent.acked_reserved, sent.lost) == (end, end, ())
+
+
+# --- promoted slaves and former masters -----------------------------------------------------
+
+
+def test_a_store_with_data_but_no_marks_starts_as_a_promoted_master(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = filled(5)
+    end = log.max_offset
+    assert promotion_end(end, SEG) == SEG  # the boundary past half a segment beyond it
+    with caplog.at_level(logging.INFO):
+        sent = check_master_history(log, SentOffsets.open(tmp_path))
+    upto = SEG - 1
+    assert sent.lost == ((end, upto),)
+    assert log.max_offset == SEG and log.flushed_offset == SEG
+    assert ha_records(caplog) == [
+        (
+            logging.WARNING,
+            "this store holds data but did not last run as a trioha master (a promoted slave, "
+            "or a store another broker wrote): a former master or another slave may hold bytes "
+            f"past its end {end} that it never had. A broker reporting an offset in ({end}, "
+            f"{upto}] is refused until it is cut back to {end} (`trioha slave "
+            "--truncate-to-master`) or re-seeded; this master's own messages start at "
+            f"{SEG}, so that its slaves reconnect normally",
+        )
+    ]
+    again = SentOffsets.open(tmp_path)  # the marks now say it runs as a master
+    assert again.existed and again.lost == ((end, upto),) and again.reserved == upto
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        check_master_history(log, again)
+    assert [level for level, _ in ha_records(caplog)] == [logging.INFO]  # recalled only
+    assert log.max_offset == SEG
+
+
+def test_a_promotion_pads_at_least_half_a_segment() -> None:
+    cases = [(0, SEG), (1, SEG), (SEG // 2 - 1, SEG), (SEG // 2, 2 * SEG), (SEG, 2 * SEG)]
+    for end, boundary in cases:
+        assert promotion_end(end, SEG) == boundary
+        assert boundary - end >= SEG // 2
+
+
+def test_an_empty_store_or_epoch_mode_is_no_promotion_and_the_marks_are_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    empty = MemoryCommitLog(segment_size=SEG)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with caplog.at_level(logging.INFO):
+        check_master_history(empty, SentOffsets.open(tmp_path / "a"))
+        log = filled(5)
+        check_master_history(log, SentOffsets.open(tmp_path / "b"), epoch_mode=True)
+    assert ha_records(caplog) == []
+    assert (empty.max_offset, log.max_offset) == (0, filled(5).max_offset)
+    assert (tmp_path / "a" / "haSentOffset").read_text() == "sent 0\nflushed 0\n"
+    assert SentOffsets.open(tmp_path / "b").existed
+
+
+def test_a_former_master_holding_bytes_it_never_sent_starts_diverged_at_a_boundary(
+    tmp_path: Path,
+) -> None:
+    log = filled(10)
+    end = log.max_offset
+    first = next(iter(log.iter_messages()))
+    sent = SentOffsets.open(tmp_path, step=1)
+    assert former_master_divergence(log, sent, "m:1") is None  # no marks: a plain slave
+    sent.reserve(first.end_offset + 10)  # sent up to 11 bytes into the second record
+    marks = SentOffsets.open(tmp_path)
+    divergence = former_master_divergence(log, marks, "10.0.0.5:10912")
+    assert divergence is not None
+    assert (divergence.master_offset, divergence.slave_offset) == (first.end_offset, end)
+    assert divergence.master == "10.0.0.5:10912"
+    assert divergence.reason == (
+        f"this store last ran as a trioha master and never sent bytes [{first.end_offset + 11}, "
+        f"{end}) to a slave: no other broker holds them, so master 10.0.0.5:10912's history "
+        "cannot continue this log"
+    )
+    marks.reserve(end)  # everything may have been sent: the master decides
+    assert former_master_divergence(log, marks, "m:1") is None

@@ -54,10 +54,8 @@ from trioha.net import HAClient, HAService
 from trioha.net._client import _Session
 from trioha.net._connection import HAConnection
 from trioha.net._divergence import check_master_history
-from trioha.store import MemoryCommitLog
-from trioha.store._sent import SentOffsets
-from trioha.testing import Breakage, Faults, FaultyLink, FaultyStream, faulty_stream_pair
-from trioha.testing._pair import log_bytes
+from trioha.store import MemoryCommitLog, SentOffsets
+from trioha.testing import Breakage, Faults, FaultyLink, FaultyStream, faulty_stream_pair, log_bytes
 
 SEGMENT = 2048
 HEARTBEAT = 5.0

@@ -14,13 +14,12 @@ import pytest
 import trio
 
 from trioha._config import BrokerConfig, BrokerRole
-from trioha.namesrv._processor import serve_namesrv
+from trioha.namesrv import serve_namesrv
 from trioha.net._client import HAClient, not_ha_sign
 from trioha.net._service import close_level
-from trioha.remoting._codec import RemotingCommand, encode
+from trioha.remoting import RemotingCommand, encode, serve_remoting
 from trioha.remoting._connection import RejectAllRequests
-from trioha.remoting._server import serve_remoting
-from trioha.store._memory import MemoryCommitLog
+from trioha.store import MemoryCommitLog
 
 MESSAGE = (
     "does not speak RocketMQ HA (is that the broker port? the HA port is usually listenPort+1)"
@@ -39,7 +38,16 @@ def test_signs() -> None:
         b"", protocol_error=False, closed_by_peer=True, seconds=0.01, offset=123
     ) == (
         "it closed the connection at once without sending anything (if it is the HA port, it "
-        "refused this slave's offset 123: its log says why)"
+        "refused this slave's offset 123, or it runs the AutoSwitch (epoch) protocol, "
+        "enableControllerMode=true, which this slave (enableControllerMode=false) does not "
+        "speak: its log says which)"
+    )
+    # An epoch-mode slave sends a handshake, which is what a master refuses then.
+    assert not_ha_sign(
+        b"", protocol_error=False, closed_by_peer=True, seconds=0.01, offset=0, epoch_mode=True
+    ) == (
+        "it closed the connection at once without sending anything (if it is the HA port, it "
+        "refused this slave's handshake: its log says which)"
     )
     # A master that closes after a while, or a network break, is no sign.
     assert not_ha_sign(b"", protocol_error=False, closed_by_peer=True, seconds=30) is None
@@ -193,5 +201,53 @@ def test_the_signs_read_exact_bytes_and_times() -> None:
     assert not_ha_sign(b"", protocol_error=False, closed_by_peer=True, seconds=1.0) is None
     assert not_ha_sign(b"", protocol_error=False, closed_by_peer=True, seconds=0.99) == (
         "it closed the connection at once without sending anything (if it is the HA port, it "
-        "refused this slave's offset: its log says why)"
+        "refused this slave's offset, or it runs the AutoSwitch (epoch) protocol, "
+        "enableControllerMode=true, which this slave (enableControllerMode=false) does not "
+        "speak: its log says which)"
     )
+
+
+@pytest.mark.parametrize("slave_epoch_mode", [True, False])
+async def test_a_master_in_the_other_mode_is_named_by_enable_controller_mode(
+    slave_epoch_mode: bool, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Both sides must set enableControllerMode alike; the slave's line says so."""
+    from tests.test_broker import master_config
+    from trioha.broker import open_broker
+    from trioha.store import EpochFile
+
+    caplog.set_level(logging.INFO)
+    master = master_config(tmp_path / "m", enable_controller_mode=not slave_epoch_mode)
+    async with open_broker(master) as broker, trio.open_nursery() as nursery:
+        await broker.put(topic="T", body=b"x")
+        assert broker.ha_address is not None
+        host, port = broker.ha_address
+        config = BrokerConfig(
+            broker_role=BrokerRole.SLAVE,
+            ha_master_address=f"{host}:{port}",
+            ha_reconnect_backoff_max=400,
+            enable_controller_mode=slave_epoch_mode,
+        )
+        epochs = EpochFile.open(tmp_path / "epochs") if slave_epoch_mode else None
+        client = HAClient(config, MemoryCommitLog(segment_size=1 << 20), epoch_file=epochs)
+        nursery.start_soon(client.run)
+        await trio.sleep(1.0)
+        nursery.cancel_scope.cancel()
+    said = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "trioha.ha" and f"the master at {host}:{port} " in r.getMessage()
+    ]
+    assert said, [r.getMessage() for r in caplog.records]
+    if slave_epoch_mode:
+        assert said[0] == (
+            f"the master at {host}:{port} speaks classic HA, not the AutoSwitch (epoch) "
+            "protocol: its first frame carries state 0, where a handshake carries 1. Both sides "
+            "must set enableControllerMode alike (this slave: true, the master: false)"
+        )
+    else:
+        assert said[0].endswith(
+            "it runs the AutoSwitch (epoch) protocol, enableControllerMode=true, which this "
+            "slave (enableControllerMode=false) does not speak: its log says which)"
+        )
+    assert client.connects >= 2  # and it keeps trying, backing off

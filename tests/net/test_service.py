@@ -542,6 +542,12 @@ async def test_an_unexpected_error_ends_that_connection_only_and_is_logged(
         ("slave's log diverged from the master's", "diverged"),
         ("refusing the slave: DIVERGED history", "diverged"),  # the first phrase wins
         ("slave refused: wrong master", "refused"),
+        (
+            "slave requests offset 0, which no longer exists on the master (oldest offset 9); "
+            "the slave cannot catch up and must be re-seeded (RocketMQ #3388)",
+            "deleted",
+        ),
+        ("offset 5 was deleted on the master while the slave still needed it", "deleted"),
         ("disk full while serving", "disk"),
         ("internal error", "internal_error"),
         ("cancelled", "shutdown"),

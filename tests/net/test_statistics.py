@@ -17,8 +17,7 @@ import trio.testing
 from trioha import BrokerConfig, ConfigError
 from trioha.net import HAClient, HAService, Wakeup
 from trioha.proto import HEADER_SIZE, encode_report
-from trioha.store import EpochFile, MemoryCommitLog
-from trioha.store._sent import SentOffsets
+from trioha.store import EpochFile, MemoryCommitLog, SentOffsets
 
 SEG = 4096
 

@@ -12,8 +12,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from trioha.store import HostAddress, NewMessage, PropertiesForm, StoredMessage, make_msg_id
-from trioha.store._store import open_store
+from trioha.store import (
+    HostAddress,
+    NewMessage,
+    PropertiesForm,
+    StoredMessage,
+    make_msg_id,
+    open_store,
+)
 
 SEGMENT = 64 * 1024
 

@@ -33,21 +33,15 @@ from tests.pipeline._logs import (
 )
 from tests.pipeline.conftest import Log
 from trioha.pipeline import _format
-from trioha.pipeline._decode import (
-    MESSAGE_ARROW_SCHEMA,
-    SegmentData,
-    _chain,
-    _layout,
-    decompress,
-    explain_record,
-    open_segment,
-    scan_range,
-    written_end,
-)
+from trioha.pipeline._batches import MESSAGE_ARROW_SCHEMA, decompress
+from trioha.pipeline._decode import SegmentData, open_segment
 from trioha.pipeline._format import Problem, ProblemKind
+from trioha.pipeline._framing import _chain, scan_range, written_end
 from trioha.pipeline._layout import Segment, read_layout
 from trioha.pipeline._plan import plan_partitions
 from trioha.pipeline._read import read_messages, read_problems
+from trioha.pipeline._validation import explain_record
+from trioha.pipeline._validation import record_layout as _layout
 from trioha.store import _message as codec
 
 
@@ -91,8 +85,8 @@ def test_constants_agree_with_the_store_codec() -> None:
 
 
 def test_arrow_schema_is_what_spark_expects() -> None:
-    from trioha.pipeline._decode import PROBLEM_ARROW_SCHEMA
-    from trioha.pipeline._source import MESSAGE_SCHEMA, PROBLEM_SCHEMA, arrow_schema
+    from trioha.pipeline._batches import PROBLEM_ARROW_SCHEMA
+    from trioha.pipeline._schema import MESSAGE_SCHEMA, PROBLEM_SCHEMA, arrow_schema
 
     assert arrow_schema(MESSAGE_SCHEMA).equals(MESSAGE_ARROW_SCHEMA)
     assert arrow_schema(PROBLEM_SCHEMA).equals(PROBLEM_ARROW_SCHEMA)
@@ -323,7 +317,7 @@ def test_scan_range_on_bytes_in_memory(varied_log: Log) -> None:
 
 
 def test_msg_id_is_rocketmqs_offset_message_id() -> None:
-    from trioha.pipeline._decode import _msg_ids
+    from trioha.pipeline._batches import _msg_ids
 
     addr = np.zeros((2, 16), dtype=np.uint8)
     addr[0, :4] = [127, 0, 0, 1]

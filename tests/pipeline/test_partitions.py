@@ -22,7 +22,7 @@ if MISSING:
 from trioha.pipeline._layout import read_layout
 from trioha.pipeline._plan import plan_partitions
 from trioha.pipeline._read import read_messages, read_problems
-from trioha.store._message import HostAddress, encode_blank, encode_message, message_length
+from trioha.store import HostAddress, encode_blank, encode_message, message_length
 
 HOST = HostAddress("10.0.0.1", 10911)
 HEAD = 88  # TOTALSIZE .. body length with IPv4 hosts: the body starts this far into a record

@@ -34,7 +34,7 @@ pytestmark = pytest.mark.spark
 
 def append(root: Path, start: int, count: int) -> list[StoredMessage]:
     """Append messages *start* .. *start* + *count* of the varied set to the store at *root*."""
-    from trioha.store._store import open_store
+    from trioha.store import open_store
 
     with open_store(root, segment_size=SEGMENT) as store:
         log = store.commitlog

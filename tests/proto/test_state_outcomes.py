@@ -98,9 +98,12 @@ def test_first_reports_refused_say_why_and_what_to_do() -> None:
             1800,
             Close(
                 "slave requests offset 1800, inside [1500, 2000): bytes this master may have "
-                "sent before it crashed and lost them (its log was recovered to 1500); the "
-                "slave's log after 1500 is a history the master no longer has. Cut the slave "
-                "back to 1500 (`trioha slave --truncate-to-master`) or re-seed it",
+                "sent before it crashed and lost them, or, promoted from a slave, bytes of the "
+                "history it took over that it never had (its log was recovered to 1500); the "
+                "slave's log after 1500 is a history the master does not have. Cut the slave "
+                "back to 1500 (a trioha slave: `trioha slave --truncate-to-master`; a Java "
+                "slave, stopped: `trioha slave --store-dir <its store> --truncate-to 1500`) or "
+                "re-seed it",
                 diverged_at=1500,
             ),
         ),
@@ -109,8 +112,26 @@ def test_first_reports_refused_say_why_and_what_to_do() -> None:
             5000,
             Close(
                 "slave requests offset 5000 but the master's log ends at 2500: the slave holds "
-                "data this master does not (diverged history or a wrong master)",
+                "data this master does not (diverged history or a wrong master). Cut the slave "
+                "back to 2500 (a trioha slave: `trioha slave --truncate-to-master`; a Java "
+                "slave, stopped: `trioha slave --store-dir <its store> --truncate-to 2500`) or "
+                "re-seed it",
                 diverged_at=2500,
+            ),
+        ),
+        (
+            # Ahead of a master whose latest history begins past a lost (or promotion) range:
+            # nothing this master sent lies past its end, so the histories part there at the
+            # latest, not at the end (a cut to the end would keep the slave's own bytes).
+            LogView(0, 9000, SEG, lost=((1500, 2000), (5000, 8191))),
+            9500,
+            Close(
+                "slave requests offset 9500 but the master's log ends at 9000: the slave holds "
+                "data this master does not (diverged history or a wrong master) (from 5000, "
+                "where its latest history begins). Cut the slave back to 5000 (a trioha slave: "
+                "`trioha slave --truncate-to-master`; a Java slave, stopped: `trioha slave "
+                "--store-dir <its store> --truncate-to 5000`) or re-seed it",
+                diverged_at=5000,
             ),
         ),
         (
@@ -118,7 +139,8 @@ def test_first_reports_refused_say_why_and_what_to_do() -> None:
             500,
             Close(
                 "slave requests offset 500, which no longer exists on the master (oldest "
-                "offset 1000); the slave cannot catch up and must be re-seeded (RocketMQ #3388)"
+                "offset 1000); the slave cannot catch up and must be re-seeded (RocketMQ #3388)",
+                oldest=1000,
             ),
         ),
     ]

@@ -20,7 +20,7 @@ import trio.testing
 
 from tests.test_broker import master_config
 from trioha.broker import open_broker
-from trioha.namesrv._processor import serve_namesrv
+from trioha.namesrv import serve_namesrv
 from trioha.remoting import ConnectionCounters, ServerLimits, open_client_pool, serve_remoting
 from trioha.remoting._codec import RemotingCommand, encode
 from trioha.remoting._connection import RejectAllRequests

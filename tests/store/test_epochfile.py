@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from trioha._errors import StorageError
-from trioha.proto._epochs import EpochError, entries_of
+from trioha.proto import EpochError
+from trioha.proto._epochs import entries_of
 from trioha.store import EPOCH_FILE_NAME, EpochFile
 
 

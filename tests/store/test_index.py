@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.broker._diskfaults import RefusingFallocate
 from trioha.store._consumequeue import java_string_hash
 from trioha.store._index import (
     _ENTRY,
@@ -894,3 +895,126 @@ def test_load_drops_every_file_past_the_flush(tmp_path: Path) -> None:
     assert [f.path for f in reloaded.files] == paths[:1]
     assert [p.exists() for p in paths] == [True, False, False]
     reloaded.close()
+
+
+# --- removing entries of messages the commit log no longer holds ---------------------------
+
+
+def _put(index_file: IndexFile, n: int, *, base: int = 1_700_000_000_000) -> None:
+    # Few slots: chains of colliding keys, whose links the cut must give back.
+    for i in range(n):
+        assert index_file.put_key(f"T#k{i % 5}", 100 * (i + 1), base + 1000 * i)
+
+
+@pytest.mark.parametrize("keep", [1, 2, 5, 9])
+def test_cutting_entries_leaves_the_bytes_of_a_file_that_never_had_them(
+    tmp_path: Path, keep: int
+) -> None:
+    cut = IndexFile(tmp_path / "cut", slots=3, max_index=12)
+    _put(cut, 10)
+    never = IndexFile(tmp_path / "never", slots=3, max_index=12)
+    _put(never, keep)
+    assert cut.cut_to(keep + 1) == 10 - keep
+    assert cut.cut_to(keep + 1) == 0
+    cut.close()
+    never.close()
+    assert (tmp_path / "cut").read_bytes() == (tmp_path / "never").read_bytes()
+    again = IndexFile(tmp_path / "cut", slots=3, max_index=12)
+    assert again.index_count == keep + 1
+    found: list[int] = []
+    again.select_phy_offsets("T#k0", 10, 0, 2**62, found)
+    assert found == [100 * (i + 1) for i in range(keep - 1, -1, -1) if i % 5 == 0]
+    again.close()
+
+
+def test_an_index_cut_back_indexes_what_is_stored_at_those_offsets_next(tmp_path: Path) -> None:
+    service = IndexService(tmp_path, slots=11, max_index=4)  # 3 entries per file
+    service.load(flushed_up_to=None)
+    service.build_all([_message(100 * i, 1000 * i, keys=f"old{i}") for i in range(1, 8)], now_ms=1)
+    assert len(service.files) == 3
+    assert service.truncate(300) == 5
+    assert len(service.files) == 1  # the newer files held only cut entries
+    assert service.end_phy_offset == 200
+    service.build_all([_message(100 * i, 1000 * i, keys=f"new{i}") for i in range(3, 6)], now_ms=2)
+    for i in range(3, 6):
+        assert service.query_offsets("T", f"new{i}", 10, 0, 10**9).phy_offsets == [100 * i]
+        assert service.query_offsets("T", f"old{i}", 10, 0, 10**9).phy_offsets == []
+    assert service.query_offsets("T", "old2", 10, 0, 10**9).phy_offsets == [200]
+    service.close()
+
+
+def test_an_empty_newest_file_continuing_a_cut_end_goes_too(tmp_path: Path) -> None:
+    service = IndexService(tmp_path, slots=11, max_index=4)
+    service.load(flushed_up_to=None)
+    service.build_all([_message(100 * i, 1000 * i, keys=f"k{i}") for i in range(1, 4)], now_ms=1)
+    service._writable(now_ms=2)  # a crash right after the next file was created
+    assert len(service.files) == 2 and service.end_phy_offset == 300
+    assert service.cut_tail(lambda phy: phy >= 250) == 1
+    assert [f.index_count for f in service.files] == [3]
+    assert service.end_phy_offset == 200
+
+
+def test_a_refused_reservation_writes_nothing_and_the_keys_go_in_once_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trioha.store import _index
+
+    fake = RefusingFallocate()
+    monkeypatch.setattr(_index, "os", fake)
+    service = IndexService(tmp_path, slots=4096, max_index=50)  # a slot page per key or so
+    service.load(flushed_up_to=None)
+    batch = [("T", 100 * i, 1000 * i, None, b"k%d" % i) for i in range(1, 30)]
+    service.build_batch(batch[:5], now_ms=1)
+    before = {p.name: p.read_bytes() for p in service.directory.iterdir()}
+    fake.full = True
+    with pytest.raises(OSError, match="No space left"):
+        service.build_batch(batch[5:], now_ms=1)
+    assert fake.refused == 1
+    assert {p.name: p.read_bytes() for p in service.directory.iterdir()} == before
+    assert service.pending == 24
+    with pytest.raises(OSError, match="No space left"):  # the same messages, again
+        service.build_batch(batch[5:], now_ms=1)
+    assert service.pending == 24
+    fake.full = False
+    service.build_batch(batch, now_ms=1)  # ... and again once there is space
+    assert service.pending == 0
+    assert len(service.files) == 1
+    assert service.files[0].index_count == 30
+    for i in range(1, 30):
+        assert service.query_offsets("T", f"k{i}", 10, 0, 10**9).phy_offsets == [100 * i]
+    service.close()
+
+
+def test_a_file_the_disk_refuses_to_create_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trioha.store import _index
+
+    fake = RefusingFallocate()
+    monkeypatch.setattr(_index, "os", fake)
+    service = IndexService(tmp_path, slots=11, max_index=4)
+    service.load(flushed_up_to=None)
+    fake.full = True
+    with pytest.raises(OSError, match="No space left"):
+        service.build_batch([("T", 100, 1000, None, b"k")], now_ms=1)
+    assert list(service.directory.iterdir()) == []
+    assert service.files == []
+    fake.full = False
+    service.build_batch([], now_ms=2)
+    assert service.query_offsets("T", "k", 10, 0, 10**9).phy_offsets == [100]
+    service.close()
+
+
+def test_a_busy_file_has_its_whole_slot_table_reserved_at_once(
+    tmp_path: Path,
+) -> None:
+    slots = 64 * 1024  # 256 KiB of slots: 65 pages with the header
+    table = HEADER_SIZE + SLOT_SIZE * slots
+    index_file = IndexFile(tmp_path / "f", slots=slots, max_index=100_000)
+    same_slot = [(7, i, 1_700_000_000_000) for i in range(slots // 64)]
+    index_file.put_hashes(same_slot, 0)  # one slot page (and the entries, a step ahead)
+    before = (tmp_path / "f").stat().st_blocks * 512
+    index_file.put_hashes([(8, 10**6, 1_700_000_000_000)], 0)  # now slots / 64 entries
+    after = (tmp_path / "f").stat().st_blocks * 512
+    assert after - before >= table - 3 * 4096  # every page of the table but those it had
+    index_file.close()

@@ -276,7 +276,7 @@ def test_retention_says_how_many_segments_went_and_where_the_log_now_starts(
         assert log.delete_segments_before(2100) == 2
         assert log.delete_segments_before(2100) == 0  # nothing more: no second line
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
-        ("INFO", "deleted 2 commit log segment(s) below 2100; the log now starts at 2048")
+        ("INFO", "deleted 2 commit log segment(s) [0, 2048); the log now starts at 2048")
     ]
 
 

@@ -627,3 +627,35 @@ def test_a_start_marker_that_cannot_be_written_stops_the_first_append(tmp_path: 
         slave.append_raw(offsets[6], master.read(offsets[6], 4096))
     slave.close()
     master.close()
+
+
+def test_the_report_names_what_earlier_cuts_kept_aside_past_the_end(tmp_path: Path) -> None:
+    """Bytes a start or a cut took out of the log stay in ``lost+found``, named by offset; a
+    later recovery lists those from its end on (and only those): where the tail went when
+    there is nothing left to cut."""
+    with open_store(tmp_path, segment_size=4096) as store:
+        offsets = [
+            store.commitlog.append(topic="T", body=b"x" * 100).physical_offset for _ in range(60)
+        ]
+        store.commitlog.truncate(offsets[50])  # kept aside: <offsets[50]>-truncated.bin
+        store.commitlog.truncate(offsets[10])
+    aside = tmp_path / "lost+found"
+    (aside / "notes.txt").write_text("not ours")
+    (aside / f"{offsets[40]:020d}-truncated.bin.1").write_bytes(b"x")
+    with open_store(tmp_path) as store:
+        report = store.recovery
+    assert report.valid_end == offsets[10]
+    kept = {
+        offsets[10]: aside / f"{offsets[10]:020d}-truncated.bin",
+        4096: aside / f"{4096:020d}-truncated.segment",  # whole later segments
+        8192: aside / f"{8192:020d}-truncated.segment",
+        offsets[40]: aside / f"{offsets[40]:020d}-truncated.bin.1",
+        offsets[50]: aside / f"{offsets[50]:020d}-truncated.bin",
+    }
+    assert offsets[50] > 8192
+    assert report.earlier_aside == tuple(kept[o] for o in sorted(kept))
+    assert all(path.exists() for path in kept.values())
+    with open_store(tmp_path) as store:
+        assert store.commitlog.skip_past(8191) == 8192  # the log now ends past three of them
+    with open_store(tmp_path) as store:
+        assert store.recovery.earlier_aside == (kept[8192], kept[offsets[50]])

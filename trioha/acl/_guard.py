@@ -26,9 +26,7 @@ from trioha._errors import ConfigError
 from trioha.acl._plainacl import AclTable, acl_files, load_table
 from trioha.acl._signature import sign_fields
 from trioha.acl._validator import AccessValidator, Denial, Role, client_ip
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import ResponseCode
-from trioha.remoting._connection import RemotingConnection, RequestHandler
+from trioha.remoting import RemotingCommand, RemotingConnection, RequestHandler, ResponseCode
 
 log = logging.getLogger("trioha.acl")
 

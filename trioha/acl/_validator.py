@@ -48,8 +48,7 @@ import attrs
 from trioha.acl._permission import PUB, SUB, check_perm, is_retry_topic, print_resource, retry_topic
 from trioha.acl._plainacl import AclTable
 from trioha.acl._signature import ACCESS_KEY, signature_matches
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._json import loads_lenient
+from trioha.remoting import RemotingCommand, loads_lenient
 
 _EXCEPTION = "org.apache.rocketmq.acl.common.AclException"
 _VALIDATE = (

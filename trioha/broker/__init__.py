@@ -10,6 +10,14 @@ the rooms.
 """
 
 from trioha.broker._broker import Broker, BrokerStatistics, open_broker
+from trioha.broker._reput import CHECKPOINT_FILE, truncate_replica
 from trioha.broker._types import new_message
 
-__all__ = ["Broker", "BrokerStatistics", "new_message", "open_broker"]
+__all__ = [
+    "CHECKPOINT_FILE",
+    "Broker",
+    "BrokerStatistics",
+    "new_message",
+    "open_broker",
+    "truncate_replica",
+]

@@ -37,18 +37,18 @@ from trioha.broker._metadata import (
     reply_topic,
 )
 from trioha.broker._stats import disk_capacity_text, human_bytes, java_double
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import (
+from trioha.remoting import (
     PERM_READ,
     PERM_WRITE,
     VERSION_4_9_7,
+    RemotingCommand,
+    RemotingConnection,
     RequestCode,
     ResponseCode,
+    dumps,
+    dumps_bytes,
 )
-from trioha.remoting._connection import RemotingConnection
-from trioha.remoting._json import dumps, dumps_bytes
-from trioha.store._consumequeue import ConsumeQueue
-from trioha.store._diskspace import used_ratio
+from trioha.store import ConsumeQueue, used_ratio
 
 log = logging.getLogger("trioha.broker")
 
@@ -659,7 +659,7 @@ class AdminBrokerProcessor:
         request: RemotingCommand, name: str, hook: Callable[[], bool]
     ) -> RemotingCommand:
         """Call a retention hook, logged as RocketMQ logs it; SYSTEM_ERROR saying so while the
-        broker has no retention service (the hook answers False)."""
+        broker's retention service is not running yet (the hook answers False)."""
         log.warning("invoke %s start.", name)
         done = hook()
         log.warning("invoke %s end.", name)
@@ -667,8 +667,8 @@ class AdminBrokerProcessor:
             return request.response(ResponseCode.SUCCESS)
         return request.response(
             ResponseCode.SYSTEM_ERROR,
-            "this broker has no retention service: commit log files are never deleted "
-            "(docs/operations.md)",
+            f"{name}: retention is not running on this broker yet (it starts with the broker "
+            "port); try again",
         )
 
     async def update_broker_config(

@@ -23,32 +23,45 @@ import attrs
 import trio
 
 from trioha._build import build_info
-from trioha._config import BrokerConfig, BrokerRole, FlushDiskType
+from trioha._config import BrokerConfig, BrokerRole
 from trioha._errors import StorageError
 from trioha._histogram import HistogramSnapshot, LatencyHistogram
 from trioha._progress import Progress
 from trioha._status import PutResult, PutStatus, refusal_status
 from trioha.acl import HASecurity
 from trioha.broker._clientside import ClientSide, serve_client_side
-from trioha.broker._schedule import apply_delay_levels, parse_delay_levels
+from trioha.broker._delaylevels import apply_delay_levels, parse_delay_levels
+from trioha.broker._retention import RetentionService, RetentionStatistics
 from trioha.broker._types import new_message
-from trioha.net import HAClient, HAClientStatistics, HAService, HAServiceStatistics
-from trioha.net._client import DIVERGED_FILE
-from trioha.net._divergence import open_master_history
-from trioha.net._waiters import OffsetWaiters
-from trioha.net._wakeup import Wakeup
+from trioha.net import (
+    DIVERGED_FILE,
+    HAClient,
+    HAClientStatistics,
+    HAService,
+    HAServiceStatistics,
+    MarkKeeper,
+    OffsetWaiters,
+    Wakeup,
+    former_master_divergence,
+    open_master_history,
+)
 from trioha.store import (
+    COMMIT_LOG,
+    COMMIT_LOG_FLUSH,
     EPOCH_FILE_NAME,
     AppendResult,
+    DiskGuard,
+    DiskStatistics,
     EpochFile,
+    FlushDiskType,
     HostAddress,
     NewMessage,
+    PreparedMessage,
+    SentOffsets,
     Store,
+    forget_master_marks,
     open_store,
 )
-from trioha.store._diskspace import COMMIT_LOG, COMMIT_LOG_FLUSH, DiskGuard, DiskStatistics
-from trioha.store._message import PreparedMessage
-from trioha.store._sent import SentOffsets
 
 log = logging.getLogger("trioha.broker")
 
@@ -73,6 +86,8 @@ class BrokerStatistics:
     #: Time from a put's arrival to its answer: ``sync`` (a SYNC_MASTER waiting for slaves)
     #: or ``async``.
     put_latency: dict[str, HistogramSnapshot] = attrs.field(factory=dict)
+    #: What retention has done (None until it runs).
+    retention: RetentionStatistics | None = None
 
     @property
     def disk_used_ratio(self) -> float:
@@ -139,7 +154,7 @@ class Broker:
         #: The ``-c`` file the broker was started with: UPDATE_BROKER_CONFIG writes there.
         self.config_file = config_file
         self.store = store
-        #: A master's durable sent and flushed marks (classic divergence checks).
+        #: A master's durable sent, acknowledged and flushed marks (divergence checks).
         self.sent = sent
         self.role = config.broker_role
         self.ha_service: HAService | None = None
@@ -148,6 +163,8 @@ class Broker:
         #: The client side (broker port, consume queues, name server registration, metadata
         #: sync), once started; ``client_side.broker_addr`` is the bound broker address.
         self.client_side: ClientSide | None = None
+        #: Deletes old files (``cleanFilesPeriodically``), once the client side runs.
+        self.retention: RetentionService | None = None
         self._client_side_ready = trio.Event()
         #: Epoch mode (``enable_controller_mode``): the store's epoch history.
         self.epoch_file: EpochFile | None = None
@@ -160,6 +177,17 @@ class Broker:
             master=config.broker_role.is_master,
         )
         self.disk_check_interval = config.clean_resource_interval / 1000
+        #: A master's marks as the HA writers and the put path reserve them.
+        self.marks = (
+            MarkKeeper(sent, disk=self.disk, retry_interval=self.disk_check_interval)
+            if sent is not None
+            else None
+        )
+        #: Whether a PUT_OK must first be covered by the acknowledged mark: not with
+        #: SYNC_FLUSH, where every acknowledged byte is flushed, which a crash never loses.
+        self._mark_acked = (
+            self.marks is not None and config.flush_disk_type is not FlushDiskType.SYNC_FLUSH
+        )
         self._flusher = _GroupFlusher(self)
         self._log_grew = Wakeup()
         self._puts = 0
@@ -231,7 +259,7 @@ class Broker:
         """Store several messages as consecutive records (RocketMQ's batch put).
 
         A message with a ``DELAY`` level is stored in its level's queue of
-        ``SCHEDULE_TOPIC_XXXX`` (:func:`~trioha.broker._schedule.apply_delay_levels`), unless
+        ``SCHEDULE_TOPIC_XXXX`` (:func:`~trioha.broker._delaylevels.apply_delay_levels`), unless
         ``delivery`` says this is the delivery of such a message, which also waits for neither
         flush nor replicas (``waitStoreMsgOK`` false, as ``ScheduleMessageService`` puts).
 
@@ -323,6 +351,17 @@ class Broker:
         return results
 
     async def _wait_policies(self, start: int, end: int) -> PutStatus:
+        status = await self._wait_flush_and_replicas(start, end)
+        if status is PutStatus.PUT_OK and self._mark_acked:
+            marks = self.marks
+            assert marks is not None
+            if not marks.covers_acked(end) and not await marks.cover_acked(end):
+                # Stored, flushed and replicated as asked, but this master could not record
+                # that it answered PUT_OK, so it could not promise to keep it after a crash.
+                return PutStatus.FLUSH_DISK_TIMEOUT
+        return status
+
+    async def _wait_flush_and_replicas(self, start: int, end: int) -> PutStatus:
         sync_flush = self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         sync_replica = self.role is BrokerRole.SYNC_MASTER and self.ha_service is not None
         if not sync_flush and not sync_replica:
@@ -387,19 +426,27 @@ class Broker:
         self.store.commitlog.max_message_size = config.max_message_size
         if self.ha_service is not None:
             self.ha_service.config = config  # reads ha_slave_fallbehind_max on every put
+        if self.retention is not None:
+            self.retention.config = config  # reads fileReservedTime, deleteWhen every run
 
     # --- retention hooks (mqadmin deleteExpiredCommitLog, cleanExpiredCQ) ---------------------
     def delete_expired_commitlog(self) -> bool:
         """``DefaultMessageStore.executeDeleteFilesManually`` (DELETE_EXPIRED_COMMITLOG): have
         the retention service delete expired commit log files at its next runs, whatever the
-        hour (``deleteWhen``). False: this broker has no retention service yet."""
-        return False
+        hour (``deleteWhen``), the first at once. False while retention does not run."""
+        if self.retention is None:
+            return False
+        self.retention.delete_now()
+        return True
 
     def clean_expired_consume_queues(self) -> bool:
         """``DefaultMessageStore.cleanExpiredConsumerQueue`` (CLEAN_EXPIRED_CONSUMEQUEUE):
         destroy every consume queue whose messages are all below the commit log's min offset.
-        False: this broker has no retention service yet."""
-        return False
+        False while retention does not run."""
+        if self.retention is None:
+            return False
+        self.retention.clean_expired_queues()
+        return True
 
     # --- running ----------------------------------------------------------------------------
     async def _run_async_flusher(self) -> None:
@@ -461,10 +508,12 @@ class Broker:
             self.ha_service = HAService(
                 self.config,
                 self.store.commitlog,
-                sent=self.sent,
                 epoch_file=self.epoch_file,
                 accept=security.accept if security is not None else None,
+                marks=self.marks,
             )
+            if self.marks is not None:
+                await nursery.start(self.marks.run)
             self.ha_address = await nursery.start(self.ha_service.serve)
             if self.role is BrokerRole.SYNC_MASTER and self.config.required_slave_acks == 0:
                 log.warning(
@@ -473,17 +522,23 @@ class Broker:
                 )
         else:
             security = HASecurity.for_config(self.config, master=False)
+            root = self.store.root
             self.ha_client = HAClient(
                 self.config,
                 self.store.commitlog,
                 on_appended=self._on_log_grew,
-                diverged_file=self.store.root / DIVERGED_FILE,
+                diverged_file=root / DIVERGED_FILE,
                 epoch_file=self.epoch_file,
                 truncate=self._truncate_replica,
                 connect=security.connector(trio.open_tcp_stream) if security is not None else None,
+                become_replica=lambda: forget_master_marks(root),
             )
             await nursery.start(self.ha_client.run)
         self.client_side = await nursery.start(serve_client_side, self)
+        self.retention = RetentionService(
+            self.config, self.store.commitlog, self.disk, self.client_side.reput
+        )
+        await nursery.start(self.retention.run)
         self._client_side_ready.set()
 
     async def _truncate_replica(self, offset: int) -> None:
@@ -512,6 +567,7 @@ class Broker:
             put_latency={self._put_mode: self._put_latency.snapshot()}
             if self.role.is_master
             else {},
+            retention=self.retention.statistics() if self.retention is not None else None,
         )
 
 
@@ -579,9 +635,12 @@ async def open_broker(
                 lambda: open_master_history(
                     store,
                     accept_damaged=config.ha_accept_damaged_log,
+                    accept_lost_acknowledged=config.ha_accept_lost_acknowledged,
                     epoch_mode=config.enable_controller_mode,
                 )
             )
+        elif not config.enable_controller_mode:
+            await trio.to_thread.run_sync(_check_former_master, store, config)
         broker = Broker(config, store, sent=sent, config_file=config_file)
         async with trio.open_nursery() as nursery:
             await broker._start(nursery)
@@ -604,8 +663,31 @@ async def open_broker(
         # (lock, abort marker), or a restart in the same process finds it locked.
         with trio.CancelScope(shield=True):
             if sent is not None:
-                await trio.to_thread.run_sync(sent.close)
+                await trio.to_thread.run_sync(_close_marks, store, sent)
             await _close_store(store, config, raise_errors=clean)
+
+
+def _close_marks(store: Store, sent: SentOffsets) -> None:
+    """A clean stop: exact marks, and the flushed mark at the log's end (flushed here, as the
+    store's close would), so the next start's damage check sees all of it (blocking)."""
+    try:
+        flushed: int | None = store.commitlog.flush()
+    except StorageError:
+        flushed = None  # the store's close says so; the flushed mark stays as it was
+    sent.close(flushed=flushed)
+
+
+def _check_former_master(store: Store, config: BrokerConfig) -> None:
+    """A classic slave whose store last ran as a trioha master and holds bytes it never
+    sent: no master can hold them, so it starts diverged (blocking; see
+    :func:`~trioha.net._divergence.former_master_divergence`)."""
+    marker = store.root / DIVERGED_FILE
+    if marker.exists():
+        return  # diverged already: the recorded offset is the one to cut back to
+    master = config.ha_master_address or "?"
+    divergence = former_master_divergence(store.commitlog, SentOffsets.open(store.root), master)
+    if divergence is not None:
+        divergence.write(marker)
 
 
 async def _close_store(store: Store, config: BrokerConfig, *, raise_errors: bool) -> None:

@@ -20,10 +20,7 @@ from trioha._errors import RemotingError
 from trioha.broker._admin import message_queue_json, object_keyed
 from trioha.broker._clients import ClientChannel
 from trioha.broker._context import BrokerContext, Handler
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import RequestCode, ResponseCode
-from trioha.remoting._connection import RemotingConnection
-from trioha.remoting._json import dumps
+from trioha.remoting import RemotingCommand, RemotingConnection, RequestCode, ResponseCode, dumps
 
 log = logging.getLogger("trioha.broker")
 

@@ -19,15 +19,16 @@ from trioha.broker._context import (
     Handler,
 )
 from trioha.broker._metadata import RETRY_TOPIC_PREFIX
-from trioha.remoting._codec import HeaderError, RemotingCommand
-from trioha.remoting._codes import (
+from trioha.remoting import (
     PERM_READ,
     PERM_WRITE,
+    HeaderError,
+    RemotingCommand,
+    RemotingConnection,
     RequestCode,
     ResponseCode,
+    loads_lenient,
 )
-from trioha.remoting._connection import RemotingConnection
-from trioha.remoting._json import loads_lenient
 
 log = logging.getLogger("trioha.broker")
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from trioha.store._consumequeue import tags_code
+from trioha.store import tags_code
 
 log = logging.getLogger("trioha.broker.clients")
 

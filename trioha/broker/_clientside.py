@@ -40,19 +40,24 @@ from trioha._config import (
 )
 from trioha._errors import ConfigError
 from trioha.acl import AclGuard, PlainAcl, RequestSigner, Role, TlsAcceptor, client_context
+from trioha.broker._delaylevels import parse_delay_levels
 from trioha.broker._metadata import Metadata, write_snapshots
 from trioha.broker._processor import BrokerProcessor, VipChannelProcessor
 from trioha.broker._registration import Registrar, namesrv_addresses
 from trioha.broker._reput import CHECKPOINT_FILE, FLUSH_INTERVAL, ReputService
-from trioha.broker._schedule import ScheduleMessageService, parse_delay_levels
+from trioha.broker._schedule import ScheduleMessageService
 from trioha.broker._slavesync import SlaveSynchronize
 from trioha.broker._types import BrokerLike
 from trioha.namesrv import REGISTRATION_PERIOD, serve_namesrv
-from trioha.remoting import ConnectionCounters, ServerLimits, serve_remoting
-from trioha.remoting._client import RemotingClientPool, open_client_pool
-from trioha.store._consumequeue import ConsumeQueueStore
-from trioha.store._diskspace import METADATA, DiskGuard
-from trioha.store._index import IndexService
+from trioha.remoting import (
+    ConnectionCounters,
+    RemotingClientPool,
+    RequestHandler,
+    ServerLimits,
+    open_client_pool,
+    serve_remoting,
+)
+from trioha.store import METADATA, ConsumeQueueStore, DiskGuard, IndexService
 
 log = logging.getLogger("trioha.broker")
 
@@ -209,11 +214,88 @@ async def _start(
     persister: _Persister,
     acl: PlainAcl | None = None,
 ) -> ClientSide:
-    config = broker.config
-    namesrv_bound: tuple[str, int] | None = None
+    """Start every service of the client side in *nursery*, in the order they depend on."""
+    start = _Starter(broker, broker.config, meta, reput, pool, nursery, persister, acl)
     if acl is not None:
         nursery.start_soon(acl.watch)
-    if config.embedded_namesrv:
+    namesrv_bound = await start.embedded_namesrv()
+    processor = BrokerProcessor(
+        broker,
+        meta,
+        reput,
+        broker_addr="",
+        nursery=nursery,
+        on_topics_changed=start.topics_changed,
+    )
+    guard = AclGuard(processor, acl.validator(Role.BROKER)) if acl is not None else None
+    host, port = await start.broker_port(guard or processor, processor)
+    config = start.config
+    broker_addr = f"{config.broker_ip1}:{port}"
+    processor.broker_addr = broker_addr
+    log.info("%s broker port listening on %s:%d", config.broker_role.value, host, port)
+    vip_port = await start.vip_channel(processor, port)
+    log.info("VIP channel listening on %s:%d", host, vip_port)
+    await nursery.start(reput.run, broker.wait_log_grew)
+    nursery.start_soon(_housekeeping, processor, persister)
+    nursery.start_soon(processor.ctx.stats.run)
+    schedule = start.schedule()
+    start.slave_sync = start.metadata_sync(broker_addr)
+    start.registrar = await start.registration(broker_addr, embedded=namesrv_bound is not None)
+    side = ClientSide(
+        broker_addr=broker_addr,
+        meta=meta,
+        reput=reput,
+        processor=processor,
+        vip_addr=f"{config.broker_ip1}:{vip_port}",
+        schedule=schedule,
+        registrar=start.registrar,
+        slave_sync=start.slave_sync,
+        namesrv_addr=namesrv_bound,
+        connections=start.connections,
+        acl=acl,
+        guard=guard,
+    )
+    processor.extra_info = partial(_runtime_info, broker, config, side)
+    return side
+
+
+@attrs.define
+class _Starter:
+    """What the client side's services start from, with one method per service.
+
+    ``registrar`` and ``slave_sync`` are set once started: services started before them call
+    back through :meth:`topics_changed` and the registrar's ``on_master``.
+    """
+
+    broker: BrokerLike
+    #: The broker's settings; with an embedded name server, naming the address it really got.
+    config: BrokerConfig
+    meta: Metadata
+    reput: ReputService
+    pool: RemotingClientPool
+    nursery: trio.Nursery
+    persister: _Persister
+    acl: PlainAcl | None
+    connections: ConnectionCounters = attrs.field(factory=ConnectionCounters)
+    #: One set for both ports: the connection cap and its reserve count them together.
+    limits: ServerLimits = attrs.field(init=False)
+    registrar: Registrar | None = None
+    slave_sync: SlaveSynchronize | None = None
+
+    @limits.default
+    def _limits(self) -> ServerLimits:
+        return ServerLimits.from_config(self.config)
+
+    def topics_changed(self) -> None:
+        if self.registrar is not None:
+            self.registrar.request()
+
+    async def embedded_namesrv(self) -> tuple[str, int] | None:
+        """With ``embedded_namesrv``, a name server on the first ``namesrvAddr`` entry; returns
+        the address it listens on (None: none embedded)."""
+        config = self.config
+        if not config.embedded_namesrv:
+            return None
         addresses = namesrv_addresses(config)
         host, port = (
             parse_address(addresses[0], what="namesrv_addr")
@@ -221,13 +303,13 @@ async def _start(
             else ("127.0.0.1", DEFAULT_NAMESRV_PORT)
         )
         namesrv_tls = TlsAcceptor.for_config(config, what="name server")
-        namesrv_bound = await nursery.start(
+        bound: tuple[str, int] = await self.nursery.start(
             partial(
                 serve_namesrv,
                 host,
                 port,
                 config=_embedded_namesrv_config(config, host, port),
-                acl=acl,
+                acl=self.acl,
                 tls=namesrv_tls,
                 setting="namesrvAddr, --embedded-namesrv",
                 # Its own brokers register at this broker's period, others at the default.
@@ -235,173 +317,169 @@ async def _start(
             )
         )
         if not addresses or port == 0:  # register with the port it really got
-            bound = f"{namesrv_bound[0]}:{namesrv_bound[1]}"
-            config = attrs.evolve(config, namesrv_addr=";".join([bound, *addresses[1:]]))
+            address = f"{bound[0]}:{bound[1]}"
+            self.config = attrs.evolve(config, namesrv_addr=";".join([address, *addresses[1:]]))
+        return bound
 
-    registrar: Registrar | None = None
-
-    def topics_changed() -> None:
-        if registrar is not None:
-            registrar.request()
-
-    connections = ConnectionCounters()
-    limits = ServerLimits.from_config(config)
-    processor = BrokerProcessor(
-        broker,
-        meta,
-        reput,
-        broker_addr="",
-        nursery=nursery,
-        on_topics_changed=topics_changed,
-    )
-    guard = AclGuard(processor, acl.validator(Role.BROKER)) if acl is not None else None
-    try:
-        listen_port = config.listen_port or await trio.to_thread.run_sync(
-            free_port_pair, config.broker_ip1
+    async def broker_port(
+        self, handler: RequestHandler, processor: BrokerProcessor
+    ) -> tuple[str, int]:
+        """The broker port (``listen_port``; 0 picks a free pair with its VIP port); returns
+        the bound address."""
+        config = self.config
+        try:
+            listen_port = config.listen_port or await trio.to_thread.run_sync(
+                free_port_pair, config.broker_ip1
+            )
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot listen on {config.broker_ip1}:0 (listenPort, --listen): "
+                f"{exc.strerror or exc}"
+            ) from exc
+        return await self._serve(
+            handler, processor, listen_port, "listenPort, --listen", "broker port"
         )
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot listen on {config.broker_ip1}:0 (listenPort, --listen): {exc.strerror or exc}"
-        ) from exc
-    host, port = await nursery.start(
-        lambda task_status: serve_remoting(
-            guard or processor,
-            config.broker_ip1,
-            listen_port,
-            on_close=processor.connection_closed,
-            setting="listenPort, --listen",
-            limits=limits,
-            counters=connections,
-            wrap_stream=TlsAcceptor.for_config(config, what="broker port"),
-            task_status=task_status,
-        )
-    )
-    broker_addr = f"{config.broker_ip1}:{port}"
-    processor.broker_addr = broker_addr
-    log.info("%s broker port listening on %s:%d", config.broker_role.value, host, port)
-    # BrokerController.initialize: fastConfig.setListenPort(listenPort - 2).
-    # The VIP channel is guarded like the broker port: ACL, TLS, idle timeout and the cap.
-    vip = VipChannelProcessor(processor)
-    vip_guard = AclGuard(vip, acl.validator(Role.BROKER)) if acl is not None else None
-    _, vip_port = await nursery.start(
-        lambda task_status: serve_remoting(
-            vip_guard or vip,
-            config.broker_ip1,
-            port - 2,
-            on_close=processor.connection_closed,
-            setting="listenPort - 2 (the VIP channel)",
-            limits=limits,
-            counters=connections,
-            wrap_stream=TlsAcceptor.for_config(config, what="VIP channel"),
-            task_status=task_status,
-        )
-    )
-    log.info("VIP channel listening on %s:%d", host, vip_port)
-    await nursery.start(reput.run, broker.wait_log_grew)
-    nursery.start_soon(_housekeeping, processor, persister)
-    nursery.start_soon(processor.ctx.stats.run)
-    schedule: ScheduleMessageService | None = None
-    if config.broker_role.is_master:  # delayed messages are delivered by masters only
-        schedule = ScheduleMessageService(broker, reput, meta.delay, reput.delay_levels)
-        nursery.start_soon(schedule.run)
 
-    slave_sync: SlaveSynchronize | None = None
-    if config.broker_role is BrokerRole.SLAVE:
+    async def vip_channel(self, processor: BrokerProcessor, port: int) -> int:
+        """The VIP channel on the broker port - 2; returns its port.
+
+        ``BrokerController.initialize``: ``fastConfig.setListenPort(listenPort - 2)``. It is
+        guarded like the broker port: ACL, TLS, idle timeout and the cap.
+        """
+        vip = VipChannelProcessor(processor)
+        acl = self.acl
+        handler = AclGuard(vip, acl.validator(Role.BROKER)) if acl is not None else vip
+        _, vip_port = await self._serve(
+            handler, processor, port - 2, "listenPort - 2 (the VIP channel)", "VIP channel"
+        )
+        return vip_port
+
+    async def _serve(
+        self,
+        handler: RequestHandler,
+        processor: BrokerProcessor,
+        port: int,
+        setting: str,
+        what: str,
+    ) -> tuple[str, int]:
+        config = self.config
+        bound: tuple[str, int] = await self.nursery.start(
+            lambda task_status: serve_remoting(
+                handler,
+                config.broker_ip1,
+                port,
+                on_close=processor.connection_closed,
+                setting=setting,
+                limits=self.limits,
+                counters=self.connections,
+                wrap_stream=TlsAcceptor.for_config(config, what=what),
+                task_status=task_status,
+            )
+        )
+        return bound
+
+    def schedule(self) -> ScheduleMessageService | None:
+        """Delayed-message delivery, on a master only (slaves store the levels, never deliver)."""
+        if not self.config.broker_role.is_master:
+            return None
+        schedule = ScheduleMessageService(
+            self.broker, self.reput, self.meta.delay, self.reput.delay_levels
+        )
+        self.nursery.start_soon(schedule.run)
+        return schedule
+
+    def metadata_sync(self, broker_addr: str) -> SlaveSynchronize | None:
+        """On a slave, the master's metadata copied (``SlaveSynchronize``)."""
+        config = self.config
+        if config.broker_role is not BrokerRole.SLAVE:
+            return None
         slave_sync = SlaveSynchronize(
-            meta,
-            pool,
+            self.meta,
+            self.pool,
             own_addr=broker_addr,
             master_addr=config.master_broker_addr,
-            on_topics_changed=topics_changed,
-            persist=persister.persist,
-            on_master_end=_master_end_sink(broker),
+            on_topics_changed=self.topics_changed,
+            persist=self.persister.persist,
+            on_master_end=_master_end_sink(self.broker),
         )
-        nursery.start_soon(slave_sync.run)
+        self.nursery.start_soon(slave_sync.run)
+        return slave_sync
 
-    if namesrv_addresses(config):
-        ha = broker.ha_address
+    async def registration(self, broker_addr: str, *, embedded: bool) -> Registrar | None:
+        """Registration with the name servers of ``namesrv_addr`` (none: no registrar)."""
+        config = self.config
+        if not namesrv_addresses(config):
+            return None
+        ha = self.broker.ha_address
         ha_server_addr = (
             f"{config.broker_ip1}:{ha[1]}"
             if ha is not None
             else f"{config.broker_ip1}:{config.ha_listen_port}"
         )
-
-        def on_master(master_addr: str, ha_addr: str) -> None:
-            if slave_sync is not None and not config.master_broker_addr:
-                if slave_sync.master_addr != master_addr:
-                    log.info("master broker is %s (HA %s)", master_addr, ha_addr)
-                slave_sync.master_addr = master_addr
-
         registrar = Registrar(
             config,
-            meta,
-            pool,
+            self.meta,
+            self.pool,
             broker_addr=broker_addr,
             ha_server_addr=ha_server_addr,
-            on_master=on_master,
+            on_master=self._on_master,
             # An embedded name server stops with this broker: no goodbye needed.
-            skip_unregister=namesrv_addresses(config)[:1] if namesrv_bound else [],
+            skip_unregister=namesrv_addresses(config)[:1] if embedded else [],
         )
-        await nursery.start(registrar.run)
+        await self.nursery.start(registrar.run)
+        return registrar
 
-    def extra_info() -> dict[str, str]:
-        info = {
-            "namesrvAddr": config.namesrv_addr or "",
-            "connectionsOpen": str(connections.open),
-            "connectionsRefused": str(connections.refused),
-            "connectionsIdleClosed": str(connections.idle_closed),
-            # trioha's own: the connection reserve and the frame deadline at work.
-            "connectionsReserveRefused": str(connections.reserve_refused),
-            "connectionsSlowFrameClosed": str(connections.slow_frame_closed),
-        }
-        if registrar is not None:
-            info["namesrvRegistrations"] = str(registrar.registrations)
-        if guard is not None and acl is not None:  # trioha's own: the ACL at work
-            info["aclAllowed"] = str(guard.allowed)
-            info["aclDenied"] = str(guard.denied)
-            info["aclReloads"] = str(acl.reloads)
-            info["aclReloadError"] = acl.last_error or ""
-        # trioha's own, the figures /metrics shows too.
-        stats = broker.statistics()
-        results = getattr(stats, "put_results", None) or {}
-        info["putResults"] = ",".join(f"{k}:{v}" for k, v in sorted(results.items()))
-        client = getattr(stats, "client", None)
-        if client is not None:
-            info["haClientState"] = client.state
-            info["haClientBytesAppended"] = str(client.bytes_appended)
-            info["haClientBehindBytes"] = (
-                "" if client.behind_bytes is None else str(client.behind_bytes)
-            )
-            seconds = getattr(client, "behind_seconds", None)
-            info["haClientBehindSeconds"] = "" if seconds is None else f"{seconds:.3f}"
-        ha = getattr(stats, "ha", None)
-        if ha is not None:
-            info["haSlaveBehindSeconds"] = ",".join(
-                f"{s.peer}:{s.behind_seconds:.3f}"
-                for s in ha.slaves
-                if s.behind_seconds is not None
-            )
-        if slave_sync is not None:
-            info["masterAddr"] = slave_sync.master_addr or ""
-            info["metadataSyncs"] = str(slave_sync.syncs)
-            info["metadataSyncError"] = slave_sync.last_error or ""
-        return info
+    def _on_master(self, master_addr: str, ha_addr: str) -> None:
+        """A name server named the master: a slave without ``masterBrokerAddr`` syncs from it."""
+        slave_sync = self.slave_sync
+        if slave_sync is not None and not self.config.master_broker_addr:
+            if slave_sync.master_addr != master_addr:
+                log.info("master broker is %s (HA %s)", master_addr, ha_addr)
+            slave_sync.master_addr = master_addr
 
-    processor.extra_info = extra_info
-    return ClientSide(
-        broker_addr=broker_addr,
-        meta=meta,
-        reput=reput,
-        processor=processor,
-        vip_addr=f"{config.broker_ip1}:{vip_port}",
-        schedule=schedule,
-        registrar=registrar,
-        slave_sync=slave_sync,
-        namesrv_addr=namesrv_bound,
-        connections=connections,
-        acl=acl,
-        guard=guard,
-    )
+
+def _runtime_info(broker: BrokerLike, config: BrokerConfig, side: ClientSide) -> dict[str, str]:
+    """The client side's lines of GET_BROKER_RUNTIME_INFO, beside the store's figures."""
+    connections = side.connections
+    info = {
+        "namesrvAddr": config.namesrv_addr or "",
+        "connectionsOpen": str(connections.open),
+        "connectionsRefused": str(connections.refused),
+        "connectionsIdleClosed": str(connections.idle_closed),
+        # trioha's own: the connection reserve and the frame deadline at work.
+        "connectionsReserveRefused": str(connections.reserve_refused),
+        "connectionsSlowFrameClosed": str(connections.slow_frame_closed),
+    }
+    if side.registrar is not None:
+        info["namesrvRegistrations"] = str(side.registrar.registrations)
+    if side.guard is not None and side.acl is not None:  # trioha's own: the ACL at work
+        info["aclAllowed"] = str(side.guard.allowed)
+        info["aclDenied"] = str(side.guard.denied)
+        info["aclReloads"] = str(side.acl.reloads)
+        info["aclReloadError"] = side.acl.last_error or ""
+    # trioha's own, the figures /metrics shows too.
+    stats = broker.statistics()
+    results = getattr(stats, "put_results", None) or {}
+    info["putResults"] = ",".join(f"{k}:{v}" for k, v in sorted(results.items()))
+    client = getattr(stats, "client", None)
+    if client is not None:
+        info["haClientState"] = client.state
+        info["haClientBytesAppended"] = str(client.bytes_appended)
+        info["haClientBehindBytes"] = (
+            "" if client.behind_bytes is None else str(client.behind_bytes)
+        )
+        seconds = getattr(client, "behind_seconds", None)
+        info["haClientBehindSeconds"] = "" if seconds is None else f"{seconds:.3f}"
+    ha = getattr(stats, "ha", None)
+    if ha is not None:
+        info["haSlaveBehindSeconds"] = ",".join(
+            f"{s.peer}:{s.behind_seconds:.3f}" for s in ha.slaves if s.behind_seconds is not None
+        )
+    if side.slave_sync is not None:
+        info["masterAddr"] = side.slave_sync.master_addr or ""
+        info["metadataSyncs"] = str(side.slave_sync.syncs)
+        info["metadataSyncError"] = side.slave_sync.last_error or ""
+    return info
 
 
 async def _load_acl(config: BrokerConfig) -> PlainAcl | None:

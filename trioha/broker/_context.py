@@ -20,19 +20,24 @@ from trioha._config import BrokerConfig, BrokerRole
 from trioha._errors import StorageError
 from trioha._histogram import LatencyHistogram
 from trioha.broker._clients import ClientManager
+from trioha.broker._delaylevels import SCHEDULE_TOPIC
 from trioha.broker._metadata import Metadata
 from trioha.broker._reput import ReputService
-from trioha.broker._schedule import SCHEDULE_TOPIC
 from trioha.broker._stats import BrokerStats
 from trioha.broker._types import BrokerLike
-from trioha.remoting._codec import HeaderError, RemotingCommand
-from trioha.remoting._connection import RemotingConnection
-from trioha.remoting._dataversion import DataVersion
-from trioha.remoting._json import loads_lenient
-from trioha.store._consumequeue import ConsumeQueue
-from trioha.store._message import (
+from trioha.remoting import (
+    DataVersion,
+    HeaderError,
+    RemotingCommand,
+    RemotingConnection,
+    loads_lenient,
+)
+from trioha.store import (
+    RECORD_HEAD_SIZE,
+    ConsumeQueue,
     DecodedMessage,
     decode_record,
+    is_record_at,
 )
 
 Handler = Callable[[RemotingCommand, RemotingConnection], Awaitable[RemotingCommand | None]]
@@ -174,16 +179,16 @@ class BrokerContext:
         return lo
 
     def raw_record_at(self, offset: int) -> bytes | None:
-        """The stored bytes of the record at ``offset`` (TOTALSIZE read from there), or None
-        when they cannot be read whole (``DefaultMessageStore.selectOneMessageByOffset``)."""
+        """The stored bytes of the message record at ``offset`` (TOTALSIZE read from there),
+        or None when they cannot be read whole (``DefaultMessageStore.selectOneMessageByOffset``)
+        or are no message stored at that offset (an index entry of a message the log lost,
+        a blank marker, padding: :func:`~trioha.store.is_record_at`)."""
         commitlog = self.broker.store.commitlog
         try:
-            head = commitlog.read(offset, 4)
-            if len(head) < 4:
+            head = commitlog.read(offset, RECORD_HEAD_SIZE)
+            if not is_record_at(head, offset):
                 return None
-            size = int.from_bytes(head, "big", signed=True)
-            if size < 4:
-                return None
+            size = int.from_bytes(head[:4], "big", signed=True)
             data = commitlog.read(offset, size)
         except StorageError:
             return None
@@ -200,15 +205,7 @@ class BrokerContext:
 
 def queue_min_offset(queue: ConsumeQueue, commitlog_min: int) -> int:
     """First queue offset whose message is still in the commit log (``getMinOffsetInQueue``)."""
-    lo, hi = queue.min_offset, queue.max_offset
-    while lo < hi:  # units are in commit log order: binary search the first one still there
-        mid = (lo + hi) // 2
-        unit = queue.get(mid)
-        if unit is not None and (unit.is_blank or unit.commitlog_offset < commitlog_min):
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+    return queue.first_offset_held(commitlog_min)
 
 
 def json_body(request: RemotingCommand) -> dict[str, Any]:

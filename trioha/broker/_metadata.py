@@ -27,9 +27,15 @@ import attrs
 
 from trioha._config import BrokerConfig
 from trioha._errors import ConfigError
-from trioha.remoting._codes import AUTO_CREATE_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE
-from trioha.remoting._dataversion import DataVersion
-from trioha.remoting._json import dumps, loads_lenient
+from trioha.remoting import (
+    AUTO_CREATE_TOPIC,
+    PERM_INHERIT,
+    PERM_READ,
+    PERM_WRITE,
+    DataVersion,
+    dumps,
+    loads_lenient,
+)
 
 log = logging.getLogger("trioha.broker.metadata")
 

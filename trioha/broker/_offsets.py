@@ -9,13 +9,13 @@ from trioha.broker._context import (
     Handler,
     queue_min_offset,
 )
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import (
+from trioha.remoting import (
+    RemotingCommand,
+    RemotingConnection,
     RequestCode,
     ResponseCode,
+    dumps_bytes,
 )
-from trioha.remoting._connection import RemotingConnection
-from trioha.remoting._json import dumps_bytes
 
 log = logging.getLogger("trioha.broker")
 

@@ -43,9 +43,7 @@ from trioha.broker._query import QueryMessageProcessor
 from trioha.broker._reput import ReputService
 from trioha.broker._send import SendMessageProcessor
 from trioha.broker._types import BrokerLike
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import RequestCode, ResponseCode
-from trioha.remoting._connection import Burst, RemotingConnection
+from trioha.remoting import Burst, RemotingCommand, RemotingConnection, RequestCode, ResponseCode
 
 log = logging.getLogger("trioha.broker")
 

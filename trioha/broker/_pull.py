@@ -1,6 +1,14 @@
 """``PullMessageProcessor``: pulls, long polling and ``DefaultMessageStore.getMessage``.
 
 A pull that finds nothing waits as ``PullRequestHoldService`` would make it wait.
+
+A unit whose message the commit log does not hold is never served: RocketMQ skips a unit
+whose bytes it cannot select (``getMessage`` answers MESSAGE_WAS_REMOVING when nothing else
+was found, and the consumer moves past it); here the record at the unit's offset must also
+name that offset, queue and queue offset and have the unit's size
+(:func:`~trioha.store.is_record_at`), so a unit left pointing at bytes the log lost, or at
+END_OF_FILE padding, is skipped the same way, with one ERROR per queue. Recovery removes
+such units (``_reput``); this is the last line of defence, not the repair.
 """
 
 from __future__ import annotations
@@ -19,17 +27,18 @@ from trioha.broker._context import (
     queue_min_offset,
 )
 from trioha.broker._metadata import RETRY_TOPIC_PREFIX, TopicConfig
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import (
+from trioha.remoting import (
     MASTER_ID,
     PERM_READ,
     PULL_FLAG_COMMIT_OFFSET,
     PULL_FLAG_SUBSCRIPTION,
     PULL_FLAG_SUSPEND,
+    RemotingCommand,
+    RemotingConnection,
     RequestCode,
     ResponseCode,
 )
-from trioha.remoting._connection import RemotingConnection
+from trioha.store import CQUnit, is_record_at
 
 log = logging.getLogger("trioha.broker")
 
@@ -38,6 +47,8 @@ MAX_TRANSFER_BYTES = 256 * 1024
 MAX_TRANSFER_COUNT = 32
 #: ``DefaultMessageStore.getMessage``: units scanned per pull when filtering (16000 B / 20).
 MAX_FILTER_UNITS = 800
+#: Queues whose unit without a message has been logged (at most this many are remembered).
+_REPORTED_MAX = 1024
 
 
 class GetStatus:
@@ -70,6 +81,8 @@ class PullMessageProcessor:
 
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
+        #: Queues whose unit without a message was logged (once each).
+        self._reported: set[tuple[str, int]] = set()
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -265,6 +278,16 @@ class PullMessageProcessor:
                 if len(data) != unit.size:
                     missing += 1
                     continue
+                if not is_record_at(
+                    data,
+                    unit.commitlog_offset,
+                    size=unit.size,
+                    queue_id=queue_id,
+                    queue_offset=offset + scanned - 1,
+                ):
+                    self._report_unheld(topic, queue_id, offset + scanned - 1, unit)
+                    missing += 1
+                    continue
                 records.append(bytes(data))
                 total += unit.size
             else:
@@ -279,3 +302,19 @@ class PullMessageProcessor:
         else:
             status = GetStatus.NO_MATCHED_MESSAGE
         return GetResult(status, next_offset, min_offset, max_offset, tuple(records))
+
+    def _report_unheld(self, topic: str, queue_id: int, queue_offset: int, unit: CQUnit) -> None:
+        """One ERROR per queue for units whose message the commit log does not hold."""
+        key = (topic, queue_id)
+        if key in self._reported or len(self._reported) >= _REPORTED_MAX:
+            return
+        self._reported.add(key)
+        log.error(
+            "consume queue %s/%d: unit %d points at commit log offset %d (%d bytes), which "
+            "holds no such message; skipped (as are any others of this queue, logged once)",
+            topic,
+            queue_id,
+            queue_offset,
+            unit.commitlog_offset,
+            unit.size,
+        )

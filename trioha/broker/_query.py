@@ -8,12 +8,7 @@ from trioha.broker._context import (
     BrokerContext,
     Handler,
 )
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import (
-    RequestCode,
-    ResponseCode,
-)
-from trioha.remoting._connection import RemotingConnection
+from trioha.remoting import RemotingCommand, RemotingConnection, RequestCode, ResponseCode
 
 log = logging.getLogger("trioha.broker")
 

@@ -19,10 +19,13 @@ import trio
 from trioha._config import BrokerConfig
 from trioha._errors import RemotingError
 from trioha.broker._metadata import Metadata
-from trioha.remoting._client import RemotingClientPool
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import RequestCode, ResponseCode
-from trioha.remoting._json import dumps_bytes
+from trioha.remoting import (
+    RemotingClientPool,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    dumps_bytes,
+)
 
 log = logging.getLogger("trioha.broker.registration")
 

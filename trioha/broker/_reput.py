@@ -18,6 +18,15 @@ Mirrors ``DefaultMessageStore.ReputMessageService`` with
 On start, units pointing past the commit log's end are truncated (``truncateDirtyLogicFiles``)
 and building resumes from a checkpoint written after each flush of the queues, so a crash that
 loses unflushed queue pages only costs a re-dispatch (units already present are skipped).
+
+Queues and index are flushed on their own schedule, so after a power cut they may hold units
+and entries of messages the commit log lost; in classic mode the log is then closed with
+END_OF_FILE records past the lost range, which puts those units *below* the log's end. So
+recovery also checks the newest units of every queue and the newest index entries against
+the log (every record names its own physical offset, queue and queue offset) and removes
+those whose message is not there, newest first: building then resumes at the recovered end,
+steps over the padding and indexes new messages at the queue offsets the log gives them. A
+replica cut back (:func:`truncate_replica`) takes its queues and index with it.
 """
 
 from __future__ import annotations
@@ -32,26 +41,36 @@ from typing import NoReturn
 
 import trio
 
+from trioha._errors import StorageError
+from trioha.broker._delaylevels import SCHEDULE_TOPIC, deliver_timestamp
 from trioha.broker._metadata import write_config_file
-from trioha.broker._schedule import SCHEDULE_TOPIC, deliver_timestamp
 from trioha.broker._types import CommitLogLike
-from trioha.remoting._json import dumps, loads_lenient
-from trioha.store._consumequeue import ConsumeQueue, ConsumeQueueStore, tags_code
-from trioha.store._contract import CommitLog, SetAside
-from trioha.store._diskspace import CONSUME_QUEUE, CONSUME_QUEUE_CHECKPOINT, DiskGuard
-from trioha.store._index import IndexService
-from trioha.store._message import (
+from trioha.remoting import dumps, loads_lenient
+from trioha.store import (
+    CONSUME_QUEUE,
+    CONSUME_QUEUE_CHECKPOINT,
+    MESSAGE_INDEX,
     MESSAGE_MAGIC,
     MIN_RECORD_SIZE,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    RECORD_HEAD_SIZE,
+    CommitLog,
+    ConsumeQueue,
+    ConsumeQueueStore,
+    CQUnit,
     DecodedBlank,
     DecodedIncomplete,
     DecodedInvalid,
+    DiskGuard,
+    IndexService,
     RecordLayout,
+    SetAside,
+    is_record_at,
     parse_record,
+    tags_code,
 )
 
 log = logging.getLogger("trioha.broker.reput")
@@ -156,6 +175,9 @@ class ReputService:
         self._arrivals: dict[tuple[str, int], trio.Event] = {}
         self._any_arrival = trio.Event()
         self._stuck_at: int | None = None
+        #: Held while the index is flushed in a worker thread, so its files are not deleted
+        #: under it (:meth:`delete_expired_index`).
+        self._index_lock = trio.Lock()
 
     # --- start --------------------------------------------------------------------------
     def recover(self) -> None:
@@ -163,15 +185,28 @@ class ReputService:
         commitlog = self.commitlog
         self.queues.load()
         self.queues.truncate_dirty(commitlog.max_offset)
+        self._cut_lost_units()
         start = max(self.queues.max_physical_offset(), commitlog.min_offset)
         saved = self._read_checkpoint()
         if saved is not None:
             start = min(start, saved)
         if self.index is not None:
             self.index.load(flushed_up_to=saved)
+            removed = self.index.cut_tail(lambda phy: not self._holds(phy))
+            if removed:
+                log.warning(
+                    "message index: its last %d entries point at commit log bytes that hold "
+                    "no message (a tail lost in a crash); removed",
+                    removed,
+                )
             # The index is derived data too: build what it lacks (all of it, the first time).
             start = min(start, self.index.end_phy_offset)
         self.reput_from = min(max(start, commitlog.min_offset), commitlog.max_offset)
+        # recoverTopicQueueTable: a queue whose messages retention deleted goes on from its
+        # consume queue's end, never from 0 again.
+        commitlog.floor_queue_offsets(self.queues.ends())
+        for queue in self.queues:
+            queue.correct_min_offset(commitlog.min_offset)
         log.info(
             "consume queues resume from commit log offset %d (log [%d, %d))",
             self.reput_from,
@@ -182,13 +217,59 @@ class ReputService:
     def _read_checkpoint(self) -> int | None:
         return _read_dispatched(self.checkpoint)
 
+    def _holds(
+        self,
+        offset: int,
+        *,
+        size: int | None = None,
+        queue_id: int | None = None,
+        queue_offset: int | None = None,
+    ) -> bool:
+        """Whether the commit log holds the message a unit or an index entry points at
+        (:func:`~trioha.store.is_record_at`); offsets below the log's start (deleted
+        segments) count as held: what is gone there is retention's, not damage."""
+        commitlog = self.commitlog
+        if offset < commitlog.min_offset:
+            return True
+        if offset + RECORD_HEAD_SIZE > commitlog.max_offset:
+            return False
+        try:
+            head = commitlog.read(offset, RECORD_HEAD_SIZE)
+        except StorageError:
+            return False
+        return is_record_at(head, offset, size=size, queue_id=queue_id, queue_offset=queue_offset)
+
+    def _cut_lost_units(self) -> int:
+        """Remove, newest first, the units whose message the commit log does not hold."""
+        total = 0
+        for queue in self.queues:
+            queue_id = queue.queue_id
+
+            def gone(unit: CQUnit, at: int, queue_id: int = queue_id) -> bool:
+                return not self._holds(
+                    unit.commitlog_offset, size=unit.size, queue_id=queue_id, queue_offset=at
+                )
+
+            removed = queue.cut_tail(gone)
+            if removed:
+                log.warning(
+                    "consume queue %s/%d: its last %d units point at commit log bytes that "
+                    "hold no such message (a tail lost in a crash); removed, the queue is "
+                    "built again from the log",
+                    queue.topic,
+                    queue_id,
+                    removed,
+                )
+            total += removed
+        return total
+
     def truncated(self, offset: int) -> int:
         """Follow a cut of the commit log back to ``offset``; returns the units removed.
 
         Call it right after the commit log was truncated (:func:`truncate_replica` does
         both): units pointing at or past ``offset`` go, durably, and building resumes there.
         """
-        removed = cut_consume_queues(self.queues, self.checkpoint, offset)
+        removed = cut_consume_queues(self.queues, self.checkpoint, offset, index=self.index)
         self.reput_from = min(self.reput_from, offset)
         self._stuck_at = None
         return removed
@@ -213,7 +294,15 @@ class ReputService:
         indexed: list[_Indexed] = []
         while done < max_records and self.reput_from < commitlog.max_offset:
             if self.reput_from < commitlog.min_offset:
-                self.reput_from = commitlog.min_offset  # old segments were deleted
+                log.warning(
+                    "consume queues were built up to commit log offset %d, below the log's "
+                    "start %d: the messages in between were deleted before they were indexed "
+                    "(retention); building goes on from %d",
+                    self.reput_from,
+                    commitlog.min_offset,
+                    commitlog.min_offset,
+                )
+                self.reput_from = commitlog.min_offset
                 continue
             offset = self.reput_from
             # One copy per read: bytes can be searched in place (properties) and sliced.
@@ -300,8 +389,7 @@ class ReputService:
                         if end >= needed:
                             continue
                     self.reput_from = offset + pos
-                    self._build_index(indexed)
-                    self._wake(touched)
+                    self._finish(indexed, touched)
                     return done
                 else:
                     assert type(result) is DecodedInvalid
@@ -314,13 +402,11 @@ class ReputService:
                             result.detail,
                             result.reason.value,
                         )
-                    self._build_index(indexed)
-                    self._wake(touched)
+                    self._finish(indexed, touched)
                     return done
             else:
                 self.reput_from = offset + pos
-        self._build_index(indexed)
-        self._wake(touched)
+        self._finish(indexed, touched)
         return done
 
     def _schedule_tags_code(self, data: bytes, start: int, end: int, store_timestamp: int) -> int:
@@ -335,10 +421,25 @@ class ReputService:
             return _tags_code(data, start, end)
         return deliver_timestamp(self.delay_levels, level, store_timestamp)
 
+    def _finish(
+        self, indexed: list[_Indexed], touched: dict[tuple[str, int], ConsumeQueue]
+    ) -> None:
+        """The end of a dispatch pass: index what it read, write and wake its queues (both
+        tried, whichever the disk refuses: the refusal of the index raises
+        :class:`_IndexRefused`, the queues' their ``OSError``)."""
+        try:
+            self._build_index(indexed)
+        finally:
+            self._wake(touched)
+
     def _build_index(self, messages: list[_Indexed]) -> None:
         index = self.index
-        if index is not None and messages:
-            index.build_batch(messages, now_ms=int(time.time() * 1000))
+        if index is not None and (messages or index.pending):
+            try:
+                index.build_batch(messages, now_ms=int(time.time() * 1000))
+            except OSError as exc:
+                # The index keeps what it could not write and writes it with the next batch.
+                raise _IndexRefused(exc) from exc
 
     def _wake(self, touched: dict[tuple[str, int], ConsumeQueue]) -> None:
         if not touched:
@@ -398,15 +499,21 @@ class ReputService:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _dispatch_all(self) -> bool:
-        """Dispatch until caught up; False if a consume queue write failed (ENOSPC, EIO)."""
+        """Dispatch until caught up; False if a consume queue or index write failed (ENOSPC,
+        EIO). Both stop puts while they fail (a message nobody can find is worse than a
+        refused one) and are retried until they work."""
         try:
             while self.dispatch_available():
                 await trio.lowlevel.checkpoint()
+        except _IndexRefused as exc:
+            self.disk.failed(MESSAGE_INDEX, exc.error)
+            return False
         except OSError as exc:
             self.disk.failed(CONSUME_QUEUE, exc)
             return False
-        if self.disk.failing(CONSUME_QUEUE):
-            self.disk.succeeded(CONSUME_QUEUE)
+        for what in (CONSUME_QUEUE, MESSAGE_INDEX):
+            if self.disk.failing(what):
+                self.disk.succeeded(what)
         return True
 
     async def _flush_loop(self) -> None:
@@ -436,8 +543,8 @@ class ReputService:
         await trio.to_thread.run_sync(_sync_all, fds)
         try:
             if self.index is not None:
-                await trio.to_thread.run_sync(self.index.flush)
-                self.index.delete_expired(self.commitlog.min_offset)
+                async with self._index_lock:
+                    await trio.to_thread.run_sync(self.index.flush)
             await trio.to_thread.run_sync(
                 write_config_file, self.checkpoint, dumps({"dispatchedOffset": dispatched})
             )
@@ -447,6 +554,22 @@ class ReputService:
         if self.disk.failing(CONSUME_QUEUE_CHECKPOINT):
             self.disk.succeeded(CONSUME_QUEUE_CHECKPOINT)
         return dispatched
+
+    async def delete_expired_index(self, commitlog_min: int) -> int:
+        """``IndexService.deleteExpiredFile``: the index files wholly below the commit log's
+        start, never the newest (not while a flush of the index runs); returns how many."""
+        if self.index is None:
+            return 0
+        async with self._index_lock:
+            return self.index.delete_expired(commitlog_min)
+
+
+class _IndexRefused(Exception):
+    """The message index could not be written (its ``OSError`` is :attr:`error`)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _sync_all(fds: list[int]) -> None:
@@ -460,16 +583,26 @@ def _sync_all(fds: list[int]) -> None:
 # --- cutting a replica back (the safe truncation) ----------------------------------------
 
 
-def cut_consume_queues(queues: ConsumeQueueStore, checkpoint: Path, offset: int) -> int:
-    """Make the consume queues and the build checkpoint end at commit log ``offset``.
+def cut_consume_queues(
+    queues: ConsumeQueueStore,
+    checkpoint: Path,
+    offset: int,
+    *,
+    index: IndexService | None = None,
+) -> int:
+    """Make the consume queues, the message index and the build checkpoint end at commit log
+    ``offset``.
 
     ``truncateDirtyLogicFiles`` after a cut of the commit log, made durable at once: the
-    removed units are fsynced away and the checkpoint lowered before any new bytes land at
-    those offsets, so no crash can bring back a unit pointing into a history that is gone.
-    Returns how many units were removed.
+    removed units and entries are synced away and the checkpoint lowered before any new
+    bytes land at those offsets, so no crash can bring back a unit pointing into a history
+    that is gone, and the messages stored there next are indexed (the index skips offsets
+    below its end). Returns how many units were removed.
     """
     removed = queues.truncate_dirty(offset)
     _sync_all(queues.dirty_handles())
+    if index is not None:
+        index.truncate(offset)
     saved = _read_dispatched(checkpoint)
     if saved is not None and saved > offset:
         write_config_file(checkpoint, dumps({"dispatchedOffset": offset}))
@@ -483,20 +616,23 @@ def truncate_replica(
     offset: int,
     *,
     reput: ReputService | None = None,
+    index: IndexService | None = None,
 ) -> list[SetAside]:
-    """Cut a replica back to ``offset``: commit log, consume queues and their checkpoint.
+    """Cut a replica back to ``offset``: commit log, consume queues, index and checkpoint.
 
     ``offset`` must be a message boundary (:class:`~trioha.NotAMessageBoundaryError`
     otherwise, and nothing changes). The commit log goes first: it is the truth, and a
-    crash between the steps is repaired on the next start (``truncate_dirty`` cuts the
-    queues to the recovered log). The cut bytes are kept aside; what was kept is returned.
-    Pass the running ``reput`` service (whose ``queues`` are these) to have it follow.
+    crash between the steps is repaired on the next start (``truncate_dirty`` and the
+    check of the newest units and entries cut the queues and the index to the recovered
+    log). The cut bytes are kept aside; what was kept is returned. Pass the running
+    ``reput`` service (whose ``queues`` and index are these) to have it follow, or, with no
+    service running, the ``index`` to cut.
     """
     kept = commitlog.truncate_to_boundary(offset)
     if reput is not None:
         reput.truncated(offset)
     else:
-        cut_consume_queues(queues, checkpoint, offset)
+        cut_consume_queues(queues, checkpoint, offset, index=index)
     return kept
 
 

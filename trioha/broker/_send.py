@@ -20,31 +20,30 @@ from trioha.broker._context import (
     peer_address,
     topic_error,
 )
+from trioha.broker._delaylevels import is_delayed
 from trioha.broker._metadata import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, TopicConfig
-from trioha.broker._schedule import is_delayed
 from trioha.broker._types import new_message
-from trioha.remoting._codec import (
-    HeaderError,
-    RemotingCommand,
-    encode_response,
-    int_field,
-)
-from trioha.remoting._codes import (
+from trioha.remoting import (
     AUTO_CREATE_TOPIC,
     PERM_READ,
     PERM_WRITE,
+    Burst,
+    HeaderError,
+    RemotingCommand,
+    RemotingConnection,
     RequestCode,
     ResponseCode,
+    encode_response,
+    int_field,
 )
-from trioha.remoting._connection import Burst, RemotingConnection
-from trioha.store import HostAddress
-from trioha.store._contract import NewMessage
-from trioha.store._message import (
+from trioha.store import (
     MAX_PROPERTIES_SIZE,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_WAIT_STORE_MSG_OK,
+    HostAddress,
+    NewMessage,
     PreparedMessage,
     string_to_properties,
 )

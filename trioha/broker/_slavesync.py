@@ -21,10 +21,13 @@ import trio
 
 from trioha._errors import RemotingError
 from trioha.broker._metadata import Metadata
-from trioha.remoting._client import RemotingClientPool
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import RequestCode, ResponseCode
-from trioha.remoting._json import loads_lenient
+from trioha.remoting import (
+    RemotingClientPool,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    loads_lenient,
+)
 
 log = logging.getLogger("trioha.broker.slavesync")
 

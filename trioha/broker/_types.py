@@ -16,8 +16,7 @@ from typing import Any, Protocol
 
 from trioha._config import BrokerConfig
 from trioha._status import PutResult, PutStatus
-from trioha.store._contract import NewMessage
-from trioha.store._message import PROPERTY_KEYS, PROPERTY_TAGS, HostAddress, PreparedMessage
+from trioha.store import PROPERTY_KEYS, PROPERTY_TAGS, HostAddress, NewMessage, PreparedMessage
 
 
 class CommitLogLike(Protocol):
@@ -37,6 +36,9 @@ class CommitLogLike(Protocol):
 
     def read(self, offset: int, max_bytes: int) -> memoryview | bytes:
         """Up to ``max_bytes`` written bytes from ``offset``, within one segment."""
+
+    def floor_queue_offsets(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Raise the next queue offsets to at least these (the consume queues' ends)."""
 
     def prepare(
         self,
@@ -83,10 +85,12 @@ class BrokerLike(Protocol):
         """Run with *config* from now on (UPDATE_BROKER_CONFIG; ``_liveconfig.LIVE_KEYS``)."""
 
     def delete_expired_commitlog(self) -> bool:
-        """Delete expired commit log files now; False without a retention service."""
+        """Have retention delete expired commit log files now (its next 20 runs); False while
+        retention does not run."""
 
     def clean_expired_consume_queues(self) -> bool:
-        """Destroy consume queues whose messages are gone; False without a retention service."""
+        """Destroy consume queues whose messages are all gone; False while retention does not
+        run."""
 
     async def put(
         self,

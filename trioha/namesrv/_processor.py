@@ -23,12 +23,18 @@ from trioha.namesrv._routes import (
     SCAN_INTERVAL,
     RouteInfoManager,
 )
-from trioha.remoting import ServerLimits, serve_remoting
-from trioha.remoting._codec import RemotingCommand
-from trioha.remoting._codes import RequestCode, ResponseCode
-from trioha.remoting._connection import RemotingConnection, RequestHandler
-from trioha.remoting._dataversion import DataVersion
-from trioha.remoting._json import dumps_bytes, loads_lenient
+from trioha.remoting import (
+    DataVersion,
+    RemotingCommand,
+    RemotingConnection,
+    RequestCode,
+    RequestHandler,
+    ResponseCode,
+    ServerLimits,
+    dumps_bytes,
+    loads_lenient,
+    serve_remoting,
+)
 
 if TYPE_CHECKING:
     from trioha.acl import PlainAcl, TlsAcceptor

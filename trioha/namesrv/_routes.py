@@ -26,8 +26,7 @@ from typing import Any
 
 import attrs
 
-from trioha.remoting._codes import MASTER_ID, PERM_READ, PERM_WRITE
-from trioha.remoting._dataversion import DataVersion
+from trioha.remoting import MASTER_ID, PERM_READ, PERM_WRITE, DataVersion
 
 log = logging.getLogger("trioha.namesrv")
 

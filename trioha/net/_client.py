@@ -21,7 +21,11 @@ Mirrors ``HAService.HAClient`` (4.x) / ``DefaultHAClient`` (5.x) (docs/rocketmq-
   ``proto.Close.diverged_at``) puts the client in a sticky *diverged* state, logged at ERROR
   with both offsets, recorded in ``<store>/haDiverged`` so that a restart remembers it, and
   shown by ``statistics()``: it stops replicating (no reconnect loop) until the operator cuts
-  the log back (``trioha slave --truncate-to-master``, which reads that file) or re-seeds it.
+  the log back (``trioha slave --truncate-to-master``, which reads that file) or re-seeds it;
+* a master whose retention deleted what the slave needs next says so with a heartbeat past the
+  slave's end (``proto.Close.oldest``; RocketMQ's master heartbeats forever instead, #3388):
+  one ERROR names both offsets and says to re-seed, and the client stops (*fell behind*,
+  shown by ``statistics()``) until the slave is restarted, re-seeded.
 
 In epoch mode (``enable_controller_mode``, RocketMQ 5.x ``AutoSwitchHAClient``) a session
 starts with the handshake; the slave cuts its log (commit log, consume queues, epoch file) to
@@ -148,6 +152,28 @@ class Divergence:
 
 
 @attrs.frozen
+class FellBehind:
+    """What this slave needs next was deleted on its master (the sticky state)."""
+
+    #: Where the master's log now begins.
+    master_offset: int
+    #: Where this slave's log ends.
+    slave_offset: int
+    master: str
+
+    def describe(self) -> str:
+        return (
+            f"fell behind master {self.master}: this slave's log ends at {self.slave_offset}, "
+            f"but the master's now begins at {self.master_offset}; the master deleted "
+            f"[{self.slave_offset}, {self.master_offset}) (retention: fileReservedTime or a "
+            "full disk) before this slave fetched it, so it can never catch up (RocketMQ "
+            "#3388). Replication is stopped: re-seed this slave (stop it, empty its store or "
+            "copy the master's, start it again; an empty slave copies from the master's last "
+            "file, or from its oldest with haSyncFromOldest=true on the master)"
+        )
+
+
+@attrs.frozen
 class HAClientStatistics:
     master: str
     connected: bool
@@ -163,6 +189,9 @@ class HAClientStatistics:
     diverged_master_offset: int = -1
     #: Where this slave's log ended when it was told; -1 if not diverged.
     diverged_slave_offset: int = -1
+    #: Sticky until a restart: the master deleted what this slave needs next; where the
+    #: master's log begins now (-1: not so).
+    fell_behind_master_offset: int = -1
     #: Epoch mode: the newest epoch this slave holds (0: none yet; -1: classic mode).
     last_epoch: int = -1
     #: Epoch mode: cuts to a consistent point, as ``(from, to)`` offsets, oldest first.
@@ -171,7 +200,8 @@ class HAClientStatistics:
     bytes_appended: int = 0
     #: Connections to the master that ended (or could not be made), by kind of reason.
     closed_by_reason: dict[str, int] = attrs.field(factory=dict)
-    #: ``connected``, ``connecting``, ``disk_full``, ``diverged`` or ``refused``.
+    #: ``connected``, ``connecting``, ``disk_full``, ``diverged``, ``fell_behind`` or
+    #: ``refused``.
     state: str = "connecting"
     #: The master's log end as last learned (metadata sync), and how far this log is behind
     #: it; None until learned.
@@ -199,6 +229,8 @@ class _Session:
         self.first_bytes = b""
         #: The master's bytes did not parse as HA frames.
         self.protocol_error = False
+        #: The master's bytes parsed as at least one HA frame header or handshake.
+        self.spoke_ha = False
         #: An append the disk refused (its StorageError chains the OSError).
         self.disk_error: StorageError | None = None
         self.started = trio.current_time()
@@ -207,6 +239,8 @@ class _Session:
         #: The master pushed this offset where the slave's log does not end (a divergence).
         #: Epoch mode: where the histories part, when the master's says the slave diverged.
         self.diverged_at: int | None = None
+        #: The master's oldest offset, past this slave's end: what it needs was deleted.
+        self.deleted_to: int | None = None
 
     def _end(self, reason: str, scope: trio.CancelScope) -> None:
         if self.close_reason is None:
@@ -227,6 +261,8 @@ class _Session:
             elif isinstance(action, Close):
                 if action.diverged_at is not None:
                     self.diverged_at = action.diverged_at
+                if action.oldest is not None:
+                    self.deleted_to = action.oldest
                 self._end(action.reason, scope)
                 return False
         return True
@@ -249,9 +285,14 @@ class _Session:
                     self.first_bytes += bytes(data[: _SNIFF - len(self.first_bytes)])
                 actions = self.proto.receive_data(data, now=trio.current_time())
                 if not self.received_data and any(
-                    isinstance(a, Close) and a.diverged_at is None for a in actions
+                    isinstance(a, Close) and a.diverged_at is None and a.oldest is None
+                    for a in actions
                 ):
                     self.protocol_error = True  # bytes that are no HA frame, not a refusal
+                elif self.proto.bytes_received > self.proto.buffered and not any(
+                    isinstance(a, Close) for a in actions
+                ):
+                    self.spoke_ha = True  # a whole header or handshake parsed and accepted
                 appended = ended = False
                 for action in actions:
                     if isinstance(action, Truncate | RecordEpoch):
@@ -276,6 +317,8 @@ class _Session:
                             break
                     elif isinstance(action, Append):
                         try:
+                            if not self.client.replicating:
+                                await self.client.become_replica()
                             commitlog.append_raw(action.offset, action.data)
                         except StorageError as exc:
                             if isinstance(exc.__cause__, OSError):
@@ -349,6 +392,7 @@ class HAClient:
         epoch_file: EpochFile | None = None,
         truncate: Truncator | None = None,
         wall_clock: Callable[[], float] = time.time,
+        become_replica: Callable[[], object] | None = None,
     ) -> None:
         master = config.ha_master
         if master is None:
@@ -380,6 +424,9 @@ class HAClient:
         #: Where the sticky divergence is recorded (None: kept in memory only).
         self.diverged_file = diverged_file
         self.divergence = Divergence.read(diverged_file) if diverged_file is not None else None
+        #: Set when the master deleted what this slave needs next; kept until a restart (a
+        #: re-seed restarts the slave anyway).
+        self.fell_behind: FellBehind | None = None
         if config.enable_controller_mode and epoch_file is None:
             raise ConfigError("epoch mode (enable_controller_mode) needs the store's epoch file")
         #: Epoch mode: this slave's epoch history (None: classic mode).
@@ -387,6 +434,14 @@ class HAClient:
         self._truncate = truncate
         #: Epoch mode: cuts made to reach a consistent point, as ``(from, to)`` offsets.
         self.truncations: list[tuple[int, int]] = []
+        #: Run (blocking, once) before the first replicated byte is appended: the store
+        #: stops being a former master's (its master marks are removed).
+        self._become_replica = become_replica
+        #: Whether a byte from a master has been appended by this process.
+        self.replicating = False
+        #: Whether the peer has ever answered like an HA master (then an immediate close is
+        #: a restart, a network blip or a refusal, never a wrong port).
+        self._spoke_ha = False
 
     @property
     def master(self) -> str:
@@ -395,6 +450,13 @@ class HAClient:
     def on_appended(self) -> None:
         if self._on_appended is not None:
             self._on_appended()
+
+    async def become_replica(self) -> None:
+        """Before the first replicated append: the store now follows a master's history,
+        so marks it kept as a master no longer describe it (raises StorageError)."""
+        if self._become_replica is not None:
+            await trio.to_thread.run_sync(self._become_replica)
+        self.replicating = True
 
     async def execute(self, action: Truncate | RecordEpoch) -> None:
         """Epoch mode: cut the replica to the consistent point, or record a new epoch."""
@@ -440,6 +502,8 @@ class HAClient:
         while True:
             if self.divergence is not None:
                 await self._stay_diverged()
+            while self.fell_behind is not None:  # nothing to fetch ever again from this master
+                await self._state_change.park()
             try:
                 with trio.fail_after(CONNECT_TIMEOUT):
                     stream = await self._connect(self.master_host, self.master_port)
@@ -521,6 +585,15 @@ class HAClient:
                     )
             if session.diverged_at is not None:
                 self._diverged(session.diverged_at, log_max, session.close_reason or "")
+            if session.deleted_to is not None:
+                end = self.commitlog.max_offset
+                self.fell_behind = FellBehind(session.deleted_to, end, self.master)
+                log.error(
+                    "%s",
+                    self.fell_behind.describe(),
+                    extra={"peer": self.master, "offset": end, "reason": "fell_behind"},
+                )
+                self._state_change.unpark_all()
             self._after_session(session)
             return session.received_data
         finally:
@@ -551,19 +624,40 @@ class HAClient:
                     self.disk_retry,
                 )
             self.append_error = str(session.disk_error)
-        if session.received_data or session.diverged_at is not None:
-            self._not_ha_warned = False  # an HA master: it sent data, or said we diverged
+        if (
+            session.received_data
+            or session.diverged_at is not None
+            or session.deleted_to is not None
+            or session.spoke_ha
+        ):
+            # An HA master: it sent data or frames, or said we diverged.
+            self._not_ha_warned = False
+            self._spoke_ha = True
+            return
+        epoch_mode = self.epoch_file is not None
+        level = logging.ERROR if self._not_ha_warned else logging.WARNING
+        mismatch = mode_mismatch_sign(
+            session.first_bytes, protocol_error=session.protocol_error, epoch_mode=epoch_mode
+        )
+        if mismatch is not None:
+            log.log(level, "the master at %s %s", self.master, mismatch)
+            self._not_ha_warned = True
+            return
+        closed_by_peer = session.close_reason == "master closed the connection"
+        if closed_by_peer and self._spoke_ha and not session.first_bytes:
+            # It answered as an HA master before: a restart, a cut connection, a refusal.
             return
         sign = not_ha_sign(
             session.first_bytes,
             protocol_error=session.protocol_error,
-            closed_by_peer=session.close_reason == "master closed the connection",
+            closed_by_peer=closed_by_peer,
             seconds=trio.current_time() - session.started,
             offset=session.requested,
+            epoch_mode=epoch_mode,
         )
         if sign is not None:
             log.log(
-                logging.ERROR if self._not_ha_warned else logging.WARNING,
+                level,
                 "the master at %s does not speak RocketMQ HA (is that the broker port? the HA "
                 "port is usually listenPort+1): %s",
                 self.master,
@@ -596,13 +690,20 @@ class HAClient:
             self.diverged_file.unlink(missing_ok=True)
         self._state_change.unpark_all()
 
-    async def wait_diverged(self, deadline: float = math.inf) -> bool:
-        """Wait until the client is in the diverged state; False at *deadline*."""
+    async def _wait_state(self, reached: Callable[[], bool], deadline: float) -> bool:
         with trio.move_on_at(deadline):
-            while self.divergence is None:
+            while not reached():
                 await self._state_change.park()
             return True
         return False
+
+    async def wait_fell_behind(self, deadline: float = math.inf) -> bool:
+        """Wait until the master said it deleted what this slave needs; False at *deadline*."""
+        return await self._wait_state(lambda: self.fell_behind is not None, deadline)
+
+    async def wait_diverged(self, deadline: float = math.inf) -> bool:
+        """Wait until the client is in the diverged state; False at *deadline*."""
+        return await self._wait_state(lambda: self.divergence is not None, deadline)
 
     def _set_connected(self, value: bool) -> None:
         self.connected = value
@@ -610,11 +711,9 @@ class HAClient:
 
     async def wait_connected(self, deadline: float = math.inf, *, connects: int = 1) -> bool:
         """Wait until connected for (at least) the *connects*-th time; False at *deadline*."""
-        with trio.move_on_at(deadline):
-            while not self.connected or self.connects < connects:
-                await self._state_change.park()
-            return True
-        return False
+        return await self._wait_state(
+            lambda: self.connected and self.connects >= connects, deadline
+        )
 
     def _count_close(self, category: str) -> None:
         self._closed_by_reason[category] = self._closed_by_reason.get(category, 0) + 1
@@ -629,6 +728,8 @@ class HAClient:
         """What the slave is doing, in one word (``/metrics``, ``status``)."""
         if self.divergence is not None:
             return "diverged"
+        if self.fell_behind is not None:
+            return "fell_behind"
         if self.append_error is not None:
             return "disk_full"
         if self.connected:
@@ -668,9 +769,12 @@ class HAClient:
             connects=self.connects,
             last_close_reason=self.last_close_reason,
             append_error=self.append_error,
-            needs_reseed=self.divergence is not None,
+            needs_reseed=self.divergence is not None or self.fell_behind is not None,
             diverged_master_offset=self.divergence.master_offset if self.divergence else -1,
             diverged_slave_offset=self.divergence.slave_offset if self.divergence else -1,
+            fell_behind_master_offset=(
+                self.fell_behind.master_offset if self.fell_behind is not None else -1
+            ),
             last_epoch=-1 if self.epoch_file is None else self.epoch_file.history.last_epoch,
             truncations=tuple(self.truncations),
             bytes_appended=self.bytes_appended,
@@ -688,6 +792,23 @@ _SNIFF = 16
 _IMMEDIATE = 1.0
 
 
+def mode_mismatch_sign(first_bytes: bytes, *, protocol_error: bool, epoch_mode: bool) -> str | None:
+    """What shows that the peer is an HA master in the other mode, or None.
+
+    An epoch-mode slave reads a classic master's first frame (an 8-byte offset below 4 GiB,
+    then a size) as a handshake whose state field is 0 (``READY``): the master speaks classic
+    HA. (A classic slave cannot tell: an epoch-mode master closes on its report at once,
+    without a byte, which :func:`not_ha_sign` describes with this reading among the others.)
+    """
+    if epoch_mode and protocol_error and len(first_bytes) >= 4 and first_bytes[:4] == bytes(4):
+        return (
+            "speaks classic HA, not the AutoSwitch (epoch) protocol: its first frame carries "
+            "state 0, where a handshake carries 1. Both sides must set enableControllerMode "
+            "alike (this slave: true, the master: false)"
+        )
+    return None
+
+
 def not_ha_sign(
     first_bytes: bytes,
     *,
@@ -695,6 +816,7 @@ def not_ha_sign(
     closed_by_peer: bool,
     seconds: float,
     offset: int | None = None,
+    epoch_mode: bool = False,
 ) -> str | None:
     """What shows that the peer of a session that delivered no data is not an HA master,
     or None. The signs, as a broker or name server port answers a slave's 8-byte report:
@@ -713,11 +835,17 @@ def not_ha_sign(
         return f"its first bytes ({prefix}) are not an HA frame"
     if closed_by_peer and not first_bytes and seconds < _IMMEDIATE:
         # An HA master does this too when it refuses the slave's offset (a diverged or
-        # deleted one), so the line says that as well.
+        # deleted one), or the other mode's report, so the line says that as well.
+        what = "handshake" if epoch_mode else f"offset{'' if offset is None else f' {offset}'}"
+        other = (
+            ""
+            if epoch_mode
+            else ", or it runs the AutoSwitch (epoch) protocol, enableControllerMode=true, "
+            "which this slave (enableControllerMode=false) does not speak"
+        )
         return (
             "it closed the connection at once without sending anything (if it is the HA port, "
-            f"it refused this slave's offset{'' if offset is None else f' {offset}'}: its log "
-            "says why)"
+            f"it refused this slave's {what}{other}: its log says which)"
         )
     return None
 

@@ -14,8 +14,10 @@ import logging
 import math
 from typing import TYPE_CHECKING, Protocol
 
+import attrs
 import trio
 
+from trioha.net._marks import MarkKeeper
 from trioha.net._sendparts import send_parts
 from trioha.net._wakeup import Wakeup
 from trioha.proto import (
@@ -33,8 +35,7 @@ from trioha.proto import (
 )
 
 if TYPE_CHECKING:
-    from trioha.store import CommitLog, EpochFile
-    from trioha.store._sent import SentOffsets
+    from trioha.store import CommitLog, EpochFile, SentOffsets
 
 log = logging.getLogger("trioha.ha")
 
@@ -78,17 +79,24 @@ class HAConnection:
         peer: str,
         sent: SentOffsets | None = None,
         epoch_file: EpochFile | None = None,
+        marks: MarkKeeper | None = None,
     ) -> None:
         self.stream = stream
         self.commitlog = commitlog
+        if marks is None and sent is not None:
+            marks = MarkKeeper(sent)
+        #: The durable marks, reserved before bytes go out (shared by the service's writers).
+        self.marks = marks
         #: The durable "highest offset sent" mark (classic mode's divergence check), if kept.
-        self.sent = sent
+        self.sent = marks.sent if marks is not None else None
         #: Epoch mode: the master's epoch history (None in classic mode).
         self.epoch_file = epoch_file
         #: Epoch mode: the handshake to send, put here by the reader for the writer.
         self.handshake_out: bytes | None = None
         self.listener = listener
         self.peer = peer
+        #: The slave's host, what the master remembers it by (the port changes every time).
+        self.peer_host = peer.rpartition(":")[0] or peer
         self.proto = MasterConnection(
             now=trio.current_time(), options=options, timing=timing, peer=peer
         )
@@ -146,6 +154,8 @@ class HAConnection:
                         elif isinstance(action, Close):
                             if action.diverged_at is not None and self.epoch_file is None:
                                 await self._refuse(action.diverged_at, action.reason)
+                            elif action.oldest is not None:
+                                await self._push_offset(action.oldest)
                             self._end(action.reason, scope)
                             return
                     if awaiting and self.transferring:
@@ -172,12 +182,62 @@ class HAConnection:
             self.peer,
             reason,
         )
+        await self._push_offset(diverged_at)
+
+    async def _push_offset(self, offset: int) -> None:
+        """Send a heartbeat header at *offset*, for a refusal the slave's offset check turns
+        into an error naming both offsets (``proto.Close``): where the histories part, or the
+        master's oldest offset when what the slave needs was deleted (RocketMQ #3388).
+
+        Only before the writer sends anything (the reader's refusals, taken on a first
+        report) or from the writer itself, so that frames never interleave. In epoch mode the
+        header carries the epoch holding *offset*; none does: nothing is sent.
+        """
+        if self.epoch_file is None:
+            header = frame_header(SendHeartbeat(offset))
+        else:
+            found = self.epoch_file.history.find_by_offset(offset)
+            if found is None:
+                return
+            entry = found[1]
+            header = self.proto.header(
+                SendHeartbeat(offset, entry.epoch, entry.start_offset),
+                confirm_offset=self.commitlog.max_offset,
+            )
         with trio.move_on_after(1.0):
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await self.stream.send_all(frame_header(SendHeartbeat(diverged_at)))
+            with contextlib.suppress(
+                trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError
+            ):
+                await self.stream.send_all(header)
 
     def view(self) -> LogView:
         return log_view(self.commitlog, self.sent, self.epoch_file)
+
+    async def _sendable_view(self) -> LogView:
+        """The log as the writer may send it: up to the durable sent mark.
+
+        What the next write can carry is reserved first (the durable mark before the bytes:
+        a crash must never forget bytes a slave holds). While the mark cannot be written the
+        view ends at it: the writer sends what it covers and heartbeats, and the reservation
+        is tried again at the keeper's retry time. No checkpoint follows the returned view
+        before the writer claims what it sends.
+        """
+        marks = self.marks
+        view = self.view()
+        if marks is None:
+            return view
+        start = self.proto.state.next_transfer
+        if self.transferring:
+            want = min(view.max_offset, start + WRITE_BATCH + self.proto.options.batch_size)
+            if want > start and not marks.covers_sent(want):
+                await marks.reserve_sent(want)
+                view = self.view()
+        # Never below where the next frame starts: what lies before it was sent (or the slave
+        # has it), and the core must see its position inside the log.
+        limit = max(marks.sent.reserved, start, view.min_offset)
+        if view.max_offset > limit:
+            view = attrs.evolve(view, max_offset=limit)
+        return view
 
     async def _writer(self, scope: trio.CancelScope) -> None:
         try:
@@ -188,14 +248,19 @@ class HAConnection:
                     self.bytes_sent += len(handshake)
                     self.proto.last_write = trio.current_time()
                     continue
+                view = await self._sendable_view()
                 now = trio.current_time()
-                view = self.view()
                 action = self.proto.next_send(now=now, log=view)
                 if isinstance(action, Close):
+                    if action.oldest is not None:
+                        await self._push_offset(action.oldest)
                     self._end(action.reason, scope)
                     return
                 if action is None:
                     deadline = self.proto.heartbeat_deadline if self.transferring else math.inf
+                    marks = self.marks
+                    if marks is not None and marks.sending_paused:
+                        deadline = min(deadline, marks.sent_retry_at)  # try the mark again
                     await self.wakeup.wait(deadline)
                     continue
                 # Gather consecutive frames into one write (the bytes on the wire are the same).
@@ -232,12 +297,11 @@ class HAConnection:
                     assert isinstance(following, SendTransfer), following
                     action = following
                 sent = self.sent
-                if sent is not None and sent.needs_reserve(upto):
-                    # The durable mark first: a crash must never forget bytes a slave holds.
-                    await trio.to_thread.run_sync(sent.reserve, upto)
-                await send_parts(self.stream, parts)  # no join over plain TCP
                 if sent is not None:
+                    # Covered by the durable mark (the view stops there), and claimed before
+                    # the send with no checkpoint since the view was taken.
                     sent.note_sent(upto)
+                await send_parts(self.stream, parts)  # no join over plain TCP
                 self.frames_sent += frames
                 self.heartbeats_sent += heartbeats
                 self.bytes_sent += pending

@@ -28,13 +28,13 @@ from trioha._config import BrokerConfig
 from trioha._errors import ConfigError
 from trioha._status import PutStatus
 from trioha.net._connection import HAConnection
+from trioha.net._marks import MarkKeeper
 from trioha.net._timeline import LogTimeline
 from trioha.net._waiters import OffsetWaiters
 from trioha.proto import MasterOptions, Quorum, Vouch, needed_acks, slaves_available
 
 if TYPE_CHECKING:
-    from trioha.store import CommitLog, EpochFile
-    from trioha.store._sent import SentOffsets
+    from trioha.store import CommitLog, EpochFile, SentOffsets
 
 log = logging.getLogger("trioha.ha")
 
@@ -97,6 +97,8 @@ _CLOSE_CATEGORIES = (
     ("housekeeping", "timeout"),
     ("timed out", "timeout"),
     ("diverg", "diverged"),
+    ("deleted", "deleted"),
+    ("no longer exists", "deleted"),
     ("refus", "refused"),
     ("disk", "disk"),
     ("internal error", "internal_error"),
@@ -128,14 +130,19 @@ class HAService:
         sent: SentOffsets | None = None,
         epoch_file: EpochFile | None = None,
         accept: StreamGate | None = None,
+        marks: MarkKeeper | None = None,
     ) -> None:
         self.config = config
         self.commitlog = commitlog
         #: Runs on each accepted socket before the HA protocol (trioha.acl.HASecurity.accept):
         #: the stream to serve, or None to drop the connection.
         self.accept = accept
+        if marks is None and sent is not None:
+            marks = MarkKeeper(sent, retry_interval=config.clean_resource_interval / 1000)
+        #: The durable marks every writer reserves before sending (shared by the connections).
+        self.marks = marks
         #: The durable "highest offset sent" mark and lost ranges (classic divergence check).
-        self.sent = sent
+        self.sent = marks.sent if marks is not None else None
         self._refused = 0
         if config.enable_controller_mode and epoch_file is None:
             raise ConfigError("epoch mode (enable_controller_mode) needs the store's epoch file")
@@ -225,8 +232,8 @@ class HAService:
             options=self.options,
             timing=self.timing,
             peer=peer,
-            sent=self.sent,
             epoch_file=self.epoch_file,
+            marks=self.marks,
         )
         conn_id = next(self._ids)
         self.connections[conn_id] = conn
@@ -294,6 +301,8 @@ class HAService:
         """
         self._vouches[connection] = (connection.proto.state.served_from, offset)
         self._quorum = None
+        if self.marks is not None:
+            self.marks.note_slave(connection.peer_host, offset)
         if len(self.timeline) > _TIMELINE_KEEP:
             acks = self.live_acks()
             if acks:

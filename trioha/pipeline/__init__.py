@@ -32,6 +32,7 @@ from trioha.pipeline._verdict import (
 
 if TYPE_CHECKING:
     from trioha.pipeline._audit import audit_replicas
+    from trioha.pipeline._cli import register_commands
     from trioha.pipeline._export import (
         Damage,
         ExportSummary,
@@ -44,14 +45,9 @@ if TYPE_CHECKING:
         read_export,
     )
     from trioha.pipeline._jvm import read_commitlog
+    from trioha.pipeline._schema import MESSAGE_SCHEMA, PROBLEM_SCHEMA
     from trioha.pipeline._session import spark_session
-    from trioha.pipeline._source import (
-        MESSAGE_SCHEMA,
-        PROBLEM_SCHEMA,
-        CommitLogDataSource,
-        CommitLogProblemsDataSource,
-        register,
-    )
+    from trioha.pipeline._source import CommitLogDataSource, CommitLogProblemsDataSource, register
     from trioha.pipeline._stream import start_stream
 
 #: The file to hand to ``spark-submit`` (it runs :func:`trioha.pipeline._cli.main`).
@@ -59,6 +55,7 @@ SUBMIT_FILE = os.path.join(os.path.dirname(__file__), "__main__.py")
 
 _LAZY = {
     "audit_replicas": "trioha.pipeline._audit",
+    "register_commands": "trioha.pipeline._cli",
     "Damage": "trioha.pipeline._export",
     "ExportSummary": "trioha.pipeline._export",
     "LogStats": "trioha.pipeline._export",
@@ -71,8 +68,8 @@ _LAZY = {
     "read_commitlog": "trioha.pipeline._jvm",
     "spark_session": "trioha.pipeline._session",
     "start_stream": "trioha.pipeline._stream",
-    "MESSAGE_SCHEMA": "trioha.pipeline._source",
-    "PROBLEM_SCHEMA": "trioha.pipeline._source",
+    "MESSAGE_SCHEMA": "trioha.pipeline._schema",
+    "PROBLEM_SCHEMA": "trioha.pipeline._schema",
     "CommitLogDataSource": "trioha.pipeline._source",
     "CommitLogProblemsDataSource": "trioha.pipeline._source",
     "register": "trioha.pipeline._source",
@@ -124,6 +121,7 @@ __all__ = [
     "read_export",
     "read_layout",
     "register",
+    "register_commands",
     "spark_session",
     "start_stream",
 ]

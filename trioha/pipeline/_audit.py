@@ -36,21 +36,13 @@ import attrs
 import numpy as np
 
 from trioha._errors import PipelineError
-from trioha.pipeline._decode import (
-    SegmentData,
-    crc_problems,
-    decode_batch,
-    explain_record,
-    field_at,
-    open_segment,
-    record_sizes,
-    scan_range,
-    scan_records,
-    written_end,
-)
+from trioha.pipeline._batches import decode_batch, record_sizes
+from trioha.pipeline._decode import SegmentData, open_segment
 from trioha.pipeline._format import Problem, ProblemKind
+from trioha.pipeline._framing import scan_range, scan_records, written_end
 from trioha.pipeline._layout import LogLayout, read_layout
 from trioha.pipeline._plan import MIB
+from trioha.pipeline._validation import crc_problems, explain_record, field_at
 from trioha.pipeline._verdict import (
     AuditReport,
     Divergence,

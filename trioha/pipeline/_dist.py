@@ -2,7 +2,8 @@
 
 Executors unpickle the data sources, readers and the audit's task function by reference to
 ``trioha.pipeline``, so they must import it, and what it imports: a few pure-Python modules
-of trioha (the lazy package root, the error tree, the store's record codec) and ``attrs``.
+of trioha (the lazy package root, the error tree, the store's record codec), ``attrs`` and
+``tqdm``.
 Those go into one zip for ``--py-files`` / :func:`spark_session`'s *py_files*. Nothing of
 the broker, the network code or Trio is imported, so none of it is shipped.
 
@@ -23,10 +24,10 @@ travel in a zip; they are written out as a requirements file pinned to the versi
 driver runs, to install into the executors' Python.
 
 Which modules to ship is not a list kept by hand: a fresh interpreter imports every module
-of ``trioha.pipeline`` and the zip holds exactly the trioha and attrs modules that were
-loaded. (The pipeline's imports inside functions name only its own modules, which are all
-imported; ``tests/pipeline/test_dist.py`` checks that every ``trioha`` import anywhere in a
-shipped module is shipped.)
+of ``trioha.pipeline`` and the zip holds exactly the trioha modules that were loaded, and the
+pure-Python packages they use (:data:`PURE_PACKAGES`) whole. (The pipeline's imports inside
+functions name only its own modules, which are all imported; ``tests/pipeline/test_dist.py``
+checks that every ``trioha`` import anywhere in a shipped module is shipped.)
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ from trioha._errors import PipelineError
 
 #: The package whose every module is shipped (see the module docstring for why every one).
 PACKAGE = "trioha.pipeline"
-#: Pure-Python packages shipped in the zip, whole.
-PURE_PACKAGES = ("attr", "attrs")
+#: Pure-Python packages shipped in the zip, whole: attrs, and tqdm (``trioha._progress``
+#: draws its bars with it, and the pipeline reports progress through it).
+PURE_PACKAGES = ("attr", "attrs", "tqdm")
 #: Installed on the executors instead (compiled code).
 BINARY_REQUIREMENTS = ("numpy", "pyarrow", "lz4", "zstandard")
 
@@ -55,9 +57,9 @@ _PROBE = """
 import importlib, json, sys
 for name in json.loads(sys.argv[1]):
     importlib.import_module(name)
+tops = json.loads(sys.argv[2])
 print(json.dumps({n: m.__file__ for n, m in sys.modules.items()
-                  if n.split(".")[0] in ("trioha", "attr", "attrs")
-                  and getattr(m, "__file__", None)}))
+                  if n.split(".")[0] in tops and getattr(m, "__file__", None)}))
 """
 
 
@@ -77,7 +79,7 @@ class Dist:
         trioha = sum(1 for m in self.modules if m.startswith("trioha/"))
         return "\n".join(
             [
-                f"wrote {self.zip_path} ({trioha} trioha modules and attrs, "
+                f"wrote {self.zip_path} ({trioha} trioha modules, attrs and tqdm, "
                 f"{self.zip_path.stat().st_size} bytes)",
                 f"wrote {self.requirements_path}: {', '.join(self.requirements)}",
                 "executors: install the requirements into their Python, then pass the zip",
@@ -105,7 +107,13 @@ def _loaded_files() -> dict[str, str]:
     paths = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     out = subprocess.run(
-        [sys.executable, "-c", _PROBE, json.dumps(shipped_modules())],
+        [
+            sys.executable,
+            "-c",
+            _PROBE,
+            json.dumps(shipped_modules()),
+            json.dumps(["trioha", *PURE_PACKAGES]),
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -130,8 +138,8 @@ def build_dist(out: str | os.PathLike[str]) -> Dist:
     for name, file in files.items():
         path = Path(file)
         top = name.split(".")[0]
-        if top in PURE_PACKAGES:  # flat packages: ship the whole directory
-            pkg = path.parent
+        if top in PURE_PACKAGES:  # ship the whole package directory
+            pkg = Path(files.get(top, file)).parent
             for extra in pkg.rglob("*"):
                 if extra.suffix in (".py", ".pyi") or extra.name == "py.typed":
                     entries[extra.relative_to(pkg.parent).as_posix()] = extra

@@ -13,7 +13,7 @@ import enum
 
 import attrs
 
-from trioha.store._message import (
+from trioha.store import (
     BLANK_MAGIC,
     MESSAGE_MAGIC,
     MESSAGE_MAGIC_V2,
@@ -25,7 +25,7 @@ from trioha.store._message import (
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
 )
-from trioha.store._message import BLANK_RECORD_SIZE as BLANK_MARKER_SIZE
+from trioha.store import BLANK_RECORD_SIZE as BLANK_MARKER_SIZE
 
 __all__ = [
     "BLANK_MAGIC",

@@ -4,9 +4,9 @@ Theory of operation. A Spark data source written in Python hands every row from 
 worker to the JVM; that hand-off alone costs Spark more than decoding the records does. The
 JVM engine decodes in the executors' JVMs instead (a DataSource V2 reader with columnar
 batches): the same walk over the record chain, the same validity checks, the same columns
-and values as :mod:`trioha.pipeline._decode`. Partitions are still planned on the driver by
-:func:`trioha.pipeline._plan.plan_partitions` and handed over as a JSON option, so where a
-partition begins is decided in one place.
+and values as the Python engine (:mod:`trioha.pipeline._decode` and its steps). Partitions are
+still planned on the driver by :func:`trioha.pipeline._plan.plan_partitions` and handed over as
+a JSON option, so where a partition begins is decided in one place.
 
 The Java sources ship in the package. :func:`ensure_jar` compiles them with ``javac``
 against the jars of the installed pyspark into a jar in a cache directory (``$TRIOHA_CACHE_DIR``,

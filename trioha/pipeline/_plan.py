@@ -9,9 +9,9 @@ and the reader follows them there.
 Every range begins exactly at a record start (or at the damaged region, end-of-file marker
 or zeros the record chain runs into): after cutting a segment arithmetically, the planner
 follows the TOTALSIZE chain from the segment's start to each cut and moves the cut to the
-first position the chain reaches at or after it (:func:`trioha.pipeline._decode.align_starts`).
+first position the chain reaches at or after it (:func:`trioha.pipeline._framing.align_starts`).
 That costs one hop per record on the driver, reading only record heads (fewer where
-records repeat one size: :func:`trioha.pipeline._decode._chain`), and it never
+records repeat one size: :func:`trioha.pipeline._framing._chain`), and it never
 depends on what a message body contains: a body may hold a perfect copy of a record, own
 offset included, and still is read as one body. ``startOffset`` is moved the same way.
 
@@ -135,7 +135,8 @@ def plan_partitions(
 
 
 def _align(seg: Segment, base: int, cuts: list[int], last: bool) -> list[int | None]:
-    from trioha.pipeline._decode import align_starts, open_segment
+    from trioha.pipeline._decode import open_segment
+    from trioha.pipeline._framing import align_starts
 
     try:
         with open_segment(seg) as sd:

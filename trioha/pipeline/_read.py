@@ -10,18 +10,17 @@ from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 
-from trioha.pipeline._decode import (
+from trioha.pipeline._batches import (
     MESSAGE_ARROW_SCHEMA,
     PROBLEM_ARROW_SCHEMA,
     chunks,
-    crc_problems,
     decode_records,
-    open_segment,
-    scan_range,
-    scan_records,
 )
+from trioha.pipeline._decode import open_segment
 from trioha.pipeline._format import Problem
+from trioha.pipeline._framing import scan_range, scan_records
 from trioha.pipeline._plan import ScanPartition
+from trioha.pipeline._validation import crc_problems
 
 
 def read_messages(

@@ -23,79 +23,11 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
-from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import (
-    BinaryType,
-    BooleanType,
-    IntegerType,
-    LongType,
-    MapType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.types import StructType
 
 from trioha._errors import PipelineError
 from trioha.pipeline._options import Engine, Output, ReadOptions
-from trioha.pipeline._plan import ScanPartition
-
-#: One row per message. Documented in docs/pipeline.md; keep the two in step.
-MESSAGE_SCHEMA = StructType(
-    [
-        StructField("physical_offset", LongType(), nullable=False),
-        StructField("size", IntegerType(), nullable=False),
-        StructField("topic", StringType(), nullable=False),
-        StructField("queue_id", IntegerType(), nullable=False),
-        StructField("queue_offset", LongType(), nullable=False),
-        StructField("tags", StringType(), nullable=True),
-        StructField("keys", StringType(), nullable=True),
-        StructField("born_timestamp", TimestampType(), nullable=True),
-        StructField("born_host", StringType(), nullable=False),
-        StructField("store_timestamp", TimestampType(), nullable=True),
-        StructField("store_host", StringType(), nullable=False),
-        StructField("sysflag", IntegerType(), nullable=False),
-        StructField("flag", IntegerType(), nullable=False),
-        StructField("body_crc", IntegerType(), nullable=False),
-        StructField("reconsume_times", IntegerType(), nullable=False),
-        StructField("prepared_transaction_offset", LongType(), nullable=False),
-        StructField("magic_code", LongType(), nullable=False),
-        StructField(
-            "properties",
-            MapType(StringType(), StringType(), valueContainsNull=True),
-            nullable=False,
-        ),
-        StructField("body", BinaryType(), nullable=False),
-        StructField("msg_id", StringType(), nullable=False),
-        StructField("compressed", BooleanType(), nullable=False),
-        StructField("compression", StringType(), nullable=True),
-    ]
-)
-
-#: One row per damaged region (or missing segment, or bad CRC).
-PROBLEM_SCHEMA = StructType(
-    [
-        StructField("offset", LongType(), nullable=False),
-        StructField("segment", StringType(), nullable=False),
-        StructField("kind", StringType(), nullable=False),
-        StructField("length", LongType(), nullable=False),
-        StructField("detail", StringType(), nullable=False),
-    ]
-)
-
-
-def arrow_schema(schema: StructType) -> pa.Schema:
-    """The Arrow schema Spark expects batches of *schema* to have (it checks equality)."""
-    result: pa.Schema = to_arrow_schema(schema, timezone="UTC")
-    return result
-
-
-class _Partition(InputPartition):
-    """A planned :class:`ScanPartition` in the wrapper Spark requires."""
-
-    def __init__(self, plan: ScanPartition) -> None:
-        super().__init__(plan)
-        self.plan = plan
+from trioha.pipeline._schema import MESSAGE_SCHEMA, PROBLEM_SCHEMA, PlanPartition, arrow_schema
 
 
 class CommitLogReader(DataSourceReader):
@@ -106,13 +38,13 @@ class CommitLogReader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> list[InputPartition]:
-        return [_Partition(p) for p in self.options.plan()]
+        return [PlanPartition(p) for p in self.options.plan()]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         # Imported here: numpy and the decoder load in the executor's Python worker only.
         from trioha.pipeline._read import problems_batch, read_messages, read_problems
 
-        if not isinstance(partition, _Partition):
+        if not isinstance(partition, PlanPartition):
             return  # Spark's placeholder when there is nothing to read
         opts = self.options
         schema = arrow_schema(self.schema)

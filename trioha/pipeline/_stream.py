@@ -8,7 +8,7 @@ batch: the same bytes give the same rows, so with a sink that commits per batch 
 file sink, ``foreachBatch`` with the batch id) every message lands once.
 
 The end of each micro-batch is where the log's written data ends as recovery finds it
-(:func:`trioha.pipeline._decode.written_end`): after the last complete record of the last
+(:func:`trioha.pipeline._framing.written_end`): after the last complete record of the last
 segment, so a record still being written, or torn, is never emitted. The reader remembers how
 far it walked the last segment and continues from there on the next trigger, so tailing costs
 one hop per new record; a new segment file is picked up when it appears.
@@ -41,10 +41,12 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 from trioha._errors import PipelineError
-from trioha.pipeline._decode import align_starts, open_segment, written_end
+from trioha.pipeline._decode import open_segment
+from trioha.pipeline._framing import align_starts, written_end
 from trioha.pipeline._layout import LogLayout, read_layout
 from trioha.pipeline._options import ReadOptions
 from trioha.pipeline._plan import ScanPartition, ScanRange
+from trioha.pipeline._schema import PlanPartition, arrow_schema
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
@@ -195,13 +197,12 @@ class CommitLogStreamReader(DataSourceStreamReader):
             for seg in layout.segments
             if seg.start < hi and seg.end > lo
         ]
-        return [_StreamPartition(ScanPartition(i, (p,))) for i, p in enumerate(pieces)]
+        return [PlanPartition(ScanPartition(i, (p,))) for i, p in enumerate(pieces)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from trioha.pipeline._read import read_messages
-        from trioha.pipeline._source import arrow_schema
 
-        assert isinstance(partition, _StreamPartition)
+        assert isinstance(partition, PlanPartition)
         opts = self.options
         yield from read_messages(
             partition.plan,
@@ -213,9 +214,3 @@ class CommitLogStreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to release: the log is read, never consumed."""
-
-
-class _StreamPartition(InputPartition):
-    def __init__(self, plan: ScanPartition) -> None:
-        super().__init__(plan)
-        self.plan = plan

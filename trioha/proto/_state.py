@@ -53,9 +53,13 @@ Where trioha deliberately differs from RocketMQ (docs/replication.md says why):
   the 4.9 check);
 * a first report beyond the master's end (the slave holds data the master does not) and a
   request offset that no longer exists on the master (RocketMQ #3388) close the connection with
-  a reason that says so, instead of heartbeating forever;
+  a reason that says so, instead of heartbeating forever; the deleted case carries
+  ``Close.oldest``, which the IO layer pushes as a heartbeat header past the slave's end, and
+  a slave that reads a heartbeat past its end stops for good (``Close.oldest`` again): it must be
+  re-seeded;
 * classic mode's divergence check: a first report inside a range the master may have sent and
-  then lost in a crash (``LogView.lost``, kept by ``trioha.store.SentOffsets``) is refused,
+  then lost in a crash, or, promoted from a slave, a range of the history it took over that it
+  never had (``LogView.lost``, kept by ``trioha.store.SentOffsets``) is refused,
   and a refusal of a diverged slave carries ``Close.diverged_at``, which the IO layer sends as
   a heartbeat header that the slave's own offset check rejects. On the slave side a frame off
   its end is such a signal (``Close.diverged_at`` again), and the client stops for good.
@@ -86,9 +90,11 @@ class LogView:
     min_offset: int
     max_offset: int
     segment_size: int
-    #: Ranges ``(from, to)`` of bytes this master may have sent and then lost in a crash
-    #: (``trioha.store.SentOffsets``): a first report ``from < offset <= to`` comes from a
-    #: slave holding a history this master no longer has (classic mode's divergence check).
+    #: Ranges ``(from, to)`` of bytes this master may have sent and then lost in a crash, or
+    #: that a broker it was promoted over may hold (``trioha.store.SentOffsets``): a first
+    #: report ``from < offset <= to`` comes from a slave holding a history this master does
+    #: not have (classic mode's divergence check). A report beyond the end is cut back to
+    #: the newest range's ``from`` when there is one.
     lost: tuple[tuple[int, int], ...] = attrs.field(default=(), kw_only=True)
     #: The master's epoch history (epoch mode only; None in classic mode).
     epochs: EpochHistory | None = attrs.field(default=None, kw_only=True)
@@ -323,6 +329,12 @@ class Close:
     reason: str
     remote: bool = True
     diverged_at: int | None = None
+    #: The master's oldest offset, past where the slave needs to continue: what the slave needs
+    #: was deleted on the master (retention, RocketMQ #3388). On the master the IO layer
+    #: pushes it as a heartbeat header ``(oldest, 0)`` before closing, which every slave's
+    #: offset check rejects (Java's names both offsets); on the slave it is that offset, and
+    #: the client stops for good instead of reconnecting: only a re-seed helps.
+    oldest: int | None = None
 
 
 @attrs.frozen
@@ -429,10 +441,24 @@ def _epochs_of(log: LogView) -> EpochHistory:
 
 
 def _closed(
-    state: MasterState, reason: str, *, remote: bool = True, diverged_at: int | None = None
+    state: MasterState,
+    reason: str,
+    *,
+    remote: bool = True,
+    diverged_at: int | None = None,
+    oldest: int | None = None,
 ) -> MasterStep:
     return attrs.evolve(state, phase=MasterPhase.CLOSED, write_pending=False), (
-        Close(reason, remote, diverged_at),
+        Close(reason, remote, diverged_at, oldest),
+    )
+
+
+def _cut_back(offset: int) -> str:
+    """What the operator does with a refused slave, trioha's or Java's."""
+    return (
+        f"Cut the slave back to {offset} (a trioha slave: `trioha slave --truncate-to-master`; "
+        f"a Java slave, stopped: `trioha slave --store-dir <its store> --truncate-to {offset}`) "
+        "or re-seed it"
     )
 
 
@@ -445,18 +471,23 @@ def _master_first_report(
             return _closed(
                 state,
                 f"slave requests offset {offset}, inside [{lost_from}, {lost_to}): bytes this "
-                f"master may have sent before it crashed and lost them (its log was recovered "
-                f"to {lost_from}); the slave's log after {lost_from} is a history the master no "
-                f"longer has. Cut the slave back to {lost_from} (`trioha slave "
-                "--truncate-to-master`) or re-seed it",
+                "master may have sent before it crashed and lost them, or, promoted from a "
+                "slave, bytes of the history it took over that it never had (its log was "
+                f"recovered to {lost_from}); the slave's log after {lost_from} is a history the "
+                f"master does not have. {_cut_back(lost_from)}",
                 diverged_at=lost_from,
             )
     if offset > log.max_offset:
+        # Nothing this master sent lies past its end, so the slave's history parts from its
+        # own at the latest where this master's latest history begins: the newest lost range.
+        at = max((lo for lo, _ in log.lost if lo < log.max_offset), default=log.max_offset)
+        where = "" if at == log.max_offset else f" (from {at}, where its latest history begins)"
         return _closed(
             state,
             f"slave requests offset {offset} but the master's log ends at {log.max_offset}: "
-            "the slave holds data this master does not (diverged history or a wrong master)",
-            diverged_at=log.max_offset,
+            "the slave holds data this master does not (diverged history or a wrong "
+            f"master){where}. {_cut_back(at)}",
+            diverged_at=at,
         )
     if options.epoch_mode:
         start = choose_epoch_start(offset, log, state.from_last_file)
@@ -476,6 +507,7 @@ def _master_first_report(
             f"slave requests offset {offset}, which no longer exists on the master "
             f"(oldest offset {log.min_offset}); the slave cannot catch up and must be "
             "re-seeded (RocketMQ #3388)",
+            oldest=log.min_offset,
         )
     new = attrs.evolve(
         state,
@@ -540,6 +572,7 @@ def _master_send(state: MasterState, event: SendReady, options: MasterOptions) -
             state,
             f"offset {start} was deleted on the master while the slave still needed it "
             f"(oldest offset now {log.min_offset}); the slave must be re-seeded (RocketMQ #3388)",
+            oldest=log.min_offset,
         )
     epoch = epoch_start = -1
     end = log.readable_end(start)
@@ -684,9 +717,21 @@ def _slave_header(state: SlaveState, event: HeaderReceived) -> SlaveStep:
     if state.expected not in (0, event.offset):
         # HAClient.dispatchReadRequest: "master pushed offset not equal the max phy offset in
         # slave"; nothing of this frame is appended.
-        # A classic master never does this to a healthy slave (it serves from the slave's
-        # report), so it is the master's divergence signal (``Close.diverged_at``) or a
-        # different master's history: either way the logs are not one history.
+        # A master never does this to a healthy slave (it serves from the slave's report).
+        # A heartbeat (no body) past the slave's end is the master's "deleted" signal
+        # (``Close.oldest``): what the slave needs next is gone there. Otherwise the master's
+        # divergence signal (``Close.diverged_at``) or a different master's history: either
+        # way the logs are not one history.
+        if event.size == 0 and event.offset > state.expected:
+            return SlaveState(phase=SlavePhase.DISCONNECTED, expected=state.expected), (
+                Close(
+                    f"the master's log now begins at {event.offset}, past this slave's end "
+                    f"{state.expected}: the bytes [{state.expected}, {event.offset}) it needs "
+                    "next were deleted on the master (retention, RocketMQ #3388); nothing "
+                    "appended",
+                    oldest=event.offset,
+                ),
+            )
         return SlaveState(phase=SlavePhase.DISCONNECTED, expected=state.expected), (
             Close(
                 f"master pushed offset {event.offset} but the slave's log ends at "

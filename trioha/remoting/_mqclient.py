@@ -27,12 +27,7 @@ from trioha.remoting._codes import (
     ResponseCode,
 )
 from trioha.remoting._json import loads_lenient
-from trioha.store._message import (
-    DecodedMessage,
-    StoredMessage,
-    decode_record,
-    properties_to_string,
-)
+from trioha.store import DecodedMessage, StoredMessage, decode_record, properties_to_string
 
 #: ``DefaultMQProducer.defaultTopicQueueNums``: queues of a topic auto-created by a send.
 DEFAULT_TOPIC_QUEUE_NUMS = 4

@@ -28,7 +28,7 @@ from trioha.store._message import (
     DecodedIncomplete,
     ReadableBuffer,
     RecordLayout,
-    parse_record,
+    parse_before_hole,
 )
 
 __all__ = ["boundaries_around", "check_boundary", "last_record"]
@@ -38,6 +38,7 @@ class _Segment(Protocol):
     start: int
     wrote: int
     data_start: int
+    backed: int
 
     def buffer(self) -> ReadableBuffer: ...
 
@@ -73,8 +74,9 @@ def last_record(segments: Sequence[_Segment], segment_size: int) -> tuple[int, i
         buf = seg.buffer()
         lo = seg.data_start if seg is segments[0] else 0
         end = seg.wrote
+        backed = seg.backed  # past it a hole: zeros, never read through the buffer
         target = end  # the record sought ends here, where the next one begins
-        hi = end
+        hi = min(end, backed)
         while budget > 0:
             at = _rfind_magic(buf, lo + 4, hi)
             if at < 0:
@@ -82,7 +84,7 @@ def last_record(segments: Sequence[_Segment], segment_size: int) -> tuple[int, i
             budget -= 1
             pos = at - 4
             hi = at + 3  # next: the occurrences before this one
-            r = parse_record(buf, pos, end, False, seg.start)
+            r = parse_before_hole(buf, pos, end, backed, False, seg.start)
             if type(r) is RecordLayout:
                 stop = pos + r.fields[0]
                 if r.fields[6] == seg.start + pos and (
@@ -95,7 +97,7 @@ def last_record(segments: Sequence[_Segment], segment_size: int) -> tuple[int, i
             elif (
                 type(r) is DecodedIncomplete
                 and target == end
-                and pos + _PHYSICAL_END <= end
+                and pos + _PHYSICAL_END <= min(end, backed)
                 and int.from_bytes(buf[pos + 28 : pos + _PHYSICAL_END], "big") == seg.start + pos
             ):
                 target = pos  # the record being received: the one sought ends here
@@ -145,7 +147,7 @@ def boundaries_around(
     while at < wrote:
         if at == pos:
             return offset, offset
-        r = parse_record(buf, at, wrote, False, seg.start)
+        r = parse_before_hole(buf, at, wrote, seg.backed, False, seg.start)
         if type(r) is RecordLayout:
             step = r.fields[0]
             if at + step > pos:

@@ -5,6 +5,11 @@ Big-endian longs: physicMsgTimestamp at 0, logicsMsgTimestamp at 8, indexMsgTime
 16; 5.x adds masterFlushedOffset at 24 and confirmPhyOffset at 32. Bytes after those are
 left as they are. Recovery here scans the whole log, so the checkpoint is written for
 RocketMQ's sake (and for a ConsumeQueue later), not read to decide where to start.
+
+RocketMQ maps the file; trioha writes it in place with ``pwrite`` (a full disk refuses a
+write with ENOSPC, it cannot refuse a store through a mapping, which is a SIGBUS), into
+4 KiB reserved with ``posix_fallocate`` when the file is made: later writes never need
+space, so a clean stop records itself on a full disk.
 """
 
 from __future__ import annotations
@@ -68,7 +73,7 @@ def write_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             if os.fstat(fd).st_size < CHECKPOINT_SIZE:
-                os.ftruncate(fd, CHECKPOINT_SIZE)
+                os.posix_fallocate(fd, 0, CHECKPOINT_SIZE)
             os.pwrite(fd, checkpoint.to_bytes(), 0)
             os.fdatasync(fd)
         finally:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -64,6 +65,8 @@ log = logging.getLogger("trioha.store")
 _NEVER: Final = 1 << 63
 _RECOVER_NORMALLY_FILES: Final = 3  # recoverNormally starts at the third-to-last file
 _COPY_CHUNK: Final = 1 << 20
+#: ``<offset>-<reason>.bin`` or ``<segment name>-<reason>.segment``, maybe with a ``.<n>``.
+_ASIDE_NAME: Final = re.compile(r"([0-9]{20})-[^/]*\.(?:bin|segment)(?:\.[0-9]+)?")
 
 
 @attrs.frozen
@@ -87,6 +90,10 @@ class RecoveryReport:
     """Why the data ended where it did, when that was not a clean end."""
     deleted_empty: tuple[Path, ...] = ()
     """Segments past the end that held only zeros, deleted."""
+    earlier_aside: tuple[Path, ...] = ()
+    """Files of the aside directory holding bytes from at or past ``valid_end`` that an
+    earlier start (or a cut) took out of the log: where the bytes a refused start cut went,
+    when the next start finds nothing left to cut. Oldest offset first."""
 
 
 class FileCommitLog(LogCore[SegmentFile]):
@@ -198,7 +205,8 @@ class FileCommitLog(LogCore[SegmentFile]):
         if not segs:
             if start is not None:
                 self._record_start(None)
-            return RecoveryReport(clean_shutdown, 0, 0, 0, 0, 0)
+            earlier = self._earlier_aside(0, [])
+            return RecoveryReport(clean_shutdown, 0, 0, 0, 0, 0, earlier_aside=earlier)
         for seg in segs:
             seg.wrote = seg.flushed = size
         first = segs[0]
@@ -290,6 +298,7 @@ class FileCommitLog(LogCore[SegmentFile]):
             kept_aside=tuple(kept),
             reason=reason,
             deleted_empty=tuple(deleted),
+            earlier_aside=self._earlier_aside(self.max_offset, kept),
         )
         log.info(
             "commit log %s recovered (%s): %d messages in %d segments, [%d, %d)%s",
@@ -302,6 +311,22 @@ class FileCommitLog(LogCore[SegmentFile]):
             f"; {cut} bytes kept aside ({reason})" if reason else "",
         )
         return report
+
+    def _earlier_aside(self, end: int, now: list[Path]) -> tuple[Path, ...]:
+        """What the aside directory holds from at or past ``end`` besides ``now`` (its file
+        names begin with the offset of their first byte, see :meth:`_keep_aside` and
+        :meth:`_move_aside`)."""
+        try:
+            names = os.listdir(self.aside_dir)
+        except OSError:
+            return ()
+        found = []
+        for name in names:
+            match = _ASIDE_NAME.fullmatch(name)
+            path = self.aside_dir / name
+            if match is not None and int(match.group(1)) >= end and path not in now:
+                found.append((int(match.group(1)), name, path))
+        return tuple(path for _, _, path in sorted(found))
 
     # --- storage hooks --------------------------------------------------------------------
 
@@ -360,9 +385,12 @@ class FileCommitLog(LogCore[SegmentFile]):
         seg.close()
         try:
             seg.path.unlink()
+        except FileNotFoundError:
+            log.warning("commit log file %s was already gone when deleted", seg.path)
         except OSError as exc:
             raise StorageError(f"cannot delete {seg.path}: {exc}") from None
-        self._dir_dirty = True
+        with self._lock:  # retention deletes from a worker thread; a flush reads the flag
+            self._dir_dirty = True
 
     def _record_start(self, offset: int | None) -> None:
         marker = self.start_marker

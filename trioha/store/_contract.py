@@ -11,13 +11,13 @@ may run in a worker thread (``trio.to_thread.run_sync``) while the owner appends
 
 from __future__ import annotations
 
+import enum
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, Protocol
 
 import attrs
 
-from trioha._config import FlushDiskType
 from trioha.store._message import (
     HostAddress,
     PropertiesForm,
@@ -30,6 +30,17 @@ from trioha.store._message import (
 DEFAULT_MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024
 """``maxMessageSize``: the largest body accepted (4 MiB)."""
 DEFAULT_STORE_HOST: Final = HostAddress("127.0.0.1", 10911)
+
+
+class FlushDiskType(enum.Enum):
+    """``org.apache.rocketmq.store.config.FlushDiskType``: when an append is on disk.
+
+    It lives with the store, as RocketMQ keeps it beside ``MessageStoreConfig``; the broker's
+    configuration (``trioha._config``) reads it from here.
+    """
+
+    SYNC_FLUSH = "SYNC_FLUSH"
+    ASYNC_FLUSH = "ASYNC_FLUSH"
 
 
 def system_clock_ms() -> int:
@@ -196,6 +207,19 @@ class CommitLog(Protocol):
     def delete_segments_before(self, offset: int) -> int:
         """Delete whole oldest segments that end at or before ``offset``; returns how many."""
 
+    def release_segments_before(self, offset: int) -> Released:
+        """Take whole oldest segments ending at or before ``offset`` out of the log (never the
+        last); their files go with :meth:`Released.destroy`."""
+
+    def segment_times(self) -> list[int]:
+        """Each segment's last-modified time (ms since the epoch), oldest first."""
+
+    def floor_queue_offsets(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Raise the next queue offsets to at least these (consume queues' ends)."""
+
+    def forget_queue(self, topic: str, queue_id: int) -> None:
+        """Count the queue's offsets from 0 again (its consume queue was destroyed)."""
+
     def close(self) -> None:
         """Flush and release the log; idempotent."""
 
@@ -209,6 +233,11 @@ class SegmentLike(Protocol):
     wrote: int
     flushed: int
     data_start: int
+    backed: int
+
+    @property
+    def modified_ms(self) -> int:
+        """When the segment was last written (ms since the epoch)."""
 
     def buffer(self) -> ReadableBuffer: ...
     def write(self, pos: int, data: bytes | bytearray | memoryview) -> None: ...
@@ -216,6 +245,25 @@ class SegmentLike(Protocol):
     def zero(self, pos: int, end: int) -> None: ...
     def drop_pages(self, pos: int = 0, end: int | None = None) -> None: ...
     def close(self) -> None: ...
+
+
+@attrs.define
+class Released:
+    """Segments retention took out of a log (``CommitLog.release_segments_before``), whose
+    files are not deleted yet: :meth:`destroy` deletes them, once."""
+
+    #: Where each released segment started, oldest first (empty: nothing was released).
+    starts: tuple[int, ...]
+    #: The log's first offset without them.
+    min_offset: int
+    _destroy: Callable[[], None] | None = attrs.field(default=None, repr=False)
+
+    def destroy(self) -> None:
+        """Close and delete the files (blocking IO, so any thread may run it; raises
+        ``StorageError`` naming the file that could not be deleted)."""
+        destroy, self._destroy = self._destroy, None
+        if destroy is not None:
+            destroy()
 
 
 @attrs.frozen

@@ -8,9 +8,10 @@ Mirrors ``DefaultMessageStore``'s ``isSpaceFull`` check and ``RunningFlags``:
 * above ``diskSpaceWarningLevelRatio`` (0.90) the DISK_FULL flag is set and puts are refused
   with ``SERVICE_NOT_AVAILABLE``; at or below it the flag is cleared on the next check, with
   no restart and no admin command;
-* above ``diskSpaceCleanForciblyRatio`` (0.85) and ``diskMaxUsedSpaceRatio`` (0.75) RocketMQ
-  deletes old commit log files. trioha deletes none (it has no retention service), so it
-  says so once at WARNING: the operator has to free space.
+* above ``diskMaxUsedSpaceRatio`` (0.75) retention deletes expired commit log files at once,
+  and above ``diskSpaceCleanForciblyRatio`` (0.85) with ``cleanFileForciblyEnable`` the oldest
+  whatever their age (``trioha.broker._retention``, which also measures through this guard);
+  each crossing is said once at WARNING.
 
 A write that *fails* (``OSError``: ENOSPC, EIO, a read-only remount) is the other signal, the
 counterpart of RocketMQ's WRITE_LOGICS_QUEUE_ERROR bit: the writer reports it with
@@ -89,7 +90,10 @@ COMMIT_LOG = "commit log"
 COMMIT_LOG_FLUSH = "commit log flush"
 CONSUME_QUEUE = "consume queues"
 CONSUME_QUEUE_CHECKPOINT = "consume queue checkpoint"
+MESSAGE_INDEX = "message index"
 METADATA = "metadata files"
+SENT_MARK = "HA sent mark"
+ACKED_MARK = "acknowledged mark"
 
 
 class DiskGuard:
@@ -112,7 +116,8 @@ class DiskGuard:
         self.warning_ratio = warning_ratio
         self.clean_forcibly_ratio = clean_forcibly_ratio
         self.max_used_ratio = max_used_ratio
-        self._measure = measure
+        #: What measures one path's used fraction (``statvfs``; a test swaps in a fake).
+        self.probe = measure
         self.ratios: dict[str, float] = dict.fromkeys(self.paths, 0.0)
         self.level = DiskLevel.OK
         self._failures: dict[str, _Failure] = {}
@@ -154,7 +159,7 @@ class DiskGuard:
     # --- inputs -----------------------------------------------------------------------------
     def measure(self) -> dict[str, float]:
         """Measure every path (blocking ``statvfs``: call it from a worker thread)."""
-        return {name: self._measure(path) for name, path in self.paths.items()}
+        return {name: self.probe(path) for name, path in self.paths.items()}
 
     def check(self, ratios: Mapping[str, float]) -> None:
         """Apply a measurement (``isSpaceFull``) and open one retry for failing writers."""
@@ -196,8 +201,8 @@ class DiskGuard:
                 else self.max_used_ratio
             )
             log.warning(
-                "disk of the commit log (%s) is %.2f used, %s %.2f%s; trioha deletes no old "
-                "commit log files, so free space before it passes %.2f and puts are refused",
+                "disk of the commit log (%s) is %.2f used, %s %.2f%s; retention deletes old "
+                "commit log files at its next run; puts are refused above %.2f",
                 where,
                 ratio,
                 new.value,
@@ -206,28 +211,42 @@ class DiskGuard:
                 self.warning_ratio,
             )
 
-    def failed(self, what: str, exc: BaseException, *, blocks_puts: bool = True) -> None:
-        """A writer's attempt failed with *exc*; logged at ERROR once per failure spell."""
+    def failed(
+        self, what: str, exc: BaseException, *, blocks_puts: bool = True, effect: str = ""
+    ) -> None:
+        """A writer's attempt failed with *exc*; logged at ERROR once per failure spell.
+
+        *effect* says what stops meanwhile (for a writer whose failure does not refuse puts:
+        ``"replication to slaves is paused at 1024"``).
+        """
         message = _one_line(exc)
         failure = self._failures.get(what)
         if failure is None:
             self._failures[what] = _Failure(message, blocks_puts)
+            if blocks_puts:
+                effect = "puts are refused (SERVICE_NOT_AVAILABLE)" + (
+                    f" and {effect}" if effect else ""
+                )
             log.error(
                 "%s cannot be written: %s; %sretrying every check until it works",
                 what,
                 message,
-                "puts are refused (SERVICE_NOT_AVAILABLE); " if blocks_puts else "",
+                f"{effect}; " if effect else "",
             )
             return
         failure.error = message
         failure.retry = False
 
-    def succeeded(self, what: str) -> None:
-        """A writer's attempt worked; logged once if it had been failing."""
-        if self._failures.pop(what, None) is not None:
-            log.warning(
-                "%s written again; %s", what, "puts accepted" if self.writable else self.describe()
-            )
+    def succeeded(self, what: str, resumed: str = "") -> None:
+        """A writer's attempt worked; logged once if it had been failing (*resumed* says
+        what goes on again, for a writer whose failure did not refuse puts)."""
+        failure = self._failures.pop(what, None)
+        if failure is not None:
+            if resumed and not failure.blocks_puts:
+                now = resumed
+            else:
+                now = "puts accepted" if self.writable else self.describe()
+            log.warning("%s written again; %s", what, now)
 
     def retry_due(self, what: str) -> bool:
         """Whether a failing writer may try again now (always True for a healthy one)."""

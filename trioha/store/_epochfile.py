@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 from trioha._errors import StorageError
-from trioha.proto._epochs import EpochError, EpochHistory, format_epoch_file, parse_epoch_file
+from trioha.proto import EpochError, EpochHistory, format_epoch_file, parse_epoch_file
 from trioha.store._segment import fsync_directory
 
 __all__ = ["EPOCH_FILE_NAME", "EpochFile"]

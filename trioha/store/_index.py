@@ -22,6 +22,23 @@ Recovery: the broker's dispatcher re-indexes from its checkpoint; entries below 
 ``endPhyOffset`` are skipped (``buildIndex``), so re-dispatching is harmless. A file that may
 hold entries not flushed before a crash (its end is past what the last flush covered) is
 dropped at load, as RocketMQ drops files newer than the checkpoint's ``indexMsgTimestamp``.
+Entries of messages the commit log no longer holds (a tail lost in a power cut, a replica cut
+back) are removed newest first (:meth:`IndexService.cut_tail`, :meth:`IndexService.truncate`),
+each slot given back the entry it held before, so that the messages later stored at those
+offsets are indexed and no lookup returns a message that is gone.
+
+Space: a page of a sparse file written through a mapping is allocated when it is first
+written, and when the filesystem is full that write is a SIGBUS that kills the process (the
+filesystem cannot refuse a store instruction the way it refuses a ``write``). So no page is
+ever written, or read, through the mapping before its space is reserved with
+``posix_fallocate``: the header and every slot page a batch touches, and the entries ahead of
+the last one in steps of :data:`ENTRY_RESERVE_STEP`. A refusal (ENOSPC) comes back as the
+``OSError`` of any full-disk write, before anything of the batch is written; the service keeps
+the batch's keys and writes them with the next batch (the dispatcher retries, see
+``trioha.broker._reput``). A file takes the space of the pages its keys touch, as before,
+until it holds :data:`FULL_SLOTS_AFTER` of an entry per slot; then its whole slot table is
+reserved at once (most of it is touched by then). Lookups read the slot of a page not
+reserved yet with ``pread``.
 """
 
 from __future__ import annotations
@@ -32,7 +49,8 @@ import mmap
 import operator
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from itertools import islice, repeat
 from pathlib import Path
 from typing import Final
 
@@ -72,6 +90,16 @@ _ENTRY = struct.Struct(">iqii")
 _SLOT = struct.Struct(">i")
 _INT_MAX = 2**31 - 1
 _MAX_CACHED_TOPICS = 100_000
+_PAGE = mmap.PAGESIZE
+_PAGE_SHIFT = _PAGE.bit_length() - 1  # a power of two
+_first = operator.itemgetter(0)
+_FOURS, _HEADERS, _PAGE_SHIFTS = repeat(SLOT_SIZE), repeat(HEADER_SIZE), repeat(_PAGE_SHIFT)
+ENTRY_RESERVE_STEP: Final = 256 * 1024
+"""Bytes of entries reserved ahead at a time (13,107 entries): one ``posix_fallocate`` per
+step, none for the batches in between."""
+FULL_SLOTS_AFTER: Final = 1 / 64
+"""Entries per slot after which a file's whole slot table is reserved: tracking the pages
+keys touch costs a few hundred instructions per key, and by then most are touched."""
 
 
 def index_key_hash(key: str) -> int:
@@ -92,7 +120,8 @@ def file_name_for(ms: int) -> str:
 
 
 class IndexFile:
-    """One index file, mapped read-write; see the module docstring for the layout."""
+    """One index file, mapped read-write; see the module docstring for the layout and for
+    how space is reserved before the mapping writes it."""
 
     def __init__(
         self,
@@ -109,28 +138,118 @@ class IndexFile:
         self.slots = slots
         self.max_index = max_index
         self.size = HEADER_SIZE + SLOT_SIZE * slots + ENTRY_SIZE * max_index
+        self._entries_at = HEADER_SIZE + SLOT_SIZE * slots
         new = not path.exists()
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             if os.fstat(fd).st_size < self.size:
                 os.ftruncate(fd, self.size)  # sparse: untouched pages take no space
+            # Read, not mapped: the header page may be a hole (a crash before its first write).
+            header: tuple[int, int, int, int, int, int] = _HEADER.unpack(
+                os.pread(fd, HEADER_SIZE, 0).ljust(HEADER_SIZE, b"\0")
+            )
             self._map = mmap.mmap(fd, self.size)
-        finally:
+        except BaseException:
             os.close(fd)
-        header: tuple[int, int, int, int, int, int] = _HEADER.unpack_from(self._map, 0)
+            if new:
+                path.unlink(missing_ok=True)
+            raise
+        self._fd = fd
+        #: One byte per page of header and slots: 1 once its space is reserved.
+        self._reserved = bytearray(-(-self._entries_at // _PAGE))
+        self._unreserved = len(self._reserved)
         self.begin_timestamp: int = header[0]
         self.end_timestamp: int = header[1]
         self.begin_phy_offset: int = header[2]
         self.end_phy_offset: int = header[3]
         self.hash_slot_count: int = header[4]
         self.index_count: int = max(header[5], 1)  # IndexHeader.load: a value <= 0 reads as 1
+        #: Entries are reserved up to here (page-aligned; those below the count were written).
+        self._entries_reserved = self._entry_at(self.index_count) // _PAGE * _PAGE
         if new:
             # IndexFile's constructor: a new file continues where the previous one ended.
             if end_phy_offset > 0:
                 self.begin_phy_offset = self.end_phy_offset = end_phy_offset
             if end_timestamp > 0:
                 self.begin_timestamp = self.end_timestamp = end_timestamp
-            self._write_header()
+            try:
+                self._reserve_pages({0})
+                self._write_header()
+            except BaseException:
+                self.destroy()
+                raise
+
+    def _entry_at(self, entry: int) -> int:
+        return self._entries_at + ENTRY_SIZE * entry
+
+    def _reserve_pages(self, missing: set[int]) -> None:
+        """Reserve the header/slot pages ``missing`` (consecutive ones in one call); raises
+        the ``OSError`` of a full disk before any is marked."""
+        pages = sorted(missing)
+        run_start = 0
+        for i, page in enumerate(pages):
+            if i == 0 or page != pages[i - 1] + 1:
+                run_start = page
+            if i + 1 == len(pages) or pages[i + 1] != page + 1:
+                # Never past the file's end: posix_fallocate would make the file longer.
+                end = min(self.size, (page + 1) * _PAGE)
+                os.posix_fallocate(self._fd, run_start * _PAGE, end - run_start * _PAGE)
+        reserved = self._reserved
+        for page in pages:
+            reserved[page] = 1
+        self._unreserved -= len(pages)
+
+    def _reserve_for(self, hashes: Iterable[int], entries_end: int) -> None:
+        """Reserve what writing entries up to ``entries_end`` (an entry number) with these
+        key hashes touches: the header page, the hashes' slot pages, the entries."""
+        if self._unreserved:
+            self._reserve_slots(hashes)
+        self._reserve_entries(entries_end)
+
+    def _reserve_slots(self, hashes: Iterable[int]) -> None:
+        """The header page and the slot pages of these key hashes (computed by C iterators:
+        this runs for every key until the slots are reserved). A file in steady use touches
+        most of them: once it holds :data:`FULL_SLOTS_AFTER` of an entry per slot, or seven
+        eighths of the pages are reserved, the rest go at once, and nobody calls this any
+        more (a file of the default sizes after 78,125 entries: 20 MB of slots)."""
+        reserved = self._reserved
+        pages = set(
+            map(
+                operator.rshift,
+                map(
+                    operator.add,
+                    map(operator.mul, map(operator.mod, hashes, repeat(self.slots)), _FOURS),
+                    _HEADERS,
+                ),
+                _PAGE_SHIFTS,
+            )
+        )
+        pages.add(0)
+        missing = {page for page in pages if not reserved[page]}
+        if (
+            self.index_count >= self.slots * FULL_SLOTS_AFTER
+            or self._unreserved - len(missing) <= len(reserved) // 8
+        ):
+            missing = {page for page, done in enumerate(reserved) if not done}
+        if missing:
+            self._reserve_pages(missing)
+
+    def _reserve_entries(self, entries_end: int) -> None:
+        """The entries up to ``entries_end`` (an entry number), a step ahead."""
+        end = self._entry_at(entries_end)
+        if end > self._entries_reserved:
+            upto = min(self.size, end + ENTRY_RESERVE_STEP)
+            os.posix_fallocate(self._fd, self._entries_reserved, upto - self._entries_reserved)
+            self._entries_reserved = upto
+
+    def _read_slot(self, slot_at: int) -> int:
+        """A slot's value; read with ``pread`` while its page is not reserved (a hole there
+        read through the mapping could fault on a full filesystem)."""
+        if self._reserved[slot_at // _PAGE]:
+            value: int = _SLOT.unpack_from(self._map, slot_at)[0]
+            return value
+        data = os.pread(self._fd, SLOT_SIZE, slot_at)
+        return int(_SLOT.unpack(data)[0]) if len(data) == SLOT_SIZE else 0
 
     def _write_header(self) -> None:
         _HEADER.pack_into(
@@ -157,6 +276,7 @@ class IndexFile:
         """:meth:`put_key` with the key's :func:`index_key_hash` already computed."""
         if self.index_count >= self.max_index:
             return False
+        self._reserve_for((key_hash,), self.index_count + 1)
         slot_at = HEADER_SIZE + (key_hash % self.slots) * SLOT_SIZE
         previous = _SLOT.unpack_from(self._map, slot_at)[0]
         if previous <= 0 or previous > self.index_count:
@@ -190,7 +310,10 @@ class IndexFile:
     def put_hashes(self, entries: list[tuple[int, int, int]], start: int) -> int:
         """:meth:`put_hash` for ``entries[start:]`` (key hash, offset, store time) until the
         file is full; returns how many were put. The header is written once, at the end:
-        the bytes are those of as many :meth:`put_hash` calls (the dispatcher's batch)."""
+        the bytes are those of as many :meth:`put_hash` calls (the dispatcher's batch).
+
+        Raises the ``OSError`` of a full disk when the space cannot be reserved, before any
+        of the entries is written."""
         slots, max_index = self.slots, self.max_index
         entries_at = HEADER_SIZE + SLOT_SIZE * slots
         mapped = self._map
@@ -199,6 +322,10 @@ class IndexFile:
         begin_ts, begin_phy = self.begin_timestamp, self.begin_phy_offset
         end_ts, end_phy = self.end_timestamp, self.end_phy_offset
         stop = min(len(entries), start + max(0, max_index - count))
+        if stop > start:
+            if self._unreserved:
+                self._reserve_slots(map(_first, islice(entries, start, stop)))
+            self._reserve_entries(count + stop - start)
         for key_hash, phy_offset, store_timestamp in entries[start:stop]:
             slot_at = HEADER_SIZE + (key_hash % slots) * SLOT_SIZE
             previous = slot_unpack(mapped, slot_at)[0]
@@ -240,7 +367,7 @@ class IndexFile:
         """``selectPhyOffset``: walk the key's chain, newest first, collecting offsets."""
         key_hash = index_key_hash(key)
         slot_at = HEADER_SIZE + (key_hash % self.slots) * SLOT_SIZE
-        entry = _SLOT.unpack_from(self._map, slot_at)[0]
+        entry = self._read_slot(slot_at)
         if entry <= 0 or entry > self.index_count or self.index_count <= 1:
             return
         entries_at = HEADER_SIZE + SLOT_SIZE * self.slots
@@ -261,12 +388,57 @@ class IndexFile:
                 return
             entry = previous
 
+    def entry_offset(self, entry: int) -> int:
+        """The commit log offset entry number ``entry`` (below the count) points at."""
+        offset: int = _ENTRY.unpack_from(self._map, self._entry_at(entry))[1]
+        return offset
+
+    def cut_to(self, count: int) -> int:
+        """Remove the entries numbered ``count`` and up, newest first; returns how many.
+
+        Each removed entry gives its slot back the entry it had replaced there (its link),
+        so the file reads as it did before they were put. The header's end becomes that of
+        the newest entry left, its time to the second (entries keep no milliseconds).
+        """
+        count = max(count, 1)
+        n = self.index_count
+        if count >= n:
+            return 0
+        entries_at, slots, mapped = self._entries_at, self.slots, self._map
+        # Pages written before, hence allocated; reserved anyway, as every write here is.
+        hashes = [
+            _ENTRY.unpack_from(mapped, entries_at + ENTRY_SIZE * e)[0] for e in range(count, n)
+        ]
+        self._reserve_for(hashes, n)
+        for entry in range(n - 1, count - 1, -1):
+            key_hash, _, _, previous = _ENTRY.unpack_from(mapped, entries_at + ENTRY_SIZE * entry)
+            slot_at = HEADER_SIZE + (key_hash % slots) * SLOT_SIZE
+            if _SLOT.unpack_from(mapped, slot_at)[0] == entry:
+                restored = previous if 0 < previous < entry else 0
+                _SLOT.pack_into(mapped, slot_at, restored)
+                if restored == 0 and self.hash_slot_count > 0:
+                    self.hash_slot_count -= 1
+            _ENTRY.pack_into(mapped, entries_at + ENTRY_SIZE * entry, 0, 0, 0, 0)
+        self.index_count = count
+        if count > 1:
+            _, phy, time_diff, _ = _ENTRY.unpack_from(mapped, entries_at + ENTRY_SIZE * (count - 1))
+            self.end_phy_offset = phy
+            self.end_timestamp = self.begin_timestamp + time_diff * 1000
+        else:
+            self.end_phy_offset, self.end_timestamp = self.begin_phy_offset, self.begin_timestamp
+        self._write_header()
+        self.flush()
+        return n - count
+
     def flush(self) -> None:
         self._map.flush()
 
     def close(self) -> None:
         if not self._map.closed:
             self._map.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def destroy(self) -> None:
         self.close()
@@ -311,6 +483,8 @@ class IndexService:
         self.files: list[IndexFile] = []
         #: Unsigned ``hashCode`` of ``topic + "#"``, per topic.
         self._prefix_hashes: dict[str, int] = {}
+        #: Entries (key hash, offset, store time) a full disk refused, written first next time.
+        self._pending: list[tuple[int, int, int]] = []
 
     # --- start and stop ---------------------------------------------------------------------
     def load(self, *, flushed_up_to: int | None) -> None:
@@ -348,12 +522,58 @@ class IndexService:
             index_file.close()
         self.files.clear()
 
+    @property
+    def pending(self) -> int:
+        """Entries kept in memory because the disk refused them (written by the next build)."""
+        return len(self._pending)
+
+    def cut_tail(self, drop: Callable[[int], bool]) -> int:
+        """Remove the newest entries whose commit log offset ``drop`` says is gone, newest
+        first, stopping at the first one kept; returns how many were removed.
+
+        A newest file left without entries goes too, as does an empty one whose end
+        (inherited from the file before) is gone: the next file then continues from the
+        file that is left, and what was removed is indexed again when dispatched again.
+        """
+        removed = 0
+        self._pending = [e for e in self._pending if not drop(e[1])]
+        while self.files:
+            last = self.files[-1]
+            keep = last.index_count
+            while keep > 1 and drop(last.entry_offset(keep - 1)):
+                keep -= 1
+            cut = last.cut_to(keep)
+            removed += cut
+            if keep > 1 or not (cut or drop(last.end_phy_offset)):
+                break
+            self.files.pop().destroy()
+            log.info("removed index file %s: none of its entries is left", last.path)
+        return removed
+
+    def truncate(self, offset: int) -> int:
+        """Remove the entries of messages at or past commit log ``offset`` (a replica cut back
+        there); returns how many."""
+        removed = self.cut_tail(lambda phy: phy >= offset)
+        if removed:
+            log.info(
+                "message index: %d entries at or past commit log offset %d removed", removed, offset
+            )
+        return removed
+
     def delete_expired(self, commitlog_min_offset: int) -> int:
         """``deleteExpiredFile``: files wholly below the commit log's start, never the last."""
         removed = 0
         while len(self.files) > 1 and self.files[0].end_phy_offset < commitlog_min_offset:
-            self.files.pop(0).destroy()
+            gone = self.files.pop(0)
+            gone.destroy()
             removed += 1
+            log.info(
+                "deleted index file %s: its last entry (commit log offset %d) is below the "
+                "log's start %d",
+                gone.path.name,
+                gone.end_phy_offset,
+                commitlog_min_offset,
+            )
         return removed
 
     # --- building ---------------------------------------------------------------------------
@@ -440,12 +660,20 @@ class IndexService:
 
         The same entries, in the same order, as one :meth:`build_raw` per message: the keys
         are hashed first, then written with one header update per file touched.
+
+        A full disk (the ``OSError`` raised) leaves the entries not written yet in memory;
+        the next call writes them first and skips the messages they cover, so a dispatcher
+        that hands the same messages again after a failure indexes each key exactly once.
         """
         last = self.files[-1] if self.files else None
+        hashes = self._pending
+        self._pending = []
         # build_raw's skip rule, followed as the entries would move the newest file's end.
-        floor = last.end_phy_offset if last is not None else -1
-        holds = last is not None and last.index_count > 1
-        hashes: list[tuple[int, int, int]] = []
+        if hashes:
+            floor, holds = hashes[-1][1], True
+        else:
+            floor = last.end_phy_offset if last is not None else -1
+            holds = last is not None and last.index_count > 1
         add = hashes.append
         prefixes, extensions, mul = self._prefix_hashes, _EXTENSIONS, operator.mul
         for topic, phy_offset, stamp, uniq_key, keys in messages:
@@ -472,8 +700,12 @@ class IndexService:
                 add((h, phy_offset, stamp))
                 floor, holds = phy_offset, True
         done = 0
-        while done < len(hashes):
-            done += self._writable(now_ms).put_hashes(hashes, done)
+        try:
+            while done < len(hashes):
+                done += self._writable(now_ms).put_hashes(hashes, done)
+        except OSError:
+            self._pending = hashes[done:]
+            raise
 
     def build(self, message: IndexedMessage, now_ms: int) -> None:
         """:meth:`build_raw` for one message."""

@@ -17,6 +17,7 @@ import bisect
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import partial
 from typing import Any, Generic, Self, TypeVar
 
 from trioha._errors import CorruptLogError, MessageTooLargeError, OffsetMismatchError, StorageError
@@ -26,6 +27,7 @@ from trioha.store._contract import (
     DEFAULT_STORE_HOST,
     AppendResult,
     NewMessage,
+    Released,
     SegmentLike,
     SetAside,
     system_clock_ms,
@@ -46,6 +48,9 @@ from trioha.store._message import (
 from trioha.store._scan import PageBudget, QueueOffsets, RecordScan
 
 log = logging.getLogger("trioha.store")
+
+#: What a read of END_OF_FILE padding returns (a shared buffer: no copy for the usual sizes).
+_ZEROS = memoryview(bytes(1 << 20))
 
 S = TypeVar("S", bound=SegmentLike)
 
@@ -407,7 +412,9 @@ class LogCore(abc.ABC, Generic[S]):
         """Written bytes from ``offset``, at most ``max_bytes``, never past a segment end.
 
         This is what the HA master sends (``getData``/``selectMappedBuffer``); a segment
-        closed by a blank record is read up to its end, padding included.
+        closed by a blank record is read up to its end, padding included. The padding is a
+        hole in the file, and it is read as the zeros it is, never through the segment's
+        mapping (``_segment``'s note on holes).
         """
         self._check_open()
         self._check_range(offset)
@@ -417,9 +424,17 @@ class LogCore(abc.ABC, Generic[S]):
             return b""
         seg = self._segments[self._segment_at(offset)]
         pos = offset - seg.start
-        view = seg.view(pos, min(seg.wrote, pos + max_bytes))
-        self._pages.note(seg, len(view))
-        return view
+        end = min(seg.wrote, pos + max_bytes)
+        backed = seg.backed
+        if end <= backed:
+            view = seg.view(pos, end)
+            self._pages.note(seg, len(view))
+            return view
+        if pos >= backed:
+            return _ZEROS[: end - pos] if end - pos <= len(_ZEROS) else bytes(end - pos)
+        written = seg.view(pos, backed)
+        self._pages.note(seg, len(written))
+        return bytes(written) + bytes(end - backed)
 
     def iter_messages(self, start: int | None = None) -> Iterator[StoredMessage]:
         """Messages from ``start`` (a record boundary; default the first message).
@@ -504,7 +519,7 @@ class LogCore(abc.ABC, Generic[S]):
             self._generation += 1
             self._flushed = min(self._flushed, offset)
         if pos < old:
-            seg.zero(pos, old)
+            seg.zero(pos, min(old, max(pos, seg.backed)))  # past ``backed``: zeros already
             self._after_truncate(seg)
         # Should a move fail, recovery moves what is left on the next open: the log already
         # ends at ``offset`` on disk.
@@ -601,9 +616,45 @@ class LogCore(abc.ABC, Generic[S]):
         queues.next.update(first)
         queues.cursor = offset
 
-    def delete_segments_before(self, offset: int) -> int:
-        """Retention (``deleteExpiredFileByOffset``): delete whole segments ending at or
-        before ``offset``, oldest first, never the last one. Returns how many."""
+    def segment_times(self) -> list[int]:
+        """Each segment's last-modified time (ms since the epoch), oldest first
+        (``MappedFile.getLastModifiedTimestamp``): what retention compares with
+        ``fileReservedTime``. The last entry is the segment written now."""
+        self._check_open()
+        return [seg.modified_ms for seg in self._segments]
+
+    def floor_queue_offsets(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Make the next queue offset of each ``(topic, queue id)`` at least the one given.
+
+        ``recoverTopicQueueTable``: the log counts queue offsets from the records it holds,
+        so a queue whose messages retention deleted would start again at 0 after a restart,
+        at offsets its consume queue already holds. The broker passes each consume queue's
+        end here when it opens them.
+        """
+        self._catch_up()
+        nxt = self._queues.next
+        for key, offset in offsets.items():
+            if offset > nxt.get(key, 0):
+                nxt[key] = offset
+
+    def forget_queue(self, topic: str, queue_id: int) -> None:
+        """``CommitLog.removeQueueFromTopicQueueTable`` (``cleanExpiredConsumerQueue``): the
+        queue, whose consume queue was destroyed, counts from 0 again."""
+        self._check_open()
+        self._catch_up()
+        if self._queues.next.pop((topic, queue_id), None) is not None:
+            log.info("removeQueueFromTopicQueueTable OK Topic: %s QueueId: %d", topic, queue_id)
+
+    def release_segments_before(self, offset: int) -> Released:
+        """Retention's first half (``deleteExpiredFileByOffset``), in the owner thread: take
+        the whole segments ending at or before ``offset`` out of the log, oldest first,
+        never the last one. Readers see the new min offset at once; the files are deleted by
+        :meth:`Released.destroy` (blocking IO: any thread, e.g. a worker's).
+
+        A reader still holding a view of a released segment keeps its mapping alive until it
+        lets go (``_segment``'s note on lifetime): the bytes under a view never change or
+        fault, which is what ``destroyMapedFileIntervalForcibly`` waits for in RocketMQ.
+        """
         self._check_open()
         self._catch_up()
         size = self._segment_size
@@ -611,18 +662,33 @@ class LogCore(abc.ABC, Generic[S]):
         with self._lock:
             while len(self._segments) > 1 and self._segments[0].start + size <= offset:
                 doomed.append(self._segments.pop(0))
-        if doomed:
-            self._record_start(None)
-            for seg in doomed:
-                self._delete(seg)
-            self._queues.cursor = max(self._queues.cursor, self.min_offset)
-            log.info(
-                "deleted %d commit log segment(s) below %d; the log now starts at %d",
-                len(doomed),
-                offset,
-                self.min_offset,
-            )
-        return len(doomed)
+        if not doomed:
+            return Released((), self.min_offset)
+        self._queues.cursor = max(self._queues.cursor, self.min_offset)
+        starts = tuple(seg.start for seg in doomed)
+        return Released(starts, self.min_offset, partial(self._destroy, doomed, self.min_offset))
+
+    def delete_segments_before(self, offset: int) -> int:
+        """:meth:`release_segments_before` and :meth:`Released.destroy` at once; returns how
+        many segments went."""
+        released = self.release_segments_before(offset)
+        released.destroy()
+        return len(released.starts)
+
+    def _destroy(self, doomed: list[S], min_offset: int) -> None:
+        for seg in doomed:  # oldest first: a crash in between never leaves a hole
+            self._delete(seg)
+        # The start marker last: it may point into the first deleted segment, and one that
+        # points nowhere is ignored on open, while a first segment without it would be read
+        # from its very start.
+        self._record_start(None)
+        log.info(
+            "deleted %d commit log segment(s) [%d, %d); the log now starts at %d",
+            len(doomed),
+            doomed[0].start,
+            doomed[-1].start + self._segment_size,
+            min_offset,
+        )
 
     def __enter__(self) -> Self:
         return self

@@ -769,6 +769,62 @@ def parse_record(
     return RecordLayout(fields, magic, topic_start, topic_end, props_end, body_end)
 
 
+#: What ties a stored record to the place that names it: TOTALSIZE, MAGICCODE, QUEUEID,
+#: QUEUEOFFSET and PHYSICALOFFSET (§4.1), in one unpack of the record's first bytes.
+_TIES = struct.Struct(">iI4xi4xqq")
+RECORD_HEAD_SIZE: Final = _TIES.size
+"""Bytes :func:`is_record_at` needs: a record's head up to its PHYSICALOFFSET."""
+
+
+def is_record_at(
+    head: ReadableBuffer,
+    offset: int,
+    *,
+    size: int | None = None,
+    queue_id: int | None = None,
+    queue_offset: int | None = None,
+) -> bool:
+    """Whether ``head``, the first :data:`RECORD_HEAD_SIZE` (or more) bytes read at commit log
+    ``offset``, begins the message stored there, of ``size`` bytes at ``queue_offset`` of
+    queue ``queue_id`` when those are given (what a consume queue unit says).
+
+    Every record names its own physical offset, so zeros, padding, a blank marker, bytes
+    inside another record or a record of another queue all fail; a unit or an index entry
+    left pointing at bytes the log no longer holds (a tail lost in a crash) is told apart
+    without decoding anything.
+    """
+    if len(head) < _TIES.size:
+        return False
+    total, magic, found_queue, found_offset, physical = _TIES.unpack_from(head, 0)
+    return (
+        magic in (MESSAGE_MAGIC, MESSAGE_MAGIC_V2)
+        and physical == offset
+        and total >= MIN_RECORD_SIZE
+        and (size is None or total == size)
+        and (queue_id is None or found_queue == queue_id)
+        and (queue_offset is None or found_offset == queue_offset)
+    )
+
+
+def parse_before_hole(  # noqa: PLR0917 (parse_record's arguments, and the hole's start)
+    buf: ReadableBuffer, pos: int, end: int, backed: int, check_crc: bool, base_offset: int
+) -> RecordLayout | DecodedBlank | DecodedIncomplete | DecodedInvalid:
+    """:func:`parse_record` over a segment whose bytes from ``backed`` on are a hole (zeros
+    never written, see ``_segment``), without reading the hole through ``buf``.
+
+    A record that runs into the hole was never written whole: it is reported as
+    :class:`DecodedIncomplete` (a torn record), whatever the zeros would have made of it.
+    A header that lies in the hole reads as the zeros it is.
+    """
+    if end <= backed:
+        return parse_record(buf, pos, end, check_crc, base_offset)
+    if pos + _PREFIX.size <= backed:
+        return parse_record(buf, pos, backed, check_crc, base_offset)
+    head = bytes(buf[pos:backed]) if pos < backed else b""
+    head += bytes(_PREFIX.size - len(head))
+    return parse_record(head, 0, min(_PREFIX.size, end - pos), check_crc, base_offset + pos)
+
+
 def _mismatch(off: int, total: int, where: str, computed: int | None = None) -> DecodedInvalid:
     detail = f"total size {total} at {off} "
     detail += (

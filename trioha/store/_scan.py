@@ -18,6 +18,7 @@ from trioha.store._message import (
     ReadableBuffer,
     RecordLayout,
     _decode_topic,
+    parse_before_hole,
     parse_record,
 )
 
@@ -109,10 +110,14 @@ class RecordScan:
             base = seg.start
             pos = offset - base
             end = seg.wrote
+            backed = seg.backed
             check_crc = base >= self.check_crc_from
             noted = pos
             while pos < end:
-                r = parse_record(buf, pos, end, check_crc, base)
+                if end <= backed:  # (the common case: the hole check costs a call per record)
+                    r = parse_record(buf, pos, end, check_crc, base)
+                else:
+                    r = parse_before_hole(buf, pos, end, backed, check_crc, base)
                 if type(r) is RecordLayout:
                     yield buf, pos, base, r
                     pos += r.fields[0]

@@ -20,6 +20,13 @@ Lifetime of views: a ``memoryview`` handed out keeps the mapping alive even afte
 is closed, deleted or moved aside (the mapping is only unmapped when the last view goes).
 Files are never shrunk, so holding a view can never fault; bytes under a view only change
 when that range is truncated (they become zeros).
+
+Holes: the parts of a sparse file never written (the END_OF_FILE padding after a blank
+marker, the rest of the last segment) are never read through the mapping. Reading a hole
+through a shared mapping makes tmpfs allocate a page, and on a full tmpfs that fault is a
+SIGBUS that kills the process. :attr:`SegmentFile.backed` is where the written part ends
+(rounded up to a page); readers stop there and know that what follows reads as zeros
+(:meth:`~trioha.store._logcore.LogCore.read`, and ``parse_before_hole`` for record walks).
 """
 
 from __future__ import annotations
@@ -184,6 +191,20 @@ def data_regions(fd: int, start: int, end: int) -> Iterator[tuple[int, int]]:
         pos = hole
 
 
+def page_up(offset: int, size: int) -> int:
+    """``offset`` rounded up to a whole page, at most ``size``."""
+    return min(size, -(-offset // mmap.PAGESIZE) * mmap.PAGESIZE)
+
+
+def backed_end(fd: int, size: int) -> int:
+    """Where the written part of a file ends: the end of its last data region (holes are
+    found with ``SEEK_HOLE``), rounded up to a page; ``size`` where holes cannot be told."""
+    backed = 0
+    for _, end in data_regions(fd, 0, size):
+        backed = end
+    return page_up(backed, size)
+
+
 def last_nonzero_end(fd: int, start: int, end: int) -> int:
     """The offset just after the last non-zero byte in [start, end), or ``start`` if none."""
     for lo, hi in reversed(list(data_regions(fd, start, end))):
@@ -203,10 +224,23 @@ class SegmentFile:
     ``wrote`` is RocketMQ's wrotePosition (bytes of the file that hold log data, counting a
     closing blank record's whole padding); ``flushed`` is the position known durable;
     ``data_start`` is where data begins (0, except in the first file of a log that a slave
-    started at an offset inside a file).
+    started at an offset inside a file); ``backed`` is where the written part of the file
+    ends, a page boundary: bytes from there on are a hole, zeros never to be read through
+    the mapping (see the module note on holes).
     """
 
-    __slots__ = ("_mm", "_view", "data_start", "fd", "flushed", "path", "size", "start", "wrote")
+    __slots__ = (
+        "_mm",
+        "_view",
+        "backed",
+        "data_start",
+        "fd",
+        "flushed",
+        "path",
+        "size",
+        "start",
+        "wrote",
+    )
 
     def __init__(self, path: Path, fd: int, start: int, size: int) -> None:
         self.path = path
@@ -216,6 +250,7 @@ class SegmentFile:
         self.wrote = 0
         self.flushed = 0
         self.data_start = 0
+        self.backed = 0
         self._mm: mmap.mmap | None = None
         self._view: memoryview | None = None
 
@@ -251,7 +286,13 @@ class SegmentFile:
             fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         except OSError as exc:
             raise StoreLayoutError(f"cannot open commit log file {path}: {exc}") from None
-        return cls(path, fd, start, size)
+        seg = cls(path, fd, start, size)
+        try:
+            seg.backed = backed_end(fd, size)
+        except OSError as exc:
+            os.close(fd)
+            raise StoreLayoutError(f"cannot read commit log file {path}: {exc}") from None
+        return seg
 
     # --- IO -----------------------------------------------------------------------------
 
@@ -263,6 +304,8 @@ class SegmentFile:
         try:
             while done < total:
                 done += os.pwrite(self.fd, view[done:], pos + done)
+                if pos + done > self.backed:
+                    self.backed = page_up(pos + done, self.size)
         except OSError as exc:
             if done:
                 # The part written lies past the log's end and would read as a torn record
@@ -320,6 +363,14 @@ class SegmentFile:
 
     def sync(self) -> None:
         os.fdatasync(self.fd)
+
+    @property
+    def modified_ms(self) -> int:
+        """The file's mtime in ms (``File.lastModified``): a ``pwrite`` moves it."""
+        try:
+            return os.fstat(self.fd).st_mtime_ns // 1_000_000
+        except OSError as exc:
+            raise StorageError(f"cannot stat commit log file {self.path}: {exc}") from exc
 
     def close(self) -> None:
         """Close the file; a mapping still referenced by a caller's view stays until released."""

@@ -25,13 +25,13 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from trioha._config import FlushDiskType
 from trioha._errors import StorageError, StoreLayoutError, StoreLockedError
 from trioha.store._checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from trioha.store._commitlog import FileCommitLog, RecoveryReport
 from trioha.store._contract import (
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_STORE_HOST,
+    FlushDiskType,
     FlushPolicy,
     system_clock_ms,
 )

@@ -12,7 +12,7 @@ import zlib
 
 from hypothesis import strategies as st
 
-from trioha.store._message import (
+from trioha.store import (
     MAX_TOPIC_SIZE_V1,
     MESSAGE_MAGIC,
     MESSAGE_MAGIC_V2,

@@ -9,7 +9,7 @@ import java.util.zip.DataFormatException;
 import java.util.zip.Inflater;
 
 /**
- * Compressed bodies, as trioha/pipeline/_decode.py's compression_of and decompress: the
+ * Compressed bodies, as trioha/pipeline/_batches.py's compression_of and decompress: the
  * algorithm from the sysflag (MessageSysFlag, CompressionType.findByValue), and the body as
  * the producer sent it (UtilAll.uncompress, Lz4Compressor, ZstdCompressor), with
  * java.util.zip, the zstd-jni Spark itself ships, and {@link Lz4Frame}.

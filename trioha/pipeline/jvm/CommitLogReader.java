@@ -1,7 +1,7 @@
 /*
- * Reading one planned partition in the JVM: the record walk of trioha/pipeline/_decode.py
- * (_frame, _after_run, find_record, explain_record) and the decoding of decode_records,
- * one record at a time into columnar batches. What counts as a message, and every value of
+ * Reading one planned partition in the JVM: the record walk of trioha/pipeline/_framing.py
+ * (_frame, _after_run; find_record, explain_record in _validation.py) and the decoding of
+ * decode_records (_batches.py), one record at a time into columnar batches. What counts as a message, and every value of
  * every column, is the Python reader's; the tests compare both engines on the same logs.
  */
 package trioha.pipeline.jvm;
@@ -377,7 +377,7 @@ final class CommitLogReader implements PartitionReader<ColumnarBatch> {
   }
 
   /**
-   * MessageDecoder.string2messageProperties as _decode._properties does it: pairs split at
+   * MessageDecoder.string2messageProperties as _batches._properties does it: pairs split at
    * \u0002, then at the first \u0001; a pair with an empty name or value is skipped; a later
    * duplicate name wins, and the map lists the names in the order of their last pair.
    */
@@ -500,7 +500,7 @@ final class CommitLogReader implements PartitionReader<ColumnarBatch> {
     }
   }
 
-  /** Hosts rendered as _decode._hosts does, remembered while one batch is filled. */
+  /** Hosts rendered as _batches._hosts does, remembered while one batch is filled. */
   static final class HostCache {
     private final HashMap<Long, byte[]> v4 = new HashMap<>();
     private final HashMap<String, byte[]> v6 = new HashMap<>();

@@ -2,7 +2,7 @@
  * The JVM engine of trioha's "commitlog" data source: a Spark DataSource V2 reader that
  * decodes RocketMQ commit log records in the executors' JVMs, with no Python worker and no
  * Arrow hand-off in the way. It yields exactly the rows of the Python reader
- * (trioha/pipeline/_decode.py) in the same schema (trioha/pipeline/_source.py
+ * (trioha/pipeline/_decode.py and its steps) in the same schema (trioha/pipeline/_schema.py
  * MESSAGE_SCHEMA).
  *
  * Partitions are not planned here: the driver's Python planner (trioha/pipeline/_plan.py)
@@ -44,7 +44,7 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 /** {@code spark.read.format("commitlog_jvm")}: one row per message, planned partitions given. */
 public final class CommitLogSource implements TableProvider, DataSourceRegister {
 
-  /** The messages schema; column for column trioha.pipeline._source.MESSAGE_SCHEMA. */
+  /** The messages schema; column for column trioha.pipeline._schema.MESSAGE_SCHEMA. */
   public static final StructType SCHEMA =
       new StructType(
           new StructField[] {

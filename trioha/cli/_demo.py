@@ -14,12 +14,32 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from trioha._config import BrokerConfig, BrokerRole
 from trioha._status import PutStatus
-from trioha.broker import Broker, open_broker
+from trioha.cli._shared import size
+
+if TYPE_CHECKING:
+    from trioha.broker import Broker
+
+
+def register_commands(sub: Any) -> None:
+    """Add ``demo`` to the ``trioha`` command."""
+    demo = sub.add_parser("demo", help="run a master and a slave on loopback with a sync workload")
+    demo.add_argument("--messages", type=int, default=20000, help="messages to put (default 20000)")
+    demo.add_argument("--size", type=size, default=1024, help="body size (default 1K)")
+    demo.add_argument("--producers", type=int, default=16, help="concurrent producers")
+    demo.add_argument(
+        "--mapped-file-size",
+        type=size,
+        default=8 << 20,
+        help="segment size (default 8M, so the workload spans segments)",
+    )
+    demo.add_argument("--dir", type=Path, help="keep the stores here instead of a temp dir")
+    demo.set_defaults(handler=lambda args: trio.run(run_demo, args))
 
 
 def compare_logs(master: Broker, slave: Broker, chunk: int = 1 << 20) -> int | None:
@@ -57,6 +77,8 @@ async def run_demo(args: argparse.Namespace) -> int:
 
 
 async def _demo(args: argparse.Namespace, base: Path) -> int:
+    from trioha.broker import open_broker  # the broker loads when a demo runs, not for --help
+
     out = sys.stdout
     common = {
         "mapped_file_size_commit_log": args.mapped_file_size,

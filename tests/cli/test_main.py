@@ -196,8 +196,8 @@ def test_broker_conf_alone_starts_a_master_with_its_commit_log_where_it_says(
 def test_an_os_error_inside_nursery_groups_is_the_one_line() -> None:
     import errno
 
-    from trioha._cli import _trioha_error, error_line
     from trioha._errors import StorageError
+    from trioha.cli._main import _trioha_error, error_line
 
     bare = PermissionError(errno.EACCES, "Permission denied", "/data/store/lock")
     group = BaseExceptionGroup("nursery", [BaseExceptionGroup("inner", [bare])])
@@ -251,11 +251,62 @@ def test_truncate_to_master_refuses_a_cut_inside_a_record(tmp_path: Path) -> Non
         assert store.commitlog.max_offset == end
 
 
+def test_truncate_to_cuts_a_store_without_a_recorded_divergence_as_a_java_slave_needs(
+    tmp_path: Path,
+) -> None:
+    """A Java slave refused by a trioha master records nothing; the master's log names the
+    offset, and ``--truncate-to`` cuts its stopped store there, consume queues included."""
+    import trio
+
+    from trioha import BrokerConfig
+    from trioha.broker import open_broker
+    from trioha.store import ConsumeQueueStore, open_store
+
+    root = tmp_path / "s"
+    config = BrokerConfig(
+        store_path_root_dir=str(root),
+        mapped_file_size_commit_log=4096,
+        listen_port=0,
+        ha_listen_port=0,
+    )
+
+    async def fill() -> list[int]:
+        async with open_broker(config) as broker:
+            ends = [(await broker.put(topic="T", body=b"m%d" % i)).end_offset for i in range(6)]
+            assert broker.client_side is not None
+            await broker.client_side.reput.wait_dispatched(ends[-1])
+            return ends
+
+    ends = trio.run(fill)
+    (root / "haSentOffset").unlink()  # a Java store keeps no trioha marks
+    cut, end = ends[2], ends[-1]
+    result = run("slave", "--store-dir", str(root), "--truncate-to", str(cut))
+    assert result.returncode == 0, result.stderr
+    assert f"back from {end} to {cut}" in result.stdout
+    assert any((root / "lost+found").iterdir())
+    assert (root / "commitlog" / f"{0:020d}").stat().st_size == 4096  # files keep their size
+    with open_store(root) as store:
+        assert store.commitlog.max_offset == cut
+    queues = ConsumeQueueStore(root)
+    queues.load()
+    try:
+        queue = queues.get("T", 0)
+        assert queue is not None
+        assert queue.max_offset == 3  # the units of the cut messages are gone
+    finally:
+        queues.close()
+    # Not at a boundary: refused, nothing changed (re-seed it).
+    inside = run("slave", "--store-dir", str(root), "--truncate-to", str(cut - 3))
+    assert inside.returncode == 1
+    assert "not a message boundary" in inside.stderr
+    both = run("slave", "--store-dir", str(root), "--truncate-to", "0", "--truncate-to-master")
+    assert both.returncode == 1 and "not both" in both.stderr
+
+
 def test_a_master_on_a_log_damaged_below_its_flushed_mark_refuses_to_start(
     tmp_path: Path,
 ) -> None:
-    from trioha.store import open_store
-    from trioha.store._sent import SentOffsets
+    from trioha.store import SentOffsets, open_store
 
     root = tmp_path / "m"
     with open_store(root, segment_size=4096) as store:

@@ -29,24 +29,32 @@ import os
 import signal
 import ssl
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from functools import partial
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, TextIO
 
 import trio
 
 from trioha._config import DEFAULT_NAMESRV_PORT, BrokerConfig, NamesrvConfig, parse_address
 from trioha._errors import ConfigError, RemotingError
-from trioha.namesrv._processor import serve_namesrv
-from trioha.remoting._client import RemotingClientPool, open_client_pool
-from trioha.remoting._codes import ResponseCode
-from trioha.remoting._mqclient import (
+from trioha.cli._shared import (
+    add_config_options,
+    add_metrics_option,
+    address,
+    require_prometheus_client,
+    run,
+)
+from trioha.namesrv import serve_namesrv
+from trioha.remoting import (
     DEFAULT_TOPIC_QUEUE_NUMS,
     BrokerRoute,
+    RemotingClientPool,
+    ResponseCode,
     TopicRoute,
     get_route,
+    open_client_pool,
     pull_message,
     query_consumer_offset,
     runtime_info,
@@ -63,48 +71,12 @@ TAIL_SUSPEND_MS = 15_000
 COMMIT_INTERVAL = 5.0
 
 
-T = TypeVar("T")
-
-
-def _run(main: Callable[[], Awaitable[T]]) -> T:
-    """``trio.run``, with a lone error out of nurseries raised as itself.
-
-    Trio wraps errors leaving a nursery in exception groups; the ``trioha`` command prints a
-    TriohaError as one line, so a group holding just one is unwrapped.
-    """
-    try:
-        return trio.run(main)
-    except BaseExceptionGroup as group:
-        leaves = list(_leaves(group))
-        if len(leaves) == 1 and isinstance(leaves[0], Exception):
-            raise leaves[0] from None
-        raise
-
-
-def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            yield from _leaves(exc)
-        else:
-            yield exc
-
-
-def _address(text: str) -> str:
-    try:
-        parse_address(text)
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
-
-
 def register_commands(subparsers: Any) -> None:
     """Add ``namesrv``, ``put``, ``tail`` and ``status`` to the ``trioha`` command."""
-    from trioha._cli import add_config_options, add_metrics_option
-
     namesrv = subparsers.add_parser("namesrv", help="run a RocketMQ name server")
     namesrv.add_argument(
         "--listen",
-        type=_address,
+        type=address,
         metavar="HOST:PORT",
         help=f"listen address (default: listenHost and listenPort from -c, else "
         f"127.0.0.1:{DEFAULT_NAMESRV_PORT}; port 0 picks one)",
@@ -129,7 +101,7 @@ def register_commands(subparsers: Any) -> None:
     namesrv.set_defaults(handler=_run_namesrv)
 
     put = subparsers.add_parser("put", help="send messages through a name server's routes")
-    put.add_argument("--namesrv", type=_address, required=True, metavar="HOST:PORT")
+    put.add_argument("--namesrv", type=address, required=True, metavar="HOST:PORT")
     put.add_argument("--topic", required=True)
     put.add_argument("--count", type=int, default=1, help="messages to send (default 1)")
     put.add_argument("--size", type=int, default=64, help="body size in bytes (default 64)")
@@ -138,7 +110,7 @@ def register_commands(subparsers: Any) -> None:
     put.set_defaults(handler=_run_put)
 
     tail = subparsers.add_parser("tail", help="consume a topic as a group and print messages")
-    tail.add_argument("--namesrv", type=_address, required=True, metavar="HOST:PORT")
+    tail.add_argument("--namesrv", type=address, required=True, metavar="HOST:PORT")
     tail.add_argument("--topic", required=True)
     tail.add_argument("--group", required=True)
     tail.add_argument("--count", type=int, help="stop after this many messages")
@@ -146,7 +118,7 @@ def register_commands(subparsers: Any) -> None:
     tail.set_defaults(handler=_run_tail)
 
     status = subparsers.add_parser("status", help="a broker's role, offsets, slaves and lag")
-    status.add_argument("broker", type=_address, metavar="HOST:PORT", help="the broker port")
+    status.add_argument("broker", type=address, metavar="HOST:PORT", help="the broker port")
     status.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     status.set_defaults(handler=_run_status)
 
@@ -155,7 +127,6 @@ def register_commands(subparsers: Any) -> None:
 
 
 def _run_namesrv(args: argparse.Namespace) -> int:
-    from trioha._cli import require_prometheus_client
     from trioha.acl import PlainAcl, TlsAcceptor
     from trioha.namesrv import NamesrvProcessor
 
@@ -199,7 +170,7 @@ def _run_namesrv(args: argparse.Namespace) -> int:
                     nursery.cancel_scope.cancel()
                     break
 
-    _run(main)
+    run(main)
     return 0
 
 
@@ -317,7 +288,7 @@ async def _route(
 
 
 def _run_put(args: argparse.Namespace) -> int:
-    failed = _run(
+    failed = run(
         lambda: put_messages(
             args.namesrv, args.topic, count=args.count, size=args.size, tags=args.tags
         )
@@ -485,7 +456,7 @@ def _run_tail(args: argparse.Namespace) -> int:
                     nursery.cancel_scope.cancel()
                     break
 
-    _run(main)
+    run(main)
     return 0
 
 
@@ -505,7 +476,7 @@ async def broker_status(broker: str, *, out: TextIO = sys.stdout) -> dict[str, s
 
 def _run_status(args: argparse.Namespace) -> int:
     try:
-        _run(lambda: broker_status(args.broker))
+        run(lambda: broker_status(args.broker))
     except trio.TooSlowError:
         raise RemotingError(
             f"broker {args.broker} did not answer in {REQUEST_TIMEOUT:g} s"

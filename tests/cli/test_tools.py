@@ -13,7 +13,7 @@ from pathlib import Path
 import trio
 
 from tests.broker.test_official_client import running_broker
-from trioha._clitools import broker_status, put_messages, tail_messages
+from trioha.cli._tools import broker_status, put_messages, tail_messages
 
 
 async def test_put_tail_status(tmp_path: Path) -> None:
