@@ -16,6 +16,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import trioha
 from trioha._build import (
     COMPILABLE,
@@ -179,3 +181,24 @@ def test_the_build_said_is_the_build_loaded() -> None:
     kind, files = _loaded(pure=True)
     assert kind == "pure"
     assert all(f.endswith(".py") for f in files), files
+
+
+def test_tasks_writes_the_digests_trioha_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tasks.py build-fast`` records each compilable module's source as ``_build`` reads it,
+    or every compiled build would load as stale (or a stale one as current)."""
+    import tasks
+
+    monkeypatch.setattr(tasks, "PY", Path(sys.executable))
+    modules = tasks._fast_modules()
+    assert tuple(modules) == COMPILABLE
+    root = Path(trioha.__file__).parent
+    for name, path in modules.items():
+        assert path == module_source(name, root)
+        assert tasks._digest(path) == source_digest(path)
+    edited = tmp_path / "mod.py"
+    edited.write_text("VALUE = 1\n")
+    before = tasks._digest(edited)
+    edited.write_text("VALUE = 2\n")
+    assert tasks._digest(edited) == source_digest(edited) != before
