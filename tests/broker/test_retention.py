@@ -4,11 +4,17 @@ files deleted by age at ``deleteWhen``, by disk usage at once, forcibly above
 restart meet the new start.
 
 Deterministic: trio's clock jumps (``autojump_clock``), the wall clock and hour retention
-reads are the test's, and the disk guard measures through a fake probe."""
+reads are the test's, and the disk guard measures through a fake probe. The last two tests
+run in real time: two brokers over TCP in this process, then ``python -m trioha`` processes
+(marked slow), where file ages are set on disk (``os.utime``) as retention reads them."""
 
 from __future__ import annotations
 
 import logging
+import os
+import re
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,7 +25,10 @@ import pytest
 import trio
 
 from tests.broker._diskfaults import mounted_tmpfs
-from tests.test_broker import SEG, master_config, slave_config
+from tests.broker.test_lost_tail import _offset, _produce, _reaches, _status
+from tests.test_broker import SEG, _free_port, master_config, slave_config
+from tests.test_epoch_mode import _until
+from tests.test_failover import _Cluster
 from trioha._errors import StorageError
 from trioha._status import PutStatus
 from trioha.broker import Broker, open_broker
@@ -477,3 +486,104 @@ async def test_a_slave_behind_a_deletion_is_told_and_an_empty_one_starts_at_the_
             async with open_broker(slave_config(tmp_path / "fresh", primary)) as fresh:
                 await caught_up(fresh, primary)
                 assert fresh.store.commitlog.min_offset == 3 * SEG
+
+
+@pytest.mark.slow
+def test_real_processes_a_slave_stopped_through_a_deletion_is_told_once_and_stays_stopped(
+    tmp_path: Path,
+) -> None:
+    """``python -m trioha master|slave`` as OS processes: the slave is stopped, its master
+    takes more and deletes (``mqadmin deleteExpiredCommitLog``, code 329) the files whose
+    last write is older than ``fileReservedTime``, the ones past the slave's end included.
+    Restarted, the slave logs one ERROR naming both offsets and stays ``fell_behind``
+    without reconnecting; the master serves on; an empty slave copies from the master's
+    first offset still held (``haSyncFromOldest``)."""
+    seg = 16 * 1024  # about 40 of test_lost_tail's messages a file
+    c = _Cluster(
+        tmp_path,
+        f"mappedFileSizeCommitLog={seg}\nhaSyncFromOldest=true\nhaSendHeartbeatInterval=200\n"
+        "haHousekeepingInterval=2000\nhaReconnectBackoffMax=200\n"
+        "fileReservedTime=1\ndeleteCommitLogFilesInterval=0\n",
+    )
+    ha = _free_port()
+    m_port, s_port, n_port = c.port("m"), c.port("s"), c.port("n")
+    try:
+        master = c.start("m1", "master", "m", ha)
+        slave = c.start("s1", "slave", "s", ha)
+        trio.run(_produce, m_port, "before", 150)  # three files and some
+        slave_end = _offset(m_port, "commitLogMaxOffset")
+        _reaches(s_port, slave_end, "the slave copies the master", [master, slave])
+        slave.stop()
+        trio.run(_produce, m_port, "after", 150)
+        end = _offset(m_port, "commitLogMaxOffset")
+        # Every file up to the one holding the slave's end was last written two hours ago
+        # (fileReservedTime is one); the ones after stay young, and so stay.
+        new_min = slave_end - slave_end % seg + seg
+        assert end > new_min + seg, (slave_end, end)  # a young full file, then the last
+        files = sorted((tmp_path / "m" / "commitlog").iterdir())
+        assert [int(f.name) for f in files] == [k * seg for k in range(end // seg + 1)]
+        two_hours_ago = time.time() - 2 * HOUR
+        for file in files:
+            if int(file.name) < new_min:
+                os.utime(file, (two_hours_ago, two_hours_ago))
+
+        async def delete_expired() -> int:
+            async with open_client_pool() as pool:
+                request = RemotingCommand.request(RequestCode.DELETE_EXPIRED_COMMITLOG, {})
+                with trio.fail_after(10):
+                    return (await pool.request(f"127.0.0.1:{m_port}", request)).code
+
+        assert trio.run(delete_expired) == ResponseCode.SUCCESS
+        _until(
+            lambda: _offset(m_port, "commitLogMinOffset") == new_min,
+            f"the master deletes the files below {new_min}",
+            [master],
+        )
+        assert [int(f.name) for f in sorted((tmp_path / "m" / "commitlog").iterdir())] == [
+            k * seg for k in range(new_min // seg, end // seg + 1)
+        ]
+
+        connects_before = master.output.count("slave connected from")
+        behind = c.start("s2", "slave", "s", ha)
+        _until(
+            lambda: _status(s_port).get("stats.client.state") == "fell_behind",
+            "the restarted slave is told it fell behind",
+            [master, behind],
+        )
+        trio.run(trio.sleep, 3)  # haReconnectBackoffMax is 200 ms: a loop would show
+        status = _status(s_port)
+        assert (
+            status["stats.client.state"],
+            status["stats.client.needs_reseed"],
+            status["stats.client.fell_behind_master_offset"],
+            status["stats.client.connects"],
+            status["commitLogMaxOffset"],
+        ) == ("fell_behind", "true", str(new_min), "1", str(slave_end))
+        assert behind.output.count("connected to master") == 1, behind.output
+        assert master.output.count("slave connected from") == connects_before + 1
+        shown = subprocess.run(
+            [sys.executable, "-m", "trioha", "status", f"127.0.0.1:{s_port}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert shown.returncode == 0, shown
+        assert re.search(r"^stats\.client\.state +fell_behind$", shown.stdout, re.M), shown
+        errors = [line for line in behind.output.splitlines() if " ERROR " in line]
+        assert len(errors) == 1, behind.output
+        assert f"this slave's log ends at {slave_end}," in errors[0], errors[0]
+        assert f"the master's now begins at {new_min};" in errors[0], errors[0]
+        assert "re-seed this slave" in errors[0], errors[0]
+        trio.run(_produce, m_port, "served", 1)  # the master serves on: SEND_OK (asserted)
+        behind.stop()
+
+        fresh = c.start("n1", "slave", "n", ha)
+        end = _offset(m_port, "commitLogMaxOffset")
+        _reaches(n_port, end, "an empty slave copies the master", [master, fresh])
+        assert _offset(n_port, "commitLogMinOffset") == _offset(m_port, "commitLogMinOffset")
+        assert _offset(n_port, "commitLogMinOffset") == new_min
+    finally:
+        c.stop_all()
+    for process in c.processes:
+        assert "Traceback" not in process.output, process.output
