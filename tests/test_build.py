@@ -98,6 +98,18 @@ def test_manifest_round_trip_and_bad_manifests(tmp_path: Path) -> None:
     assert read_manifest(path) == {}
 
 
+def test_no_manifest_inside_a_zip_is_the_pure_build_without_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Spark's executors import trioha from a zip, where the manifest's path runs through a
+    file: that is no manifest, not an unreadable one (a warning would fill every task's log)."""
+    archive = tmp_path / "trioha-pipeline.zip"
+    archive.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip
+    assert read_manifest(archive / "trioha" / "_compiled.json") == {}
+    assert read_manifest(tmp_path / "absent.json") == {}
+    assert not caplog.records
+
+
 def test_module_source_and_the_compilable_list() -> None:
     root = Path(trioha.__file__).parent
     assert module_source("trioha.remoting._codec", root) == root / "remoting" / "_codec.py"

@@ -124,7 +124,7 @@ def read_manifest(path: Path = MANIFEST) -> dict[str, str]:
     """The manifest's ``{module: source digest}``; empty if there is none (the pure build)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # none, or trioha runs from a zip
         return {}
     except (OSError, ValueError) as exc:
         log.warning("%s is unreadable (%s): loading the pure-Python modules", path, exc)
