@@ -2,10 +2,11 @@
 """Set up a virtual environment and run trioha's main jobs; needs nothing but Python 3.11+.
 
     python3 tasks.py demo     # install trioha, run a local master and slave replicating a workload
-    python3 tasks.py test     # install trioha with its dev and spark extras, run ruff (lint and
-                              # format check), mypy, and pytest under coverage (the figures
-                              # are printed at the end); then the core and store tests on
-                              # Python 3.12 and 3.13 too, where those interpreters are found
+    python3 tasks.py test     # install trioha with its dev and spark extras (and, as root,
+                              # Debian's etcd-server for the failover tests), run ruff (lint
+                              # and format check), mypy, and pytest under coverage (the
+                              # figures are printed at the end); then the core and store
+                              # tests on Python 3.12 and 3.13 too, where those are found
     python3 tasks.py mutate [proto|net|store]  # mutation testing (mutmut), a package at a time
     python3 tasks.py test --compiled|--pure    # the same on the compiled build (made first with
                                                # build-fast) or on the pure-Python modules
@@ -67,8 +68,53 @@ def demo(argv: list[str]) -> None:
     _run(PY, "-m", "trioha", "demo", *argv)
 
 
+#: Debian's package of the etcd server; the failover tests start members of their own with it.
+ETCD_PACKAGE = "etcd-server"
+ETCD_HINT = (
+    "etcd not found: install Debian's etcd-server (apt-get install etcd-server) or put an "
+    "etcd 3.4+ binary on PATH; the tests that need it are skipped"
+)
+
+
+def _has_etcd() -> bool:
+    named = os.environ.get("TRIOHA_ETCD")
+    if named:
+        return os.access(named, os.X_OK)
+    return shutil.which("etcd") is not None or os.access("/usr/bin/etcd", os.X_OK)
+
+
+def _ensure_etcd() -> None:
+    """Install Debian's etcd-server when etcd is missing and this runs as root with apt;
+    otherwise say in one line what to install (the tests needing etcd then skip).
+
+    The tests never use a system etcd: they start their own members on free ports. On a
+    machine with an init system the package also starts etcd as a service on 127.0.0.1:2379,
+    which nothing here touches (docs/etcd.md).
+    """
+    if _has_etcd():
+        return
+    root = hasattr(os, "geteuid") and os.geteuid() == 0
+    if not root or shutil.which("apt-get") is None:
+        print(ETCD_HINT, flush=True)
+        return
+    install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", ETCD_PACKAGE]
+    print(f"+ {' '.join(install)}  (etcd for the failover tests)", flush=True)
+    if _apt_get(install) != 0:
+        # A fresh machine has no package lists yet: fetch them once, then try again.
+        _apt_get(["apt-get", "update", "-qq"])
+        _apt_get(install)
+    if not _has_etcd():
+        print(ETCD_HINT, flush=True)
+
+
+def _apt_get(command: list[str]) -> int:
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    return subprocess.run(command, env=env, stdout=subprocess.DEVNULL, check=False).returncode
+
+
 def test(argv: list[str]) -> None:
     _ensure_env("dev,spark")
+    _ensure_etcd()
     env = dict(os.environ)
     if argv[:1] == ["--compiled"]:
         argv = argv[1:]

@@ -8,14 +8,17 @@ import sys
 import attrs
 
 from model._configs import CONFIGS
+from model._failover_configs import FAILOVER_CONFIGS
+from model._failover_values import FailoverConfig
 from model._report import check, render_result
+from model._values import Config
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m model",
-        description="Explicit-state model checking of trioha's HA replication, over the "
-        "production transition code (trioha.proto).",
+        description="Explicit-state model checking of trioha's HA replication and automatic "
+        "failover, over the production transition code (trioha.proto, trioha.failover).",
     )
     parser.add_argument("--config", default="smoke", help="configuration to check (--list)")
     parser.add_argument("--list", action="store_true", help="list the configurations and exit")
@@ -29,15 +32,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-symmetry", action="store_true", help="do not sort connections")
     args = parser.parse_args(argv)
 
+    every: dict[str, Config | FailoverConfig] = {**CONFIGS, **FAILOVER_CONFIGS}
     if args.list:
-        for name, cfg in CONFIGS.items():
+        for name, cfg in every.items():
             tag = f"must fail on {cfg.expect}" if cfg.expect else "must pass"
             print(f"{name:<26} {tag}\n    {cfg.doc}")
         return 0
-    if args.config not in CONFIGS:
-        parser.error(f"unknown configuration {args.config!r}; choose from {', '.join(CONFIGS)}")
-    config = CONFIGS[args.config]
-    if args.no_symmetry:
+    if args.config not in every:
+        parser.error(f"unknown configuration {args.config!r}; choose from {', '.join(every)}")
+    config = every[args.config]
+    if args.no_symmetry and isinstance(config, Config):
         config = attrs.evolve(config, symmetry=False)
     result = check(
         config,

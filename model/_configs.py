@@ -4,6 +4,9 @@ The distinct-state count of each configuration is pinned in ``tests/model`` (and
 ``nightly``, in docs/model.md), so any change in the protocol's semantics shows up as a changed
 count even when every property still holds.
 
+The failover world's configurations (all named ``failover-...``) are in
+``model._failover_configs``; :func:`get` finds either kind.
+
 Known-bad configurations reproduce RocketMQ's documented failure modes. Each must fail on the
 named property with a short trace; where a trioha option fixes the problem, its ``fixed-`` twin
 turns the option on and must pass.
@@ -15,6 +18,8 @@ from typing import Any
 
 import attrs
 
+from model._failover_configs import FAILOVER_CONFIGS
+from model._failover_values import FailoverConfig
 from model._values import Config, Faults
 
 _BASE = Config(name="base", doc="")
@@ -269,9 +274,10 @@ CONFIGS: dict[str, Config] = {
 }
 
 
-def get(name: str) -> Config:
-    try:
-        return CONFIGS[name]
-    except KeyError:
-        known = ", ".join(CONFIGS)
-        raise KeyError(f"no configuration {name!r}; known: {known}") from None
+def get(name: str) -> Config | FailoverConfig:
+    """The configuration named *name*, of either world."""
+    found = CONFIGS.get(name) or FAILOVER_CONFIGS.get(name)
+    if found is None:
+        known = ", ".join([*CONFIGS, *FAILOVER_CONFIGS])
+        raise KeyError(f"no configuration {name!r}; known: {known}")
+    return found

@@ -69,11 +69,16 @@ class Probe(Generic[S]):
 
 @attrs.frozen
 class Goal(Generic[S]):
-    """A liveness goal: from every reachable state a fault-free path must reach a goal state."""
+    """A liveness goal: from every reachable state a fault-free path must reach a goal state.
+
+    With *within*, the path must be at most that many steps long from every state (bounded
+    liveness); the longest such shortest path is reported either way (``Result.distances``).
+    """
 
     name: str
     check: Callable[[S], bool]
     doc: str = ""
+    within: int | None = None
 
 
 class Spec(Protocol[S, A]):
@@ -148,6 +153,8 @@ class Result(Generic[S, A]):
     probe_hits: dict[str, Trace[S, A]]
     #: Goal name -> "ok", "skipped: ..." or the violation's name (also in ``violations``).
     liveness: dict[str, str]
+    #: Goal name -> the most fault-free steps any reachable state needs to reach the goal.
+    distances: dict[str, int] = attrs.field(factory=dict)
 
     @property
     def missed_probes(self) -> tuple[str, ...]:
@@ -208,6 +215,7 @@ class _Search(Generic[S, A]):
         self.violations: dict[str, Violation[S, A]] = {}
         self.probe_hits: dict[str, Trace[S, A]] = {}
         self.transitions = 0
+        self.distances: dict[str, int] = {}
         self.complete = True
         self.actions: dict[A, A] = {}  # interned actions: one object per distinct action
 
@@ -314,6 +322,7 @@ class _Search(Generic[S, A]):
                 fill[target] += 1
         for goal, bits in zip(self.goals, self.goal_bits, strict=True):
             good = bytearray(bits)
+            dist = array("l", (0 if b else -1 for b in bits))
             queue = deque(i for i in range(n) if good[i])
             while queue:
                 node = queue.popleft()
@@ -321,9 +330,22 @@ class _Search(Generic[S, A]):
                     src = rev[k]
                     if not good[src]:
                         good[src] = 1
+                        dist[src] = dist[node] + 1
                         queue.append(src)
             stuck = [i for i in range(n) if not good[i]]
             if not stuck:
+                farthest = max(range(n), key=lambda i: (dist[i], -self.depth[i]), default=0)
+                self.distances[goal.name] = dist[farthest] if n else 0
+                if goal.within is not None and n and dist[farthest] > goal.within:
+                    message = (
+                        f"a reachable state needs {dist[farthest]} fault-free steps to reach "
+                        f"'{goal.name}', more than {goal.within}; the trace ends in it"
+                    )
+                    self.violations[goal.name] = Violation(
+                        goal.name, message, self.trace_to(farthest), stuck_states=1
+                    )
+                    out[goal.name] = goal.name
+                    continue
                 out[goal.name] = "ok"
                 continue
             first = min(stuck, key=lambda i: (self.depth[i], i))
@@ -379,4 +401,5 @@ def check(
         violations=tuple(search.violations.values()),
         probe_hits=search.probe_hits,
         liveness=liveness,
+        distances=search.distances,
     )

@@ -1,36 +1,91 @@
-"""Running a named configuration and printing what it found, traces included."""
+"""Running a named configuration and printing what it found, traces included.
+
+Two worlds share the engine and this report: the replication world (:class:`Config`) and the
+failover world (:class:`FailoverConfig`); each function takes either.
+"""
 
 from __future__ import annotations
+
+from typing import Any, overload
 
 import attrs
 
 from model._configs import get
 from model._engine import Result, Trace, Violation
 from model._engine import check as _check
+from model._failover_properties import PROBES as FAILOVER_PROBES
+from model._failover_properties import STATE_INVARIANTS as FAILOVER_INVARIANTS
+from model._failover_properties import TRANSITION_INVARIANTS as FAILOVER_TRANSITIONS
+from model._failover_properties import FailoverSpec
+from model._failover_steps import FailoverModel, FStep
+from model._failover_values import FailoverConfig, FailoverWorld
 from model._properties import PROBES, STATE_INVARIANTS, TRANSITION_INVARIANTS, HASpec
 from model._steps import HAModel
 from model._values import Config, Step, World
 
 Outcome = Result[World, Step]
+FailoverOutcome = Result[FailoverWorld, FStep]
+AnyConfig = Config | FailoverConfig
+
+
+@overload
+def check(
+    config: Config,
+    *,
+    strategy: str = ...,
+    max_states: int | None = ...,
+    stop_at_first: bool = ...,
+    symmetry: bool | None = ...,
+) -> Outcome: ...
+
+
+@overload
+def check(
+    config: FailoverConfig,
+    *,
+    strategy: str = ...,
+    max_states: int | None = ...,
+    stop_at_first: bool = ...,
+    symmetry: bool | None = ...,
+) -> FailoverOutcome: ...
+
+
+@overload
+def check(
+    config: str,
+    *,
+    strategy: str = ...,
+    max_states: int | None = ...,
+    stop_at_first: bool = ...,
+    symmetry: bool | None = ...,
+) -> Result[Any, Any]: ...
 
 
 def check(
-    config: Config | str,
+    config: AnyConfig | str,
     *,
     strategy: str = "bfs",
     max_states: int | None = None,
     stop_at_first: bool = True,
     symmetry: bool | None = None,
-) -> Outcome:
-    """Explore *config* (a :class:`Config` or the name of one) and judge every property."""
+) -> Result[Any, Any]:
+    """Explore *config* (a configuration or the name of one) and judge every property."""
     cfg = get(config) if isinstance(config, str) else config
+    if isinstance(cfg, FailoverConfig):
+        return _check(
+            FailoverSpec(cfg),
+            strategy=strategy,
+            max_states=max_states,
+            stop_at_first=stop_at_first,
+            symmetry=False,
+        )
     if symmetry is not None:
         cfg = attrs.evolve(cfg, symmetry=symmetry)
     spec = HASpec(cfg)
     return _check(spec, strategy=strategy, max_states=max_states, stop_at_first=stop_at_first)
 
 
-def verdict(config: Config, result: Outcome) -> tuple[bool, str]:
+def verdict(config: AnyConfig, result: Result[Any, Any]) -> tuple[bool, str]:
     """Did the run go as it should, and a one-line summary.
 
     A good configuration must pass everything; a known-bad one must fail on exactly the
@@ -47,14 +102,16 @@ def verdict(config: Config, result: Outcome) -> tuple[bool, str]:
     return False, f"expected {config.expect} to fail, but it did not"
 
 
-def render_trace(config: Config, trace: Trace[World, Step]) -> str:
+def render_trace(config: AnyConfig, trace: Trace[Any, Any]) -> str:
     """A numbered list of steps, each with what the cores did (re-applied with explanations)."""
-    model = HAModel(config)
+    model: HAModel | FailoverModel = (
+        FailoverModel(config) if isinstance(config, FailoverConfig) else HAModel(config)
+    )
     world = model.initial()
     lines = []
     width = max((len(str(step)) for step in trace.actions), default=0)
     for n, step in enumerate(trace.actions, 1):
-        out = model.apply(world, step, explain=True)
+        out = model.apply(world, step, explain=True)  # type: ignore[arg-type]
         if out is None:
             lines.append(f"{n:3}. {step!s}  (not enabled: the trace does not fit this model)")
             break
@@ -66,17 +123,28 @@ def render_trace(config: Config, trace: Trace[World, Step]) -> str:
     return "\n".join(lines)
 
 
-def render_violation(config: Config, violation: Violation[World, Step]) -> str:
+def render_violation(config: AnyConfig, violation: Violation[Any, Any]) -> str:
     head = f"{violation.name} violated: {violation.message}"
     what = "shortest trace" if violation.stuck_states == 0 else "shortest trace into it"
     steps = render_trace(config, violation.trace)
     return f"{head}\n{what} ({len(violation.trace)} steps):\n{steps}"
 
 
-def render_result(config: Config, result: Outcome) -> str:
-    """The full report ``python -m model`` prints."""
-    ok, summary = verdict(config, result)
+def _docs(config: AnyConfig) -> tuple[dict[str, str], dict[str, str]]:
+    """Property docs and probe docs for *config*'s world."""
+    if isinstance(config, FailoverConfig):
+        docs = dict(
+            [(inv.name, inv.doc) for inv in FAILOVER_INVARIANTS] + list(FAILOVER_TRANSITIONS)
+        )
+        return docs, {p.name: p.doc for p in FAILOVER_PROBES}
     docs = dict([(inv.name, inv.doc) for inv in STATE_INVARIANTS] + list(TRANSITION_INVARIANTS))
+    return docs, {p.name: p.doc for p in PROBES}
+
+
+def render_result(config: AnyConfig, result: Result[Any, Any]) -> str:
+    """The full report ``python -m model`` prints."""
+    _ok, summary = verdict(config, result)
+    docs, probe_docs = _docs(config)
     lines = [
         f"configuration {config.name}: {config.doc}",
         f"  states {result.states:,}  transitions {result.transitions:,}  depth {result.depth}  "
@@ -87,7 +155,7 @@ def render_result(config: Config, result: Outcome) -> str:
     failed = {v.name for v in result.violations}
     # "-": not judged, because the search stopped early (first violation or max_states).
     unchecked = "ok" if result.complete else "-"
-    for name in result.invariants:
+    for name in dict.fromkeys(result.invariants):
         mark = "FAIL" if name in failed else unchecked
         lines.append(f"  {mark:<5} {name:<30} {docs.get(name, '')}")
     lines.append("liveness (recovery needs no further fault):")
@@ -95,9 +163,10 @@ def render_result(config: Config, result: Outcome) -> str:
         state = result.liveness.get(goal, "not judged")
         mark = "FAIL" if goal in failed else ("ok" if state == "ok" else "-")
         note = "" if mark != "-" else f" ({state})"
+        if goal in result.distances:
+            note += f" (at most {result.distances[goal]} fault-free steps away)"
         lines.append(f"  {mark:<5} {goal}{note}")
     lines.append("probes (each must be reached at least once):")
-    probe_docs = {p.name: p.doc for p in PROBES}
     for probe in result.probes:
         hit = result.probe_hits.get(probe)
         missed = "MISSED" if result.complete else "-"
@@ -108,5 +177,4 @@ def render_result(config: Config, result: Outcome) -> str:
         lines.append(render_violation(config, violation))
     lines.append("")
     lines.append(f"result: {summary}")
-    del ok
     return "\n".join(lines)

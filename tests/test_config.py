@@ -339,6 +339,46 @@ def test_config_properties_round_trip_through_the_reader(tmp_path: Path) -> None
     assert BrokerConfig.from_properties(conf) == config
 
 
+def test_failover_is_read_in_rocketmqs_words_plus_trioha_keys(tmp_path: Path) -> None:
+    conf = write(
+        tmp_path,
+        "enableControllerMode=true\n"
+        "allAckInSyncStateSet=false\n"
+        "minInSyncReplicas=2\n"
+        "enableElectUncleanMaster=true\n"
+        "haMaxTimeSlaveNotCatchup=7000\n"
+        "failoverEtcdEndpoints=http://127.0.0.1:2379;http://127.0.0.1:2479\n"
+        "failoverEtcdRoot=/prod\n"
+        "failoverLeaseTtl=5\n"
+        "failoverBrokerId=2\n",
+    )
+    config = BrokerConfig.from_properties(conf)
+    assert config.failover
+    assert not config.all_ack_in_sync_state_set
+    assert (config.min_in_sync_replicas, config.ha_max_time_slave_not_catchup) == (2, 7000)
+    assert config.enable_elect_unclean_master
+    assert (config.failover_etcd_root, config.failover_lease_ttl) == ("/prod", 5)
+    assert config.failover_broker_id == 2
+    # docs/failover.md, "Durability": slaves acknowledge only what they flushed.
+    assert config.ha_slave_ack_flushed
+
+
+def test_failover_defaults_and_what_turns_it_on() -> None:
+    config = BrokerConfig()
+    assert config.all_ack_in_sync_state_set  # trioha's default; RocketMQ's is false
+    assert (config.min_in_sync_replicas, config.ha_max_time_slave_not_catchup) == (1, 15000)
+    assert not config.enable_elect_unclean_master and config.failover_lease_ttl == 3
+    assert not config.failover
+    # Epoch mode without etcd keeps static roles; etcd without epoch mode is not failover.
+    assert not BrokerConfig(enable_controller_mode=True).failover
+    assert not BrokerConfig(failover_etcd_endpoints="http://127.0.0.1:2379").failover
+
+
+def test_failover_needs_a_stable_broker_id() -> None:
+    with pytest.raises(ConfigError, match="needs failoverBrokerId"):
+        BrokerConfig(enable_controller_mode=True, failover_etcd_endpoints="http://127.0.0.1:2379")
+
+
 # --- every setting reads its value with its own reader ---------------------------------------
 
 

@@ -1,4 +1,8 @@
-"""What importing a part of trioha costs: the sans-IO core and the pipeline load no Trio.
+"""What importing a part of trioha costs: the sans-IO cores and the pipeline load no Trio.
+
+(That the sans-IO cores import no IO module at all is checked by a walk over their imports:
+``tests/proto/test_state.py`` for ``trioha.proto``, ``tests/failover/test_core.py`` for
+``trioha.failover``.)
 
 Each import runs in a fresh interpreter, so what an earlier test imported cannot hide a cost.
 """
@@ -30,7 +34,9 @@ def _loaded(module: str) -> list[str]:
     return loaded
 
 
-@pytest.mark.parametrize("module", ["trioha", "trioha.proto", "trioha.store", "trioha.pipeline"])
+@pytest.mark.parametrize(
+    "module", ["trioha", "trioha.proto", "trioha.failover", "trioha.store", "trioha.pipeline"]
+)
 def test_light_parts_load_no_trio(module: str) -> None:
     loaded = _loaded(module)
     assert "trio" not in loaded, f"import {module} loads trio"

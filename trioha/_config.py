@@ -289,12 +289,43 @@ class BrokerConfig(RemotingServerConfig):
     in_sync_replicas: int = attrs.field(default=2, validator=_positive)
     #: ``enableControllerMode`` (5.x BrokerConfig): replicate with the AutoSwitch HA protocol
     #: (epochs, handshake, truncation to the consistent point) instead of the classic one.
-    #: trioha has no controller: roles stay static (``broker_role``) and a master's epoch
-    #: comes from its own epoch file. Both ends of a connection must agree.
+    #: Without ``failover_etcd_endpoints`` roles stay static (``broker_role``) and a master's
+    #: epoch comes from its own epoch file; with them etcd elects the master and hands out
+    #: epochs (automatic failover, docs/failover.md). Both ends of a connection must agree.
     enable_controller_mode: bool = False
     #: ``syncFromLastFile`` (5.x, epoch mode): a slave with an empty log asks for the start of
     #: the master's last segment instead of a full copy from its oldest offset.
     sync_from_last_file: bool = False
+
+    # --- automatic failover through etcd (docs/failover.md) --------------------------------
+    #: ``allAckInSyncStateSet`` (5.x): a put is PUT_OK only when every SyncStateSet member
+    #: holds it. RocketMQ's default is false; trioha's is true (a member without the write
+    #: could be elected otherwise).
+    all_ack_in_sync_state_set: bool = True
+    #: ``minInSyncReplicas`` (5.x): brokers (the master included) that must hold a put, asked
+    #: before the append and again when it completes.
+    min_in_sync_replicas: int = attrs.field(default=1, validator=_positive)
+    #: ``enableElectUncleanMaster`` (5.x): with no live SyncStateSet member, elect any live
+    #: broker (the bytes lost are logged at ERROR).
+    enable_elect_unclean_master: bool = False
+    #: ``haMaxTimeSlaveNotCatchup`` (ms): a member that has not caught up this long leaves
+    #: the SyncStateSet.
+    ha_max_time_slave_not_catchup: int = attrs.field(default=15000, validator=_positive)
+    #: trioha's own: etcd's client URLs (``http://host:2379``, ``;`` or ``,`` between them).
+    #: Set together with ``enable_controller_mode``, etcd decides this broker's role.
+    failover_etcd_endpoints: str | None = None
+    #: trioha's own: the root under which each group keeps its keys
+    #: (``<root>/<brokerClusterName>/<brokerName>/``).
+    failover_etcd_root: str = "/trioha"
+    #: trioha's own: etcd user and password when etcd has authentication on.
+    failover_etcd_user: str = ""
+    failover_etcd_password: str = attrs.field(default="", repr=False)
+    #: trioha's own: the TTL (seconds) of this broker's etcd lease. A master acknowledges for
+    #: 4/5 of it after each keepalive; a dead master is replaced about one TTL after it died.
+    failover_lease_ttl: int = attrs.field(default=3, validator=_positive)
+    #: trioha's own: this broker's stable id in its group (1 and up, unique in the group). It
+    #: registers with the name servers under it as a slave, and as brokerId 0 while master.
+    failover_broker_id: int = 0
 
     # --- trioha's own HA options (where it deliberately does better; docs/replication.md) ----
     #: Slave: report (ack) only what is flushed to disk, so an acked message survives a
@@ -396,6 +427,16 @@ class BrokerConfig(RemotingServerConfig):
                 f"slave can receive ({JAVA_SLAVE_READ_BUFFER - 12} bytes, its read buffer less the "
                 "header)"
             )
+        if self.failover:
+            if self.failover_broker_id < 1:
+                raise ConfigError(
+                    "automatic failover (enableControllerMode with failoverEtcdEndpoints) needs "
+                    f"failoverBrokerId, this broker's stable id in its group (1 and up), not "
+                    f"{self.failover_broker_id}"
+                )
+            # docs/failover.md, "Durability": an acknowledged write is flushed on every broker
+            # the ack rule counts.
+            object.__setattr__(self, "ha_slave_ack_flushed", True)
         if self.broker_role is BrokerRole.SLAVE and self.broker_id == 0:
             # RocketMQ refuses this too (BrokerStartup): a slave with id 0 mistakes a
             # half-replicated trailing message for corruption (docs/rocketmq-protocol.md §1.7, §11).
@@ -445,6 +486,11 @@ class BrokerConfig(RemotingServerConfig):
         """Seconds between registrations with the name servers: ``register_name_server_period``
         clamped to 10–60 s, as ``BrokerController`` does."""
         return min(max(self.register_name_server_period, 10_000), 60_000) / 1000
+
+    @property
+    def failover(self) -> bool:
+        """Does etcd decide this broker's role (docs/failover.md)?"""
+        return self.enable_controller_mode and bool(self.failover_etcd_endpoints)
 
     @property
     def required_slave_acks(self) -> int:

@@ -97,6 +97,54 @@ class MessageIllegalError(StorageError, ValueError):
     an unknown record version (MESSAGE_ILLEGAL). A ``ValueError`` too, as bad arguments are."""
 
 
+# --- automatic failover (the coordinator, etcd) ----------------------------------------
+
+
+class CoordinatorError(TriohaError):
+    """The failover coordinator (etcd) cannot be used as the broker group needs it."""
+
+
+class CoordinatorDataError(CoordinatorError, ValueError):
+    """A key the broker group keeps in etcd holds a value that is not what trioha writes there
+    (hand-edited, or written by something else); the message names the key and the fault."""
+
+
+class EtcdUnavailableError(CoordinatorError):
+    """No etcd endpoint answered the request in time (nothing listening, connection lost, too
+    slow); the request was **not** applied, so it may be sent again. The message names every
+    endpoint and what it did."""
+
+
+class EtcdNoQuorumError(EtcdUnavailableError):
+    """etcd answered, but without a leader: fewer than a majority of its members are up and
+    reach each other. Nothing was applied; nothing can be until the majority is back."""
+
+
+class EtcdOutcomeUnknownError(CoordinatorError):
+    """A request that writes was sent and no answer came (timeout, connection lost, etcd's own
+    ``request timed out``): it may or may not have been applied, and is never sent again
+    blindly. Read the keys to learn which."""
+
+
+class EtcdEndpointError(CoordinatorError, ConfigError):
+    """Something answers at an etcd endpoint that is not etcd's v3 JSON gateway (another HTTP
+    server, a wrong port, an etcd too old for ``/v3/``): a configuration fault."""
+
+
+class EtcdAuthError(CoordinatorError, ConfigError):
+    """etcd refused trioha's credentials, or asked for some it was not given, or the user may
+    not use the keys: a configuration fault that retrying cannot cure."""
+
+
+class EtcdCompactedError(CoordinatorError):
+    """A watch asked for history etcd has compacted away: read the keys again, then watch from
+    that read's revision + 1. *compact_revision* is the oldest revision etcd still has."""
+
+    def __init__(self, message: str, *, compact_revision: int) -> None:
+        super().__init__(message)
+        self.compact_revision = compact_revision
+
+
 # --- other subsystems ------------------------------------------------------------------
 
 

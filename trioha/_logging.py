@@ -63,3 +63,6 @@ def configure_logging(
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    # httpx (the etcd client's HTTP) logs every request at INFO; the failover control plane
+    # makes several a second. Its warnings and errors still show.
+    logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -18,8 +18,10 @@ class Numbers:
         goal: int | None = None,
         probe: int | None = None,
         flaky: int | None = None,
+        within: int | None = None,
     ) -> None:
         self.bad, self.trap, self.goal, self.probe, self.flaky = bad, trap, goal, probe, flaky
+        self.within = within
 
     def initial_states(self) -> Sequence[int]:
         return (0,)
@@ -51,7 +53,9 @@ class Numbers:
 
     def goals(self) -> Sequence[Goal[int]]:
         goal = self.goal
-        return () if goal is None else (Goal("ReachGoal", lambda s: s == goal),)
+        if goal is None:
+            return ()
+        return (Goal("ReachGoal", lambda s: s == goal, within=self.within),)
 
 
 def test_every_state_is_found_once() -> None:
@@ -124,6 +128,18 @@ def test_probes_must_be_reached() -> None:
 
 def test_liveness_holds_when_every_state_can_reach_the_goal() -> None:
     assert check(Numbers(goal=9)).liveness == {"ReachGoal": "ok"}
+
+
+def test_bounded_liveness_reports_the_farthest_state_and_holds_it_to_the_bound() -> None:
+    # 0 is the farthest from 9: inc, double, double, double, inc.
+    assert check(Numbers(goal=9)).distances == {"ReachGoal": 5}
+    assert check(Numbers(goal=9, within=5)).liveness == {"ReachGoal": "ok"}
+    result = check(Numbers(goal=9, within=4))
+    violation = result.violation("ReachGoal")
+    assert violation is not None
+    assert "needs 5 fault-free steps" in violation.message
+    assert violation.trace.final == 0
+    assert result.liveness["ReachGoal"] == "ReachGoal"
 
 
 def test_liveness_ignores_fault_edges() -> None:

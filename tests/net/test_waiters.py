@@ -410,3 +410,23 @@ async def test_stopping_expire_skips_waiters_already_released(
         5: OK,
         50: "raised: OffsetWaiters.expire() stopped while this wait was parked",
     }
+
+
+async def test_fail_all_answers_every_waiter_at_once(autojump_clock: trio.abc.Clock) -> None:
+    w = waiters()
+    answers: dict[int, str] = {}
+
+    async def put(end: int) -> None:
+        answers[end] = await w.wait(end)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(w.expire)
+        for end in (10, 20, 30):
+            nursery.start_soon(put, end)
+        await trio.testing.wait_all_tasks_blocked()
+        assert w.fail_all("failed") == 3
+        await trio.testing.wait_all_tasks_blocked()
+        assert answers == {10: "failed", 20: "failed", 30: "failed"}
+        assert len(w) == 0
+        assert w.release(100) == 0  # nothing left to cover, and nothing answered twice
+        nursery.cancel_scope.cancel()

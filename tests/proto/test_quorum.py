@@ -1,13 +1,16 @@
-"""The one sync replication rule (``trioha.proto.Quorum``) and the table's declared targets."""
+"""The sync replication rules (``trioha.proto.Quorum``, and failover mode's ``InSyncQuorum``)
+and the table's declared targets."""
 
 from __future__ import annotations
 
 import pytest
 
 from trioha.proto import (
+    DURABLE_EVERYWHERE,
     MASTER_TABLE,
     SLAVE_TABLE,
     Connected,
+    InSyncQuorum,
     LogView,
     MasterOptions,
     MasterPhase,
@@ -123,3 +126,76 @@ def test_every_declared_target_is_a_phase_of_its_side() -> None:
 def test_a_quorum_of_no_slaves_is_refused(needed: int) -> None:
     with pytest.raises(ValueError, match="needed must be positive"):
         replicated_offset([], needed)
+
+
+# --- failover mode: the SyncStateSet rule (InSyncQuorum) --------------------------------------
+
+
+def sss(
+    members: set[int],
+    vouches: dict[int, tuple[int, int]],
+    min_in_sync: int = 1,
+    *,
+    all_ack: bool = True,
+    durable: int = DURABLE_EVERYWHERE,
+) -> InSyncQuorum:
+    return InSyncQuorum.of(
+        1, members, vouches, min_in_sync, all_ack=all_ack, master_durable=durable
+    )
+
+
+def test_every_member_of_the_set_must_hold_a_put() -> None:
+    rule = sss({1, 2, 3}, {2: (0, 100), 3: (0, 80)})
+    assert rule.holders(0, 80) == {1, 2, 3}
+    assert rule.holds(0, 80)
+    assert rule.holders(0, 100) == {1, 2}
+    assert not rule.holds(0, 100)  # broker 3 has not acked it
+
+
+def test_a_broker_outside_the_set_counts_only_towards_min_in_sync() -> None:
+    rule = sss({1, 2}, {2: (0, 50), 3: (0, 100)}, min_in_sync=2)
+    assert not rule.holds(0, 100)  # member 2 lacks it, whoever else has it
+    alone = sss({1}, {3: (0, 100)}, min_in_sync=2)
+    assert alone.holds(0, 100)  # the set {1} holds it, and two brokers do
+
+
+def test_min_in_sync_counts_brokers_holding_the_put_master_included() -> None:
+    assert sss({1}, {}, min_in_sync=1).holds(0, 10)
+    assert not sss({1}, {}, min_in_sync=2).holds(0, 10)
+    assert sss({1}, {2: (0, 10)}, min_in_sync=2).holds(0, 10)
+
+
+def test_without_all_ack_only_the_count_is_asked() -> None:
+    rule = sss({1, 2, 3}, {2: (0, 100)}, min_in_sync=2, all_ack=False)
+    assert rule.holds(0, 100)
+    assert not sss({1, 2, 3}, {}, min_in_sync=2, all_ack=False).holds(0, 100)
+
+
+def test_the_master_counts_itself_only_once_its_copy_is_durable() -> None:
+    rule = sss({1, 2}, {2: (0, 100)}, durable=60)
+    assert rule.holders(0, 100) == {2}
+    assert not rule.holds(0, 100)
+    assert rule.holds(0, 60)
+
+
+def test_a_connection_vouches_in_the_set_rule_only_for_what_it_carried() -> None:
+    rule = sss({1, 2}, {2: (50, 100)})
+    assert not rule.holds(0, 60)  # served from 50: it never carried [0, 50)
+    assert rule.holds(50, 60)
+
+
+def test_before_the_append_a_set_smaller_than_min_in_sync_is_refused() -> None:
+    assert not sss({1}, {}, min_in_sync=2).enough_members()
+    assert sss({1, 2}, {}, min_in_sync=2).enough_members()
+
+
+def test_a_put_may_wait_if_enough_brokers_could_come_to_hold_it() -> None:
+    gap = 256 << 20
+    assert sss({1}, {}, 1).available(10, gap)
+    assert not sss({1, 2}, {}, 2).available(10, gap)  # nobody connected
+    assert sss({1, 2}, {2: (0, 0)}, 2).available(10, gap)
+    assert not sss({1, 2}, {2: (0, 0)}, 2).available(gap, gap)  # exactly fallbehind_max behind
+
+
+def test_min_in_sync_below_one_means_one() -> None:
+    assert sss({1}, {}, min_in_sync=0).min_in_sync == 1

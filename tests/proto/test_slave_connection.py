@@ -54,3 +54,26 @@ def test_a_bad_header_closes_naming_it_and_keeps_where_the_log_ends() -> None:
     assert conn.state.phase is SlavePhase.DISCONNECTED
     assert conn.state.expected == 100
     assert conn.buffered == 0
+
+
+@pytest.mark.parametrize("master_epochs", [[(1, 0)], [(1, 0), (3, 20)]])
+def test_a_master_at_another_epoch_than_etcd_names_is_refused_before_any_cut(
+    master_epochs: list[tuple[int, int]],
+) -> None:
+    conn = SlaveConnection(
+        log_max=30, now=0.0, epochs=entries_of([(1, 0)]), peer="m:1", master_epoch=2
+    )
+    conn.initial_actions()
+    actions = conn.receive_data(encode_master_handshake(40, entries_of(master_epochs)), now=0.0)
+    last = master_epochs[-1][0]
+    assert actions == [
+        Close(f"refused master m:1: its last epoch is {last}, not 2 as the master etcd names")
+    ]
+    assert conn.state.phase is SlavePhase.DISCONNECTED
+
+
+def test_a_master_at_the_epoch_etcd_names_is_followed() -> None:
+    conn = SlaveConnection(log_max=30, now=0.0, epochs=entries_of([(1, 0)]), master_epoch=2)
+    conn.initial_actions()
+    conn.receive_data(encode_master_handshake(40, entries_of([(1, 0), (2, 30)])), now=0.0)
+    assert conn.state.phase is SlavePhase.TRANSFER

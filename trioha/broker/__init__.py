@@ -5,11 +5,19 @@ classes they stand in for: the request processors (``_send``, ``_pull``, ``_offs
 ``_clientmanage``, ``_query``, ``_admin``, ``_clientcalls`` behind the dispatching
 ``_processor``), the consume-queue builder (``_reput``), the config managers (``_metadata``),
 settings changed at run time (``_liveconfig``), registration with name servers
-(``_registration``) and a slave's metadata sync (``_slavesync``). ``docs/architecture.md`` maps
-the rooms.
+(``_registration``), a slave's metadata sync (``_slavesync``) and automatic failover's replica
+manager (``_failover``: the control core of ``trioha.failover`` against etcd).
+``docs/architecture.md`` maps the rooms.
 """
 
 from trioha.broker._broker import Broker, BrokerStatistics, open_broker
+from trioha.broker._clientside import free_port_pair
+from trioha.broker._failover import (
+    FailoverStatistics,
+    ReplicaManager,
+    describe_group,
+    read_group,
+)
 from trioha.broker._reput import CHECKPOINT_FILE, truncate_replica
 from trioha.broker._types import new_message
 
@@ -17,7 +25,12 @@ __all__ = [
     "CHECKPOINT_FILE",
     "Broker",
     "BrokerStatistics",
+    "FailoverStatistics",
+    "ReplicaManager",
+    "describe_group",
+    "free_port_pair",
     "new_message",
     "open_broker",
+    "read_group",
     "truncate_replica",
 ]

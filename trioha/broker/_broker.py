@@ -4,6 +4,14 @@
 service plus puts) or a slave (the HA client; puts are refused) until the block exits, then
 stops every task and closes the store cleanly (its ``abort`` marker removed).
 
+With automatic failover (``config.failover``: ``enableControllerMode`` and etcd endpoints,
+docs/failover.md) the role is runtime state that etcd decides: the broker starts as a slave
+that follows nobody, its replica manager (:mod:`._failover`) campaigns and follows, and
+:meth:`Broker.become_master` / :meth:`Broker.become_slave` change the role in the running
+process through the one place that switches it, :meth:`Broker._switch_role`. A master then
+acknowledges a put only under failover mode's ack rule (``trioha.proto.InSyncQuorum``) and
+only before its lease deadline, both asked when the put completes.
+
 The put path mirrors ``CommitLog.asyncPutMessage`` (docs/rocketmq-protocol.md §5.1): append under
 the (here: the event loop's) put lock, then a flush request by ``flush_disk_type`` and a replica
 request by role, the two waited on together; the replica status wins when both fail.
@@ -24,15 +32,22 @@ import trio
 
 from trioha._build import build_info
 from trioha._config import BrokerConfig, BrokerRole
-from trioha._errors import StorageError
+from trioha._errors import ConfigError, StorageError
 from trioha._histogram import HistogramSnapshot, LatencyHistogram
 from trioha._progress import Progress
 from trioha._status import PutResult, PutStatus, refusal_status
 from trioha.acl import HASecurity
 from trioha.broker._clientside import ClientSide, serve_client_side
 from trioha.broker._delaylevels import apply_delay_levels, parse_delay_levels
+from trioha.broker._failover import (
+    FailoverStatistics,
+    ReplicaManager,
+    failover_options,
+    open_replica_manager,
+)
 from trioha.broker._retention import RetentionService, RetentionStatistics
 from trioha.broker._types import new_message
+from trioha.failover import MasterRecord
 from trioha.net import (
     DIVERGED_FILE,
     HAClient,
@@ -88,11 +103,17 @@ class BrokerStatistics:
     put_latency: dict[str, HistogramSnapshot] = attrs.field(factory=dict)
     #: What retention has done (None until it runs).
     retention: RetentionStatistics | None = None
+    #: Automatic failover: the replica manager's state (None without failover).
+    failover: FailoverStatistics | None = None
 
     @property
     def disk_used_ratio(self) -> float:
         """The commit log file system's used share (0-1), as the disk guard last measured."""
         return self.disk.commitlog_ratio
+
+
+#: How often a failover put waits again when the SyncStateSet grew while it waited.
+_IN_SYNC_ROUNDS = 4
 
 
 class _GroupFlusher:
@@ -197,6 +218,31 @@ class Broker:
         self._put_latency = LatencyHistogram()
         self._max_delay_level = len(parse_delay_levels(config.message_delay_level))
         self._closed = False
+        # --- automatic failover (docs/failover.md) ---
+        #: The replica manager, while it runs (None without failover).
+        self.replica_manager: ReplicaManager | None = None
+        #: Bumped at every role change: a put decided under another role is not acknowledged.
+        self._generation = 0
+        #: A master acknowledges while ``trio.current_time()`` is below this (failover: the
+        #: lease deadline; otherwise always).
+        self._ack_until = -math.inf if config.failover else math.inf
+        #: The end of the last put answered PUT_OK (the core's confirm offset).
+        self._confirm_offset = 0
+        #: The epoch this broker is master of (0: not master, or not in failover mode).
+        self.master_epoch = 0
+        #: The broker id it registers with the name servers as (0: the group's master).
+        self.registered_id = config.failover_broker_id if config.failover else config.broker_id
+        self._role_lock = trio.Lock()
+        self._nursery: trio.Nursery | None = None
+        self._ha_client_scope: trio.CancelScope | None = None
+        self._ha_client_done: trio.Event | None = None
+        if config.failover:
+            # Nobody is master until etcd says so: start as a slave that follows no one.
+            self.role = BrokerRole.SLAVE
+            self.config = config.evolve(
+                broker_role=BrokerRole.SLAVE, broker_id=config.failover_broker_id
+            )
+            self.disk.master = False
 
     # --- the put API ------------------------------------------------------------------------
     async def put(
@@ -269,8 +315,9 @@ class Broker:
         and the flush and replication outcomes (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT,
         SLAVE_NOT_AVAILABLE) once stored.
         """
-        if self._closed or not self.role.is_master:
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
+        refused = self._refusal()
+        if refused is not None:
+            return PutResult(refused)
         if not messages:
             return PutResult(PutStatus.MESSAGE_ILLEGAL)
         results = self._append(messages, delivery=delivery)
@@ -300,8 +347,9 @@ class Broker:
         replication policies are still to be waited for, once, with :meth:`wait_stored` up
         to the last one's ``end_offset``. A refused message's result carries its status.
         """
-        if self._closed or not self.role.is_master:
-            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE) for _ in messages]
+        refused = self._refusal()
+        if refused is not None:
+            return [PutResult(refused) for _ in messages]
         together = self._append(messages) if len(messages) > 1 else None
         if isinstance(together, list):
             out = [_appended(r) for r in together]
@@ -350,7 +398,50 @@ class Broker:
         self._puts += len(results)
         return results
 
+    def _refusal(self) -> PutStatus | None:
+        """Why no put is taken now (None: they are): a slave or a stopped broker, and with
+        failover a fenced master, or a SyncStateSet smaller than ``minInSyncReplicas``
+        (nothing is stored then)."""
+        if self._closed or not self.role.is_master:
+            return PutStatus.SERVICE_NOT_AVAILABLE
+        if self.config.failover:
+            if not self._acking():
+                return PutStatus.SERVICE_NOT_AVAILABLE
+            assert self.ha_service is not None
+            if not self.ha_service.in_sync_quorum().enough_members():
+                return PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH
+        return None
+
+    def _acking(self) -> bool:
+        """May this master acknowledge now (before its lease deadline)?"""
+        return trio.current_time() < self._ack_until
+
+    async def _wait_in_sync(self, start: int, end: int) -> PutStatus:
+        """Failover mode's put: the master's own copy flushed, then every SyncStateSet member
+        holding it and ``minInSyncReplicas`` copies, asked again when the put resumes, under
+        the same role and before the lease deadline (docs/failover.md, "The ack rule")."""
+        generation = self._generation
+        flushed = await self._flusher.wait_flushed(end)
+        if flushed is not PutStatus.PUT_OK:
+            return flushed
+        ha = self.ha_service
+        assert ha is not None
+        # The set may grow while the put waits (a slave that caught up joins): wait again
+        # for the newcomer, a few times at most.
+        for _ in range(_IN_SYNC_ROUNDS):
+            status = await ha.wait_in_sync(end, start=start)
+            if status is not PutStatus.PUT_OK:
+                return status
+            if generation != self._generation or not self._acking():
+                return PutStatus.FLUSH_SLAVE_TIMEOUT
+            if ha.in_sync_holds(start, end):
+                self._confirm_offset = max(self._confirm_offset, end)
+                return PutStatus.PUT_OK
+        return PutStatus.FLUSH_SLAVE_TIMEOUT
+
     async def _wait_policies(self, start: int, end: int) -> PutStatus:
+        if self.config.failover:
+            return await self._wait_in_sync(start, end)
         status = await self._wait_flush_and_replicas(start, end)
         if status is PutStatus.PUT_OK and self._mark_acked:
             marks = self.marks
@@ -488,30 +579,29 @@ class Broker:
             await trio.sleep(self.disk_check_interval)
 
     async def _start(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
         nursery.start_soon(self._watch_disk)
-        if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH and self.role.is_master:
+        sync_flush = self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        if self.config.failover or (sync_flush and self.role.is_master):
+            # Failover: a master's put waits for its own flush, whatever flushDiskType says
+            # (docs/failover.md, "Durability"); the flusher idles while nobody waits.
             await nursery.start(self._flusher.run)
-        else:
+        if not (sync_flush and self.role.is_master):
             nursery.start_soon(self._run_async_flusher)
         if self.config.enable_controller_mode:
             self.epoch_file = await trio.to_thread.run_sync(
                 EpochFile.open, self.store.root / EPOCH_FILE_NAME
             )
-        if self.role.is_master:
+        if self.config.failover:
+            await self._start_failover(nursery)
+        elif self.role.is_master:
             if self.epoch_file is not None:
                 commitlog = self.store.commitlog
                 epoch = await trio.to_thread.run_sync(
                     self.epoch_file.begin_epoch, commitlog.max_offset, commitlog.min_offset
                 )
                 log.info("master epoch %d begins at offset %d", epoch, commitlog.max_offset)
-            security = HASecurity.for_config(self.config, master=True)
-            self.ha_service = HAService(
-                self.config,
-                self.store.commitlog,
-                epoch_file=self.epoch_file,
-                accept=security.accept if security is not None else None,
-                marks=self.marks,
-            )
+            self.ha_service = self._new_ha_service()
             if self.marks is not None:
                 await nursery.start(self.marks.run)
             self.ha_address = await nursery.start(self.ha_service.serve)
@@ -521,18 +611,7 @@ class Broker:
                     self.config.in_sync_replicas,
                 )
         else:
-            security = HASecurity.for_config(self.config, master=False)
-            root = self.store.root
-            self.ha_client = HAClient(
-                self.config,
-                self.store.commitlog,
-                on_appended=self._on_log_grew,
-                diverged_file=root / DIVERGED_FILE,
-                epoch_file=self.epoch_file,
-                truncate=self._truncate_replica,
-                connect=security.connector(trio.open_tcp_stream) if security is not None else None,
-                become_replica=lambda: forget_master_marks(root),
-            )
+            self.ha_client = self._new_ha_client(self.config)
             await nursery.start(self.ha_client.run)
         self.client_side = await nursery.start(serve_client_side, self)
         self.retention = RetentionService(
@@ -540,6 +619,225 @@ class Broker:
         )
         await nursery.start(self.retention.run)
         self._client_side_ready.set()
+        if self.config.failover:
+            await nursery.start(self._run_replica_manager)
+
+    # --- automatic failover: the role as runtime state ------------------------------------
+    async def _start_failover(self, nursery: trio.Nursery) -> None:
+        """The HA port is bound for the broker's whole life (its address is in etcd), and
+        serves slaves only while this broker is master."""
+        log.info(
+            "automatic failover: etcd at %s decides this broker's role (broker %d of %s/%s; "
+            "brokerRole and brokerId in the configuration are not used)",
+            self.config.failover_etcd_endpoints,
+            self.config.failover_broker_id,
+            self.config.broker_cluster_name,
+            self.config.broker_name,
+        )
+        self.ha_service = self._new_ha_service()
+        self.ha_address = await nursery.start(self.ha_service.serve)
+
+    def _new_ha_service(self) -> HAService:
+        """The master's HA service for this store (failover: bound for the broker's life)."""
+        security = HASecurity.for_config(self.config, master=True)
+        return HAService(
+            self.config,
+            self.store.commitlog,
+            epoch_file=self.epoch_file,
+            accept=security.accept if security is not None else None,
+            marks=self.marks,
+        )
+
+    async def _run_replica_manager(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        config = self.config
+        assert self.client_side is not None and self.ha_address is not None
+        assert self.ha_service is not None and config.failover_etcd_endpoints
+        try:
+            options = failover_options(
+                broker_id=config.failover_broker_id,
+                cluster=config.broker_cluster_name,
+                broker_name=config.broker_name,
+                root=config.failover_etcd_root,
+                broker_addr=self.client_side.broker_addr,
+                ha_addr=f"{config.broker_ip1}:{self.ha_address[1]}",
+                lease_ttl=config.failover_lease_ttl,
+                ha_max_time_slave_not_catchup=config.ha_max_time_slave_not_catchup,
+                enable_elect_unclean_master=config.enable_elect_unclean_master,
+            )
+        except ValueError as exc:
+            raise ConfigError(f"automatic failover: {exc}") from None
+        ha = self.ha_service
+
+        def started(manager: ReplicaManager) -> None:
+            self.replica_manager = manager
+            ha.on_replica_ack = manager.replica_acked
+            ha.on_replica_gone = manager.replica_gone
+
+        try:
+            async with open_replica_manager(
+                options,
+                self,
+                endpoints=config.failover_etcd_endpoints,
+                user=config.failover_etcd_user,
+                password=config.failover_etcd_password,
+                on_started=started,
+            ):
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            ha.on_replica_ack = ha.on_replica_gone = None
+
+    def log_facts(self) -> tuple[int, int, int]:
+        """The replica manager's ``LogChanged``: log end, last epoch, confirm offset."""
+        commitlog = self.store.commitlog
+        end = commitlog.max_offset
+        last = self.epoch_file.history.last_epoch if self.epoch_file is not None else 0
+        if not last and end > commitlog.min_offset:
+            last = 1  # data from before epochs were kept counts as epoch 1 (begin_epoch)
+        return end, last, self._confirm_offset
+
+    def replica_acks(self) -> dict[int, int]:
+        """The replica manager: each streaming slave's broker id and acked offset."""
+        return self.ha_service.replica_acks() if self.ha_service is not None else {}
+
+    def fence(self, reason: str) -> None:
+        self._ack_until = -math.inf
+        self._register_as(self.config.failover_broker_id)
+
+    def unfence(self, until_ms: int) -> None:
+        self._ack_until = until_ms / 1000
+        if self.role.is_master:
+            self._register_as(0)
+
+    def _register_as(self, broker_id: int) -> None:
+        """Name servers see a fenced master as a slave (its stable id), an acking one as 0."""
+        self.registered_id = broker_id
+        if self.client_side is not None:
+            self.client_side.register_as(broker_id)
+
+    def fail_in_flight(self, status: PutStatus) -> None:
+        if self.ha_service is not None:
+            self.ha_service.fail_waiting(status)
+
+    def set_sync_state_set(self, members: frozenset[int]) -> None:
+        assert self.ha_service is not None
+        self.ha_service.set_members(members)
+
+    async def become_master(self, epoch: int, members: frozenset[int]) -> None:
+        """Stop replicating, cut a half-received last record, begin *epoch* at the log's end
+        (the epoch file refuses an epoch not above its own), then serve slaves as master."""
+        async with self._role_lock:
+            await self._stop_ha_client()
+            commitlog = self.store.commitlog
+            end = commitlog.max_offset
+            if end > commitlog.min_offset:
+                before, after = commitlog.boundaries_around(end - 1)
+                if after != end:
+                    log.warning(
+                        "cutting the half-received last record [%d, %d) before becoming master",
+                        before,
+                        end,
+                    )
+                    await self._truncate_replica(before)
+            epoch_file = self.epoch_file
+            assert epoch_file is not None and self.ha_service is not None
+            begun = await trio.to_thread.run_sync(
+                lambda: epoch_file.begin_epoch(
+                    commitlog.max_offset, commitlog.min_offset, epoch=epoch
+                )
+            )
+            self._confirm_offset = commitlog.max_offset
+            self.master_epoch = begun
+            self.ha_service.start_serving()
+            self._switch_role(BrokerRole.SYNC_MASTER, master_addr=None)
+
+    async def become_slave(self, master: MasterRecord) -> None:
+        """Stop serving as master (if it was), then follow *master* from its epoch on."""
+        async with self._role_lock:
+            self._ack_until = -math.inf
+            if self.ha_service is not None:
+                self.ha_service.stop_serving(
+                    f"this broker follows broker {master.broker_id} (epoch {master.epoch})"
+                )
+                self.ha_service.fail_waiting(PutStatus.FLUSH_SLAVE_TIMEOUT)
+            self.master_epoch = 0
+            self._switch_role(BrokerRole.SLAVE, master_addr=master.broker_addr)
+            await self._stop_ha_client()
+            await self._start_ha_client(master.ha_addr, master.epoch)
+
+    def _switch_role(self, role: BrokerRole, *, master_addr: str | None) -> None:
+        """The one place a running broker changes role: what it refuses, what it registers
+        as (brokerId 0 as master, its stable id as a slave), and the client side's tasks."""
+        old = self.role
+        self.role = role
+        self._generation += 1
+        broker_id = 0 if role.is_master else self.config.failover_broker_id
+        self.config = self.config.evolve(broker_role=role, broker_id=broker_id)
+        if self.ha_service is not None:
+            self.ha_service.config = self.config
+        self.disk.master = role.is_master
+        self._put_mode = "sync" if role.is_master else "async"
+        if self.client_side is not None:
+            self.client_side.role_changed(self, master_addr)
+        # The name servers hear the new role at once; a master that is fenced already
+        # registers as a slave until it is unfenced.
+        self._register_as(broker_id if self._acking() else self.config.failover_broker_id)
+        if old is not role:
+            commitlog = self.store.commitlog
+            log.warning(
+                "role %s -> %s (epoch %d, log [%d, %d), registered as brokerId %d)",
+                old.value,
+                role.value,
+                self.epoch_file.history.last_epoch if self.epoch_file is not None else 0,
+                commitlog.min_offset,
+                commitlog.max_offset,
+                self.registered_id,
+            )
+
+    def _new_ha_client(self, config: BrokerConfig, master_epoch: int = 0) -> HAClient:
+        """A slave's HA client for this store (its master is ``config.ha_master_address``)."""
+        security = HASecurity.for_config(config, master=False)
+        root = self.store.root
+        return HAClient(
+            config,
+            self.store.commitlog,
+            on_appended=self._on_log_grew,
+            diverged_file=root / DIVERGED_FILE,
+            epoch_file=self.epoch_file,
+            truncate=self._truncate_replica,
+            connect=security.connector(trio.open_tcp_stream) if security is not None else None,
+            become_replica=lambda: forget_master_marks(root),
+            master_epoch=master_epoch,
+        )
+
+    async def _start_ha_client(self, ha_addr: str, epoch: int) -> None:
+        assert self._nursery is not None
+        client = self._new_ha_client(self.config.evolve(ha_master_address=ha_addr), epoch)
+        scope = trio.CancelScope()
+        done = trio.Event()
+
+        async def run(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            try:
+                with scope:
+                    await client.run(task_status=task_status)
+            finally:
+                done.set()
+
+        self.ha_client = client
+        self._ha_client_scope, self._ha_client_done = scope, done
+        await self._nursery.start(run)
+
+    async def _stop_ha_client(self) -> None:
+        """Stop replicating (a failover role change) and wait until the client has stopped."""
+        scope, done = self._ha_client_scope, self._ha_client_done
+        if scope is None or done is None:
+            return
+        scope.cancel()
+        await done.wait()
+        self._ha_client_scope = self._ha_client_done = None
+        self.ha_client = None
 
     async def _truncate_replica(self, offset: int) -> None:
         """Epoch mode: cut the commit log and the consume queues back to *offset* together."""
@@ -559,7 +857,8 @@ class Broker:
             max_offset=commitlog.max_offset,
             flushed_offset=commitlog.flushed_offset,
             puts=self._puts,
-            ha=self.ha_service.statistics() if self.ha_service else None,
+            # A failover slave's HA port is bound but serves nobody: no master figures.
+            ha=self.ha_service.statistics() if self.ha_service and self.role.is_master else None,
             client=self.ha_client.statistics() if self.ha_client else None,
             disk=self.disk.statistics(),
             build=build_info().describe(),
@@ -568,6 +867,7 @@ class Broker:
             if self.role.is_master
             else {},
             retention=self.retention.statistics() if self.retention is not None else None,
+            failover=self.replica_manager.statistics() if self.replica_manager else None,
         )
 
 
@@ -630,7 +930,7 @@ async def open_broker(
     clean = False
     try:
         sent = None
-        if config.broker_role.is_master:
+        if config.broker_role.is_master and not config.failover:
             sent = await trio.to_thread.run_sync(
                 lambda: open_master_history(
                     store,
@@ -646,7 +946,7 @@ async def open_broker(
             await broker._start(nursery)
             log.info(
                 "%s started: store %s, log [%d, %d), %s",
-                config.broker_role.value,
+                "failover replica" if config.failover else config.broker_role.value,
                 config.store_root,
                 store.commitlog.min_offset,
                 store.commitlog.max_offset,

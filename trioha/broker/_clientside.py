@@ -10,7 +10,8 @@ Started by the broker inside its nursery, it runs, all in one nursery of its own
 * an embedded name server when ``embedded_namesrv`` is set;
 * name server registration when ``namesrv_addr`` is set (:mod:`._registration`);
 * on a slave, metadata replication from the master (:mod:`._slavesync`);
-* on a master, delayed-message delivery per delay level (:mod:`._schedule`);
+* on a master, delayed-message delivery per delay level (:mod:`._schedule`); with automatic
+  failover the two follow the broker's role as it changes (:meth:`ClientSide.role_changed`);
 * housekeeping: idle clients dropped after 120 s, consumer offsets persisted every 5 s;
 * with ``acl_enable``, the ACL check before every request on the broker port and the
   embedded name server, and the ACL file watcher; with ``tls_server_mode``, TLS on both
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import NoReturn
 
@@ -85,6 +86,51 @@ class ClientSide:
     schedule: ScheduleMessageService | None = None
     #: The VIP channel's address (``MixAll.brokerVIPChannel``: the broker port - 2).
     vip_addr: str = ""
+    #: Automatic failover: the nursery the role's tasks run in, and the running one's scope.
+    nursery: trio.Nursery | None = None
+    role_scope: trio.CancelScope | None = None
+
+    def role_changed(self, broker: BrokerLike, master_addr: str | None) -> None:
+        """Automatic failover: the broker's role changed in the running process. A master
+        delivers delayed messages, a slave syncs metadata from *master_addr* (the broker then
+        says what to register as: :meth:`register_as`)."""
+        if self.role_scope is not None:
+            self.role_scope.cancel()
+        assert self.nursery is not None
+        scope = self.role_scope = trio.CancelScope()
+        config = broker.config
+        if config.broker_role.is_master:
+            # A new data version makes the name servers take this broker's topic queues as
+            # the master's (RocketMQ 5.x ``ReplicasManager.changeToMaster`` does the same).
+            topics = self.meta.topics
+            topics.data_version = topics.data_version.next()
+            topics.dirty = True  # written by the persister, off the event loop
+            schedule = ScheduleMessageService(
+                broker, self.reput, self.meta.delay, self.reput.delay_levels
+            )
+            self.schedule = schedule
+            self.nursery.start_soon(_run_in, scope, schedule.run)
+        else:
+            self.schedule = None
+            if self.slave_sync is not None:
+                self.slave_sync.master_addr = master_addr
+                self.nursery.start_soon(_run_in, scope, self.slave_sync.run)
+
+    def register_as(self, broker_id: int) -> None:
+        """Automatic failover: register with the name servers as *broker_id* from now on (0:
+        the group's master), at once if that is a change. A master that fenced itself
+        registers under its stable id, so that no route names it master meanwhile."""
+        registrar = self.registrar
+        if registrar is None or registrar.config.broker_id == broker_id:
+            return
+        role = BrokerRole.SYNC_MASTER if broker_id == 0 else BrokerRole.SLAVE
+        registrar.config = attrs.evolve(registrar.config, broker_role=role, broker_id=broker_id)
+        registrar.request()
+
+
+async def _run_in(scope: trio.CancelScope, task: Callable[[], Awaitable[object]]) -> None:
+    with scope:
+        await task()
 
 
 #: Attempts at finding a free port pair (p, p - 2) when ``listen_port`` is 0.
@@ -254,6 +300,7 @@ async def _start(
         connections=start.connections,
         acl=acl,
         guard=guard,
+        nursery=nursery,
     )
     processor.extra_info = partial(_runtime_info, broker, config, side)
     return side
@@ -379,8 +426,9 @@ class _Starter:
         return bound
 
     def schedule(self) -> ScheduleMessageService | None:
-        """Delayed-message delivery, on a master only (slaves store the levels, never deliver)."""
-        if not self.config.broker_role.is_master:
+        """Delayed-message delivery, on a master only (slaves store the levels, never deliver).
+        With failover the role changes at run time: :meth:`ClientSide.role_changed` starts it."""
+        if not self.config.broker_role.is_master or self.config.failover:
             return None
         schedule = ScheduleMessageService(
             self.broker, self.reput, self.meta.delay, self.reput.delay_levels
@@ -389,9 +437,10 @@ class _Starter:
         return schedule
 
     def metadata_sync(self, broker_addr: str) -> SlaveSynchronize | None:
-        """On a slave, the master's metadata copied (``SlaveSynchronize``)."""
+        """On a slave, the master's metadata copied (``SlaveSynchronize``). With failover it
+        is made for every broker and run while it is a slave (:meth:`ClientSide.role_changed`)."""
         config = self.config
-        if config.broker_role is not BrokerRole.SLAVE:
+        if config.broker_role is not BrokerRole.SLAVE and not config.failover:
             return None
         slave_sync = SlaveSynchronize(
             self.meta,
@@ -402,7 +451,8 @@ class _Starter:
             persist=self.persister.persist,
             on_master_end=_master_end_sink(self.broker),
         )
-        self.nursery.start_soon(slave_sync.run)
+        if not config.failover:
+            self.nursery.start_soon(slave_sync.run)
         return slave_sync
 
     async def registration(self, broker_addr: str, *, embedded: bool) -> Registrar | None:
@@ -432,7 +482,12 @@ class _Starter:
     def _on_master(self, master_addr: str, ha_addr: str) -> None:
         """A name server named the master: a slave without ``masterBrokerAddr`` syncs from it."""
         slave_sync = self.slave_sync
-        if slave_sync is not None and not self.config.master_broker_addr:
+        # With failover, etcd names the master (ClientSide.role_changed), not the name server.
+        if (
+            slave_sync is not None
+            and not self.config.master_broker_addr
+            and not self.config.failover
+        ):
             if slave_sync.master_addr != master_addr:
                 log.info("master broker is %s (HA %s)", master_addr, ha_addr)
             slave_sync.master_addr = master_addr
@@ -475,6 +530,20 @@ def _runtime_info(broker: BrokerLike, config: BrokerConfig, side: ClientSide) ->
         info["haSlaveBehindSeconds"] = ",".join(
             f"{s.peer}:{s.behind_seconds:.3f}" for s in ha.slaves if s.behind_seconds is not None
         )
+    failover = getattr(stats, "failover", None)
+    if failover is not None:  # trioha's own: automatic failover (docs/failover.md)
+        info["failoverPhase"] = failover.phase
+        info["failoverEpoch"] = str(failover.master_epoch)
+        info["failoverMasterId"] = str(failover.master_id)
+        info["failoverSyncStateSet"] = ",".join(map(str, failover.sync_state_set))
+        info["failoverLeaseDeadlineSeconds"] = (
+            "" if failover.lease_deadline_in is None else f"{failover.lease_deadline_in:.3f}"
+        )
+        info["failoverLastElectionEpoch"] = str(failover.last_election_epoch)
+        info["failoverLastElectionSecondsAgo"] = (
+            "" if failover.last_election_ago is None else f"{failover.last_election_ago:.1f}"
+        )
+        info["failoverEtcdLastError"] = failover.etcd_last_error
     if side.slave_sync is not None:
         info["masterAddr"] = side.slave_sync.master_addr or ""
         info["metadataSyncs"] = str(side.slave_sync.syncs)

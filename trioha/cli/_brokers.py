@@ -164,7 +164,7 @@ def _run_master(args: argparse.Namespace) -> int:
         extra["ha_accept_lost_acknowledged"] = True
     role = BrokerRole(args.role) if args.role else None
     config = _broker_config(args, role, **extra)
-    if not config.broker_role.is_master:
+    if not config.broker_role.is_master and not config.failover:
         raise ConfigError(f"{args.config}: brokerRole is SLAVE; use `trioha slave` for a slave")
     require_prometheus_client(args)
     trio.run(_serve, config, args.metrics_listen, args.config)
@@ -190,7 +190,7 @@ def _run_slave(args: argparse.Namespace) -> int:
 
         print(truncate_to_offset(config, args.truncate_to))
         return 0
-    if config.ha_master is None:
+    if config.ha_master is None and not config.failover:
         raise ConfigError("a slave needs --master-ha HOST:PORT (or haMasterAddress in -c)")
     require_prometheus_client(args)
     trio.run(_serve, config, args.metrics_listen, args.config)

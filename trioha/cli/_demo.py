@@ -3,33 +3,47 @@
 The README's main job. It starts both brokers in this process on OS-chosen loopback ports,
 puts a sync workload through the master with a progress line, waits for the slave to catch
 up, compares the two commit logs byte for byte and prints the figures.
+
+``demo --failover`` shows automatic failover (docs/failover.md): a one-member etcd, a name
+server and three ``python -m trioha master -c`` processes of one group on loopback, sync
+sends through trioha's client, the master killed with SIGKILL halfway; it prints the time to
+the first acknowledged send on the new master, the acked count and the verdict.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
+import attrs
 import trio
 
 from trioha._config import BrokerConfig, BrokerRole
+from trioha._errors import RemotingError
 from trioha._status import PutStatus
 from trioha.cli._shared import size
 
 if TYPE_CHECKING:
     from trioha.broker import Broker
+    from trioha.remoting import RemotingClientPool
 
 
 def register_commands(sub: Any) -> None:
     """Add ``demo`` to the ``trioha`` command."""
     demo = sub.add_parser("demo", help="run a master and a slave on loopback with a sync workload")
-    demo.add_argument("--messages", type=int, default=20000, help="messages to put (default 20000)")
+    demo.add_argument(
+        "--messages", type=int, help="messages to put (default 20000; 200 with --failover)"
+    )
     demo.add_argument("--size", type=size, default=1024, help="body size (default 1K)")
     demo.add_argument("--producers", type=int, default=16, help="concurrent producers")
     demo.add_argument(
@@ -39,7 +53,22 @@ def register_commands(sub: Any) -> None:
         help="segment size (default 8M, so the workload spans segments)",
     )
     demo.add_argument("--dir", type=Path, help="keep the stores here instead of a temp dir")
-    demo.set_defaults(handler=lambda args: trio.run(run_demo, args))
+    demo.add_argument(
+        "--failover",
+        action="store_true",
+        help="automatic failover instead: etcd, a name server and three broker processes of "
+        "one group; the master is killed halfway (docs/failover.md)",
+    )
+    demo.add_argument(
+        "--lease-ttl", type=int, default=3, help="with --failover: the etcd lease (seconds)"
+    )
+    demo.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.messages is None:
+        args.messages = 200 if args.failover else 20000
+    return trio.run(run_failover_demo if args.failover else run_demo, args)
 
 
 def compare_logs(master: Broker, slave: Broker, chunk: int = 1 << 20) -> int | None:
@@ -176,3 +205,295 @@ async def _demo(args: argparse.Namespace, base: Path) -> int:
                 print(f"verdict: the logs DIFFER from offset {differs}", file=out)
             ok = differs is None and statuses[PutStatus.PUT_OK] == args.messages
             return 0 if ok else 1
+
+
+# --- demo --failover: a group whose master etcd elects, and a SIGKILL ----------------------
+
+
+#: Brokers in the failover demo's group.
+FAILOVER_GROUP = 3
+#: The topic every broker registers: its route names the group's master.
+_ROUTE_TOPIC = "TBW102"
+_DEMO_TOPIC = "TriohaFailover"
+_DEMO_BROKER_NAME = "broker-f"
+#: Seconds the failover demo waits for anything at most.
+_FAILOVER_WAIT = 60.0
+
+
+@attrs.define
+class DemoBroker:
+    """One broker process of the failover demo."""
+
+    broker_id: int
+    root: Path
+    port: int
+    log: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@attrs.frozen
+class FailoverDemoResult:
+    """What ``demo --failover`` saw: every acknowledged send, the brokers, the failover time."""
+
+    #: Message number -> (broker address, commit log offset) of each SEND_OK.
+    acked: dict[int, tuple[str, int]]
+    brokers: tuple[DemoBroker, ...]
+    killed: DemoBroker
+    new_master: DemoBroker
+    #: Seconds from the SIGKILL to the first SEND_OK on the new master.
+    failover_seconds: float
+    #: Sends answered otherwise (or unanswered) and sent again.
+    retries: int
+
+
+def demo_body(i: int) -> bytes:
+    """The body of message *i*: its number, so that a log shows which message is where."""
+    return b"trioha-failover-%08d" % i
+
+
+def _free_port_pair() -> int:
+    from trioha.broker import free_port_pair
+
+    return free_port_pair("127.0.0.1")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start_demo_brokers(base: Path, etcd: str, namesrv: str, lease_ttl: int) -> list[DemoBroker]:
+    brokers: list[DemoBroker] = []
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    for bid in range(1, FAILOVER_GROUP + 1):
+        broker = DemoBroker(bid, base / f"broker-{bid}", _free_port_pair(), base / f"b{bid}.log")
+        conf = base / f"broker-{bid}.conf"
+        conf.write_text(
+            "\n".join(
+                [
+                    f"brokerName={_DEMO_BROKER_NAME}",
+                    f"storePathRootDir={broker.root}",
+                    f"mappedFileSizeCommitLog={1 << 20}",
+                    "brokerIP1=127.0.0.1",
+                    f"listenPort={broker.port}",
+                    f"haListenPort={_free_port()}",
+                    f"namesrvAddr={namesrv}",
+                    "enableControllerMode=true",
+                    f"failoverEtcdEndpoints={etcd}",
+                    f"failoverBrokerId={bid}",
+                    f"failoverLeaseTtl={lease_ttl}",
+                    "",
+                ]
+            )
+        )
+        with open(broker.log, "wb") as out:
+            broker.process = subprocess.Popen(
+                [sys.executable, "-m", "trioha", "master", "-c", str(conf)],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        brokers.append(broker)
+    return brokers
+
+
+def _stop_demo_brokers(brokers: list[DemoBroker]) -> None:
+    for broker in brokers:
+        if broker.process is not None and broker.process.poll() is None:
+            broker.process.send_signal(signal.SIGTERM)
+    for broker in brokers:
+        if broker.process is not None:
+            try:
+                broker.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                broker.process.kill()
+                broker.process.wait()
+
+
+async def _send_once(pool: RemotingClientPool, namesrv: str, i: int) -> tuple[str, int] | None:
+    """One sync send to the master the name server names: (broker, offset) if SEND_OK."""
+    from trioha.remoting import get_route, send_message
+
+    try:
+        with trio.fail_after(5):
+            route = await get_route(pool, namesrv, _ROUTE_TOPIC)
+            master = next((b.master for b in route.brokers if b.master), None)
+            if master is None:
+                return None
+            result = await send_message(
+                pool, master, topic=_DEMO_TOPIC, body=demo_body(i), queue_id=i % 4
+            )
+    except (RemotingError, trio.TooSlowError, OSError):
+        return None
+    if result.status != "SEND_OK" or result.msg_id is None:
+        return None
+    return master, int(result.msg_id[-16:], 16)  # the msgId's last 8 bytes: the offset
+
+
+async def _wait_in_sync(etcd: str, size: int) -> list[int]:
+    """Wait until the demo group's SyncStateSet in etcd has *size* members; the members."""
+    from trioha.broker import read_group
+    from trioha.etcd import open_etcd_client
+    from trioha.failover import GroupKeys
+
+    keys = GroupKeys.of(BrokerConfig().broker_cluster_name, _DEMO_BROKER_NAME)
+    async with open_etcd_client(etcd) as client:
+        with trio.move_on_after(_FAILOVER_WAIT):
+            while True:
+                _revision, view = await read_group(client, keys)
+                sss = view.sss.current
+                if sss is not None and len(sss.members) >= size:
+                    return sorted(sss.members)
+                await trio.sleep(0.1)
+    raise TimeoutError(f"the SyncStateSet did not reach {size} brokers in {_FAILOVER_WAIT:g} s")
+
+
+async def failover_demo(
+    base: Path, *, messages: int = 200, lease_ttl: int = 3, out: TextIO | None = None
+) -> FailoverDemoResult:
+    """Start one etcd member, a name server and three brokers of one group (processes), send
+    *messages* sync sends through trioha's client, wait until every broker is in the
+    SyncStateSet (before that, nobody may replace the master), SIGKILL the master, and keep
+    sending (the route asked again after every failed send) until all are acknowledged.
+
+    Raises :class:`EtcdMemberError` when etcd is not installed, :class:`TimeoutError` when
+    nothing is acknowledged for a minute.
+    """
+    from trioha.etcd import start_etcd
+    from trioha.namesrv import serve_namesrv
+    from trioha.remoting import open_client_pool
+
+    acked: dict[int, tuple[str, int]] = {}
+    retries = 0
+
+    def say(line: str) -> None:
+        if out is not None:
+            print(line, file=out, flush=True)
+
+    async def send(pool: RemotingClientPool, namesrv: str, i: int, not_to: str) -> str:
+        nonlocal retries
+        with trio.move_on_after(_FAILOVER_WAIT):
+            while (got := await _send_once(pool, namesrv, i)) is None or got[0] == not_to:
+                retries += 1
+                await trio.sleep(0.05)
+            acked[i] = got
+            return got[0]
+        raise TimeoutError(f"no SEND_OK for message {i} within {_FAILOVER_WAIT:g} s")
+
+    cluster = await trio.to_thread.run_sync(lambda: start_etcd(base / "etcd"))
+    with cluster:
+        etcd = cluster.endpoints[0]
+        say(f"etcd member at {etcd}")
+        async with trio.open_nursery() as nursery:
+            host, port = await nursery.start(serve_namesrv, "127.0.0.1", 0)
+            namesrv = f"{host}:{port}"
+            say(f"name server at {namesrv}")
+            brokers = _start_demo_brokers(base, etcd, namesrv, lease_ttl)
+            try:
+                async with open_client_pool() as pool:
+                    half = messages // 2
+                    master = ""
+                    for i in range(half):
+                        master = await send(pool, namesrv, i, not_to="")
+                    killed = next(b for b in brokers if b.addr == master)
+                    assert killed.process is not None
+                    say(f"{half} sends acknowledged by broker {killed.broker_id} ({master})")
+                    # Until a slave is in the SyncStateSet, the master is the only broker
+                    # that holds every acknowledged send, and nobody may replace it.
+                    members = await _wait_in_sync(etcd, FAILOVER_GROUP)
+                    say(f"SyncStateSet {members}: every broker holds every acknowledged send")
+                    killed.process.send_signal(signal.SIGKILL)
+                    at = time.monotonic()
+                    say(f"SIGKILL to broker {killed.broker_id}, the master")
+                    new = await send(pool, namesrv, half, not_to=master)
+                    took = time.monotonic() - at
+                    for i in range(half + 1, messages):
+                        await send(pool, namesrv, i, not_to=master)
+            finally:
+                await trio.to_thread.run_sync(_stop_demo_brokers, brokers)
+            nursery.cancel_scope.cancel()
+    new_master = next(b for b in brokers if b.addr == new)
+    return FailoverDemoResult(acked, tuple(brokers), killed, new_master, took, retries)
+
+
+def check_failover(result: FailoverDemoResult, *, segment_size: int = 1 << 20) -> list[str]:
+    """What is wrong after ``demo --failover`` (nothing: an empty list): every SEND_OK must be
+    in the new master's log at its offset, and every surviving replica's log a byte prefix
+    of the new master's."""
+    from trioha.store import DecodedMessage, decode_record, open_store
+
+    problems: list[str] = []
+    with open_store(result.new_master.root, segment_size=segment_size) as master:
+        mlog = master.commitlog
+        for i, (_broker, offset) in sorted(result.acked.items()):
+            if offset >= mlog.max_offset:
+                problems.append(f"message {i}: offset {offset} beyond the log ({mlog.max_offset})")
+                continue
+            decoded = decode_record(bytes(mlog.read(offset, 4096)), base_offset=offset)
+            if not isinstance(decoded, DecodedMessage) or decoded.message.body != demo_body(i):
+                problems.append(f"message {i}: not at offset {offset} of the new master")
+        for broker in result.brokers:
+            if broker in (result.new_master, result.killed):
+                continue
+            with open_store(broker.root, segment_size=segment_size) as replica:
+                rlog = replica.commitlog
+                end = min(rlog.max_offset, mlog.max_offset)
+                offset = 0
+                while offset < end:
+                    a = bytes(mlog.read(offset, end - offset))
+                    b = bytes(rlog.read(offset, len(a)))
+                    if a != b:
+                        problems.append(f"broker {broker.broker_id} differs before {offset + 1}")
+                        break
+                    offset += len(a)
+    return problems
+
+
+async def run_failover_demo(args: argparse.Namespace) -> int:
+    from trioha.etcd import EtcdMemberError
+
+    base = args.dir or Path(tempfile.mkdtemp(prefix="trioha-failover-demo-"))
+    out = sys.stdout
+    try:
+        print(f"trioha demo --failover: stores and logs under {base}", file=out)
+        try:
+            result = await failover_demo(
+                base, messages=args.messages, lease_ttl=args.lease_ttl, out=out
+            )
+        except EtcdMemberError as exc:
+            print(f"cannot start etcd: {exc}", file=out)
+            return 1
+        except TimeoutError as exc:
+            print(f"verdict: FAILED: {exc}", file=out)
+            return 1
+        problems = await trio.to_thread.run_sync(check_failover, result)
+        print(
+            f"failover: broker {result.killed.broker_id} killed, broker "
+            f"{result.new_master.broker_id} acknowledged the first send "
+            f"{result.failover_seconds:.2f} s later (lease {args.lease_ttl} s)",
+            file=out,
+        )
+        print(
+            f"acked: {len(result.acked)} of {args.messages} sends "
+            f"({result.retries} sends answered otherwise and sent again)",
+            file=out,
+        )
+        for problem in problems:
+            print(f"  {problem}", file=out)
+        if problems:
+            print("verdict: FAILED", file=out)
+            return 1
+        print(
+            "verdict: every acknowledged message is on the new master at its offset, and "
+            "the surviving replica's log is a byte prefix of the new master's",
+            file=out,
+        )
+        return 0
+    finally:
+        if args.dir is None:
+            shutil.rmtree(base, ignore_errors=True)

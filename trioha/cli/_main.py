@@ -86,6 +86,11 @@ COMMAND_HELP: dict[str, tuple[str, str]] = {
         "throughput and latency.",
         "trioha demo --messages 20000 --size 1K --producers 16",
     ),
+    "failover-state": (
+        "Print a failover group's state as etcd has it (docs/failover.md): the master and "
+        "its epoch, the epoch counter, the SyncStateSet and every live broker's log end.",
+        "trioha failover-state -c /etc/trioha/broker-a-1.conf",
+    ),
     # The pipeline's commands carry their own descriptions; these add the examples.
     "audit": ("", "trioha audit /var/lib/trioha/m /var/lib/trioha/s1 /var/lib/trioha/s2"),
     "export": ("", "trioha export /var/lib/trioha/m /data/orders-parquet --mode overwrite"),

@@ -122,6 +122,14 @@ def register_commands(subparsers: Any) -> None:
     status.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     status.set_defaults(handler=_run_status)
 
+    state = subparsers.add_parser(
+        "failover-state",
+        help="a failover group's state as etcd has it: master, epoch, SyncStateSet, brokers",
+    )
+    add_config_options(state, "broker.conf", "failoverEtcdEndpoints=http://127.0.0.1:2379")
+    state.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    state.set_defaults(handler=_run_failover_state)
+
 
 # --- namesrv ---------------------------------------------------------------------------------
 
@@ -472,6 +480,38 @@ async def broker_status(broker: str, *, out: TextIO = sys.stdout) -> dict[str, s
     for key in sorted(table):
         print(f"{key.ljust(width)}  {table[key]}", file=out)
     return table
+
+
+async def failover_state(config: BrokerConfig, *, out: TextIO = sys.stdout) -> list[str]:
+    """Print and return a failover group's state, read from the etcd *config* names."""
+    from trioha.broker import describe_group, read_group
+    from trioha.etcd import open_etcd_client
+    from trioha.failover import GroupKeys
+
+    if not config.failover_etcd_endpoints:
+        raise ConfigError("failover-state needs failoverEtcdEndpoints (in -c or --set)")
+    try:
+        keys = GroupKeys.of(
+            config.broker_cluster_name, config.broker_name, root=config.failover_etcd_root
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    async with open_etcd_client(
+        config.failover_etcd_endpoints,
+        user=config.failover_etcd_user,
+        password=config.failover_etcd_password,
+    ) as client:
+        revision, view = await read_group(client, keys)
+    lines = describe_group(keys, revision, view)
+    for line in lines:
+        print(line, file=out)
+    return lines
+
+
+def _run_failover_state(args: argparse.Namespace) -> int:
+    config = BrokerConfig.from_properties(args.config, settings=args.settings)
+    run(lambda: failover_state(config))
+    return 0
 
 
 def _run_status(args: argparse.Namespace) -> int:

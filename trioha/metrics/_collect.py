@@ -50,6 +50,42 @@ def _histogram(
     return family
 
 
+def _failover(stats: Any) -> Iterator[Metric]:
+    """Automatic failover's figures (``FailoverStatistics``, docs/failover.md)."""
+    yield _gauge(
+        "trioha_failover_phase_info",
+        "The replica manager's phase (value 1): STARTING, REGISTERING, FOLLOWER, CAMPAIGNING, "
+        "MASTER, FENCED, STOPPED.",
+        1,
+        phase=stats.phase,
+    )
+    yield _gauge("trioha_failover_epoch", "The epoch etcd's master holds.", stats.master_epoch)
+    yield _gauge(
+        "trioha_failover_master_id", "The stable id of etcd's master (0: none).", stats.master_id
+    )
+    yield _gauge(
+        "trioha_failover_sync_state_set_size",
+        "Brokers in the SyncStateSet as etcd has it.",
+        len(stats.sync_state_set),
+    )
+    if stats.lease_deadline_in is not None:
+        yield _gauge(
+            "trioha_failover_lease_deadline_seconds",
+            "Seconds until this master stops acknowledging unless a keepalive succeeds.",
+            stats.lease_deadline_in,
+        )
+    yield _counter("trioha_failover_elections", "Elections this broker won.", stats.elections)
+    yield _counter(
+        "trioha_failover_role_changes", "Role changes made by this broker.", stats.role_changes
+    )
+    yield _counter("trioha_failover_fences", "Times this broker fenced itself.", stats.fences)
+    yield _counter(
+        "trioha_failover_fenced_seconds",
+        "Seconds spent fenced while holding the master key.",
+        stats.fenced_seconds,
+    )
+
+
 class BrokerCollector:
     """Metrics of a running :class:`~trioha.broker.Broker` (master or slave)."""
 
@@ -78,6 +114,9 @@ class BrokerCollector:
             yield from self._master(stats.ha, stats.max_offset)
         if stats.client is not None:
             yield from self._slave(stats.client)
+        failover = getattr(stats, "failover", None)
+        if failover is not None:
+            yield from _failover(failover)
         side = getattr(self.broker, "client_side", None)
         if side is not None:
             yield from _client_port(side)

@@ -392,6 +392,7 @@ class HAClient:
         epoch_file: EpochFile | None = None,
         truncate: Truncator | None = None,
         wall_clock: Callable[[], float] = time.time,
+        master_epoch: int = 0,
         become_replica: Callable[[], object] | None = None,
     ) -> None:
         master = config.ha_master
@@ -434,6 +435,9 @@ class HAClient:
         self._truncate = truncate
         #: Epoch mode: cuts made to reach a consistent point, as ``(from, to)`` offsets.
         self.truncations: list[tuple[int, int]] = []
+        #: Automatic failover: the epoch etcd names the master at; a master at another is
+        #: refused (0: any).
+        self.master_epoch = master_epoch
         #: Run (blocking, once) before the first replicated byte is appended: the store
         #: stops being a former master's (its master marks are removed).
         self._become_replica = become_replica
@@ -561,6 +565,7 @@ class HAClient:
                     sync_from_last_file=self.config.sync_from_last_file,
                     broker_id=self.config.broker_id,
                 ),
+                master_epoch=self.master_epoch,
             )
             session = _Session(self, stream, proto)
             self._live = proto

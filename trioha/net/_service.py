@@ -10,6 +10,12 @@ Mirrors ``HAService`` with ``AcceptSocketService`` and ``GroupTransferService``
 * waiting puts sit in a heap ordered by the offset they need; one ack releases every put it
   covers at once (group commit), with no polling; each put's ``slave_timeout`` is its own
   (:class:`~trioha.net._waiters.OffsetWaiters`).
+
+With automatic failover (``BrokerConfig.failover``, docs/failover.md) the service lives as
+long as the broker and serves only while the broker is master (:meth:`HAService.start_serving`,
+:meth:`HAService.stop_serving`); a sync put then asks failover mode's rule,
+:class:`~trioha.proto.InSyncQuorum`, over the SyncStateSet the control core hands down
+(:meth:`HAService.set_members`), each slave known by the broker id of its handshake.
 """
 
 from __future__ import annotations
@@ -31,7 +37,14 @@ from trioha.net._connection import HAConnection
 from trioha.net._marks import MarkKeeper
 from trioha.net._timeline import LogTimeline
 from trioha.net._waiters import OffsetWaiters
-from trioha.proto import MasterOptions, Quorum, Vouch, needed_acks, slaves_available
+from trioha.proto import (
+    InSyncQuorum,
+    MasterOptions,
+    Quorum,
+    Vouch,
+    needed_acks,
+    slaves_available,
+)
 
 if TYPE_CHECKING:
     from trioha.store import CommitLog, EpochFile, SentOffsets
@@ -76,6 +89,10 @@ class HAServiceStatistics:
 
 
 StreamGate = Callable[[trio.abc.Stream, str], Awaitable[trio.abc.Stream | None]]
+#: Failover: a slave's connection vouches up to an offset: ``(broker id, acked, caught up)``.
+ReplicaAckSink = Callable[[int, int, bool], None]
+#: Failover: the connection of the slave with this broker id ended.
+ReplicaGoneSink = Callable[[int], None]
 
 
 #: Close reasons that are part of normal life (a restart, a network blip); any other reason
@@ -172,6 +189,85 @@ class HAService:
         #: When the log reached each offset, for a slave's seconds behind.
         self.timeline = LogTimeline(commitlog.max_offset)
         self._connection_change = trio.lowlevel.ParkingLot()
+        #: Failover: serve slaves only while master; the SyncStateSet and the ack rule's
+        #: settings; the control core's ears (``on_replica_ack``, ``on_replica_gone``).
+        self.failover = config.failover
+        self.serving = not self.failover
+        self.master_id = config.failover_broker_id
+        self.members: frozenset[int] = frozenset({self.master_id})
+        self.on_replica_ack: ReplicaAckSink | None = None
+        self.on_replica_gone: ReplicaGoneSink | None = None
+        self._scopes: dict[HAConnection, trio.CancelScope] = {}
+
+    # --- failover: serving by role, and the SyncStateSet rule ---------------------------------
+    def start_serving(self) -> None:
+        """This broker became master: accept slaves from now on."""
+        self.serving = True
+        self.timeline = LogTimeline(self.commitlog.max_offset)
+
+    def stop_serving(self, reason: str) -> None:
+        """This broker is master no more: close every slave connection now, refuse new ones."""
+        self.serving = False
+        for conn, scope in self._scopes.items():
+            conn.close_reason = conn.close_reason or reason
+            scope.cancel()
+
+    def set_members(self, members: frozenset[int]) -> None:
+        """The SyncStateSet every put must reach (the control core's ``SetSyncStateSet``);
+        the waiting puts are judged again at once against it."""
+        self.members = members | {self.master_id}
+        quorum = self.in_sync_quorum()
+        self._waiters.release(self.commitlog.max_offset, quorum.holds)
+
+    def fail_waiting(self, status: PutStatus) -> int:
+        """Answer every put waiting for replicas with *status* now (``FailInFlight``)."""
+        return self._waiters.fail_all(status)
+
+    def _slave_id(self, conn: HAConnection) -> int | None:
+        handshake = getattr(conn.proto, "handshake", None)
+        return None if handshake is None else int(handshake.broker_id)
+
+    def in_sync_quorum(self) -> InSyncQuorum:
+        """Failover mode's ack rule over the live connections, as of now."""
+        vouches: dict[int, Vouch] = {}
+        for conn, v in self._vouches.items():
+            bid = self._slave_id(conn)
+            if bid is None or not conn.transferring or bid == self.master_id:
+                continue
+            if bid not in vouches or v[1] > vouches[bid][1]:
+                vouches[bid] = v
+        return InSyncQuorum.of(
+            self.master_id,
+            self.members,
+            vouches,
+            self.config.min_in_sync_replicas,
+            all_ack=self.config.all_ack_in_sync_state_set,
+            master_durable=self.commitlog.flushed_offset,
+        )
+
+    async def wait_in_sync(self, end: int, *, start: int) -> PutStatus:
+        """Failover mode's :meth:`wait_replicated`: wait until :class:`InSyncQuorum` holds
+        ``[start, end)``; PUT_OK, FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE. The caller
+        asks :meth:`in_sync_holds` again when it resumes (docs/failover.md, "The ack rule")."""
+        quorum = self.in_sync_quorum()
+        if quorum.holds(start, end):
+            return PutStatus.PUT_OK
+        if not quorum.available(end, self.config.ha_slave_fallbehind_max):
+            return PutStatus.SLAVE_NOT_AVAILABLE
+        self.notify_log_grew()
+        return await self._waiters.wait(end, start=start)
+
+    def replica_acks(self) -> dict[int, int]:
+        """Failover: each streaming slave's broker id and the newest offset it vouches for."""
+        acks: dict[int, int] = {}
+        for conn, (_served, ack) in self._vouches.items():
+            bid = self._slave_id(conn)
+            if bid is not None and conn.transferring and ack > acks.get(bid, -1):
+                acks[bid] = ack
+        return acks
+
+    def in_sync_holds(self, start: int, end: int) -> bool:
+        return self.in_sync_quorum().holds(start, end)
 
     # --- serving ----------------------------------------------------------------------------
     async def serve(
@@ -216,8 +312,10 @@ class HAService:
         served: trio.abc.Stream | None = stream
         if self.accept is not None:
             served = await self.accept(stream, peer)
-        if served is None:
-            await trio.aclose_forcefully(stream)
+        if served is None or not self.serving:
+            if served is not None:
+                log.info("slave %s refused: this broker is not master", peer)
+            await trio.aclose_forcefully(served or stream)
             return
         await self.handle_stream(served, peer)
 
@@ -241,14 +339,20 @@ class HAService:
         self._accepted += 1
         self._connection_change.unpark_all()
         log.info("slave connected from %s", peer)
+        scope = self._scopes[conn] = trio.CancelScope()
         try:
-            await conn.run()
+            with scope:
+                await conn.run()
         except Exception:
             conn.close_reason = conn.close_reason or "internal error"
             log.exception("HA connection with %s failed", peer)
         finally:
             del self.connections[conn_id]
+            del self._scopes[conn]
             self._vouches.pop(conn, None)
+            gone = self._slave_id(conn)
+            if self.on_replica_gone is not None and gone is not None:
+                self.on_replica_gone(gone)
             self._quorum = None
             self._closed += 1
             self._refused += conn.refused
@@ -303,6 +407,9 @@ class HAService:
         self._quorum = None
         if self.marks is not None:
             self.marks.note_slave(connection.peer_host, offset)
+        if self.failover:
+            self._on_in_sync_ack(connection, offset)
+            return
         if len(self.timeline) > _TIMELINE_KEEP:
             acks = self.live_acks()
             if acks:
@@ -313,6 +420,17 @@ class HAService:
             quorum = self._sync_quorum()
             if quorum.highest >= 0:
                 self._waiters.release(min(quorum.highest, offset), quorum.holds)
+
+    def _on_in_sync_ack(self, connection: HAConnection, offset: int) -> None:
+        """Failover: tell the control core first (a slave that caught up joins the set, and
+        the union takes effect before anything more is acknowledged), then release."""
+        if self._connection_change:
+            self._connection_change.unpark_all()
+        bid = self._slave_id(connection)
+        if bid is not None and self.on_replica_ack is not None:
+            self.on_replica_ack(bid, offset, offset >= self.commitlog.max_offset)
+        if self._waiters.lowest_end <= offset:
+            self._waiters.release(offset, self.in_sync_quorum().holds)
 
     def notify_log_grew(self) -> None:
         """Wake every writer at once (RocketMQ's async path polls every 100 ms; we don't)."""

@@ -116,6 +116,19 @@ class OffsetWaiters(Generic[T]):
             by_deadline.popleft()
         return released
 
+    def fail_all(self, value: T) -> int:
+        """Answer every waiter with *value* now; how many were answered."""
+        answered = 0
+        for _end, _seq, waiter in self._by_end:
+            if not waiter.done:
+                waiter.done = True
+                answered += 1
+                trio.lowlevel.reschedule(waiter.task, Value(value))
+        self._pending -= answered
+        self._by_end.clear()
+        self._by_deadline.clear()
+        return answered
+
     async def expire(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> NoReturn:

@@ -35,6 +35,8 @@ from trioha.proto._frames import (
 )
 from trioha.proto._master import MasterConnection, frame_header
 from trioha.proto._quorum import (
+    DURABLE_EVERYWHERE,
+    InSyncQuorum,
     Quorum,
     Vouch,
     carried,
@@ -93,6 +95,7 @@ from trioha.proto._timing import (
 )
 
 __all__ = [
+    "DURABLE_EVERYWHERE",
     "EPOCH_REPORT_SIZE",
     "EPOCH_TRANSFER_HEADER_SIZE",
     "HEADER_SIZE",
@@ -121,6 +124,7 @@ __all__ = [
     "HandshakeReceived",
     "HeaderReceived",
     "HeartbeatDue",
+    "InSyncQuorum",
     "LogView",
     "MasterAction",
     "MasterConnection",

@@ -120,15 +120,25 @@ class EpochHistory:
         kept = tuple(e for e in self.entries if e.start_offset < offset)
         return self if len(kept) == len(self.entries) else EpochHistory(kept)
 
-    def begin_epoch(self, log_end: int) -> EpochHistory:
+    def begin_epoch(self, log_end: int, epoch: int | None = None) -> EpochHistory:
         """A broker starts (or becomes) master with its log ending at *log_end*.
 
         Entries starting at or after *log_end* describe bytes this log no longer holds (lost
         with an unflushed tail, or cut by recovery) and are dropped (``changeToMaster`` steps
         4-5); the new epoch is one more than any epoch ever recorded here, so an epoch number
         is never reused for a different history even when its entry was dropped.
+
+        With failover (docs/failover.md) etcd hands out the *epoch*; it must be greater than
+        every epoch recorded here (``changeToMaster`` refuses a lower one too): an epoch file
+        never goes backwards.
         """
-        epoch = self.last_epoch + 1
+        if epoch is None:
+            epoch = self.last_epoch + 1
+        elif epoch <= self.last_epoch:
+            raise EpochError(
+                f"cannot begin epoch {epoch}: this log already recorded epoch {self.last_epoch}"
+                " (an epoch file never goes backwards)"
+            )
         return self.truncate_suffix(log_end).append(epoch, log_end)
 
 

@@ -20,11 +20,26 @@ The rule, in three parts:
   *needed* of them (5.x ``inSyncReplicas`` - 1).
 * **A put can be waited for** only if *needed* live slaves are within ``fallbehind_max`` of its
   end (``HAService.isSlaveOK``, per slave); otherwise it is answered SLAVE_NOT_AVAILABLE at once.
+
+Failover mode (docs/failover.md, "The ack rule") asks the same vouches a different question,
+:class:`InSyncQuorum`: not "how many slaves" but "which brokers", against the SyncStateSet
+that etcd records, so that any member etcd may elect holds every acknowledged write:
+
+* with ``allAckInSyncStateSet`` (RocketMQ's key; trioha's default) a put ``[start, end)`` is
+  PUT_OK only when **every member of the effective SyncStateSet holds it** (the master
+  counts itself once its own copy is durable), and **at least ``minInSyncReplicas`` brokers
+  hold it**; without ``allAckInSyncStateSet`` only the count is asked (RocketMQ's default,
+  and a known way to lose acknowledged writes at a failover: model/ shows it);
+* both are asked **when the put completes**, against the set in force then, not only before
+  the append (RocketMQ checks ``minInSyncReplicas`` only before it appends: a set that shrinks
+  meanwhile would let a put through with fewer copies);
+* the *effective* set is the union of the committed set and a proposed one while a change is
+  pending; the control core (``trioha.failover``) hands it over, this module only counts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TypeAlias
 
 import attrs
@@ -122,3 +137,84 @@ class Quorum:
     def vouchers(self, start: int, end: int) -> list[int]:
         """Indices (into :attr:`vouches`) of the connections that carried and acked the put."""
         return [i for i, v in enumerate(self.vouches) if carried(v, start, end)]
+
+
+#: ``Long.MAX_VALUE``: "the master's own copy is durable everywhere" (no flush to wait for).
+DURABLE_EVERYWHERE = (1 << 63) - 1
+
+
+@attrs.frozen
+class InSyncQuorum:
+    """Failover mode's ack rule: which brokers hold a put, and is that the SyncStateSet?
+
+    *members* is the effective SyncStateSet (committed set union proposed set), master
+    included; *vouches* maps each slave with a live connection in TRANSFER to what that
+    connection vouches for (:func:`vouch`); the master holds bytes below *master_durable*
+    (its flushed end: in failover mode an acknowledged write must survive a power cut of any
+    member, docs/failover.md "Durability").
+
+    Mirrors RocketMQ 5.x's controller-mode path of ``CommitLog.handleHA`` and
+    ``AutoSwitchHAService.getConfirmOffset`` (``allAckInSyncStateSet``,
+    ``minInSyncReplicas``), with the checks made at completion (module docstring).
+    """
+
+    master: int
+    members: frozenset[int]
+    vouches: tuple[tuple[int, Vouch], ...]
+    min_in_sync: int
+    all_ack: bool = True
+    master_durable: int = DURABLE_EVERYWHERE
+
+    @classmethod
+    def of(
+        cls,
+        master: int,
+        members: Iterable[int],
+        vouches: Mapping[int, Vouch] | Iterable[tuple[int, Vouch]],
+        min_in_sync: int,
+        *,
+        all_ack: bool = True,
+        master_durable: int = DURABLE_EVERYWHERE,
+    ) -> InSyncQuorum:
+        items = vouches.items() if isinstance(vouches, Mapping) else vouches
+        return cls(
+            master,
+            frozenset(members),
+            tuple(sorted(items)),
+            max(1, min_in_sync),
+            all_ack,
+            master_durable,
+        )
+
+    def holders(self, start: int, end: int) -> frozenset[int]:
+        """The brokers that hold ``[start, end)``: the master once durable, and every slave
+        whose live connection carried it and acked it."""
+        held = {broker for broker, v in self.vouches if carried(v, start, end)}
+        if self.master_durable >= end:
+            held.add(self.master)
+        return frozenset(held)
+
+    def holds(self, start: int, end: int) -> bool:
+        """May ``[start, end)`` be answered PUT_OK now?"""
+        held = self.holders(start, end)
+        if len(held) < self.min_in_sync:
+            return False
+        return not self.all_ack or self.members <= held
+
+    def enough_members(self) -> bool:
+        """Before the append: does the set name ``minInSyncReplicas`` brokers at all?
+
+        RocketMQ answers IN_SYNC_REPLICAS_NOT_ENOUGH (and stores nothing) otherwise; trioha
+        does the same, and asks :meth:`holds` again when the put completes.
+        """
+        return len(self.members) >= self.min_in_sync
+
+    def available(self, end: int, fallbehind_max: int) -> bool:
+        """May a put ending at *end* wait, or is it SLAVE_NOT_AVAILABLE at once?
+
+        Enough brokers (the master and slaves within ``fallbehind_max``) could come to hold
+        it. A member that is not connected is waited for: it may reconnect, or the control
+        core may take it out of the set.
+        """
+        close = sum(1 for _broker, (_served, ack) in self.vouches if end - ack < fallbehind_max)
+        return 1 + close >= self.min_in_sync

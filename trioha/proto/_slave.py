@@ -52,6 +52,10 @@ class SlaveConnection:
     With *epochs* (the slave's epoch history) it speaks the AutoSwitch protocol
     (``AutoSwitchHAClient``): its first action is the handshake (*handshake* says what it
     carries), then it reads the master's handshake, and frames have 36-byte headers.
+
+    With *master_epoch* (automatic failover: the epoch etcd names the master at) a master
+    whose handshake shows another last epoch is refused before anything is cut or appended:
+    it is not, or no longer, the master etcd names (docs/failover.md, "Epochs").
     """
 
     def __init__(
@@ -64,8 +68,10 @@ class SlaveConnection:
         peer: str = "?",
         epochs: EpochHistory | None = None,
         handshake: SlaveHandshake | None = None,
+        master_epoch: int = 0,
     ) -> None:
         self.epoch_mode = epochs is not None
+        self.master_epoch = master_epoch
         self.handshake = handshake or SlaveHandshake()
         #: Epoch mode: the master's confirm offset from the newest frame header (-1: none).
         self.confirm_offset = -1
@@ -174,6 +180,14 @@ class SlaveConnection:
             actions.append(self._close(str(exc)))
             return False
         self.master_max_offset = head.max_offset
+        if self.master_epoch and epochs.last_epoch != self.master_epoch:
+            actions.append(
+                self._close(
+                    f"refused master {self.peer}: its last epoch is {epochs.last_epoch}, not "
+                    f"{self.master_epoch} as the master etcd names"
+                )
+            )
+            return False
         actions.extend(self._step(MasterHandshakeReceived(head.max_offset, epochs)))
         return True
 

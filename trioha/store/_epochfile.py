@@ -89,16 +89,20 @@ class EpochFile:
         """``truncateSuffixByOffset``: forget epochs starting at or after *offset*."""
         self.replace(self.history.truncate_suffix(offset))
 
-    def begin_epoch(self, log_end: int, log_start: int | None = None) -> int:
+    def begin_epoch(
+        self, log_end: int, log_start: int | None = None, *, epoch: int | None = None
+    ) -> int:
         """Open a new epoch at *log_end* (this store starts as master); returns its number.
 
         A log that holds data but no history yet (written before epochs were kept) gets a
         first epoch from *log_start* for that data, so that a new slave can be served it.
+        With failover, etcd hands out *epoch*, and an epoch file never goes backwards
+        (:class:`~trioha.proto.EpochError` when it is not above every recorded one).
         """
         history = self.history
         if not history and log_start is not None and log_start < log_end:
             history = history.append(1, log_start)
-        self.replace(history.begin_epoch(log_end))
+        self.replace(history.begin_epoch(log_end, epoch))
         return self.history.last_epoch
 
 

@@ -7,6 +7,9 @@ Imported eagerly (they need nothing beyond trioha itself):
   slave protocol pair with their commit logs, wired by byte queues and driven step by step.
 - :class:`FaultyStream`, :func:`faulty_stream_pair`, :class:`Faults`, :class:`FaultyLink`,
   :class:`Breakage`: a Trio stream with short writes, odd reads, delays and a death.
+- :class:`MemoryEtcd`, and its pure core :class:`EtcdState`, :func:`etcd_apply`,
+  :func:`etcd_expire`: an in-memory, linearizable etcd (revisions, leases, transactions,
+  watches) for the failover control core (docs/failover.md).
 
 Imported on first use, because they need hypothesis:
 
@@ -21,6 +24,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from trioha.testing._etcd import EtcdState, Lease, MemoryEtcd
+from trioha.testing._etcd import apply as etcd_apply
+from trioha.testing._etcd import expire as etcd_expire
 from trioha.testing._faults import Breakage, Faults, FaultyLink, FaultyStream, faulty_stream_pair
 from trioha.testing._pair import (
     Link,
@@ -45,17 +51,22 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Breakage",
+    "EtcdState",
     "Faults",
     "FaultyLink",
     "FaultyStream",
+    "Lease",
     "Link",
     "LogFactory",
+    "MemoryEtcd",
     "PairOptions",
     "ProtocolPair",
     "ReplicaLog",
     "ReplicationMachine",
     "Side",
     "SyncPut",
+    "etcd_apply",
+    "etcd_expire",
     "faulty_stream_pair",
     "log_bytes",
     "memory_log",
