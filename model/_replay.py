@@ -26,6 +26,7 @@ from __future__ import annotations
 import random
 import struct
 from collections.abc import Sequence
+from typing import assert_never
 
 import attrs
 
@@ -55,14 +56,18 @@ from trioha.proto import (
     MasterConnection,
     MasterPhase,
     Quorum,
+    RecordEpoch,
     SendHeartbeat,
+    SendMasterHandshake,
     SendReport,
+    SendSlaveHandshake,
     SendTransfer,
     SlaveAction,
     SlaveConnection,
     SlavePhase,
     SlaveState,
     Timing,
+    Truncate,
     Vouch,
     encode_report,
     frame_header,
@@ -257,14 +262,19 @@ class _Harness:
         for action in actions:
             if w not in self.wires:
                 return
-            if isinstance(action, SendTransfer | SendHeartbeat):
-                self.write_frame(w, action)
-            elif isinstance(action, AckAdvanced):
-                self.on_ack()
-            elif isinstance(action, Close):
-                self.closes.append(action.reason)
-                self.told_deleted(w, action)
-                self.master_close(w)
+            match action:
+                case SendTransfer() | SendHeartbeat():
+                    self.write_frame(w, action)
+                case AckAdvanced():
+                    self.on_ack()
+                case Close():
+                    self.closes.append(action.reason)
+                    self.told_deleted(w, action)
+                    self.master_close(w)
+                case SendMasterHandshake():
+                    raise AssertionError(f"a classic-mode replay got {action!r}")
+                case _:
+                    assert_never(action)
 
     def told_deleted(self, w: _Wire, close: Close) -> None:
         """``HAConnection._push_offset``: the master's oldest offset goes out as a heartbeat
@@ -324,20 +334,25 @@ class _Harness:
     # --- the slave side (what trioha.net.HAClient does) ---------------------------------------
     def slave_actions(self, w: _Wire, actions: Sequence[SlaveAction]) -> None:
         for action in actions:
-            if isinstance(action, SendReport):
-                self.violations.extend(check_report(self._project_wire(w), action.offset))
-                w.up.append(encode_report(action.offset))
-                w.last_report = action.offset
-                assert self.sc is not None
-                self.sc.report_written(now=self.now)
-            elif isinstance(action, Append):
-                self.append(action)
-            elif isinstance(action, Close):
-                self.closes.append(action.reason)
-                if "pushed offset" in action.reason:
-                    self.violations.append(("NoFrameRejected", f"slave: {action.reason}"))
-                self.slave_close(w)
-                return
+            match action:
+                case SendReport():
+                    self.violations.extend(check_report(self._project_wire(w), action.offset))
+                    w.up.append(encode_report(action.offset))
+                    w.last_report = action.offset
+                    assert self.sc is not None
+                    self.sc.report_written(now=self.now)
+                case Append():
+                    self.append(action)
+                case Close():
+                    self.closes.append(action.reason)
+                    if "pushed offset" in action.reason:
+                        self.violations.append(("NoFrameRejected", f"slave: {action.reason}"))
+                    self.slave_close(w)
+                    return
+                case SendSlaveHandshake() | Truncate() | RecordEpoch():
+                    raise AssertionError(f"a classic-mode replay got {action!r}")
+                case _:
+                    assert_never(action)
 
     def append(self, action: Append) -> None:
         if self.sstore is not None:

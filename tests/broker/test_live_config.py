@@ -17,7 +17,7 @@ from trioha._errors import ConfigError
 from trioha._status import PutStatus
 from trioha.broker import Broker, open_broker
 from trioha.broker._liveconfig import LIVE_KEYS, updated_config
-from trioha.store import FlushDiskType
+from trioha.store import FlushDiskType, NewMessage
 
 
 @asynccontextmanager
@@ -40,11 +40,11 @@ async def test_disk_limits_apply_to_the_last_measurement_at_once(tmp_path: Path)
             broker.disk.ratios["CL"] = 0.5  # as measured
             broker.update_config(broker.config.evolve(disk_space_warning_level_ratio=40))
             assert broker.disk.statistics().writable is False
-            refused = await broker.put(topic="T", body=b"x")
+            refused = await broker.put(NewMessage(topic="T", body=b"x"))
             assert refused.status is PutStatus.SERVICE_NOT_AVAILABLE
             broker.update_config(broker.config.evolve(disk_space_warning_level_ratio=90))
             assert broker.disk.statistics().writable is True
-            assert (await broker.put(topic="T", body=b"x")).status is PutStatus.PUT_OK
+            assert (await broker.put(NewMessage(topic="T", body=b"x"))).status is PutStatus.PUT_OK
 
 
 async def test_max_message_size_and_the_flush_timeout(tmp_path: Path) -> None:
@@ -53,9 +53,11 @@ async def test_max_message_size_and_the_flush_timeout(tmp_path: Path) -> None:
             broker.update_config(
                 updated_config(broker.config, {"maxMessageSize": "100", "syncFlushTimeout": "250"})
             )
-            too_big = await broker.put(topic="T", body=b"x" * 101)
+            too_big = await broker.put(NewMessage(topic="T", body=b"x" * 101))
             assert too_big.status is PutStatus.MESSAGE_ILLEGAL
-            assert (await broker.put(topic="T", body=b"x" * 100)).status is PutStatus.PUT_OK
+            assert (
+                await broker.put(NewMessage(topic="T", body=b"x" * 100))
+            ).status is PutStatus.PUT_OK
             assert broker._flusher.waiters.timeout == 0.25
 
 
@@ -65,7 +67,7 @@ async def test_the_flush_interval_is_read_every_round(
     async with running(tmp_path) as broker:
         broker.update_config(broker.config.evolve(flush_interval_commit_log=60_000))
         await trio.sleep(1)  # the round begun under the old 500 ms interval ends
-        await broker.put(topic="T", body=b"x")
+        await broker.put(NewMessage(topic="T", body=b"x"))
         await trio.sleep(30)
         commitlog = broker.store.commitlog
         assert commitlog.flushed_offset < commitlog.max_offset

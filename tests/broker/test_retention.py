@@ -31,7 +31,7 @@ from tests.test_epoch_mode import _until
 from tests.test_failover import _Cluster
 from trioha._errors import StorageError
 from trioha._status import PutStatus
-from trioha.broker import Broker, open_broker
+from trioha.broker import Broker, open_broker, producer_properties
 from trioha.broker._metadata import TopicConfig
 from trioha.broker._retention import FIRST_RUN_DELAY, RetentionService
 from trioha.remoting import (
@@ -42,7 +42,7 @@ from trioha.remoting import (
     pull_message,
     runtime_info,
 )
-from trioha.store import used_ratio
+from trioha.store import NewMessage, used_ratio
 
 HOUR = 3600.0
 BODY = b"m" * 1000  # about 60 messages a segment
@@ -82,7 +82,9 @@ async def fill(broker: Broker, segments: int, topic: str = "T") -> int:
     """Put messages until the log spans *segments* segments; how many were put."""
     count = 0
     while broker.store.commitlog.max_offset < (segments - 1) * SEG + SEG // 2:
-        result = await broker.put(topic=topic, body=BODY, keys=f"k{count}")
+        result = await broker.put(
+            NewMessage(topic=topic, body=BODY, properties=producer_properties({}, keys=f"k{count}"))
+        )
         assert result.status is PutStatus.PUT_OK
         count += 1
     return count
@@ -307,7 +309,7 @@ async def test_a_restart_after_deletion_goes_on_where_it_was(
         queue = side.reput.queues.get("T", 0)
         assert queue is not None
         assert (queue.min_offset, queue.max_offset) == (min_queue, count)
-        result = await again.put(topic="T", body=b"after the restart")
+        result = await again.put(NewMessage(topic="T", body=b"after the restart"))
         assert result.status is PutStatus.PUT_OK and result.queue_offset == count
 
 
@@ -348,7 +350,7 @@ async def test_delete_expired_commitlog_runs_at_once_whatever_the_hour(
         assert side.reput.queues.get("New", 0) is not None
         assert retention.statistics().consume_queues_destroyed == 1
         # removeQueueFromTopicQueueTable: the queue counts from 0 again, as in RocketMQ.
-        result = await broker.put(topic="Old", body=b"again")
+        result = await broker.put(NewMessage(topic="Old", body=b"again"))
         assert result.status is PutStatus.PUT_OK and result.queue_offset == 0
 
 
@@ -389,7 +391,7 @@ async def test_on_a_small_filesystem_a_full_disk_frees_itself(
             retention.hour_of = lambda _seconds: 12  # not deleteWhen's hour
             directory = broker.store.commitlog.directory
             while used_ratio(directory) <= 0.86:
-                result = await broker.put(topic="T", body=BODY)
+                result = await broker.put(NewMessage(topic="T", body=BODY))
                 assert result.status is PutStatus.PUT_OK
             files = len(commitlog_files(broker))
             await retention.run_once()
@@ -405,7 +407,7 @@ async def test_on_a_small_filesystem_a_full_disk_frees_itself(
                 await retention.run_once()
             assert used_ratio(directory) <= 0.85
             assert broker.statistics().disk.level in ("ok", "above diskMaxUsedSpaceRatio")
-            result = await broker.put(topic="T", body=BODY)
+            result = await broker.put(NewMessage(topic="T", body=BODY))
             assert result.status is PutStatus.PUT_OK
 
 

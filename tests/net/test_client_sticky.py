@@ -15,7 +15,7 @@ from tests.net.test_client import connector
 from trioha import BrokerConfig, ConfigError, StorageError, StoreLayoutError
 from trioha.net import HAClient, HAService, Wakeup
 from trioha.net._client import Divergence
-from trioha.store import EpochFile, MemoryCommitLog
+from trioha.store import EpochFile, MemoryCommitLog, NewMessage
 from trioha.testing import Breakage, FaultyLink, faulty_stream_pair
 
 SEG = 4096
@@ -86,7 +86,7 @@ def _master(**changes: object) -> tuple[MemoryCommitLog, BrokerConfig, HAService
     """A master log of 20 messages, its service, and the config a slave of it uses."""
     master_log = MemoryCommitLog(segment_size=SEG)
     for i in range(20):
-        master_log.append(topic="T", body=b"%d" % i)
+        master_log.append(NewMessage(topic="T", body=b"%d" % i))
     cfg = BrokerConfig(
         ha_listen_port=0,
         mapped_file_size_commit_log=SEG,
@@ -184,7 +184,7 @@ async def test_a_slave_that_must_ack_flushed_bytes_stops_acking_while_fsync_fail
         assert client.last_close_reason == "cannot flush what was appended: fsync 2 failed"
         for more in (0, 5):
             for i in range(more):
-                master_log.append(topic="T", body=b"later %d" % i)
+                master_log.append(NewMessage(topic="T", body=b"later %d" % i))
             service.notify_log_grew()
             with trio.fail_after(600):
                 while service.replicated_offset() < master_log.max_offset:  # noqa: ASYNC110
@@ -296,8 +296,8 @@ def _longer_slave(master_log: MemoryCommitLog) -> MemoryCommitLog:
     """A slave holding the master's log and two messages more (a history it never had)."""
     slave_log = MemoryCommitLog(segment_size=SEG)
     slave_log.append_raw(0, master_log.read(0, master_log.max_offset))
-    slave_log.append(topic="T", body=b"not the master's")
-    slave_log.append(topic="T", body=b"nor this")
+    slave_log.append(NewMessage(topic="T", body=b"not the master's"))
+    slave_log.append(NewMessage(topic="T", body=b"nor this"))
     return slave_log
 
 
@@ -516,7 +516,7 @@ async def test_a_slave_whose_next_bytes_were_deleted_says_so_once_and_stops(
     reconnect (Java's master would heartbeat such a slave forever)."""
     master_log, cfg, service = _master()
     while master_log.max_offset < 3 * SEG:
-        master_log.append(topic="T", body=b"x" * 500)
+        master_log.append(NewMessage(topic="T", body=b"x" * 500))
     slave_log = MemoryCommitLog(segment_size=SEG)
     slave_log.append_raw(0, bytes(master_log.read(0, 100)))  # what it copied long ago
     assert master_log.delete_segments_before(2 * SEG) == 2

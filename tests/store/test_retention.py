@@ -14,6 +14,7 @@ from trioha.store import (
     HOUR_MS,
     FileCommitLog,
     MemoryCommitLog,
+    NewMessage,
     RetentionRun,
     SpaceCheck,
     decide_run,
@@ -115,7 +116,7 @@ def test_segment_count_counts_a_full_last_segment_as_the_last() -> None:
 # --- segment times and release -------------------------------------------------------------
 def _filled(log: MemoryCommitLog | FileCommitLog, end: int) -> None:
     while log.max_offset < end:
-        log.append(topic="T", body=b"b" * 100)
+        log.append(NewMessage(topic="T", body=b"b" * 100))
 
 
 def test_segment_times_are_when_each_segment_was_last_written() -> None:
@@ -165,7 +166,7 @@ def test_a_restart_after_deletion_recovers_a_log_not_starting_at_zero(tmp_path: 
     again = FileCommitLog.open(directory, segment_size=1024)
     assert (again.min_offset, again.max_offset) == (2048, end)
     assert bytes(again.read(2048, 64)) == bytes(record)
-    offset = again.append(topic="T", body=b"after").physical_offset
+    offset = again.append(NewMessage(topic="T", body=b"after")).physical_offset
     assert offset == end and again.max_offset > end
     again.close()
 
@@ -179,9 +180,9 @@ def test_a_restart_keeps_counting_queue_offsets_from_the_consume_queues(tmp_path
     again = FileCommitLog.open(directory, segment_size=1024)
     # The log alone would start queue T/0 from the records it still holds.
     again.floor_queue_offsets({("T", 0): 30})
-    assert again.append(topic="T", body=b"x").queue_offset == 30
+    assert again.append(NewMessage(topic="T", body=b"x")).queue_offset == 30
     again.floor_queue_offsets({("T", 0): 5})  # never lowered
-    assert again.append(topic="T", body=b"y").queue_offset == 31
+    assert again.append(NewMessage(topic="T", body=b"y")).queue_offset == 31
     again.close()
 
 

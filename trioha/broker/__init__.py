@@ -19,7 +19,7 @@ from trioha.broker._failover import (
     read_group,
 )
 from trioha.broker._reput import CHECKPOINT_FILE, truncate_replica
-from trioha.broker._types import new_message
+from trioha.broker._types import producer_properties
 
 __all__ = [
     "CHECKPOINT_FILE",
@@ -29,8 +29,8 @@ __all__ = [
     "ReplicaManager",
     "describe_group",
     "free_port_pair",
-    "new_message",
     "open_broker",
+    "producer_properties",
     "read_group",
     "truncate_replica",
 ]

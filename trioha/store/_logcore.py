@@ -31,6 +31,7 @@ from trioha.store._contract import (
     SegmentLike,
     SetAside,
     system_clock_ms,
+    to_host,
 )
 from trioha.store._message import (
     BLANK_RECORD_SIZE,
@@ -39,7 +40,6 @@ from trioha.store._message import (
     HostAddress,
     PreparedMessage,
     PropertiesForm,
-    PropertiesInput,
     StoredMessage,
     _decode_topic,
     build_message,
@@ -162,113 +162,61 @@ class LogCore(abc.ABC, Generic[S]):
 
     # --- appending ------------------------------------------------------------------------
 
-    def append(
-        self,
-        *,
-        topic: str,
-        body: bytes,
-        queue_id: int = 0,
-        flag: int = 0,
-        properties: PropertiesInput = (),
-        sysflag: int = 0,
-        born_timestamp: int | None = None,
-        born_host: HostAddress | None = None,
-        store_host: HostAddress | None = None,
-        reconsume_times: int = 0,
-        prepared_transaction_offset: int = 0,
-        store_timestamp: int | None = None,
-    ) -> AppendResult:
-        now = self._clock_ms()
-        store_host = store_host or self.store_host
-        prepared = PreparedMessage(
-            topic=topic,
-            body=body,
-            queue_id=queue_id,
-            flag=flag,
-            sysflag=sysflag,
-            born_timestamp=now if born_timestamp is None else born_timestamp,
-            born_host=born_host or store_host,
-            store_host=store_host,
-            reconsume_times=reconsume_times,
-            prepared_transaction_offset=prepared_transaction_offset,
-            properties=properties,
-            properties_form=self.properties_form,
-            max_body_size=self.max_message_size,
-        )
-        return self._append_prepared(
-            [prepared], [now if store_timestamp is None else store_timestamp]
-        )[0]
+    def append(self, message: NewMessage) -> AppendResult:
+        """Append one message at the end of the log (see :meth:`append_batch`)."""
+        return self.append_batch((message,))[0]
 
-    def prepare(
-        self,
-        *,
-        topic: str,
-        body: bytes,
-        queue_id: int,
-        flag: int,
-        sysflag: int,
-        born_timestamp: int,
-        born_host: HostAddress | None,
-        reconsume_times: int,
-        properties: Mapping[str, str],
-    ) -> PreparedMessage:
-        """A message encoded for this log (its store host, form and size limit), ready for
-        :meth:`append_batch`: what a send path builds straight from a request's fields,
-        without a :class:`NewMessage` between. Raises as :meth:`append_batch` would for a
-        message it refuses."""
+    def prepare(self, message: NewMessage, now: int) -> PreparedMessage:
+        """*message* encoded for this log, its offsets still to be placed: the one place a
+        record is made from a message.
+
+        What the message leaves to the log is decided here: born timestamp *now*, born host
+        the store host, store host and properties form the log's own, the body checked
+        against ``max_message_size``. Raises as :meth:`append_batch` does for a message it
+        refuses (``MessageIllegalError``, ``BodyTooLargeError``, ``TopicTooLongError``,
+        ``PropertiesTooLargeError``; ValueError for a host that is no address).
+        """
+        store_host = message.store_host
+        if store_host is None:
+            store_host = self.store_host
+        elif not isinstance(store_host, HostAddress):
+            store_host = to_host(store_host)
+        born_host = message.born_host
+        if born_host is None:
+            born_host = store_host
+        elif not isinstance(born_host, HostAddress):
+            born_host = to_host(born_host)
         return PreparedMessage(
-            topic=topic,
-            body=body,
-            queue_id=queue_id,
-            flag=flag,
-            sysflag=sysflag,
-            born_timestamp=born_timestamp,
-            born_host=born_host or self.store_host,
-            store_host=self.store_host,
-            reconsume_times=reconsume_times,
-            properties=properties,
-            properties_form=self.properties_form,
+            topic=message.topic,
+            body=message.body,
+            queue_id=message.queue_id,
+            flag=message.flag,
+            sysflag=message.sysflag,
+            born_timestamp=now if message.born_timestamp is None else message.born_timestamp,
+            born_host=born_host,
+            store_host=store_host,
+            reconsume_times=message.reconsume_times,
+            prepared_transaction_offset=message.prepared_transaction_offset,
+            properties=message.properties,
+            properties_form=message.properties_form or self.properties_form,
             max_body_size=self.max_message_size,
         )
 
-    def append_batch(
-        self, messages: Iterable[NewMessage | PreparedMessage | Mapping[str, Any]]
-    ) -> list[AppendResult]:
+    def append_batch(self, messages: Iterable[NewMessage]) -> list[AppendResult]:
         """Append a batch as consecutive records in one write (``MessageExtBatch``).
 
         As in RocketMQ the whole batch goes into one segment: if it does not fit the current
         one, a blank record closes it and the batch starts the next. Every message is
-        validated before anything is written. A :class:`PreparedMessage` (from
-        :meth:`prepare`) is placed as it is, stamped now.
+        prepared (:meth:`prepare`), and so validated, before anything is written; each is
+        stamped now unless it brings its own store timestamp.
         """
         now = self._clock_ms()
+        prepare = self.prepare
         prepared: list[PreparedMessage] = []
         stamps: list[int] = []
-        for m in messages:
-            if isinstance(m, PreparedMessage):
-                prepared.append(m)
-                stamps.append(now)
-                continue
-            msg = m if isinstance(m, NewMessage) else NewMessage(**m)
-            store_host = msg.store_host or self.store_host
-            prepared.append(
-                PreparedMessage(
-                    topic=msg.topic,
-                    body=msg.body,
-                    queue_id=msg.queue_id,
-                    flag=msg.flag,
-                    sysflag=msg.sysflag,
-                    born_timestamp=now if msg.born_timestamp is None else msg.born_timestamp,
-                    born_host=msg.born_host or store_host,
-                    store_host=store_host,
-                    reconsume_times=msg.reconsume_times,
-                    prepared_transaction_offset=msg.prepared_transaction_offset,
-                    properties=msg.properties,
-                    properties_form=msg.properties_form or self.properties_form,
-                    max_body_size=self.max_message_size,
-                )
-            )
-            stamps.append(now if msg.store_timestamp is None else msg.store_timestamp)
+        for message in messages:
+            prepared.append(prepare(message, now))
+            stamps.append(now if message.store_timestamp is None else message.store_timestamp)
         if not prepared:
             return []
         return self._append_prepared(prepared, stamps)
