@@ -21,9 +21,9 @@ requests are signed as ``AclClientRPCHook`` signs them, so the port's handler is
 It prints the process's CPU time per message (all threads; the Trio thread's alone in
 brackets) and wall time per message;
 ``--profile F`` writes a cProfile of the measured window to F (``python -m pstats F``).
-``--bursts N`` measures a fixed number of bursts instead of a time window: what an
-instruction count needs (``valgrind --tool=callgrind``; per message from the difference of
-two counts, which cancels the start-up and the warm-up).
+``--bursts N`` measures exactly N bursts instead of ``--seconds``, with the random draws seeded
+and the body fixed, so the window is the same work every run: ``bench/instructions.py`` counts
+its instructions under callgrind (the window is :func:`bench._icount.window`).
 """
 
 from __future__ import annotations
@@ -39,9 +39,11 @@ from functools import partial
 from pathlib import Path
 
 import trio
+from trio.testing import MockClock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._icount import make_deterministic, window
 from trioha._config import BrokerConfig, BrokerRole
 from trioha.acl import RequestSigner
 from trioha.broker import open_broker
@@ -100,8 +102,11 @@ async def run(
     *,
     role: BrokerRole,
     acl: bool,
+    clock: MockClock | None = None,
 ) -> None:
-    body = os.urandom(1024)
+    if bursts is not None:
+        make_deterministic()
+    body = os.urandom(1024) if bursts is None else bytes(i % 251 for i in range(1024))
     sign = SIGNER if acl else (lambda request: request)
     frames = [
         b"".join(encode(sign(send_request(k * burst + i, body))) for i in range(burst))
@@ -159,9 +164,10 @@ async def run(
             if prof is not None:
                 prof.enable()
             n = 0
-            while n < bursts if bursts is not None else time.perf_counter() - wall0 < seconds:
-                await one(n)
-                n += 1
+            with window(clock):
+                while n < bursts if bursts is not None else time.perf_counter() - wall0 < seconds:
+                    await one(n)
+                    n += 1
             if prof is not None:
                 prof.disable()
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
@@ -184,18 +190,21 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument(
-        "--bursts", type=int, default=None, help="measure this many bursts (not --seconds)"
+        "--bursts", type=int, default=None, help="measure this many bursts, seeded (not --seconds)"
     )
     parser.add_argument("--acl", action="store_true", help="ACL on, requests signed")
     parser.add_argument("--profile", default=None, help="write a cProfile here")
     parser.add_argument("--role", default="ASYNC_MASTER", help="ASYNC_MASTER (no slave)")
     args = parser.parse_args()
+    # A fixed count runs on a clock that stands still in the window (bench._icount.window).
+    clock = MockClock(rate=1.0) if args.bursts is not None else None
     trio.run(
-        partial(run, role=BrokerRole(args.role), acl=args.acl),
+        partial(run, role=BrokerRole(args.role), acl=args.acl, clock=clock),
         args.burst,
         args.seconds,
         args.bursts,
         args.profile,
+        clock=clock,
     )
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+# First: importing trioha._build chooses the build before any compilable module loads.
+from trioha._build import BuildInfo, build_info
 from trioha._errors import (
     BodyTooLargeError,
     ConfigError,
@@ -78,6 +80,7 @@ __all__ = [
     "BrokerConfig",
     "BrokerRole",
     "BrokerStatistics",
+    "BuildInfo",
     "ConfigError",
     "CorruptLogError",
     "DamagedLogError",
@@ -103,6 +106,7 @@ __all__ = [
     "TopicTooLongError",
     "TriohaError",
     "__version__",
+    "build_info",
     "open_broker",
     "producer_properties",
 ]

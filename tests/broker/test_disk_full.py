@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import trio
 
+import trioha
 from tests.broker._diskfaults import Disk, injected_disk, tmpfs_disk
 from tests.test_broker import master_config, slave_config
 from trioha._status import PutStatus
@@ -108,6 +109,7 @@ async def test_a_master_with_a_full_disk_refuses_puts_keeps_serving_and_resumes(
         table = await runtime_info(pool, addr)
         assert table["stats.disk.writable"] == "false"  # Java booleans, never a Python repr
         assert table["commitLogDiskRatio"] == "1.0"  # RocketMQ's RunningStats name
+        assert table["stats.build"] == trioha.build_info().describe()  # which build runs
 
         # Space back: writing resumes without a restart.
         disk.free()

@@ -30,6 +30,7 @@ from pathlib import Path
 import attrs
 import trio
 
+from trioha._build import build_info
 from trioha._config import BrokerConfig, BrokerRole
 from trioha._errors import ConfigError, StorageError
 from trioha._histogram import HistogramSnapshot, LatencyHistogram
@@ -91,6 +92,8 @@ class BrokerStatistics:
     client: HAClientStatistics | None
     #: Whether puts are taken and why not (disk usage, failing writers).
     disk: DiskStatistics
+    #: Which build runs: ``pure Python`` or ``compiled (mypyc: N modules)`` (trioha/_build.py).
+    build: str
     #: Messages answered so far, by ``PutStatus`` name.
     put_results: dict[str, int] = attrs.field(factory=dict)
     #: Time from a put's arrival to its answer: ``sync`` (a SYNC_MASTER waiting for slaves)
@@ -842,6 +845,7 @@ class Broker:
             ha=self.ha_service.statistics() if self.ha_service and self.role.is_master else None,
             client=self.ha_client.statistics() if self.ha_client else None,
             disk=self.disk.statistics(),
+            build=build_info().describe(),
             put_results=dict(self._put_results),
             put_latency={self._put_mode: self._put_latency.snapshot()}
             if self.role.is_master
@@ -925,11 +929,12 @@ async def open_broker(
         async with trio.open_nursery() as nursery:
             await broker._start(nursery)
             log.info(
-                "%s started: store %s, log [%d, %d)",
+                "%s started: store %s, log [%d, %d), %s",
                 "failover replica" if config.failover else config.broker_role.value,
                 config.store_root,
                 store.commitlog.min_offset,
                 store.commitlog.max_offset,
+                build_info().describe(),
             )
             try:
                 yield broker

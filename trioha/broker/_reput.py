@@ -505,8 +505,8 @@ class ReputService:
         try:
             while self.dispatch_available():
                 await trio.lowlevel.checkpoint()
-        except _IndexRefused as exc:
-            self.disk.failed(MESSAGE_INDEX, exc.error)
+        except _IndexRefused as refused:  # one name per type: compiled, a name has one type
+            self.disk.failed(MESSAGE_INDEX, refused.error)
             return False
         except OSError as exc:
             self.disk.failed(CONSUME_QUEUE, exc)

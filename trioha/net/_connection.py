@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from trioha.net._marks import MarkKeeper
+from trioha.net._sendparts import send_parts
 from trioha.net._wakeup import Wakeup
 from trioha.proto import (
     AckAdvanced,
@@ -320,7 +321,7 @@ class HAConnection:
                     # Covered by the durable mark (the view stops there), and claimed before
                     # the send with no checkpoint since the view was taken.
                     sent.note_sent(upto)
-                await self.stream.send_all(parts[0] if len(parts) == 1 else b"".join(parts))
+                await send_parts(self.stream, parts)  # no join over plain TCP
                 self.frames_sent += frames
                 self.heartbeats_sent += heartbeats
                 self.bytes_sent += pending
