@@ -8,6 +8,9 @@
                               # figures are printed at the end); then the core and store
                               # tests on Python 3.12 and 3.13 too, where those are found
     python3 tasks.py mutate [proto|net|store]  # mutation testing (mutmut), a package at a time
+    python3 tasks.py nemesis --runs N [--seconds S] [--seed K]  # failover under faults
+                              # (etcd, three broker processes, kills and pauses; a summary
+                              # line and a table per fault; docs/failover.md, "Nemesis runs")
 
 The environment lives in ``.venv`` and is reinstalled whenever ``pyproject.toml`` changes, so
 the two commands work the same on a fresh checkout and on one used for months.
@@ -104,6 +107,14 @@ def _ensure_etcd() -> None:
 def _apt_get(command: list[str]) -> int:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     return subprocess.run(command, env=env, stdout=subprocess.DEVNULL, check=False).returncode
+
+
+def nemesis(argv: list[str]) -> None:
+    _ensure_env("")
+    _ensure_etcd()
+    if not _has_etcd():
+        sys.exit(ETCD_HINT.partition("; ")[0])
+    _run(PY, "-m", "bench.nemesis", *argv)
 
 
 def test(argv: list[str]) -> None:
@@ -378,7 +389,7 @@ def _equivalent_survivors() -> dict[str, str]:
 
 
 def main() -> None:
-    jobs = {"demo": demo, "test": test, "mutate": mutate}
+    jobs = {"demo": demo, "test": test, "mutate": mutate, "nemesis": nemesis}
     if len(sys.argv) < 2 or sys.argv[1] not in jobs:
         sys.exit(f"usage: python3 tasks.py {{{'|'.join(jobs)}}} [args...]")
     jobs[sys.argv[1]](sys.argv[2:])

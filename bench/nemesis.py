@@ -48,6 +48,7 @@ import random
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -60,7 +61,7 @@ import attrs
 import trio
 
 from trioha._config import BrokerConfig
-from trioha._errors import CoordinatorError
+from trioha._errors import CoordinatorError, RemotingError
 from trioha.broker import read_group
 from trioha.cli._demo import (
     GROUP_BROKER_NAME,
@@ -74,11 +75,11 @@ from trioha.cli._demo import (
 from trioha.etcd import EtcdCluster, EtcdMember, EtcdMemberError, open_etcd_client, start_etcd
 from trioha.failover import GroupKeys
 from trioha.namesrv import serve_namesrv
-from trioha.remoting import RemotingClientPool, open_client_pool
+from trioha.remoting import RemotingClientPool, open_client_pool, runtime_info
 from trioha.store import DecodedMessage, decode_record, open_store
 
 #: Faults that take the master away: their windows are the failover figures.
-MASTER_FAULTS = ("kill-master", "pause-master", "powercut-master")
+MASTER_FAULTS = ("kill-master", "pause-master", "powercut-master", "pause-master-etcd")
 #: Every fault the no-namespace mode injects.
 FAULTS = (*MASTER_FAULTS, "kill-slave", "kill-etcd-leader", "pause-etcd-minority")
 TOPIC = "TriohaNemesis"
@@ -318,6 +319,25 @@ def acked_end(root: Path, history: History, broker: str) -> int:
     return last + decoded.size if isinstance(decoded, DecodedMessage) else last
 
 
+def etcd_member_of(broker: DemoBroker, cluster: EtcdCluster) -> EtcdMember | None:
+    """The etcd member *broker*'s process has a connection to (``ss``), or None."""
+    if broker.process is None or shutil.which("ss") is None:
+        return None
+    listing = subprocess.run(
+        ["ss", "-Htnp", "state", "established"], capture_output=True, text=True, check=False
+    ).stdout
+    ports = {m.client_port: m for m in cluster.members if m.running}
+    for line in listing.splitlines():
+        if f"pid={broker.process.pid}," not in line:
+            continue
+        fields = line.split()
+        peer = fields[3] if len(fields) > 3 else ""
+        port = peer.rpartition(":")[2]
+        if port.isdigit() and int(port) in ports:
+            return ports[int(port)]
+    return None
+
+
 @attrs.define
 class Group:
     """The processes of one run."""
@@ -361,11 +381,20 @@ async def inject(group: Group, fault: Fault, rng: random.Random, busy: set[int])
         busy.add(broker.broker_id)
         fault.target = f"broker {broker.broker_id}"
         fault.at = time.time()
-        if kind == "pause-master":
+        if kind in ("pause-master", "pause-master-etcd"):
+            its = etcd_member_of(broker, group.etcd) if kind == "pause-master-etcd" else None
             broker.signal(signal.SIGSTOP)
+            if its is not None:
+                await trio.to_thread.run_sync(its.pause)
+                fault.target += f" and {its.name}"
             await trio.sleep(hold)
             broker.signal(signal.SIGCONT)
             group.history.paused[broker.addr].append((fault.at, time.time()))
+            if its is not None:
+                # The master runs on while its etcd member answers nothing: cut off from
+                # etcd until its client turns to another member.
+                await trio.sleep(group.ttl)
+                await trio.to_thread.run_sync(its.resume)
         else:
             await trio.to_thread.run_sync(broker.kill)
             if kind == "powercut-master":
@@ -378,7 +407,6 @@ async def inject(group: Group, fault: Fault, rng: random.Random, busy: set[int])
         fault.healed = time.time()
         busy.discard(broker.broker_id)
         return
-    member: EtcdMember
     if kind == "kill-etcd-leader":
         member = await trio.to_thread.run_sync(group.etcd.leader)
         fault.target, fault.at = member.name, time.time()
@@ -418,9 +446,9 @@ async def produce(
             await trio.sleep(0.05)
 
 
-async def settle(group: Group) -> str:
-    """Wait until a master leads a SyncStateSet of every broker and each registered the same
-    log end; "" then, else what was still wrong."""
+async def settle(group: Group, pool: RemotingClientPool) -> str:
+    """With the load stopped, wait until a master leads a SyncStateSet of every broker and
+    every broker's log ends where the master's does; "" then, else what was still wrong."""
     seen = "nothing read"
     with trio.move_on_after(SETTLE_WAIT):
         while True:
@@ -432,17 +460,26 @@ async def settle(group: Group) -> str:
                 seen = f"etcd: {exc}"
                 continue
             sss = view.sss.current
-            ends = {bid: e.current.max_offset for bid, e in view.live().items() if e.current}
+            ends = {b.broker_id: await log_end(pool, b.addr) for b in group.brokers}
             seen = f"master {view.master.current}, set {sss}, log ends {ends}"
             if (
                 view.master.current is not None
                 and sss is not None
                 and len(sss.members) == len(group.brokers)
-                and len(ends) == len(group.brokers)
                 and len(set(ends.values())) == 1
+                and None not in ends.values()
             ):
                 return ""
     return f"not settled after {SETTLE_WAIT:g} s: {seen}"
+
+
+async def log_end(pool: RemotingClientPool, broker: str) -> int | None:
+    """The broker's commit log end as its runtime info says (None: no answer)."""
+    try:
+        with trio.fail_after(2):
+            return int((await runtime_info(pool, broker))["commitLogMaxOffset"])
+    except (RemotingError, trio.TooSlowError, OSError, KeyError, ValueError):
+        return None
 
 
 def choose_faults(rng: random.Random) -> list[str]:
@@ -491,15 +528,19 @@ async def run_once(
                     for p in range(PRODUCERS):
                         wait = 4.0 * ttl if p == 0 else float(ttl)
                         load.start_soon(produce, pool, namesrv, history, ids, wait)
-                    formed = await formed_group(group)
-                    if formed:
-                        unsettled = formed
-                    else:
+                    unsettled = await formed_group(group)
+                    if not unsettled:
                         await fault_phase(group, plan, rng, seconds)
-                        unsettled = await settle(group)
-                        final = await group.master_id()
-                        await trio.sleep(0.5)  # a few sends on the settled group
                     load.cancel_scope.cancel()
+                if not unsettled:
+                    async with open_client_pool() as pool:
+                        unsettled = await settle(group, pool)
+                        final = await group.master_id()
+                        # The settled group takes a send (recorded like any other).
+                        last = next(ids)
+                        await produce(pool, namesrv, history, iter([last]), float(ttl))
+                        if not unsettled and last not in history.acked:
+                            unsettled = "the settled group did not acknowledge a send"
             finally:
                 await trio.to_thread.run_sync(stop_group_brokers, brokers)
                 nursery.cancel_scope.cancel()
@@ -574,6 +615,34 @@ def window(history: History, fault: Fault) -> float | None:
 # --- the batch and its report -----------------------------------------------------------------
 
 
+def save_result(result: RunResult, path: Path) -> None:
+    """Append *result* to a JSON-lines file (a long batch can be summed up part way)."""
+    record = attrs.asdict(result)
+    record["directory"] = str(result.directory)
+    with path.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def load_results(path: Path) -> list[RunResult]:
+    results = []
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        results.append(
+            RunResult(
+                seed=record["seed"],
+                faults=tuple(Fault(**f) for f in record["faults"]),
+                acked=record["acked"],
+                indeterminate=record["indeterminate"],
+                lost=tuple(record["lost"]),
+                diverged=tuple(record["diverged"]),
+                two_masters=tuple(record["two_masters"]),
+                unsettled=record["unsettled"],
+                directory=Path(record["directory"]),
+            )
+        )
+    return results
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -645,6 +714,7 @@ async def run_batch(
     out: TextIO,
     faults: Sequence[str] | None = None,
     ttl: int = 3,
+    record: Path | None = None,
 ) -> list[RunResult]:
     results = []
     for n in range(runs):
@@ -657,6 +727,8 @@ async def run_batch(
             print(f"run seed={seed + n}: cannot start etcd: {exc}", file=out)
             raise
         results.append(result)
+        if record is not None:
+            save_result(result, record)
         if result.ok and not keep:
             shutil.rmtree(base, ignore_errors=True)
         elif not result.ok:
@@ -679,6 +751,15 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     parser.add_argument("--dir", type=Path, help="make each run's directory here")
     parser.add_argument("--keep", action="store_true", help="keep the directories of good runs")
     parser.add_argument(
+        "--record", type=Path, help="append each run's result to this JSON-lines file"
+    )
+    parser.add_argument(
+        "--summarize",
+        type=Path,
+        metavar="FILE",
+        help="run nothing: print the summary of the runs --record wrote to FILE",
+    )
+    parser.add_argument(
         "--netns",
         action="store_true",
         help="network namespaces and partitions (not built yet: says so and exits)",
@@ -687,6 +768,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     if args.netns:
         print("nemesis: --netns (partitions in network namespaces) is not built yet", file=out)
         return 2
+    if args.summarize is not None:
+        for line in summary(load_results(args.summarize)):
+            print(line, file=out)
+        return 0
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     twin = TWINS[args.twin]
     print(
@@ -706,6 +791,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
             out=out,
             faults=args.fault,
             ttl=args.lease_ttl,
+            record=args.record,
         )
     )
     for line in summary(results):
