@@ -30,8 +30,12 @@ The faults (no network namespaces in this mode: kills and pauses only): ``kill-m
 ``kill-slave`` (SIGKILL, restarted after two TTLs), ``pause-master`` (SIGSTOP for two TTLs,
 then SIGCONT), ``powercut-master`` (SIGKILL, then the tail after the last record it
 acknowledged zeroed, as a power cut leaves what was not flushed: a failover master
-acknowledges only what it flushed), ``kill-etcd-leader`` (SIGKILL, restarted after two TTLs)
-and ``pause-etcd-minority`` (one member SIGSTOPped for two TTLs).
+acknowledges only what it flushed), ``pause-master-etcd`` (the master and the etcd member its
+client talks to, found with ``ss``, SIGSTOPped together; the master resumes after two TTLs
+and runs on one more TTL cut off from etcd until its client turns to another member: the
+no-namespace stand-in for a master partitioned from etcd), ``kill-etcd-leader`` (SIGKILL,
+restarted after two TTLs) and ``pause-etcd-minority`` (one member SIGSTOPped for two TTLs).
+A pair's second fault starts up to one TTL after the first and overlaps it.
 
 ``--twin NAME`` runs a known-bad twin of docs/failover.md, switched on in the real brokers
 (``failoverUnsafe``, a key for tests only), so that the checker can be seen catching it.
