@@ -372,7 +372,13 @@ async def inject(group: Group, fault: Fault, rng: random.Random, busy: set[int])
     hold = 2.0 * group.ttl
     kind = fault.kind
     if kind in (*MASTER_FAULTS, "kill-slave"):
+        # A pair's second fault on "the master" waits for one that is not already faulted
+        # (the first fault's successor): a double failure.
         master = await group.master_id()
+        with trio.move_on_after(3 * group.ttl):
+            while kind != "kill-slave" and (not master or master in busy):
+                await trio.sleep(0.1)
+                master = await group.master_id()
         if kind == "kill-slave":
             choices = [b.broker_id for b in group.brokers if b.broker_id != master]
         else:
@@ -546,7 +552,8 @@ async def run_once(
                         if not unsettled and last not in history.acked:
                             unsettled = "the settled group did not acknowledge a send"
             finally:
-                await trio.to_thread.run_sync(stop_group_brokers, brokers)
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(stop_group_brokers, brokers)
                 nursery.cancel_scope.cancel()
     for fault in plan:
         fault.window = window(history, fault)
@@ -720,23 +727,38 @@ async def run_batch(
     ttl: int = 3,
     record: Path | None = None,
 ) -> list[RunResult]:
+    """*runs* runs, seeds from *seed* on. SIGINT or SIGTERM ends the batch after the run
+    under way (its processes stopped, its result counted)."""
     results = []
-    for n in range(runs):
-        base = Path(tempfile.mkdtemp(prefix=f"nemesis-{seed + n}-", dir=directory))
-        try:
-            result = await run_once(
-                base, seed + n, seconds=seconds, ttl=ttl, twin=twin, faults=faults, out=out
-            )
-        except EtcdMemberError as exc:
-            print(f"run seed={seed + n}: cannot start etcd: {exc}", file=out)
-            raise
-        results.append(result)
-        if record is not None:
-            save_result(result, record)
-        if result.ok and not keep:
-            shutil.rmtree(base, ignore_errors=True)
-        elif not result.ok:
-            print(f"  kept {base}", file=out)
+    stopping = trio.Event()
+
+    async def watch_signals() -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                print(f"nemesis: {signal.Signals(signum).name}: stopping after this run", file=out)
+                stopping.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch_signals)
+        for n in range(runs):
+            if stopping.is_set():
+                break
+            base = Path(tempfile.mkdtemp(prefix=f"nemesis-{seed + n}-", dir=directory))
+            try:
+                result = await run_once(
+                    base, seed + n, seconds=seconds, ttl=ttl, twin=twin, faults=faults, out=out
+                )
+            except EtcdMemberError as exc:
+                print(f"run seed={seed + n}: cannot start etcd: {exc}", file=out)
+                raise
+            results.append(result)
+            if record is not None:
+                save_result(result, record)
+            if result.ok and not keep:
+                shutil.rmtree(base, ignore_errors=True)
+            elif not result.ok:
+                print(f"  kept {base}", file=out)
+        nursery.cancel_scope.cancel()
     return results
 
 
