@@ -77,7 +77,7 @@ from trioha.cli._demo import (
     stop_group_brokers,
 )
 from trioha.etcd import EtcdCluster, EtcdMember, EtcdMemberError, open_etcd_client, start_etcd
-from trioha.failover import GroupKeys
+from trioha.failover import GroupKeys, GroupView
 from trioha.namesrv import serve_namesrv
 from trioha.remoting import RemotingClientPool, open_client_pool, runtime_info
 from trioha.store import DecodedMessage, decode_record, open_store
@@ -355,15 +355,19 @@ class Group:
     def broker(self, broker_id: int) -> DemoBroker:
         return next(b for b in self.brokers if b.broker_id == broker_id)
 
-    async def master_id(self) -> int:
-        """The master etcd names now (0: none, or etcd does not answer)."""
+    async def view(self) -> GroupView | str:
+        """The group's keys in etcd now, or why they could not be read."""
         try:
             with trio.fail_after(self.ttl):
                 async with open_etcd_client(self.etcd.endpoints, retry_for=self.ttl) as client:
-                    _revision, view = await read_group(client, self.keys)
-        except (CoordinatorError, trio.TooSlowError, OSError):
-            return 0
-        record = view.master.current
+                    return (await read_group(client, self.keys))[1]
+        except (CoordinatorError, trio.TooSlowError, OSError) as exc:
+            return f"etcd: {exc or type(exc).__name__}"
+
+    async def master_id(self) -> int:
+        """The master etcd names now (0: none, or etcd does not answer)."""
+        view = await self.view()
+        record = view.master.current if not isinstance(view, str) else None
         return record.broker_id if record is not None else 0
 
 
@@ -463,11 +467,9 @@ async def settle(group: Group, pool: RemotingClientPool) -> str:
     with trio.move_on_after(SETTLE_WAIT):
         while True:
             await trio.sleep(0.5)
-            try:
-                async with open_etcd_client(group.etcd.endpoints) as client:
-                    _revision, view = await read_group(client, group.keys)
-            except (CoordinatorError, OSError) as exc:  # etcd still recovering: ask again
-                seen = f"etcd: {exc}"
+            view = await group.view()
+            if isinstance(view, str):  # etcd still recovering: ask again
+                seen = view
                 continue
             sss = view.sss.current
             ends = {b.broker_id: await log_end(pool, b.addr) for b in group.brokers}
@@ -591,10 +593,8 @@ async def formed_group(group: Group) -> str:
     with trio.move_on_after(FORM_WAIT):
         while True:
             await trio.sleep(0.1)
-            try:
-                async with open_etcd_client(group.etcd.endpoints) as client:
-                    _revision, view = await read_group(client, group.keys)
-            except (CoordinatorError, OSError):  # etcd busy: ask again
+            view = await group.view()
+            if isinstance(view, str):  # etcd busy: ask again
                 continue
             sss = view.sss.current
             if group.history.acked and sss is not None and len(sss.members) == len(group.brokers):
