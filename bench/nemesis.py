@@ -707,9 +707,21 @@ def summary(results: Sequence[RunResult]) -> list[str]:
             f"{percentile(windows, 0.5):.2f} | {percentile(windows, 0.99):.2f} | "
             f"{max(windows, default=float('nan')):.2f} |"
         )
+    kills = [
+        f.window
+        for r in results
+        if len(r.faults) == 1
+        for f in r.faults
+        if f.kind in ("kill-master", "powercut-master") and f.window is not None
+    ]
     indeterminate = sum(r.indeterminate for r in results)
     unsettled = sum(1 for r in results if r.unsettled)
     lines.append("")
+    lines.append(
+        f"a master killed alone (kill-master, powercut-master as the run's only fault) -> "
+        f"first SEND_OK: {len(kills)} runs, p50 {percentile(kills, 0.5):.2f} s, "
+        f"p99 {percentile(kills, 0.99):.2f} s, max {max(kills, default=float('nan')):.2f} s"
+    )
     lines.append(f"indeterminate sends: {indeterminate}; runs that did not settle: {unsettled}")
     return lines
 
