@@ -29,8 +29,8 @@ checks the stores offline:
 The faults (no network namespaces in this mode: kills and pauses only): ``kill-master``,
 ``kill-slave`` (SIGKILL, restarted after two TTLs), ``pause-master`` (SIGSTOP for two TTLs,
 then SIGCONT), ``powercut-master`` (SIGKILL, then the tail after the last record it
-acknowledged zeroed, as a power cut leaves what was not flushed: a failover master
-acknowledges only what it flushed), ``pause-master-etcd`` (the master and the etcd member its
+the group acknowledged zeroed, as a power cut leaves what was not flushed: a failover
+broker acknowledges only what it flushed), ``pause-master-etcd`` (the master and the etcd member its
 client talks to, found with ``ss``, SIGSTOPped together; the master resumes after two TTLs
 and runs on one more TTL cut off from etcd until its client turns to another member: the
 no-namespace stand-in for a master partitioned from etcd), ``kill-etcd-leader`` (SIGKILL,
@@ -312,15 +312,20 @@ def power_cut(root: Path, cut: int) -> None:
                 f.write(bytes(start + segment.stat().st_size - cut))
 
 
-def acked_end(root: Path, history: History, broker: str) -> int:
-    """The end of the last record *broker* acknowledged (0: none)."""
-    offsets = [a.offset for a in history.acked.values() if a.broker == broker]
-    if not offsets:
-        return 0
-    last = max(offsets)
+def flushed_at_least(root: Path, history: History, before: float) -> int:
+    """Where a power cut may begin in the log under *root* of a broker killed at *before*:
+    the end of the last record the group acknowledged by then, when the log holds it there
+    (every broker the ack rule counted had flushed it, and a master counts only its own
+    flushed copy); else the log's end (no cut: a power cut may also take nothing). Bytes
+    after that point were never acknowledged, so cutting them cannot make a loss."""
     with open_store(root, segment_size=SEGMENT_SIZE) as store:
-        decoded = decode_record(bytes(store.commitlog.read(last, 4096)), base_offset=last)
-    return last + decoded.size if isinstance(decoded, DecodedMessage) else last
+        log = store.commitlog
+        offsets = [a.offset for a in history.acked.values() if a.done <= before]
+        last = max(offsets, default=-1)
+        if last < log.min_offset or last >= log.max_offset:
+            return log.max_offset
+        decoded = decode_record(bytes(log.read(last, 4096)), base_offset=last)
+        return last + decoded.size if isinstance(decoded, DecodedMessage) else log.max_offset
 
 
 def etcd_member_of(broker: DemoBroker, cluster: EtcdCluster) -> EtcdMember | None:
@@ -413,7 +418,8 @@ async def inject(group: Group, fault: Fault, rng: random.Random, busy: set[int])
             await trio.to_thread.run_sync(broker.kill)
             if kind == "powercut-master":
                 root, history = broker.root, group.history
-                end = await trio.to_thread.run_sync(lambda: acked_end(root, history, broker.addr))
+                at = fault.at
+                end = await trio.to_thread.run_sync(lambda: flushed_at_least(root, history, at))
                 await trio.to_thread.run_sync(power_cut, root, end)
                 fault.target += f" (cut at {end})"
             await trio.sleep(hold)
