@@ -8,6 +8,11 @@
                               # figures are printed at the end); then the core and store
                               # tests on Python 3.12 and 3.13 too, where those are found
     python3 tasks.py mutate [proto|net|store]  # mutation testing (mutmut), a package at a time
+    python3 tasks.py test --compiled|--pure    # the same on the compiled build (made first with
+                                               # build-fast) or on the pure-Python modules
+    python3 tasks.py build-fast [--clean]      # compile the hot modules with mypyc (needs a C
+                                               # compiler and Python's headers; --clean: back to
+                                               # pure Python)
     python3 tasks.py nemesis --runs N [--seconds S] [--seed K]  # failover under faults
                               # (etcd, three broker processes, kills and pauses; a summary
                               # line and a table per fault; docs/failover.md, "Nemesis runs")
@@ -62,6 +67,7 @@ def _ensure_env(extras: str) -> None:
 
 def demo(argv: list[str]) -> None:
     _ensure_env("")
+    _say_build(dict(os.environ))
     _run(PY, "-m", "trioha", "demo", *argv)
 
 
@@ -120,13 +126,24 @@ def nemesis(argv: list[str]) -> None:
 def test(argv: list[str]) -> None:
     _ensure_env("dev,spark")
     _ensure_etcd()
+    env = dict(os.environ)
+    if argv[:1] == ["--compiled"]:
+        argv = argv[1:]
+        why = _build_fast()
+        if why is not None:
+            sys.exit(f"test --compiled: {why}")
+        env.pop(PURE_ENV, None)
+    elif argv[:1] == ["--pure"]:
+        argv = argv[1:]
+        env[PURE_ENV] = "1"
+    _say_build(env)
     _run(BIN / "ruff", "check", ".")
     _run(BIN / "ruff", "format", "--check", ".")
     _run(BIN / "mypy")
     extra = ["--hypothesis-profile=ci"] if os.environ.get("CI") else []
     data = ROOT / "build" / "coverage"
     data.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "COVERAGE_FILE": str(data / ".coverage")}
+    env["COVERAGE_FILE"] = str(data / ".coverage")
     command = [PY, "-m", "coverage", "run", "-m", "pytest", *extra, *argv]
     print("+", " ".join(str(a) for a in command), flush=True)
     tests = subprocess.run([str(a) for a in command], cwd=ROOT, env=env, check=False)
@@ -388,8 +405,163 @@ def _equivalent_survivors() -> dict[str, str]:
     return out
 
 
+# --- the compiled build ------------------------------------------------------------------------
+
+#: What ``build-fast`` installs into ``.venv`` to compile (mypyc ships with mypy; setuptools
+#: drives the C compiler).
+FAST_TOOLS = ("mypy>=1.10", "setuptools")
+FAST_DIR = ROOT / "build" / "fast"
+#: Set (not to ``0``) to load the pure-Python modules although compiled ones are present
+#: (``trioha._build.PURE_ENV``).
+PURE_ENV = "TRIOHA_PURE"
+#: mypycify run from the checkout (so mypy reads pyproject.toml's settings): one group, its
+#: shared library ``trioha/_compiled__mypyc*.so``, an extension beside each module. It drives
+#: ``build_ext`` through a bare ``Distribution`` rather than ``setup()``, which would also read
+#: pyproject.toml's ``[project]`` table (and refuse its license field below setuptools 77).
+_FAST_SETUP = """
+import sys
+from setuptools import Distribution
+from mypyc.build import mypycify
+
+temp, *paths = sys.argv[1:]
+dist = Distribution(
+    {
+        "name": "trioha-compiled",
+        "ext_modules": mypycify(
+            paths, opt_level="3", group_name="trioha._compiled", target_dir=temp
+        ),
+        "script_args": ["build_ext", "--inplace", "--build-temp", temp + "/temp"],
+    }
+)
+dist.parse_command_line()
+dist.run_commands()
+"""
+
+
+def _compiler_missing() -> str | None:
+    """Why no C extension can be built here, or None."""
+    import sysconfig
+
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None and shutil.which("cc") is None:
+        return f"no C compiler ({cc})"
+    include = Path(sysconfig.get_paths()["include"])
+    if not (include / "Python.h").exists():
+        return f"no Python headers ({include}/Python.h; e.g. apt-get install python3-dev)"
+    return None
+
+
+def _fast_modules() -> dict[str, Path]:
+    """The modules to compile (``trioha._build.COMPILABLE``), each with its source file."""
+    out = subprocess.run(
+        [str(PY), "-c", "from trioha._build import COMPILABLE; print(' '.join(COMPILABLE))"],
+        cwd=ROOT,
+        env={**os.environ, "TRIOHA_PURE": "1"},
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    return {name: ROOT.joinpath(*name.split(".")).with_suffix(".py") for name in out}
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]  # trioha._build.source_digest
+
+
+def _compiled_files() -> list[Path]:
+    pkg = ROOT / "trioha"
+    return [p for p in pkg.rglob("*.so") if p.is_file()] + [
+        p for p in pkg.rglob("*.pyd") if p.is_file()
+    ]
+
+
+def _clean_fast() -> None:
+    for path in _compiled_files():
+        path.unlink()
+    (ROOT / "trioha" / "_compiled.json").unlink(missing_ok=True)
+
+
+def _build_fast() -> str | None:
+    """Compile; None when done (or already current), else why not (pure Python stays)."""
+    why = _compiler_missing()
+    if why is not None:
+        return why
+    modules = _fast_modules()
+    if not modules:
+        return "no module is marked compilable (trioha/_build.py COMPILABLE)"
+    manifest_path = ROOT / "trioha" / "_compiled.json"
+    wanted = {name: _digest(path) for name, path in modules.items()}
+    try:
+        current = json.loads(manifest_path.read_text(encoding="utf-8")).get("modules")
+    except (OSError, ValueError):
+        current = None
+    if current == wanted and _compiled_files():
+        return None
+    _clean_fast()
+    FAST_DIR.mkdir(parents=True, exist_ok=True)
+    _run(PY, "-m", "pip", "install", "--quiet", *FAST_TOOLS)
+    (FAST_DIR / "setup.py").write_text(_FAST_SETUP, encoding="utf-8")
+    logfile = FAST_DIR / "build.log"
+    print(f"compiling {len(modules)} modules with mypyc (log: {logfile.relative_to(ROOT)})")
+    with logfile.open("w", encoding="utf-8") as out:
+        done = subprocess.run(
+            [str(PY), str(FAST_DIR / "setup.py"), str(FAST_DIR.relative_to(ROOT))]
+            + [str(p.relative_to(ROOT)) for p in modules.values()],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
+    if done.returncode != 0:
+        _clean_fast()
+        tail = logfile.read_text(encoding="utf-8").splitlines()[-5:]
+        return "mypyc failed:\n    " + "\n    ".join(tail)
+    version = subprocess.run(
+        [str(PY), "-m", "mypy", "--version"], check=False, capture_output=True, text=True
+    ).stdout.strip()
+    manifest_path.write_text(
+        json.dumps({"compiler": f"mypyc ({version})", "modules": wanted}, indent=1) + "\n",
+        encoding="utf-8",
+    )
+    return None
+
+
+def _say_build(env: dict[str, str]) -> None:
+    """Print which build of trioha runs under *env* (``trioha.build_info()``)."""
+    which = subprocess.run(
+        [str(PY), "-c", "import trioha; print(trioha.build_info().describe())"],
+        cwd=ROOT,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    print(f"build: {which or 'unknown (trioha did not import)'}", flush=True)
+
+
+def build_fast(argv: list[str]) -> None:
+    """Compile the hot modules with mypyc, or with ``--clean`` remove the compiled build."""
+    _ensure_env("")
+    if argv == ["--clean"]:
+        _clean_fast()
+        print("build: pure Python (compiled modules removed)")
+        return
+    if argv:
+        sys.exit("usage: python3 tasks.py build-fast [--clean]")
+    why = _build_fast()
+    if why is not None:
+        sys.exit(f"build-fast: {why}; trioha stays pure Python")
+    _say_build({k: v for k, v in os.environ.items() if k != PURE_ENV})
+
+
 def main() -> None:
-    jobs = {"demo": demo, "test": test, "mutate": mutate, "nemesis": nemesis}
+    jobs = {
+        "demo": demo,
+        "test": test,
+        "mutate": mutate,
+        "build-fast": build_fast,
+        "nemesis": nemesis,
+    }
     if len(sys.argv) < 2 or sys.argv[1] not in jobs:
         sys.exit(f"usage: python3 tasks.py {{{'|'.join(jobs)}}} [args...]")
     jobs[sys.argv[1]](sys.argv[2:])

@@ -19,7 +19,7 @@ import trio
 from bench._common import MIB
 from trioha._config import BrokerConfig
 from trioha.broker import open_broker
-from trioha.store import SentOffsets, open_store
+from trioha.store import NewMessage, SentOffsets, open_store
 
 TOPIC = "BenchTopic"
 _OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET (bytes 20..36)
@@ -33,7 +33,7 @@ def make_backlog(root: Path, *, total: int, segment_size: int, body_size: int) -
     store = open_store(root, segment_size=segment_size)
     try:
         log = store.commitlog
-        batch = [{"topic": TOPIC, "body": body, "properties": {"KEYS": "bench"}}] * 64
+        batch = [NewMessage(TOPIC, body, properties={"KEYS": "bench"})] * 64
         while log.max_offset < segment_size:
             log.append_batch(batch)
         first = bytes(log.read(0, segment_size))

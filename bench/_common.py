@@ -208,11 +208,16 @@ def child_command(module: str, *args: str | int) -> list[str]:
 
 @asynccontextmanager
 async def open_child(
-    module: str, args: Sequence[str], name: str, env: dict[str, str] | None = None
+    module: str,
+    args: Sequence[str],
+    name: str,
+    env: dict[str, str] | None = None,
+    wrapper: Sequence[str] = (),
 ) -> AsyncIterator[Child]:
-    """Run ``python -m bench.<module> args...`` for the duration of the block."""
+    """Run ``python -m bench.<module> args...`` for the duration of the block (under
+    *wrapper*, a command such as ``valgrind --tool=callgrind``, if given)."""
     process = await trio.lowlevel.open_process(
-        child_command(module, *args),
+        [*wrapper, *child_command(module, *args)],
         stdout=subprocess.PIPE,
         cwd=ROOT,
         env={**os.environ, **env} if env else None,

@@ -18,6 +18,12 @@ It prints:
   reaches ``--until``;
 * ``{"event": "exit", ...}`` with its CPU seconds and peak RSS when SIGTERM stops it.
 
+With ``--counted`` (and ``--until``) it is the measured side of ``bench/instructions.py``: it
+runs on a Trio clock that stands still once it is ready, prints ``ready`` inside its measured
+window (:func:`bench._icount.window`), closes the window once a slave's log reaches ``--until``
+and its consume queues cover it (a whole broker), or once a master's slave has acked
+``--until``, prints ``{"event": "counted", ...}`` and exits.
+
 Times are ``time.monotonic()``, which on Linux is one clock for every process, so the parent can
 subtract them from its own.
 """
@@ -30,13 +36,15 @@ import math
 import resource
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import attrs
 import trio
+from trio.testing import MockClock
 
 from bench._common import KIB, AckWatch, emit, self_cpu
+from bench._icount import make_deterministic, window
 from trioha._config import BrokerConfig, BrokerRole
 from trioha._tuning import tune_gc_for_serving
 from trioha.broker import open_broker
@@ -53,6 +61,8 @@ class Node:
     service: HAService | None = None
     client: HAClient | None = None
     address: tuple[str, int] | None = None
+    #: A whole broker: returns once its consume queues cover the offset given.
+    dispatched: Callable[[int], Awaitable[None]] | None = None
 
     async def wait_log_grew(self, beyond: int) -> None:
         while self.commitlog.max_offset <= beyond:
@@ -75,6 +85,8 @@ async def open_node(config: BrokerConfig, *, bare: bool, follow: bool) -> AsyncI
                 broker.ha_client,
                 broker.ha_address,
             )
+            if broker.client_side is not None:
+                node.dispatched = broker.client_side.reput.wait_dispatched
 
             async def relay() -> None:  # the broker's own growth signal, as a Wakeup
                 while True:
@@ -182,7 +194,22 @@ async def _watch_master(
             await acks.wakeup.wait()
 
 
-async def run(args: argparse.Namespace) -> None:
+async def _counted(node: Node, until: int, clock: MockClock) -> None:
+    """The measured window of ``--counted``: from ready until *until* is copied (and indexed)."""
+    acks = AckWatch(node.service) if node.service is not None else None
+    with window(clock):
+        emit(event="ready", t=time.monotonic(), ha=list(node.address or ()), max_offset=0, cpu=0)
+        if acks is not None:
+            await acks.wait_acked(until)
+        else:
+            while node.commitlog.max_offset < until:
+                await node.wait_log_grew(node.commitlog.max_offset)
+            if node.dispatched is not None:
+                await node.dispatched(until)
+    emit(event="counted", offset=node.commitlog.max_offset)
+
+
+async def run(args: argparse.Namespace, clock: MockClock | None = None) -> None:
     role = BrokerRole(args.role)
     config = BrokerConfig(
         broker_role=role,
@@ -203,6 +230,9 @@ async def run(args: argparse.Namespace) -> None:
             open_node(config, bare=args.bare, follow=follow) as node,
             trio.open_nursery() as nursery,
         ):
+            if clock is not None:
+                await _counted(node, args.until, clock)
+                return
             emit(
                 event="ready",
                 t=time.monotonic(),
@@ -245,14 +275,24 @@ def main() -> None:
         help="slave: do not watch every append (no 'reached', no 'grew_at')",
     )
     parser.add_argument("--interval", type=float, default=0.1)
+    parser.add_argument(
+        "--counted", action="store_true", help="bench/instructions.py's measured side (--until)"
+    )
     args = parser.parse_args()
+    if args.counted and args.until is None:
+        parser.error("--counted needs --until")
     if args.kind == "slave":
         args.role = "SLAVE"
     elif args.role is None:
         args.role = "ASYNC_MASTER"
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     tune_gc_for_serving()  # as `python -m trioha master|slave` does
-    trio.run(run, args)
+    if args.counted:
+        make_deterministic()
+        clock = MockClock(rate=1.0)
+        trio.run(run, args, clock, clock=clock)
+    else:
+        trio.run(run, args)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from bench._common import (
 from trioha._config import BrokerConfig, BrokerRole
 from trioha._status import PutStatus
 from trioha.broker import Broker, open_broker
+from trioha.store import NewMessage
 
 TOPIC = "BenchTopic"
 CONNECT_TIMEOUT = 30.0
@@ -150,7 +151,7 @@ async def put_cell(
         checkpoint = trio.lowlevel.checkpoint
         while not stop:
             t0 = perf()
-            result = await put(topic=TOPIC, body=body, queue_id=queue_id)
+            result = await put(NewMessage(TOPIC, body, queue_id=queue_id))
             # An ASYNC put returns without yielding to Trio; a real handler reads its next
             # request from a socket, which does. Without this the loop would starve every task.
             await checkpoint()
@@ -218,7 +219,7 @@ async def lag_under_load(
     async def producer(queue_id: int) -> None:
         nonlocal puts
         while not stop:
-            await master.put(topic=TOPIC, body=body, queue_id=queue_id)
+            await master.put(NewMessage(topic=TOPIC, body=body, queue_id=queue_id))
             await trio.lowlevel.checkpoint()  # see put_cell
             puts += 1
 

@@ -46,16 +46,20 @@ from bench._common import proc_sample
 from bench.send_path import send_request
 from trioha._config import BrokerConfig, BrokerRole
 from trioha.broker import Broker, open_broker
-from trioha.broker._send import PROPERTY_CLUSTER, SendMessageProcessor
+from trioha.broker._send import PROPERTY_CLUSTER
+from trioha.broker._sendheader import SendMessageHeader
 from trioha.remoting import (
     FrameDecoder,
     RemotingCommand,
     encode,
     encode_response,
-    int_field,
-    require_field,
 )
-from trioha.store import PROPERTY_WAIT_STORE_MSG_OK, HostAddress, string_to_properties
+from trioha.store import (
+    PROPERTY_WAIT_STORE_MSG_OK,
+    HostAddress,
+    NewMessage,
+    string_to_properties,
+)
 
 _LEN = struct.Struct(">I")
 _PEER = ("127.0.0.1", 40000)
@@ -115,13 +119,12 @@ async def _serve_store(path: str) -> None:
 
 
 async def _store_connection(broker: Broker, stream: trio.abc.Stream) -> None:
-    log = broker.store.commitlog
     host = HostAddress(*_PEER)
     buf = bytearray()
     while (frame := await _read_frame(stream, buf)) is not None:
         batch: list[tuple[Any, ...]] = marshal.loads(frame)
         records = [
-            log.prepare(
+            NewMessage(
                 topic=topic,
                 body=body,
                 queue_id=queue_id,
@@ -134,7 +137,7 @@ async def _store_connection(broker: Broker, stream: trio.abc.Stream) -> None:
             )
             for topic, queue_id, flag, sysflag, born, reconsume, props, body in batch
         ]
-        results = broker.append_each(records)
+        results = broker.append_each([[record] for record in records])
         await broker.wait_stored(results[0].offset, results[-1].end_offset)
         answer = [(r.msg_id, r.queue_offset) for r in results]
         await _send_frame(stream, marshal.dumps(answer))
@@ -144,18 +147,18 @@ async def _store_connection(broker: Broker, stream: trio.abc.Stream) -> None:
 
 
 def _front_record(request: RemotingCommand) -> tuple[Any, ...]:
-    """What the processor reads of a send before the store (SendMessageProcessor._check)."""
-    header = SendMessageProcessor._send_header(request)
-    properties = dict(string_to_properties(header.get("properties") or ""))
+    """What the processor reads of a send before the store (SendMessageProcessor._accept)."""
+    header = SendMessageHeader.from_command(request)
+    properties = dict(string_to_properties(header.properties))
     properties.pop(PROPERTY_WAIT_STORE_MSG_OK, None)
     properties[PROPERTY_CLUSTER] = _CLUSTER
     return (
-        require_field(header, "topic"),
-        int_field(header, "queueId", -1),
-        int_field(header, "flag", 0),
-        int_field(header, "sysFlag", 0),
-        int_field(header, "bornTimestamp", 0) or int(time.time() * 1000),
-        int_field(header, "reconsumeTimes", 0),
+        header.topic,
+        header.queue_id,
+        header.flag,
+        header.sys_flag,
+        header.born_timestamp or int(time.time() * 1000),
+        header.reconsume_times,
         properties,
         request.body,
     )

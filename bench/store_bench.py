@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trioha.store import FileCommitLog, HostAddress
+from trioha.store import FileCommitLog, HostAddress, NewMessage
 
 MIB = 1 << 20
 SEGMENT = 1 << 30
@@ -80,11 +80,13 @@ def append_n(log: FileCommitLog, body: bytes, n: int, *, sync_every: int = 0) ->
     append = log.append
     for i in range(n):
         append(
-            topic="BenchTopic",
-            body=body,
-            queue_id=i & 3,
-            born_host=BORN,
-            properties={"KEYS": f"k{i}", "TAGS": "bench"},
+            NewMessage(
+                "BenchTopic",
+                body,
+                queue_id=i & 3,
+                born_host=BORN,
+                properties={"KEYS": f"k{i}", "TAGS": "bench"},
+            )
         )
         if sync_every and (i + 1) % sync_every == 0:
             log.flush()

@@ -44,10 +44,11 @@ FAILOVER_CONFIGS: dict[str, FailoverConfig] = {
         _config(
             "failover-network",
             "2 brokers, 1 put; messages to and from etcd lost, duplicated and delivered in "
-            "any order, a watch batch delivered again after newer news, a data-plane link "
-            "broken, and a cut from etcd.",
+            "any order, a watch batch delivered again after newer news, and a data-plane "
+            "link broken.",
             messages=1,
-            faults=FailoverFaults(cuts=1, losses=1, duplicates=1, stale_watches=1, links=1),
+            faults=FailoverFaults(losses=1, duplicates=1, stale_watches=1, links=1),
+            liveness_bound=2,
         ),
         _config(
             "failover-late-keepalive",
@@ -57,6 +58,7 @@ FAILOVER_CONFIGS: dict[str, FailoverConfig] = {
             messages=1,
             keepalive_replies_travel=True,
             faults=FailoverFaults(pauses=1, cuts=1),
+            liveness_bound=15,
         ),
         _config(
             "failover-min-in-sync",
@@ -65,6 +67,7 @@ FAILOVER_CONFIGS: dict[str, FailoverConfig] = {
             min_in_sync_replicas=2,
             messages=1,
             faults=FailoverFaults(pauses=1, cuts=1),
+            liveness_bound=12,
         ),
         _config(
             "failover-bootstrap",
@@ -73,6 +76,15 @@ FAILOVER_CONFIGS: dict[str, FailoverConfig] = {
             initial_sss=(),
             faults=FailoverFaults(crashes=1),
             liveness_bound=9,
+        ),
+        _config(
+            "failover-handover",
+            "2 brokers, 1 put; an operator asks the master to hand its role to broker 2 at any "
+            "moment (failover-elect), with a power cut at any moment: the master fences, "
+            "waits one tick for broker 2 to catch up, then releases the key or refuses.",
+            messages=1,
+            faults=FailoverFaults(crashes=1, handovers=1),
+            liveness_bound=8,
         ),
         # --- known-bad twins: each fails on its property --------------------------------------
         _config(

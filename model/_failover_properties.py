@@ -248,6 +248,21 @@ PROBES: tuple[FailoverProbe, ...] = (
     FailoverProbe(
         "failover_message_lost", "a request or reply was lost", lambda c: c.faults.losses > 0
     ),
+    FailoverProbe(
+        "failover_handover_requested",
+        "an operator asked the master to hand its role over",
+        lambda c: c.faults.handovers > 0,
+    ),
+    FailoverProbe(
+        "failover_handed_over",
+        "a master released its key to the broker an operator chose",
+        lambda c: c.faults.handovers > 0,
+    ),
+    FailoverProbe(
+        "failover_handover_ended",
+        "a handover ended without a release (refused, withdrawn, or the key lost)",
+        lambda c: c.faults.handovers > 0,
+    ),
 )
 
 

@@ -68,6 +68,8 @@ from trioha.failover import (
     FailInFlight,
     FailoverOptions,
     Fence,
+    GroupView,
+    HandoverState,
     LogChanged,
     Phase,
     Purpose,
@@ -86,6 +88,7 @@ from trioha.failover import (
     Watched,
     WatchEvent,
     failover_step,
+    handover_txn,
 )
 from trioha.proto import (
     Close,
@@ -118,6 +121,8 @@ class FKind(enum.Enum):
     RESTART = "Restart"
     RESUME = "Resume"
     HEAL = "Heal"
+    #: An operator's handover request (``failover-elect``), not a fault.
+    HANDOVER = "Handover"
     # faults
     CRASH = "Crash"
     PAUSE = "Pause"
@@ -160,6 +165,8 @@ class FStep:
             parts.append(f"b{self.broker + 1}")
         if self.kind is FKind.CUT_LINK:
             parts.append(f"b{self.arg + 1}")
+        elif self.kind is FKind.HANDOVER:
+            parts[-1] = f"to b{self.broker + 1}"
         elif self.kind is FKind.TIMEOUT:
             parts.append(f"request {self.arg}")
         if self.msg is not None:
@@ -208,12 +215,16 @@ def shift_core(core: ReplicaState, delta: int, ttl_ms: int, ha_max: int) -> Repl
         replicas = tuple(
             Replica(r.broker_id, r.acked, _clamp(r.caught_up_at - delta, -ha_max)) for r in replicas
         )
+    handing = core.handing
+    if handing is not None:
+        handing = but(handing, until=_clamp(handing.until - delta, 0))
     return but(
         core,
         deadline_at=_clamp(core.deadline_at - delta, 0),
         keepalive_at=_clamp(core.keepalive_at - delta, 0),
         requests=requests,
         replicas=replicas,
+        handing=handing,
     )
 
 
@@ -354,6 +365,10 @@ class _Tx:
             self.marks.add("failover_self_fenced")
         if core.phase is Phase.MASTER and before is Phase.FENCED:
             self.marks.add("failover_unfenced")
+        if before is Phase.HANDING_OVER and core.phase is not before:
+            request = core.view.handover.current
+            released = request is not None and request.state is HandoverState.RELEASED
+            self.marks.add("failover_handed_over" if released else "failover_handover_ended")
         for action in actions:
             self.execute(i, action)
 
@@ -715,6 +730,11 @@ class FailoverModel:
                 yield FStep(FKind.FLUSH, i)
         if w.cut or w.down or w.stalled:
             yield FStep(FKind.HEAL)
+        if w.budget.handovers and w.etcd.get(KEYS.handover) is None:
+            holder = w.master_key()
+            for j in range(len(w.brokers)):
+                if holder is not None and holder[0] != j + 1:
+                    yield FStep(FKind.HANDOVER, j)
         # faults
         budget = w.budget
         for i, b in enumerate(w.brokers):
@@ -842,6 +862,20 @@ class FailoverModel:
                 return False
             tx.flush_watches()
         tx.feed(i, Replied(msg.request_id, response))
+        return True
+
+    def _handover(self, tx: _Tx, step: FStep) -> bool:
+        """The operator's command writes its request as it would (``handover_txn``), but
+        without its own checks first: the master must refuse what it should not do, since
+        the set may change between the command's read and its write."""
+        view = GroupView().snapshot(KEYS, tx.etcd.revision, tx.etcd.kvs)
+        txn = handover_txn(KEYS, view, step.broker + 1, lease=0, timeout_ms=self.config.tick)
+        tx.etcd, response, events = apply_request(tx.etcd, txn, 0)
+        assert isinstance(response, TxnResponse) and response.succeeded
+        tx.spend("handovers")
+        tx.marks.add("failover_handover_requested")
+        tx.note(f"an operator asks the master to hand over to b{step.broker + 1}")
+        tx.publish(events)
         return True
 
     def _judge_sss_write(self, tx: _Tx, msg: Msg, holder: tuple[int, int, int] | None) -> None:
@@ -1085,7 +1119,14 @@ class FailoverModel:
 
 #: Requests that may write (their reply races with the watch events they cause).
 _WRITES = frozenset(
-    {Purpose.REGISTER, Purpose.REPORT, Purpose.CAMPAIGN, Purpose.ALTER, Purpose.REVOKE}
+    {
+        Purpose.REGISTER,
+        Purpose.REPORT,
+        Purpose.CAMPAIGN,
+        Purpose.ALTER,
+        Purpose.REVOKE,
+        Purpose.HANDOVER,
+    }
 )
 
 
@@ -1096,6 +1137,7 @@ def _running(b: Broker) -> bool:
 _HANDLERS = {
     FKind.TICK: FailoverModel._tick,
     FKind.ETCD: FailoverModel._etcd,
+    FKind.HANDOVER: FailoverModel._handover,
     FKind.REPLY: FailoverModel._reply,
     FKind.TIMEOUT: FailoverModel._timeout,
     FKind.PUT: FailoverModel._put,

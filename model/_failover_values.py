@@ -91,6 +91,9 @@ class FailoverFaults:
     #: A broker's watch stream gets stuck while its requests still work: its events come
     #: late, after newer news from replies.
     stale_watches: int = 0
+    #: Not a fault: an operator asks the master to hand its role to another broker
+    #: (``failover-elect``), at any moment, naming any broker (in the set or not).
+    handovers: int = 0
 
     def total(self) -> int:
         return sum(attrs.astuple(self))

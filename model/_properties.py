@@ -364,6 +364,11 @@ PROBES: tuple[ProbeSpec, ...] = (
         "a slave's offset had been deleted on the master (#3388)",
         lambda c: c.faults.deletions > 0,
     ),
+    ProbeSpec(
+        "slave_fell_behind",
+        "the slave was told its next bytes were deleted on the master, and stopped",
+        lambda c: c.faults.deletions > 0,
+    ),
 )
 
 

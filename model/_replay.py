@@ -26,6 +26,7 @@ from __future__ import annotations
 import random
 import struct
 from collections.abc import Sequence
+from typing import assert_never
 
 import attrs
 
@@ -49,21 +50,28 @@ from trioha.proto import (
     AckAdvanced,
     Append,
     Close,
+    HeaderReceived,
     LogView,
     MasterAction,
     MasterConnection,
     MasterPhase,
     Quorum,
+    RecordEpoch,
     SendHeartbeat,
+    SendMasterHandshake,
     SendReport,
+    SendSlaveHandshake,
     SendTransfer,
     SlaveAction,
     SlaveConnection,
+    SlavePhase,
     SlaveState,
     Timing,
+    Truncate,
     Vouch,
     encode_report,
     frame_header,
+    slave_step,
     vouch,
 )
 from trioha.store import MemoryCommitLog
@@ -114,6 +122,7 @@ class _ModelLog(MemoryCommitLog):
     def __init__(self, segment_size: int) -> None:
         LogCore.__init__(self, segment_size=segment_size)
         self.kept_bytes = {}
+        self._mtime_ms = lambda: 0  # retention's rule is the model's, not the segments' times
 
 
 def _store_bytes(store: MemoryCommitLog) -> bytes:
@@ -159,6 +168,8 @@ class _Harness:
         self.slog = bytearray()
         self.sbase = 0
         self.sflushed = 0
+        #: The slave was told its next bytes were deleted on the master (World.sbehind).
+        self.sbehind = -1
         self.budget = config.faults
         self.violations: list[tuple[str, str]] = []
         self.closes: list[str] = []
@@ -211,6 +222,7 @@ class _Harness:
             slog=tuple(self.slog),
             sflushed=self.sflushed,
             budget=self.budget,
+            sbehind=self.sbehind,
         )
 
     def _project_wire(self, w: _Wire) -> Conn:
@@ -250,13 +262,32 @@ class _Harness:
         for action in actions:
             if w not in self.wires:
                 return
-            if isinstance(action, SendTransfer | SendHeartbeat):
-                self.write_frame(w, action)
-            elif isinstance(action, AckAdvanced):
-                self.on_ack()
-            elif isinstance(action, Close):
-                self.closes.append(action.reason)
-                self.master_close(w)
+            match action:
+                case SendTransfer() | SendHeartbeat():
+                    self.write_frame(w, action)
+                case AckAdvanced():
+                    self.on_ack()
+                case Close():
+                    self.closes.append(action.reason)
+                    self.told_deleted(w, action)
+                    self.master_close(w)
+                case SendMasterHandshake():
+                    raise AssertionError(f"a classic-mode replay got {action!r}")
+                case _:
+                    assert_never(action)
+
+    def told_deleted(self, w: _Wire, close: Close) -> None:
+        """``HAConnection._push_offset``: the master's oldest offset goes out as a heartbeat
+        header before the close; a slave between frames reads it with its own rule and, told
+        its next bytes are gone, stops for good (the model's ``refused``)."""
+        sc = self.sc
+        if close.oldest is None or not w.attached or sc is None:
+            return
+        if sc.state.phase is not SlavePhase.TRANSFER or sc.state.receiving is not None:
+            return
+        _, actions = slave_step(sc.state, HeaderReceived(close.oldest, 0))
+        if any(isinstance(a, Close) and a.oldest is not None for a in actions):
+            self.sbehind = close.oldest
 
     def write_frame(self, w: _Wire, action: SendTransfer | SendHeartbeat) -> None:
         size = action.size if isinstance(action, SendTransfer) else 0
@@ -303,20 +334,25 @@ class _Harness:
     # --- the slave side (what trioha.net.HAClient does) ---------------------------------------
     def slave_actions(self, w: _Wire, actions: Sequence[SlaveAction]) -> None:
         for action in actions:
-            if isinstance(action, SendReport):
-                self.violations.extend(check_report(self._project_wire(w), action.offset))
-                w.up.append(encode_report(action.offset))
-                w.last_report = action.offset
-                assert self.sc is not None
-                self.sc.report_written(now=self.now)
-            elif isinstance(action, Append):
-                self.append(action)
-            elif isinstance(action, Close):
-                self.closes.append(action.reason)
-                if "pushed offset" in action.reason:
-                    self.violations.append(("NoFrameRejected", f"slave: {action.reason}"))
-                self.slave_close(w)
-                return
+            match action:
+                case SendReport():
+                    self.violations.extend(check_report(self._project_wire(w), action.offset))
+                    w.up.append(encode_report(action.offset))
+                    w.last_report = action.offset
+                    assert self.sc is not None
+                    self.sc.report_written(now=self.now)
+                case Append():
+                    self.append(action)
+                case Close():
+                    self.closes.append(action.reason)
+                    if "pushed offset" in action.reason:
+                        self.violations.append(("NoFrameRejected", f"slave: {action.reason}"))
+                    self.slave_close(w)
+                    return
+                case SendSlaveHandshake() | Truncate() | RecordEpoch():
+                    raise AssertionError(f"a classic-mode replay got {action!r}")
+                case _:
+                    assert_never(action)
 
     def append(self, action: Append) -> None:
         if self.sstore is not None:

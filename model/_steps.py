@@ -63,6 +63,7 @@ from model._values import (
     Outcome,
     Step,
     World,
+    oldest_segment_may_go,
 )
 from trioha._errors import LocalProtocolError
 from trioha.proto import (
@@ -139,6 +140,7 @@ class _Tx:
         self.msent = world.msent
         self.mlost = world.mlost
         self.sdiverged = world.sdiverged
+        self.sbehind = world.sbehind
         self.mepochs = world.mepochs
         self.sepochs = world.sepochs
         self.violations: list[tuple[str, str]] = []
@@ -212,6 +214,7 @@ class _Tx:
             self.sdiverged,
             self.mepochs if self.mepochs is w.mepochs else intern(self.mepochs),
             self.sepochs if self.sepochs is w.sepochs else intern(self.sepochs),
+            self.sbehind,
         )
 
     # --- the master side ------------------------------------------------------------------
@@ -329,8 +332,27 @@ class _Tx:
             self.slave_feed(ConnectionLost())
 
     def refused(self, i: int, close: Close) -> None:
-        """Classic refusal: the attached slave is told where the histories part (sticky)."""
+        """Classic refusal: the attached slave is told where the histories part (sticky).
+
+        A deleted offset (``Close.oldest``): the IO layer pushes the master's oldest offset as
+        a heartbeat header before closing; the slave's own rule reads it (when it is between
+        frames, as after a first report) and, told its next bytes are gone, stops for good.
+        """
         conn = self.conn(i)
+        slave = self.slave
+        if (
+            close.oldest is not None
+            and conn.attached
+            and slave.phase is SlavePhase.TRANSFER
+            and slave.receiving is None
+        ):
+            result = self.slave_step(slave, HeaderReceived(close.oldest, 0))
+            if isinstance(result, LocalProtocolError):
+                self.violations.append(("NoLocalProtocolError", f"slave: {result}"))
+            elif any(isinstance(a, Close) and a.oldest is not None for a in result[1]):
+                self.sbehind = close.oldest
+                self.marks.add("slave_fell_behind")
+                self.note(f"slave told the master's log now begins at {close.oldest}: it stops")
         if self.cfg.classic_refusal and close.diverged_at is not None and conn.attached:
             self.sdiverged = close.diverged_at
             self.marks.add("slave_refused")
@@ -597,7 +619,7 @@ class HAModel:
         if w.slog and w.sflushed < w.send:
             yield Step(Kind.SLAVE_FLUSH)
         att = w.attached()
-        if att < 0 and w.sdiverged < 0:
+        if att < 0 and w.sdiverged < 0 and w.sbehind < 0:
             yield Step(Kind.CONNECTED)
         if w.sdiverged >= 0:
             yield Step(Kind.TRUNCATE_TO_MASTER)
@@ -640,7 +662,7 @@ class HAModel:
         if b.tail_losses:
             for cut in range(w.mmin, w.mmax, cfg.message_size):
                 yield Step(Kind.MASTER_LOSES_TAIL, arg=cut)
-        if b.deletions and w.mmin + cfg.segment_size < w.mmax:
+        if b.deletions and oldest_segment_may_go(w, cfg):
             yield Step(Kind.DELETE_SEGMENT)
         if b.bogus:
             yield Step(Kind.BOGUS_REPORT, arg=-1)
@@ -752,7 +774,7 @@ class HAModel:
         return True
 
     def _connected(self, tx: _Tx, w: World, step: Step) -> bool:
-        if w.attached() >= 0 or w.sdiverged >= 0:
+        if w.attached() >= 0 or w.sdiverged >= 0 or w.sbehind >= 0:
             return False
         if self.config.slave_ack_flushed and w.slog:
             tx.sflushed = w.send  # the slave flushes before its first report

@@ -25,6 +25,7 @@ from trioha.proto import (
     choose_epoch_start,
     choose_start,
 )
+from trioha.store import expired_count, segment_count
 
 # --- configuration ----------------------------------------------------------------------------
 
@@ -281,6 +282,9 @@ class World:
     #: Epoch mode: the master's epoch history and the slave's (its epoch file).
     mepochs: EpochHistory = _NO_EPOCHS
     sepochs: EpochHistory = _NO_EPOCHS
+    #: The slave was told the master deleted what it needs (``Close.oldest``): it stops for
+    #: good, until re-seeded (not modelled). The master's oldest offset then; -1 when not.
+    sbehind: int = -1
 
     @property
     def send(self) -> int:
@@ -431,6 +435,15 @@ def caught_up(w: World, config: Config) -> bool:
         else choose_start(0, log, config.options)
     )
     return start >= w.mmax and w.conns[i].master.phase is MasterPhase.TRANSFER
+
+
+def oldest_segment_may_go(w: World, config: Config) -> bool:
+    """Retention's rule, production's own (:func:`trioha.store.expired_count`): the oldest
+    segment may be deleted unless it is the last one, the one written now. The model asks it
+    about every segment as expired (a deletion may come at any moment: a ``deleteWhen`` hour,
+    a full disk, ``deleteExpiredCommitLog``) and deletes one at a time."""
+    segments = segment_count(w.mmin, w.mmax, config.segment_size)
+    return expired_count((0,) * segments, now_ms=0, reserved_ms=0, at_once=True, batch_max=1) > 0
 
 
 def full_copy(w: World) -> bool:

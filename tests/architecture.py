@@ -21,6 +21,7 @@ _MODULE_ROOMS = {
     "_histogram": "base",
     "_logging": "base",
     "_progress": "base",
+    "_build": "base",
     "_config": "config",
     "_tuning": "config",
     "__init__": "root",

@@ -26,10 +26,10 @@ import trio.testing
 from trioha import BrokerConfig
 from trioha._config import BrokerRole
 from trioha._status import PutStatus
-from trioha.broker import Broker, open_broker
+from trioha.broker import Broker, open_broker, producer_properties
 from trioha.cli._demo import compare_logs
 from trioha.proto import encode_header
-from trioha.store import FlushDiskType, open_store
+from trioha.store import FlushDiskType, NewMessage, open_store
 
 SEG = 64 * 1024
 FAST = {
@@ -76,11 +76,12 @@ async def put_many(
         for i in todo:
             results.append(
                 await broker.put(
-                    topic=topic,
-                    body=bytes([i % 251]) * size,
-                    tags="TagA",
-                    keys=f"k{i}",
-                    queue_id=i % 4,
+                    NewMessage(
+                        topic=topic,
+                        body=bytes([i % 251]) * size,
+                        queue_id=i % 4,
+                        properties=producer_properties(tags="TagA", keys=f"k{i}"),
+                    )
                 )
             )
 
@@ -138,7 +139,13 @@ async def test_sync_puts_are_readable_on_the_slave_when_acked(tmp_path: Path) ->
         with trio.fail_after(10):
             await master.ha_service.wait_connections(1)
         for i in range(200):
-            result = await master.put(topic="FooBar", body=b"m%d" % i, tags="TagA", keys=f"k{i}")
+            result = await master.put(
+                NewMessage(
+                    topic="FooBar",
+                    body=b"m%d" % i,
+                    properties=producer_properties(tags="TagA", keys=f"k{i}"),
+                )
+            )
             assert result.status is PutStatus.PUT_OK
             assert slave.store.commitlog.max_offset >= result.end_offset
             record = bytes(
@@ -210,7 +217,7 @@ async def test_two_slaves_and_a_quorum_of_two(tmp_path: Path) -> None:
         async with running(slave_config(tmp_path / "s1", master)) as s1:
             with trio.fail_after(10):
                 await master.ha_service.wait_connections(1)
-            lone = await master.put(topic="FooBar", body=b"only one slave")
+            lone = await master.put(NewMessage(topic="FooBar", body=b"only one slave"))
             assert lone.status is PutStatus.SLAVE_NOT_AVAILABLE
             async with running(slave_config(tmp_path / "s2", master)) as s2:
                 with trio.fail_after(10):
@@ -229,11 +236,11 @@ async def test_a_hung_slave_times_out_then_is_not_available(tmp_path: Path) -> N
         await hung.send_all((0).to_bytes(8, "big"))  # reports, then never acks again
         with trio.fail_after(5):
             await master.ha_service.wait_connections(1)
-        first = await master.put(topic="FooBar", body=b"x")
+        first = await master.put(NewMessage(topic="FooBar", body=b"x"))
         assert first.status is PutStatus.FLUSH_SLAVE_TIMEOUT
         with trio.fail_after(5):
             await master.ha_service.wait_no_connections()
-        second = await master.put(topic="FooBar", body=b"y")
+        second = await master.put(NewMessage(topic="FooBar", body=b"y"))
         assert second.status is PutStatus.SLAVE_NOT_AVAILABLE
         await hung.aclose()
 
@@ -247,12 +254,12 @@ async def test_a_slave_killed_during_sync_puts(tmp_path: Path) -> None:
                 await master.ha_service.wait_connections(1)
             statuses += [r.status for r in await put_many(master, 100)]
         # the slave is gone: its connection closed, so puts are refused at once
-        statuses.append((await master.put(topic="FooBar", body=b"after")).status)
+        statuses.append((await master.put(NewMessage(topic="FooBar", body=b"after"))).status)
         assert set(statuses[:100]) == {PutStatus.PUT_OK}
         assert statuses[-1] in {PutStatus.SLAVE_NOT_AVAILABLE, PutStatus.FLUSH_SLAVE_TIMEOUT}
         with trio.fail_after(5):
             await master.ha_service.wait_no_connections()
-        last = await master.put(topic="FooBar", body=b"later")
+        last = await master.put(NewMessage(topic="FooBar", body=b"later"))
         assert last.status is PutStatus.SLAVE_NOT_AVAILABLE
 
 
@@ -287,13 +294,13 @@ async def test_a_slow_disk_answers_flush_disk_timeout(
 
         monkeypatch.setattr(commitlog, "flush", slow_flush)
         with trio.fail_after(10):
-            late = await master.put(topic="FooBar", body=b"x")
+            late = await master.put(NewMessage(topic="FooBar", body=b"x"))
         assert late.status is PutStatus.FLUSH_DISK_TIMEOUT
         monkeypatch.setattr(commitlog, "flush", real_flush)
         disk_free.set()
         with trio.fail_after(10):
             await trio.to_thread.run_sync(flushed.wait)  # the slow flush in flight ends
-            ok = await master.put(topic="FooBar", body=b"y")
+            ok = await master.put(NewMessage(topic="FooBar", body=b"y"))
         assert ok.status is PutStatus.PUT_OK
 
 
@@ -304,7 +311,7 @@ async def test_sync_flush_and_sync_replication_together(tmp_path: Path) -> None:
     )
     async with running(config) as master:
         assert master.ha_service is not None
-        assert (await master.put(topic="FooBar", body=b"x")).status is (
+        assert (await master.put(NewMessage(topic="FooBar", body=b"x"))).status is (
             PutStatus.SLAVE_NOT_AVAILABLE
         )
         async with running(slave_config(tmp_path / "s", master)) as slave:
@@ -322,7 +329,7 @@ async def test_a_slave_refuses_puts(tmp_path: Path) -> None:
         running(master_config(tmp_path / "m")) as master,
         running(slave_config(tmp_path / "s", master)) as slave,
     ):
-        result = await slave.put(topic="FooBar", body=b"x")
+        result = await slave.put(NewMessage(topic="FooBar", body=b"x"))
         assert result.status is PutStatus.SERVICE_NOT_AVAILABLE
 
 
@@ -356,7 +363,7 @@ async def test_a_hostile_master_never_touches_the_slaves_log(
 ) -> None:
     root = tmp_path / "s"
     with open_store(root, segment_size=SEG) as store:
-        store.commitlog.append(topic="FooBar", body=b"mine")
+        store.commitlog.append(NewMessage(topic="FooBar", body=b"mine"))
         before = bytes(store.commitlog.read(0, SEG))
     async with trio.open_nursery() as nursery:
         address = await nursery.start(serve_hostile_master, payload)
@@ -401,7 +408,7 @@ def test_two_processes_started_as_in_the_readme_replicate_byte_for_byte(tmp_path
     master_dir, slave_dir = tmp_path / "m", tmp_path / "s"
     with open_store(master_dir, segment_size=SEG) as store:
         for i in range(1500):
-            store.commitlog.append(topic="FooBar", body=b"%d" % i * 20, queue_id=i % 4)
+            store.commitlog.append(NewMessage(topic="FooBar", body=b"%d" % i * 20, queue_id=i % 4))
     conf = tmp_path / "broker.conf"
     conf.write_text(f"mappedFileSizeCommitLog={SEG}\nhaSyncFromOldest=true\n")
     port = _free_port()
@@ -498,7 +505,8 @@ async def test_a_master_on_a_damaged_log_starts_only_when_the_operator_accepts_i
     root = tmp_path / "m"
     with open_store(root, segment_size=SEG) as store:
         offsets = [
-            store.commitlog.append(topic="T", body=b"x" * 100).physical_offset for _ in range(10)
+            store.commitlog.append(NewMessage(topic="T", body=b"x" * 100)).physical_offset
+            for _ in range(10)
         ]
         end = store.commitlog.max_offset
     SentOffsets.open(root).note_flushed(end, now=0.0)
@@ -510,7 +518,7 @@ async def test_a_master_on_a_damaged_log_starts_only_when_the_operator_accepts_i
             pass
     async with running(master_config(root, ha_accept_damaged_log=True)) as master:
         assert master.store.commitlog.max_offset == offsets[3]
-        result = await master.put(topic="T", body=b"new")
+        result = await master.put(NewMessage(topic="T", body=b"new"))
         assert result.offset == offsets[3]  # nothing was sent past it: no padding needed
     async with running(master_config(root)) as master:  # accepted once: the mark follows
         assert master.store.commitlog.max_offset > offsets[3]
@@ -525,7 +533,9 @@ async def test_a_clean_stop_leaves_the_flushed_mark_at_the_logs_end(tmp_path: Pa
     # No flush by interval while the broker runs: only the stop can move the mark.
     async with running(master_config(root, flush_interval_commit_log=600_000)) as master:
         for i in range(30):
-            assert (await master.put(topic="T", body=b"m%d" % i)).status is PutStatus.PUT_OK
+            assert (
+                await master.put(NewMessage(topic="T", body=b"m%d" % i))
+            ).status is PutStatus.PUT_OK
         end = master.store.commitlog.max_offset
         assert SentOffsets.open(root).flushed == 0
     marks = SentOffsets.open(root)

@@ -308,8 +308,19 @@ def test_read_setting_is_the_files_reading_of_one_key() -> None:
     )
     with pytest.raises(ConfigError, match="w: unknown key 'brokerIPP1'; did you mean 'brokerIP1'"):
         read_setting(BrokerConfig, "brokerIPP1", "x", where="w")
-    with pytest.raises(ConfigError, match="w: fileReservedTime is a RocketMQ setting trioha"):
-        read_setting(BrokerConfig, "fileReservedTime", "72", where="w")
+    with pytest.raises(ConfigError, match="w: brokerIP2 is a RocketMQ setting trioha"):
+        read_setting(BrokerConfig, "brokerIP2", "10.0.0.2", where="w")
+    assert read_setting(BrokerConfig, "fileReservedTime", "48", where="w") == (
+        "file_reserved_time",
+        48,
+    )
+    assert read_setting(BrokerConfig, "deleteWhen", "04;16", where="w") == ("delete_when", "04;16")
+    with pytest.raises(ConfigError, match="deleteWhen='4pm': '4pm' is not an hour of the day"):
+        BrokerConfig(delete_when="4pm")
+    with pytest.raises(
+        ConfigError, match="destroyMapedFileIntervalForcibly is how long RocketMQ waits for readers"
+    ):
+        read_setting(BrokerConfig, "destroyMapedFileIntervalForcibly", "120000", where="w")
     with pytest.raises(ConfigError, match="w: listenPort='x' is not valid"):
         read_setting(BrokerConfig, "listenPort", "x", where="w")
 

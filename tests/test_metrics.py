@@ -12,9 +12,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.test_broker import caught_up, connected, master_config, slave_config
 from trioha._config import BrokerRole
-from trioha.broker import Broker, open_broker
+from trioha.broker import Broker, open_broker, producer_properties
 from trioha.metrics import BrokerCollector, NamesrvCollector, serve_metrics
 from trioha.namesrv import NamesrvProcessor
+from trioha.store import NewMessage
 
 
 async def http_get(address: tuple[str, int], path: str, method: str = "GET") -> tuple[str, str]:
@@ -67,7 +68,15 @@ async def test_master_and_slave_metrics_move_with_sync_puts(tmp_path: Path) -> N
 
                 async def sync_puts(done: trio.Event) -> None:
                     for i in range(200):
-                        assert (await master.put(topic="T", body=b"x" * 100, keys=f"k{i}")).ok
+                        assert (
+                            await master.put(
+                                NewMessage(
+                                    topic="T",
+                                    body=b"x" * 100,
+                                    properties=producer_properties(keys=f"k{i}"),
+                                )
+                            )
+                        ).ok
                     done.set()
 
                 async with trio.open_nursery() as nursery:

@@ -117,11 +117,11 @@ def test_human_bytes() -> None:
 
 
 def test_store_recovery_reports_segments_scanned(tmp_path: Path) -> None:
-    from trioha.store import open_store
+    from trioha.store import NewMessage, open_store
 
     with open_store(tmp_path, segment_size=64 << 10) as store:
         while store.commitlog.max_offset < 3 * (64 << 10) + 100:
-            store.commitlog.append_batch([{"topic": "T", "body": b"x" * 1000}] * 16)
+            store.commitlog.append_batch([NewMessage(topic="T", body=b"x" * 1000)] * 16)
     calls: list[tuple[int, int]] = []
     with open_store(tmp_path, recovery_progress=lambda *a: calls.append(a)):
         pass

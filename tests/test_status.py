@@ -23,6 +23,7 @@ from trioha._errors import (
 )
 from trioha._status import PutStatus, refusal_status
 from trioha.broker import open_broker
+from trioha.store import NewMessage
 
 
 @pytest.mark.parametrize(
@@ -54,15 +55,19 @@ async def test_a_broker_answers_each_refusal_with_its_status(tmp_path: Path) -> 
     )
     async with open_broker(config) as broker:
         big_props = {"k": "v" * 40_000}
-        assert (await broker.put(topic="T", body=b"x", properties=big_props)).status is (
-            PutStatus.PROPERTIES_SIZE_EXCEEDED
-        )
-        assert (await broker.put(topic="T", body=b"x" * 2048)).status is PutStatus.MESSAGE_ILLEGAL
-        assert (await broker.put(topic="T" * 40_000, body=b"x")).status is PutStatus.MESSAGE_ILLEGAL
-        assert (await broker.put(topic="T", body=b"x", flag=2**40)).status is (
+        assert (
+            await broker.put(NewMessage(topic="T", body=b"x", properties=big_props))
+        ).status is (PutStatus.PROPERTIES_SIZE_EXCEEDED)
+        assert (
+            await broker.put(NewMessage(topic="T", body=b"x" * 2048))
+        ).status is PutStatus.MESSAGE_ILLEGAL
+        assert (
+            await broker.put(NewMessage(topic="T" * 40_000, body=b"x"))
+        ).status is PutStatus.MESSAGE_ILLEGAL
+        assert (await broker.put(NewMessage(topic="T", body=b"x", flag=2**40))).status is (
             PutStatus.MESSAGE_ILLEGAL
         )
-        assert (await broker.put(topic="T", body=b"x", born_host=("nohost", 1))).status is (
-            PutStatus.MESSAGE_ILLEGAL
-        )
-        assert (await broker.put(topic="T", body=b"x")).status is PutStatus.PUT_OK
+        assert (
+            await broker.put(NewMessage(topic="T", body=b"x", born_host=("nohost", 1)))
+        ).status is (PutStatus.MESSAGE_ILLEGAL)
+        assert (await broker.put(NewMessage(topic="T", body=b"x"))).status is PutStatus.PUT_OK

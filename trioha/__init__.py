@@ -1,7 +1,7 @@
 """trioha: Apache RocketMQ's master-slave HA replication on Trio, wire- and disk-compatible.
 
     async with trioha.open_broker(trioha.BrokerConfig(...)) as broker:
-        result = await broker.put(topic="FooBar", body=b"...")
+        result = await broker.put(trioha.NewMessage("FooBar", b"..."))
 
 Importing :mod:`trioha` (or any of its sans-IO parts: :mod:`trioha.proto`, :mod:`trioha.store`,
 :mod:`trioha.pipeline`) loads neither Trio nor the broker: the public names below are resolved on
@@ -14,6 +14,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+# First: importing trioha._build chooses the build before any compilable module loads.
+from trioha._build import BuildInfo, build_info
 from trioha._errors import (
     BodyTooLargeError,
     ConfigError,
@@ -41,8 +43,8 @@ from trioha._status import PutResult, PutStatus
 
 if TYPE_CHECKING:
     from trioha._config import BrokerConfig, BrokerRole
-    from trioha.broker import Broker, BrokerStatistics, open_broker
-    from trioha.store import FlushDiskType
+    from trioha.broker import Broker, BrokerStatistics, open_broker, producer_properties
+    from trioha.store import FlushDiskType, NewMessage
 
 __version__ = "0.1.0"
 
@@ -54,6 +56,8 @@ _LAZY = {
     "Broker": "trioha.broker",
     "BrokerStatistics": "trioha.broker",
     "open_broker": "trioha.broker",
+    "producer_properties": "trioha.broker",
+    "NewMessage": "trioha.store",
 }
 
 
@@ -76,6 +80,7 @@ __all__ = [
     "BrokerConfig",
     "BrokerRole",
     "BrokerStatistics",
+    "BuildInfo",
     "ConfigError",
     "CorruptLogError",
     "DamagedLogError",
@@ -84,6 +89,7 @@ __all__ = [
     "LostAcknowledgedError",
     "MessageIllegalError",
     "MessageTooLargeError",
+    "NewMessage",
     "NotAMessageBoundaryError",
     "OffsetMismatchError",
     "PipelineError",
@@ -100,5 +106,7 @@ __all__ = [
     "TopicTooLongError",
     "TriohaError",
     "__version__",
+    "build_info",
     "open_broker",
+    "producer_properties",
 ]

@@ -109,6 +109,29 @@ def parse_address(text: str, *, what: str = "address") -> tuple[str, int]:
     return host, port
 
 
+def parse_delete_when(text: str) -> tuple[int, ...]:
+    """``deleteWhen``: hours of the day, ``;``-separated (``"04"``, ``"04;16"``).
+
+    RocketMQ parses it at every clean-up run (``UtilAll.isItTimeToDo``), where a bad entry
+    throws every 10 s and no time-based deletion ever happens; here it is refused when read,
+    the entry named. Raises :class:`ConfigError`.
+    """
+    hours = []
+    for part in str(text).split(";"):
+        entry = part.strip()
+        if not entry.isdigit() or not 0 <= int(entry) <= 23:
+            raise ConfigError(
+                f"deleteWhen={text!r}: {entry!r} is not an hour of the day (0..23); give "
+                "hours separated by ';', e.g. 04 or 04;16"
+            )
+        hours.append(int(entry))
+    return tuple(hours)
+
+
+def _delete_when(_inst: object, _attribute: attrs.Attribute[str], value: str) -> None:
+    parse_delete_when(value)
+
+
 def _percent(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
     if not 0 <= value <= 100:
         raise ConfigError(f"{attribute.name} must be a percentage (0..100), got {value}")
@@ -227,14 +250,27 @@ class BrokerConfig(RemotingServerConfig):
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
     # --- disk space guards (MessageStoreConfig; DefaultMessageStore.isSpaceFull) ---------
-    #: Percent. RocketMQ deletes old commit log files above it; trioha has no retention
-    #: service and warns instead. Clamped to [10, 95] as ``getDiskMaxUsedSpaceRatio`` does.
+    #: Percent. Above it, commit log files older than ``file_reserved_time`` are deleted at
+    #: once, whatever the hour. Clamped to [10, 95] as ``getDiskMaxUsedSpaceRatio`` does.
     disk_max_used_space_ratio: int = attrs.field(default=75, validator=_positive)
     #: Percent (5.x broker-config ints; 4.x JVM properties): puts are refused above it.
     disk_space_warning_level_ratio: int = attrs.field(default=90, validator=_positive)
+    #: Percent: above it (with ``clean_file_forcibly_enable``) files are deleted at any age.
     disk_space_clean_forcibly_ratio: int = attrs.field(default=85, validator=_positive)
-    #: How often (ms) the disk is measured and failing writers retried.
+    #: How often (ms) the disk is measured, failing writers retried and retention run.
     clean_resource_interval: int = attrs.field(default=10000, validator=_positive)
+
+    # --- retention (MessageStoreConfig; DefaultMessageStore.CleanCommitLogService) ---------
+    #: Hours a commit log file is kept after its last write.
+    file_reserved_time: int = attrs.field(default=72, validator=_non_negative)
+    #: The hours of the day (local time, ``;``-separated) at which expired files are deleted.
+    delete_when: str = attrs.field(default="04", converter=str, validator=_delete_when)
+    #: Above ``disk_space_clean_forcibly_ratio``, delete the oldest files whatever their age.
+    clean_file_forcibly_enable: bool = True
+    #: ms between two commit log files deleted in one run.
+    delete_commit_log_files_interval: int = attrs.field(default=100, validator=_non_negative)
+    #: ms after each consume queue that lost files, before the next one is looked at.
+    delete_consume_queue_files_interval: int = attrs.field(default=100, validator=_non_negative)
 
     # --- HA (MessageStoreConfig) ------------------------------------------------------------
     ha_listen_host: str = "127.0.0.1"
@@ -433,6 +469,11 @@ class BrokerConfig(RemotingServerConfig):
             self.disk_space_clean_forcibly_ratio / 100,
             max_used / 100,
         )
+
+    @property
+    def delete_hours(self) -> tuple[int, ...]:
+        """``delete_when`` as hours of the day."""
+        return parse_delete_when(self.delete_when)
 
     @property
     def ha_master(self) -> tuple[str, int] | None:
@@ -655,8 +696,6 @@ FIXED_STORE_PATHS = {
 # RocketMQ settings a real broker.conf commonly carries that trioha accepts and ignores.
 IGNORED_ROCKETMQ_KEYS = frozenset(
     {
-        "deleteWhen",
-        "fileReservedTime",
         "brokerIP2",
         "mapedFileSizeConsumeQueue",
         "mappedFileSizeConsumeQueue",
@@ -697,10 +736,25 @@ IGNORED_NETTY_SERVER_KEYS = frozenset(
     }
 )
 
+#: Retention settings of RocketMQ's that guard against a file still in use: a segment
+#: trioha deletes while a reader holds part of it stays mapped until the reader lets go, so
+#: nothing waits or retries (docs/storage.md).
+IGNORED_RETENTION_KEYS = {
+    "destroyMapedFileIntervalForcibly": (
+        "how long RocketMQ waits for readers of a deleted file; trioha deletes at once and a "
+        "reader keeps its mapping until it is done"
+    ),
+    "redeleteHangedFileInterval": (
+        "how often RocketMQ retries deleting a file readers held; trioha's deletion never "
+        "waits for readers"
+    ),
+}
+
 #: A broker.conf's keys trioha accepts and ignores, and why.
-BROKER_IGNORED_KEYS: dict[str, str] = dict.fromkeys(
-    IGNORED_ROCKETMQ_KEYS | IGNORED_NETTY_SERVER_KEYS, NO_USE
-)
+BROKER_IGNORED_KEYS: dict[str, str] = {
+    **dict.fromkeys(IGNORED_ROCKETMQ_KEYS | IGNORED_NETTY_SERVER_KEYS, NO_USE),
+    **IGNORED_RETENTION_KEYS,
+}
 
 # ``NamesrvConfig`` keys a trioha name server accepts and ignores, and why.
 IGNORED_NAMESRV_KEYS: dict[str, str] = {

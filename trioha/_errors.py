@@ -145,6 +145,13 @@ class EtcdCompactedError(CoordinatorError):
         self.compact_revision = compact_revision
 
 
+class HandoverRefusedError(CoordinatorError):
+    """A handover of the master role (``failover-elect``) was refused or did not happen: the
+    message names why (the target is unknown or not in the SyncStateSet, the group has no
+    master, the master refused, the target did not catch up in time). Nothing changed, or, if
+    another broker became master meanwhile, the message says which."""
+
+
 # --- other subsystems ------------------------------------------------------------------
 
 

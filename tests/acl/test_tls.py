@@ -19,6 +19,7 @@ from trioha._errors import ConfigError, RemotingError
 from trioha.acl import HASecurity
 from trioha.broker import Broker, open_broker
 from trioha.remoting import ResponseCode, open_client_pool, pull_message, send_message
+from trioha.store import NewMessage
 
 
 def trusting(pki: dict[str, str], ca: str = "ca") -> ssl.SSLContext:
@@ -114,7 +115,7 @@ async def ha_pair(
     )
     async with running(master_config) as master:
         for i in range(3):
-            await master.put(topic="HA", body=b"body-%d" % i)
+            await master.put(NewMessage(topic="HA", body=b"body-%d" % i))
         assert master.ha_address is not None
         slave_config = BrokerConfig(
             store_path_root_dir=str(tmp_path / "s"),

@@ -328,9 +328,9 @@ async def test_guard_answers_system_error_and_logs_once_per_client_and_reason(
     from typing import Any
 
     from trioha.acl import AclGuard
-    from trioha.remoting import ResponseCode
+    from trioha.remoting import NoBursts, ResponseCode
 
-    class Inner:
+    class Inner(NoBursts):
         async def handle_request(self, request: RemotingCommand, connection: Any) -> Any:
             return request.response(ResponseCode.SUCCESS)
 

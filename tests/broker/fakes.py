@@ -7,7 +7,7 @@ ASYNC_MASTER; a SLAVE refuses puts and gets its bytes through :meth:`FakeBroker.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -17,9 +17,8 @@ import trio
 from trioha._config import BrokerConfig
 from trioha._errors import MessageTooLargeError
 from trioha._status import PutResult, PutStatus
-from trioha.broker import new_message
 from trioha.broker._delaylevels import DEFAULT_MAX_DELAY_LEVEL, apply_delay_levels
-from trioha.store import HostAddress, NewMessage, PreparedMessage, Store, open_store
+from trioha.store import HostAddress, NewMessage, Store, open_store
 
 
 @attrs.frozen
@@ -40,38 +39,8 @@ class FakeBroker:
         self.answered: dict[str, int] = {}
         self._grew = trio.Event()
 
-    async def put(
-        self,
-        *,
-        topic: str,
-        body: bytes,
-        tags: str | None = None,
-        keys: str | None = None,
-        properties: Mapping[str, str] | None = None,
-        queue_id: int = 0,
-        flag: int = 0,
-        sysflag: int = 0,
-        born_timestamp: int | None = None,
-        born_host: tuple[str, int] | None = None,
-        reconsume_times: int = 0,
-    ) -> PutResult:
-        return await self.put_batch(
-            [
-                new_message(
-                    topic=topic,
-                    body=body,
-                    tags=tags,
-                    keys=keys,
-                    properties=properties,
-                    queue_id=queue_id,
-                    flag=flag,
-                    sysflag=sysflag,
-                    born_timestamp=born_timestamp,
-                    born_host=born_host,
-                    reconsume_times=reconsume_times,
-                )
-            ]
-        )
+    async def put(self, message: NewMessage) -> PutResult:
+        return await self.put_batch([message])
 
     async def put_batch(
         self, messages: Sequence[NewMessage], *, delivery: bool = False
@@ -95,18 +64,20 @@ class FakeBroker:
             msg_id=results[0].msg_id,
         )
 
-    def append_each(self, messages: Sequence[NewMessage | PreparedMessage]) -> list[PutResult]:
+    def append_each(self, puts: Sequence[Sequence[NewMessage]]) -> list[PutResult]:
         if not self.config.broker_role.is_master:
-            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE) for _ in messages]
+            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE) for _ in puts]
         out = []
-        for m in apply_delay_levels(messages, DEFAULT_MAX_DELAY_LEVEL):
+        for put in puts:
             try:
-                (r,) = self.store.commitlog.append_batch([m])
+                r = self.store.commitlog.append_batch(
+                    apply_delay_levels(put, DEFAULT_MAX_DELAY_LEVEL)
+                )
             except (MessageTooLargeError, ValueError):
                 out.append(PutResult(PutStatus.MESSAGE_ILLEGAL))
                 continue
-            self.puts += 1
-            stored = (r.physical_offset, r.end_offset, r.queue_offset, r.msg_id)
+            self.puts += len(r)
+            stored = (r[0].physical_offset, r[-1].end_offset, r[0].queue_offset, r[0].msg_id)
             out.append(PutResult(PutStatus.PUT_OK, *stored))
         self._notify()
         return out

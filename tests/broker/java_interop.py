@@ -242,6 +242,16 @@ def admin_commands(
     run("cleanUnusedTopic", "cleanUnusedTopic", "-b", broker)
     run("cleanExpiredCQ", "cleanExpiredCQ", "-b", broker)
     run("deleteExpiredCommitLog", "deleteExpiredCommitLog", "-b", broker)
+    run(
+        "updateBrokerConfig_retention",
+        "updateBrokerConfig",
+        "-b",
+        broker,
+        "-k",
+        "fileReservedTime",
+        "-v",
+        "48",
+    )
     # A key read only at start: Java stores it and answers success, trioha refuses it.
     run(
         "updateBrokerConfig_startOnly",

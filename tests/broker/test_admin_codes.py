@@ -400,7 +400,7 @@ async def test_retention_codes_call_the_brokers_hook(tmp_path: Path, code: int, 
     async with broker_port(tmp_path) as (broker, side, pool):
         without = await call(pool, side, code)
         assert without.code == ResponseCode.SYSTEM_ERROR
-        assert "no retention service" in (without.remark or "")
+        assert "retention is not running on this broker yet" in (without.remark or "")
         calls: list[str] = []
 
         def retained() -> bool:
@@ -466,7 +466,8 @@ async def test_update_broker_config_refuses_what_cannot_change_live(tmp_path: Pa
             "unknown key 'flushIntervalCommitlog'; did you mean 'flushIntervalCommitLog'": update(
                 flushIntervalCommitlog=900
             ),
-            "deleteWhen is a RocketMQ setting trioha has no use for": update(deleteWhen="04"),
+            "brokerIP2 is a RocketMQ setting trioha has no use for": update(brokerIP2="10.0.0.2"),
+            "deleteWhen='4;25': '25' is not an hour of the day": update(deleteWhen="4;25"),
             "flushIntervalCommitLog='soon' is not valid": update(flushIntervalCommitLog="soon"),
             "flush_interval_commit_log must be positive": update(flushIntervalCommitLog=0),
         }

@@ -30,7 +30,7 @@ async def test_sends_of_a_burst_are_consecutive_records_with_their_own_queue_off
     with trio.fail_after(30):
         async with open_broker(_config(tmp_path)) as broker:
             messages = [NewMessage("T", b"m%d" % i, queue_id=i % 2) for i in range(5)]
-            results = broker.append_each(messages)
+            results = broker.append_each([[m] for m in messages])
             assert [r.status for r in results] == [PutStatus.PUT_OK] * 5
             assert [r.queue_offset for r in results] == [0, 0, 1, 1, 2]
             for before, after in itertools.pairwise(results):
@@ -48,7 +48,7 @@ async def test_a_refused_send_is_refused_alone(tmp_path: Path) -> None:
                 NewMessage("T", b"x" * 8192),  # above max_message_size
                 NewMessage("T", b"ok-2"),
             ]
-            results = broker.append_each(messages)
+            results = broker.append_each([[m] for m in messages])
             assert [r.status for r in results] == [
                 PutStatus.PUT_OK,
                 PutStatus.MESSAGE_ILLEGAL,
@@ -64,5 +64,5 @@ async def test_a_slave_refuses_every_send_of_a_burst(tmp_path: Path) -> None:
         config = _config(tmp_path)
         async with open_broker(config) as broker:
             broker.role = BrokerRole.SLAVE  # as Broker.put_batch reads it: on every call
-            results = broker.append_each([NewMessage("T", b"a")] * 2)
+            results = broker.append_each([[NewMessage("T", b"a")]] * 2)
             assert [r.status for r in results] == [PutStatus.SERVICE_NOT_AVAILABLE] * 2

@@ -19,6 +19,7 @@ from trioha._errors import RemotingError
 from trioha.broker._batch import BatchItem, encode_batch
 from trioha.broker._clientside import ClientSide, serve_client_side
 from trioha.remoting import (
+    NoBursts,
     RemotingClientPool,
     RemotingCommand,
     RemotingConnection,
@@ -49,6 +50,21 @@ FULL_V1 = {
     "bornTimestamp": 1,
     "flag": 0,
 }
+
+
+#: Sends lacking a required header field, and how the refusal names the first one missing.
+MISSING_REQUIRED: list[tuple[int, dict[str, object], str]] = [
+    (RequestCode.SEND_MESSAGE, {"topic": "T"}, "<producerGroup>"),
+    (RequestCode.SEND_MESSAGE, {k: v for k, v in FULL_V1.items() if k != "flag"}, "<flag>"),
+    (RequestCode.SEND_MESSAGE_V2, {"b": "T"}, "<a> (producerGroup)"),
+    (
+        RequestCode.SEND_MESSAGE_V2,
+        {k: v for k, v in FULL_V2.items() if k != "g"},
+        "<g> (bornTimestamp)",
+    ),
+    (RequestCode.SEND_BATCH_MESSAGE, {"b": "T", "e": 0}, "<a> (producerGroup)"),
+    (RequestCode.SEND_BATCH_MESSAGE, {"topic": "T"}, "<producerGroup>"),  # long header
+]
 
 
 @asynccontextmanager
@@ -235,7 +251,7 @@ async def test_consumer_offsets_query_update_and_file(tmp_path: Path) -> None:
     assert saved == {"offsetTable": {"T@G": {"0": 1}}}
 
 
-class Recorder:
+class Recorder(NoBursts):
     def __init__(self) -> None:
         self.requests: list[RemotingCommand] = []
         self.arrived = trio.Event()
@@ -468,20 +484,8 @@ async def test_a_send_without_a_required_header_field_is_refused_naming_it(
     """SendMessageRequestHeader's @CFNotNull fields: a 4.9.7 broker fails such a send with
     SYSTEM_ERROR (a NullPointerException after the decoder logged the field); trioha answers
     the same code and names the field. Nothing is stored, no topic created."""
-    cases: list[tuple[int, dict[str, object], str]] = [
-        (RequestCode.SEND_MESSAGE, {"topic": "T"}, "<producerGroup>"),
-        (RequestCode.SEND_MESSAGE, {k: v for k, v in FULL_V1.items() if k != "flag"}, "<flag>"),
-        (RequestCode.SEND_MESSAGE_V2, {"b": "T"}, "<a> (producerGroup)"),
-        (
-            RequestCode.SEND_MESSAGE_V2,
-            {k: v for k, v in FULL_V2.items() if k != "g"},
-            "<g> (bornTimestamp)",
-        ),
-        (RequestCode.SEND_BATCH_MESSAGE, {"b": "T", "e": 0}, "<a> (producerGroup)"),
-        (RequestCode.SEND_BATCH_MESSAGE, {"topic": "T"}, "<producerGroup>"),  # long header
-    ]
     async with broker_port(tmp_path) as (broker, side, pool):
-        for code, fields, named in cases:
+        for code, fields, named in MISSING_REQUIRED:
             response = await pool.request(
                 side.broker_addr, RemotingCommand.request(code, fields, b"x")
             )

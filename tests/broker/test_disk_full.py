@@ -17,13 +17,14 @@ from typing import Any
 import pytest
 import trio
 
+import trioha
 from tests.broker._diskfaults import Disk, injected_disk, tmpfs_disk
 from tests.test_broker import master_config, slave_config
 from trioha._status import PutStatus
 from trioha.broker import Broker, open_broker
 from trioha.cli._demo import compare_logs
 from trioha.remoting import ResponseCode, open_client_pool, pull_message, runtime_info, send_message
-from trioha.store import open_store
+from trioha.store import NewMessage, open_store
 
 FAST_DISK: dict[str, Any] = {"clean_resource_interval": 50}
 
@@ -47,7 +48,9 @@ async def wait_until(check: Any, what: str, seconds: float = 10.0) -> None:
 async def put_until_refused(broker: Broker, limit: int = 2000) -> tuple[int, PutStatus]:
     """Put 1 KiB messages until one is refused; (puts that worked, the refusal's status)."""
     for i in range(limit):
-        result = await broker.put(topic="Full", body=bytes([i % 251]) * 1024, queue_id=0)
+        result = await broker.put(
+            NewMessage(topic="Full", body=bytes([i % 251]) * 1024, queue_id=0)
+        )
         if result.status is not PutStatus.PUT_OK:
             return i, result.status
     raise AssertionError(f"{limit} puts of 1 KiB all succeeded on a full disk")
@@ -66,7 +69,7 @@ async def test_a_master_with_a_full_disk_refuses_puts_keeps_serving_and_resumes(
         assert master.client_side is not None
         addr = master.client_side.broker_addr
         for i in range(20):
-            result = await master.put(topic="Full", body=b"before %d" % i)
+            result = await master.put(NewMessage(topic="Full", body=b"before %d" % i))
             assert result.status is PutStatus.PUT_OK
         disk.fill()
 
@@ -78,7 +81,9 @@ async def test_a_master_with_a_full_disk_refuses_puts_keeps_serving_and_resumes(
         )
         stats = master.statistics().disk
         assert not stats.writable and stats.commitlog_ratio > 0.9
-        assert (await master.put(topic="Full", body=b"x")).status is PutStatus.SERVICE_NOT_AVAILABLE
+        assert (
+            await master.put(NewMessage(topic="Full", body=b"x"))
+        ).status is PutStatus.SERVICE_NOT_AVAILABLE
 
         # What a producer gets: code 14 with RocketMQ's remark and the used fractions.
         sent = await send_message(pool, addr, topic="Full", body=b"x", queue_id=0)
@@ -104,12 +109,15 @@ async def test_a_master_with_a_full_disk_refuses_puts_keeps_serving_and_resumes(
         table = await runtime_info(pool, addr)
         assert table["stats.disk.writable"] == "false"  # Java booleans, never a Python repr
         assert table["commitLogDiskRatio"] == "1.0"  # RocketMQ's RunningStats name
+        assert table["stats.build"] == trioha.build_info().describe()  # which build runs
 
         # Space back: writing resumes without a restart.
         disk.free()
         await wait_until(lambda: master.statistics().disk.writable, "writable again")
         for i in range(10):
-            assert (await master.put(topic="Full", body=b"after %d" % i)).status is PutStatus.PUT_OK
+            assert (
+                await master.put(NewMessage(topic="Full", body=b"after %d" % i))
+            ).status is PutStatus.PUT_OK
         await wait_until(
             lambda: slave.store.commitlog.max_offset == master.store.commitlog.max_offset,
             "slave caught up again",
@@ -144,7 +152,9 @@ async def test_a_master_whose_sent_mark_cannot_be_written_pauses_replication_and
     caplog.set_level(logging.INFO)
     async with open_broker(master_config(disk.root / "master", **FAST_DISK)) as master:
         for i in range(20):  # no slave yet: nothing sent, nothing reserved past the start
-            assert (await master.put(topic="T", body=b"early %d" % i)).status is PutStatus.PUT_OK
+            assert (
+                await master.put(NewMessage(topic="T", body=b"early %d" % i))
+            ).status is PutStatus.PUT_OK
         marks = master.marks
         assert marks is not None and marks.sent.reserved == 0
         end = master.store.commitlog.max_offset
@@ -187,14 +197,14 @@ async def test_a_slave_with_a_full_disk_pauses_replication_and_resumes(
         sconf = slave_config(disk.root / "slave", master, **FAST_DISK)
         async with open_broker(sconf) as slave:
             assert slave.ha_client is not None
-            await master.put(topic="T", body=b"first")
+            await master.put(NewMessage(topic="T", body=b"first"))
             await wait_until(
                 lambda: slave.store.commitlog.max_offset == master.store.commitlog.max_offset,
                 "slave caught up",
             )
             disk.fill()
             for i in range(400):  # ~400 KiB: more than any page left on the slave
-                await master.put(topic="T", body=bytes([i % 251]) * 1024)
+                await master.put(NewMessage(topic="T", body=bytes([i % 251]) * 1024))
             await wait_until(lambda: slave.ha_client.append_error is not None, "append refused")
             stats = slave.statistics()
             assert stats.client is not None and stats.client.append_error is not None

@@ -23,10 +23,11 @@ from tests.test_broker import FAST
 from trioha._config import BrokerConfig, BrokerRole
 from trioha._errors import ConfigError
 from trioha._status import PutStatus
-from trioha.broker import Broker, new_message, open_broker
+from trioha.broker import Broker, open_broker, producer_properties
 from trioha.cli._tools import failover_state
 from trioha.etcd import EtcdCluster
 from trioha.remoting import open_client_pool, pull_message
+from trioha.store import NewMessage
 
 #: Seconds: the lease's TTL in these tests (a master acks for 0.8 of it after a keepalive).
 TTL = 2
@@ -114,7 +115,13 @@ async def running_group(tmp_path: Path, cluster: EtcdCluster, **extra: Any) -> A
 
 
 async def put(broker: Broker, i: int) -> tuple[PutStatus, int, int]:
-    result = await broker.put(topic="FailoverTopic", body=b"m%06d" % i, keys=f"k{i}")
+    result = await broker.put(
+        NewMessage(
+            topic="FailoverTopic",
+            body=b"m%06d" % i,
+            properties=producer_properties({}, keys=f"k{i}"),
+        )
+    )
     return result.status, result.offset, result.end_offset
 
 
@@ -260,7 +267,7 @@ async def test_a_master_cut_off_from_etcd_stops_acking_and_rejoins_as_a_slave(
         # What a put stored on the cut-off master and never acknowledged leaves behind: bytes
         # no other broker has (written past the fence, as a put in flight would have been).
         stray = old.store.commitlog.append_batch(
-            [new_message(topic="FailoverTopic", body=b"never acknowledged")]
+            [NewMessage(topic="FailoverTopic", body=b"never acknowledged")]
         )
         stray_end = stray[-1].end_offset
         assert old.store.commitlog.max_offset == stray_end

@@ -29,6 +29,7 @@ from trioha.store import (
     HostAddress,
     IndexService,
     MemoryCommitLog,
+    NewMessage,
     _index,  # its os, for a refusing fallocate
     properties_to_string,
     tags_code,
@@ -42,10 +43,12 @@ def fill(
 ) -> None:
     for i in range(n):
         log.append(
-            topic=topics[i % len(topics)],
-            body=b"m%04d" % i + b"x" * 100,
-            queue_id=i % queues,
-            properties={"TAGS": "TagA" if i % 2 else "TagB"},
+            NewMessage(
+                topic=topics[i % len(topics)],
+                body=b"m%04d" % i + b"x" * 100,
+                queue_id=i % queues,
+                properties={"TAGS": "TagA" if i % 2 else "TagB"},
+            )
         )
 
 
@@ -182,7 +185,7 @@ async def test_long_poll_wakes_on_arrival(autojump_clock: trio.abc.Clock, tmp_pa
         await trio.sleep(5)
         assert woke_at == []
         fill(log, 1, queues=1)
-        log.append(topic="T", body=b"q1", queue_id=1)
+        log.append(NewMessage(topic="T", body=b"q1", queue_id=1))
         grew.set()
         await trio.sleep(1)
         assert len(woke_at) == 1
@@ -304,13 +307,15 @@ def _varied_log() -> MemoryCommitLog:
         if i % 17 == 0:
             topic = "L" * 200  # V2 magic: a two-byte topic length
         log.append(
-            topic=topic,
-            body=b"b%04d" % i * (1 + i % 30),
-            queue_id=queue_id,
-            properties=props,
-            sysflag=sysflag,
-            born_host=v6 if i % 19 == 0 else None,
-            store_host=v6 if i % 23 == 0 else None,
+            NewMessage(
+                topic=topic,
+                body=b"b%04d" % i * (1 + i % 30),
+                queue_id=queue_id,
+                properties=props,
+                sysflag=sysflag,
+                born_host=v6 if i % 19 == 0 else None,
+                store_host=v6 if i % 23 == 0 else None,
+            )
         )
     return log
 
@@ -382,10 +387,12 @@ def keyed(log: MemoryCommitLog, tag: str, n: int) -> list[int]:
     """``n`` messages keyed ``<tag>-<i>`` over queues 0 and 1; their offsets."""
     return [
         log.append(
-            topic="T",
-            body=b"%s-%d" % (tag.encode(), i) * 9,
-            queue_id=i % 2,
-            properties={"KEYS": f"{tag}-{i}"},
+            NewMessage(
+                topic="T",
+                body=b"%s-%d" % (tag.encode(), i) * 9,
+                queue_id=i % 2,
+                properties={"KEYS": f"{tag}-{i}"},
+            )
         ).physical_offset
         for i in range(n)
     ]

@@ -10,11 +10,12 @@ import trio
 from tests.broker.fakes import open_fake_broker
 from tests.broker.test_delaylevels import DEFAULT_MS
 from trioha._config import BrokerConfig
+from trioha.broker import producer_properties
 from trioha.broker._delaylevels import SCHEDULE_TOPIC
 from trioha.broker._metadata import Metadata
 from trioha.broker._reput import CHECKPOINT_FILE, ReputService
 from trioha.broker._schedule import ScheduleMessageService
-from trioha.store import ConsumeQueueStore, tags_code
+from trioha.store import ConsumeQueueStore, NewMessage, tags_code
 
 
 async def test_delivery_per_level(tmp_path: Path, autojump_clock: trio.abc.Clock) -> None:
@@ -38,11 +39,20 @@ async def test_delivery_per_level(tmp_path: Path, autojump_clock: trio.abc.Clock
         schedule = ScheduleMessageService(broker, reput, meta.delay, DEFAULT_MS, now_ms=now_ms)
         nursery.start_soon(schedule.run)
 
-        await broker.put(topic="A", body=b"one-second", tags="T1", properties={"DELAY": "1"})
         await broker.put(
-            topic="B", body=b"ten-seconds", queue_id=3, properties={"DELAY": "3"}, keys="k"
+            NewMessage(
+                "A", b"one-second", properties=producer_properties({"DELAY": "1"}, tags="T1")
+            )
         )
-        await broker.put(topic="C", body=b"now", properties={"DELAY": "0"})
+        await broker.put(
+            NewMessage(
+                "B",
+                b"ten-seconds",
+                queue_id=3,
+                properties=producer_properties({"DELAY": "3"}, keys="k"),
+            )
+        )
+        await broker.put(NewMessage("C", b"now", properties={"DELAY": "0"}))
         await reput.wait_dispatched(broker.store.commitlog.max_offset)
         stored = list(broker.store.commitlog.iter_messages())
         assert [(m.topic, m.queue_id) for m in stored] == [

@@ -13,6 +13,7 @@ from trioha._config import BrokerConfig
 from trioha.broker._metadata import Metadata
 from trioha.broker._slavesync import SlaveSynchronize
 from trioha.remoting import (
+    NoBursts,
     RemotingCommand,
     RemotingConnection,
     RequestCode,
@@ -39,7 +40,7 @@ JAVA_GROUPS = (
 )
 
 
-class JavaMaster:
+class JavaMaster(NoBursts):
     """Answers the four sync requests the way a Java master's AdminBrokerProcessor does."""
 
     def __init__(self, fail: int | None = None) -> None:

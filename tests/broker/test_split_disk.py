@@ -29,6 +29,7 @@ from tests.test_epoch_mode import _Process, _until
 from trioha._status import PutStatus
 from trioha.broker import open_broker
 from trioha.remoting import ResponseCode, open_client_pool, pull_message, send_message
+from trioha.store import NewMessage
 
 TOPIC = "LostTail"  # the helpers of test_lost_tail read this topic, two queues
 #: Answers of a put that stored its message.
@@ -172,10 +173,12 @@ async def test_a_full_store_root_beside_the_commit_logs_disk_in_process(
 
         async def put(tag: str, i: int) -> PutStatus:
             result = await master.put(
-                topic="T",
-                body=b"%s-%d" % (tag.encode(), i),
-                queue_id=0,
-                properties={"KEYS": f"{tag}-{i}"},
+                NewMessage(
+                    topic="T",
+                    body=b"%s-%d" % (tag.encode(), i),
+                    queue_id=0,
+                    properties={"KEYS": f"{tag}-{i}"},
+                )
             )
             return result.status
 

@@ -83,6 +83,8 @@ import socket  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 
+from trioha.store import NewMessage  # noqa: E402
+
 
 @pytest.fixture
 def taken_port() -> Iterator[int]:
@@ -233,8 +235,8 @@ def test_truncate_to_master_refuses_a_cut_inside_a_record(tmp_path: Path) -> Non
 
     root = tmp_path / "s"
     with open_store(root, segment_size=4096) as store:
-        first = store.commitlog.append(topic="T", body=b"x" * 100)
-        store.commitlog.append(topic="T", body=b"y" * 100)
+        first = store.commitlog.append(NewMessage(topic="T", body=b"x" * 100))
+        store.commitlog.append(NewMessage(topic="T", body=b"y" * 100))
         end = store.commitlog.max_offset
     inside = first.physical_offset + 10
     (root / "haDiverged").write_text(
@@ -272,7 +274,10 @@ def test_truncate_to_cuts_a_store_without_a_recorded_divergence_as_a_java_slave_
 
     async def fill() -> list[int]:
         async with open_broker(config) as broker:
-            ends = [(await broker.put(topic="T", body=b"m%d" % i)).end_offset for i in range(6)]
+            ends = [
+                (await broker.put(NewMessage(topic="T", body=b"m%d" % i))).end_offset
+                for i in range(6)
+            ]
             assert broker.client_side is not None
             await broker.client_side.reput.wait_dispatched(ends[-1])
             return ends
@@ -311,7 +316,8 @@ def test_a_master_on_a_log_damaged_below_its_flushed_mark_refuses_to_start(
     root = tmp_path / "m"
     with open_store(root, segment_size=4096) as store:
         offsets = [
-            store.commitlog.append(topic="T", body=b"x" * 100).physical_offset for _ in range(10)
+            store.commitlog.append(NewMessage(topic="T", body=b"x" * 100)).physical_offset
+            for _ in range(10)
         ]
     SentOffsets.open(root).note_flushed(4096 // 2, now=0.0)
     with (root / "commitlog" / f"{0:020d}").open("r+b") as f:  # a bad magic, mid-log

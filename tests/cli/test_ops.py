@@ -241,6 +241,7 @@ def test_a_slave_state_line_says_bytes_and_seconds_behind(
         state="connected",
         behind_bytes=1000,  # too little for a catch-up report: a state line every interval
         behind_seconds=2.5,
+        fell_behind_master_offset=-1,
     )
     now[0] = 10.0
     report.tick(SimpleNamespace(max_offset=4000, ha=None, client=client))
@@ -249,3 +250,33 @@ def test_a_slave_state_line_says_bytes_and_seconds_behind(
         "connected to master 10.0.0.1:10912; log ends at 4000, 1000 bytes behind (2.5 s)"
     )
     assert (record.behind_bytes, record.behind_seconds) == (1000, 2.5)  # type: ignore[attr-defined]
+
+
+def test_a_slave_that_fell_behind_says_so_and_what_to_do(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from types import SimpleNamespace
+
+    from trioha.cli._report import BrokerReport
+
+    caplog.set_level(logging.INFO)
+    now = [0.0]
+    report = BrokerReport(interval=10, clock=lambda: now[0], terminal=False)
+    now[0] = 10.0
+    client = SimpleNamespace(
+        master="10.0.0.1:10912",
+        connected=False,
+        needs_reseed=True,
+        master_end=9000,
+        state="fell_behind",
+        behind_bytes=5000,
+        behind_seconds=None,
+        fell_behind_master_offset=8192,
+    )
+    report.tick(SimpleNamespace(max_offset=4000, ha=None, client=client))
+    (record,) = [r for r in caplog.records if r.name == "trioha"]
+    assert (record.levelno, record.getMessage()) == (
+        logging.ERROR,
+        "not replicating: master 10.0.0.1:10912 deleted what this slave needs (its log begins "
+        "at 8192, this slave's ends at 4000); re-seed this slave",
+    )

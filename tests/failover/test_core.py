@@ -25,12 +25,19 @@ from trioha.failover import (
     Failed,
     FailInFlight,
     Fence,
+    GroupView,
+    Handover,
+    HandoverState,
     KeyValue,
+    LeaseGrant,
+    LeaseGrantResponse,
     LogChanged,
     MasterRecord,
     Phase,
     Purpose,
     Put,
+    Range,
+    RangeResponse,
     ReplicaAcked,
     ReplicaState,
     Replied,
@@ -46,6 +53,8 @@ from trioha.failover import (
     Watched,
     WatchEvent,
     failover_step,
+    handover_refusal,
+    handover_txn,
 )
 from trioha.failover._core import _EVENTS
 
@@ -229,6 +238,7 @@ def test_a_member_campaigns_when_the_master_key_goes_and_drops_the_old_master() 
         Compare.absent(KEYS.master),
         Compare.modified_at(KEYS.sync_state_set, sss_revision),
         Compare.modified_at(KEYS.epoch, epoch_revision),
+        Compare.absent(KEYS.handover),  # no operator's handover is pending
     )
     assert master(g) == MasterRecord(2, 2, "h2:10911", "h2:10912")
     assert counter(g) == b"2"
@@ -387,6 +397,134 @@ def test_shutdown_hands_the_key_back_at_once() -> None:
     assert master(g) is None
     g.deliver()
     assert master(g) == MasterRecord(2, 2, "h2:10911", "h2:10912")
+
+
+# --- handing the master role over ------------------------------------------------------------
+
+
+def read_view(g: Group) -> GroupView:
+    """The group as the operator's command reads it."""
+    reply = g.etcd.request(Range.prefix(KEYS.prefix))
+    assert isinstance(reply, RangeResponse)
+    return GroupView().snapshot(KEYS, reply.revision, reply.kvs)
+
+
+def request_handover(g: Group, target: int, *, timeout_ms: int = 5000) -> None:
+    """What ``failover-elect`` writes: the request, bound to a lease of the operator's."""
+    grant = g.etcd.request(LeaseGrant(30))
+    assert isinstance(grant, LeaseGrantResponse)
+    txn = handover_txn(KEYS, read_view(g), target, lease=grant.lease, timeout_ms=timeout_ms)
+    reply = g.etcd.request(txn)
+    assert isinstance(reply, TxnResponse) and reply.succeeded
+
+
+def handover_key(g: Group) -> Handover | None:
+    for kv in g.etcd.kvs():
+        if kv.key == KEYS.handover:
+            return Handover.decode(kv.key, kv.value)
+    return None
+
+
+def test_a_handover_fences_waits_for_the_target_then_gives_it_the_key() -> None:
+    g = running(3, sss=(1, 2, 3))
+    g.feed(1, LogChanged(100, 1, 100))  # the master's log ends at 100, all of it acknowledged
+    g.feed(1, ReplicaAcked(2, 100, True, 100))
+    g.feed(1, ReplicaAcked(3, 60, False, 100))  # the target is 40 bytes behind
+    g.deliver()
+    assert handover_refusal(KEYS, read_view(g), 3) == ""
+    request_handover(g, 3)
+    before = len(g.log)
+    g.deliver()
+    assert g.phase(1) is Phase.HANDING_OVER
+    fence = [a for b, a in g.log[before:] if b == 1]
+    assert [type(a) for a in fence[:2]] == [Fence, FailInFlight]
+    assert fence[1] == FailInFlight(PutStatus.FLUSH_SLAVE_TIMEOUT)
+    assert "handing the master role of epoch 1 over to broker 3" in fence[0].reason  # type: ignore[union-attr]
+    assert master(g) == MasterRecord(1, 1, "h1:10911", "h1:10912")  # waits for the target
+    keep_alive(g, 1, 2, 3)
+    assert not [a for b, a in g.log[before:] if b == 1 and isinstance(a, Unfence)]
+    g.feed(1, ReplicaAcked(3, 100, True, 100))  # the target holds the whole log now
+    g.deliver()
+    # Broker 3 won, though broker 2 (same log, lower id) ranks higher in an election.
+    assert master(g) == MasterRecord(3, 2, "h3:10911", "h3:10912")
+    assert counter(g) == b"2"
+    assert handover_key(g) is None  # the campaign ended the request
+    assert g.actions(3, BecomeMaster) == [BecomeMaster(2, frozenset({1, 2, 3}))]
+    assert not [p for b, p in g.log[before:] if b == 2 and _campaigns(p)]
+    new = MasterRecord(3, 2, "h3:10911", "h3:10912")
+    for i in (1, 2):
+        assert g.actions(i, BecomeSlave)[-1] == BecomeSlave(new)
+    assert g.phase(1) is Phase.FOLLOWER
+    assert g.cores[3].token == g.etcd.state.get(KEYS.master).create_revision  # type: ignore[union-attr]
+
+
+def _campaigns(action: object) -> bool:
+    return isinstance(action, SendRequest) and action.purpose is Purpose.CAMPAIGN
+
+
+def test_a_handover_to_a_broker_outside_the_set_is_refused_by_the_master() -> None:
+    g = running(3, sss=(1, 2))
+    view = read_view(g)
+    assert "broker 3 is not in the SyncStateSet [1, 2]" in handover_refusal(KEYS, view, 3)
+    request_handover(g, 3)  # written anyway (as if the set changed after the check)
+    g.deliver()
+    refused = handover_key(g)
+    assert refused is not None and refused.state is HandoverState.REFUSED
+    assert "broker 3 is not in the SyncStateSet [1, 2]" in refused.reason
+    assert g.phase(1) is Phase.MASTER
+    assert not g.actions(1, Fence)
+    assert master(g) == MasterRecord(1, 1, "h1:10911", "h1:10912")
+
+
+def test_what_the_command_refuses_before_it_writes_anything() -> None:
+    empty = Group(2)
+    assert "not found in etcd" in handover_refusal(KEYS, read_view(empty), 2)
+    g = running(3, sss=(1, 2, 3))
+    assert "broker 7 is not registered" in handover_refusal(KEYS, read_view(g), 7)
+    assert "registered: [1, 2, 3]" in handover_refusal(KEYS, read_view(g), 7)
+    request_handover(g, 2, timeout_ms=60_000)
+    g.feed(1, LogChanged(100, 1, 100))  # the target is behind: the master waits
+    assert "a handover to broker 2 is already requested" in handover_refusal(KEYS, read_view(g), 3)
+    g.feed(1, Shutdown())
+    g.apply(g.take(Purpose.REVOKE, 1))
+    assert "has no master" in handover_refusal(KEYS, read_view(g), 2)
+
+
+def test_a_target_that_does_not_catch_up_in_time_is_refused_and_the_master_acks_again() -> None:
+    g = running(2, sss=(1, 2))
+    g.feed(1, LogChanged(100, 1, 100))
+    request_handover(g, 2, timeout_ms=1500)
+    g.deliver()
+    assert g.phase(1) is Phase.HANDING_OVER
+    keep_alive(g, 1, 2)
+    assert g.phase(1) is Phase.HANDING_OVER
+    keep_alive(g, 1, 2)  # 2 s: past the request's 1.5 s
+    assert g.phase(1) is Phase.MASTER
+    assert g.actions(1, Unfence)[-1].until > g.now
+    refused = handover_key(g)
+    assert refused is not None and refused.state is HandoverState.REFUSED
+    assert "broker 2 did not catch up in time (it vouches for 0 of the master's 100" in (
+        refused.reason
+    )
+    assert master(g) == MasterRecord(1, 1, "h1:10911", "h1:10912")
+    g.feed(1, ReplicaAcked(2, 100, True, 100))  # judged once: a refused request stays refused
+    g.deliver()
+    assert g.phase(1) is Phase.MASTER
+
+
+def test_a_master_that_dies_while_handing_over_is_replaced_by_an_ordinary_election() -> None:
+    g = running(3, sss=(1, 2, 3))
+    g.feed(1, LogChanged(100, 1, 100))
+    request_handover(g, 3)
+    g.deliver()
+    assert g.phase(1) is Phase.HANDING_OVER
+    for _ in range(4):  # broker 1 is cut off before it released anything
+        keep_alive(g, 2, 3)
+    record = master(g)
+    # Never released: the request named no one to the others; the best candidate won, and
+    # its campaign ended the request.
+    assert record is not None and record.broker_id == 2 and record.epoch == 2
+    assert handover_key(g) is None
 
 
 # --- the table --------------------------------------------------------------------------------

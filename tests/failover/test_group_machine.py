@@ -10,7 +10,8 @@ arrival, its reply, the lease's expiry in etcd and the next tick. The cores are 
 acknowledge). Requests and replies wait in a bag delivered in any order; any of them may be
 lost (the core is told ``Failed``, after the request landed or not) or land twice; watches
 deliver late, in pieces, or again; brokers crash (memory lost, the epoch file kept), shut down
-and restart.
+and restart; an operator asks the master to hand its role to any broker (what
+``failover-elect`` writes, without its checks, bound to a lease that expires).
 
 After every step, with the clock as it reads then:
 
@@ -41,10 +42,15 @@ from trioha.failover import (
     Event,
     Failed,
     Fence,
+    GroupView,
+    LeaseGrant,
+    LeaseGrantResponse,
     LogChanged,
     MasterRecord,
     Phase,
     Purpose,
+    Range,
+    RangeResponse,
     ReplicaAcked,
     ReplicaGone,
     ReplicaState,
@@ -55,15 +61,19 @@ from trioha.failover import (
     Shutdown,
     SyncStateSet,
     Tick,
+    TxnResponse,
     Unfence,
     Unsafe,
     Watched,
+    handover_txn,
 )
 
 BROKERS = 4
 TTL = 2
 #: Fault-free rounds a settled group may need before a master acknowledges.
 RECOVERY_ROUNDS = 60
+#: The phases in which a broker holds the master key as far as it knows.
+HOLDING = (Phase.MASTER, Phase.FENCED, Phase.HANDING_OVER)
 
 
 class DataPlane:
@@ -285,7 +295,7 @@ class GroupMachine(RuleBasedStateMachine):
         """Master *i* hears from slave *j* (when *j* follows it)."""
         if i == j or not self.running(i) or not self.running(j):
             return
-        if self.planes[j].master != i or self.g.phase(i) not in (Phase.MASTER, Phase.FENCED):
+        if self.planes[j].master != i or self.g.phase(i) not in HOLDING:
             return
         offset = self.planes[i].max_offset
         acked = offset if caught_up else max(0, offset - 1)
@@ -293,8 +303,30 @@ class GroupMachine(RuleBasedStateMachine):
 
     @rule(i=st.integers(1, BROKERS), j=st.integers(1, BROKERS))
     def slave_disconnects(self, i: int, j: int) -> None:
-        if i != j and self.running(i) and self.g.phase(i) in (Phase.MASTER, Phase.FENCED):
+        if i != j and self.running(i) and self.g.phase(i) in HOLDING:
             self.feed(i, ReplicaGone(j))
+
+    @rule(
+        to=st.integers(1, BROKERS),
+        timeout_ms=st.integers(0, 4000),
+        ttl=st.integers(1, 6),
+    )
+    def operator_hands_over(self, to: int, timeout_ms: int, ttl: int) -> None:
+        """``failover-elect`` writes its request (without its own checks first, as if the
+        group changed after it read it), bound to a lease of *ttl* seconds that nobody keeps
+        alive."""
+        etcd = self.g.etcd
+        read = etcd.request(Range.prefix(KEYS.prefix))
+        assert isinstance(read, RangeResponse)
+        view = GroupView().snapshot(KEYS, read.revision, read.kvs)
+        if view.master.current is None:
+            return
+        grant = etcd.request(LeaseGrant(ttl))
+        assert isinstance(grant, LeaseGrantResponse)
+        txn = handover_txn(KEYS, view, to, lease=grant.lease, timeout_ms=timeout_ms)
+        reply = etcd.request(txn)
+        assert isinstance(reply, TxnResponse) and reply.succeeded
+        self.trail.append(f"t={self.g.now} operator: hand over to b{to} ({timeout_ms} ms)")
 
     @rule(i=st.integers(1, BROKERS))
     def crash(self, i: int) -> None:
@@ -388,6 +420,21 @@ class GroupMachine(RuleBasedStateMachine):
 
 
 TestGroupMachine = GroupMachine.TestCase
+
+
+class HandoverMachine(GroupMachine):
+    """The same group, every broker in the SyncStateSet from the start, so that an operator's
+    handover is accepted and carried out often, among every fault above."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        for j in self.g.brokers:
+            if j != 1:
+                self.slave_reports(1, j, caught_up=True)
+                self.settle()
+
+
+TestHandoverMachine = HandoverMachine.TestCase
 
 
 class NoFenceMachine(GroupMachine):

@@ -17,6 +17,7 @@ import model
 from trioha.proto import (
     MASTER_TABLE,
     AckAdvanced,
+    CloseKind,
     LogView,
     MasterOptions,
     MasterPhase,
@@ -108,7 +109,9 @@ def test_an_honest_ack_of_everything_sent_refused(monkeypatch: pytest.MonkeyPatc
         state: MasterState, event: ReportReceived, options: MasterOptions
     ) -> tuple[MasterState, tuple[Any, ...]]:
         if event.offset == state.next_transfer and event.offset > state.ack_offset:
-            return _state._closed(state, "slave acks offset beyond what was sent to it")
+            return _state._closed(
+                state, CloseKind.PROTOCOL_ERROR, "slave acks offset beyond what was sent to it"
+            )
         return original(state, event, options)
 
     key = (_M.TRANSFER, ReportReceived)
@@ -124,7 +127,7 @@ def test_a_master_that_never_serves_a_reconnected_slave(monkeypatch: pytest.Monk
         state: MasterState, event: ReportReceived, options: MasterOptions
     ) -> tuple[MasterState, tuple[Any, ...]]:
         if event.offset > 0:
-            return _state._closed(state, "refused")
+            return _state._closed(state, CloseKind.PROTOCOL_ERROR, "refused")
         return original(state, event, options)
 
     key = (_M.AWAIT_REPORT, ReportReceived)

@@ -26,7 +26,7 @@ import trio
 from tests.javaref import MISSING, rocketmq_sh
 from tests.test_broker import _free_port, free_broker_port
 from trioha.remoting import open_client_pool, runtime_info, send_message
-from trioha.store import open_store
+from trioha.store import NewMessage, open_store
 
 SEG = 64 * 1024
 CMD = [sys.executable, "-m", "trioha"]
@@ -277,7 +277,7 @@ def test_a_java_slave_holding_lost_bytes_is_refused_in_its_own_protocol(tmp_path
     seg = 1 << 20
     with open_store(tmp_path / "m", segment_size=seg) as store:
         offsets = [
-            store.commitlog.append(topic="TopicTest", body=b"x" * 200).physical_offset
+            store.commitlog.append(NewMessage(topic="TopicTest", body=b"x" * 200)).physical_offset
             for _ in range(40)
         ]
         end = store.commitlog.max_offset

@@ -34,7 +34,7 @@ from trioha.proto import (
     encode_header,
     encode_report,
 )
-from trioha.store import EpochFile, MemoryCommitLog
+from trioha.store import EpochFile, MemoryCommitLog, NewMessage
 from trioha.testing import Breakage, FaultyLink, faulty_stream_pair
 
 MIB = 1 << 20
@@ -45,7 +45,7 @@ def backlog(total: int, segment: int, body: int = 1000) -> MemoryCommitLog:
     log = MemoryCommitLog(segment_size=segment)
     i = 0
     while log.max_offset < total:
-        log.append(topic="CatchUp", body=bytes([i % 251]) * body, queue_id=i % 4)
+        log.append(NewMessage(topic="CatchUp", body=bytes([i % 251]) * body, queue_id=i % 4))
         i += 1
     return log
 
@@ -221,7 +221,7 @@ async def test_every_report_follows_the_append_it_reports(ack_flushed: bool) -> 
     ) as (_service, _client, wire, appended):
         await wait_caught_up(master_log, slave_log, appended)
         for i in range(20):  # live traffic too, one message at a time
-            master_log.append(topic="Live", body=b"%d" % i)
+            master_log.append(NewMessage(topic="Live", body=b"%d" % i))
             _service.notify_log_grew()
             await wait_caught_up(master_log, slave_log, appended)
         # With flushed acks the last report waits for a flush in a worker thread, which
@@ -268,7 +268,7 @@ async def test_the_master_heartbeats_at_the_configured_interval(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     log = MemoryCommitLog(segment_size=4096)
-    log.append(topic="T", body=b"x")
+    log.append(NewMessage(topic="T", body=b"x"))
     service = HAService(small_config(ha_send_heartbeat_interval=1250), log)
     async with trio.open_nursery() as nursery:
         master_end, slave_end = trio.testing.memory_stream_pair()
@@ -312,7 +312,7 @@ async def test_a_sync_put_times_out_after_the_configured_slave_timeout(
         nursery.start_soon(service.handle_stream, master_end, "slave")
         await slave_end.send_all(encode_report(0))
         await trio.testing.wait_all_tasks_blocked()
-        result = log.append(topic="T", body=b"never acked")
+        result = log.append(NewMessage(topic="T", body=b"never acked"))
         start = trio.current_time()
         status = await service.wait_replicated(result.end_offset, start=result.physical_offset)
         assert status is PutStatus.FLUSH_SLAVE_TIMEOUT
@@ -393,14 +393,14 @@ def diverged_pair(tmp_path: Path) -> tuple[MemoryCommitLog, EpochFile, MemoryCom
     holds those 10 and 5 of its own after them (an epoch-1 tail the master lost)."""
     master_log = MemoryCommitLog(segment_size=MIB)
     for i in range(10):
-        master_log.append(topic="T", body=b"shared %d" % i)
+        master_log.append(NewMessage(topic="T", body=b"shared %d" % i))
     point = master_log.max_offset
     slave_log = MemoryCommitLog(segment_size=MIB)
     slave_log.append_raw(0, master_log.read(0, point))
     for i in range(5):
-        slave_log.append(topic="T", body=b"lost tail %d" % i)
+        slave_log.append(NewMessage(topic="T", body=b"lost tail %d" % i))
     for i in range(7):
-        master_log.append(topic="T", body=b"epoch 2 message %d" % i)
+        master_log.append(NewMessage(topic="T", body=b"epoch 2 message %d" % i))
     master_epochs = EpochFile.open(tmp_path / "master-epochs")
     master_epochs.append(1, 0)
     master_epochs.append(2, point)
@@ -623,7 +623,7 @@ async def test_a_session_that_brought_data_resets_the_backoff(
         if len(wire.links) <= 2 and not link.broken:
             breaks.append(trio.current_time())
             link.break_(Breakage.RESET)
-            master_log.append(topic="Later", body=b"x" * 500)
+            master_log.append(NewMessage(topic="Later", body=b"x" * 500))
             wire.service.notify_log_grew()
 
     with caplog.at_level(logging.INFO, logger="trioha.ha"):
@@ -689,7 +689,7 @@ async def test_bytes_appended_before_a_bad_frame_in_the_same_read_are_announced(
     the log, so those waiting for it to grow (the broker's reput, long polls) are told, but
     no report covers them on a connection that is being closed."""
     source = MemoryCommitLog(segment_size=4096)
-    source.append(topic="T", body=b"kept")
+    source.append(NewMessage(topic="T", body=b"kept"))
     record = bytes(source.read(0, source.max_offset))
     slave_log = MemoryCommitLog(segment_size=4096)
     grew: list[int] = []
@@ -703,7 +703,7 @@ async def test_bytes_appended_before_a_bad_frame_in_the_same_read_are_announced(
         nursery.start_soon(client.session, slave_end)
         assert await master_end.receive_some() == encode_report(0)
         bad = len(record) + 100  # not where the slave's log ends
-        await master_end.send_all(encode_header(0, len(record)) + record + encode_header(bad, 0))
+        await master_end.send_all(encode_header(0, len(record)) + record + encode_header(bad, 1))
         received = b""
         while data := await master_end.receive_some():
             received += data
@@ -893,7 +893,7 @@ async def test_an_empty_epoch_mode_slave_asks_for_the_last_file_when_configured(
     segment = 4096
     master_log = MemoryCommitLog(segment_size=segment)
     while master_log.max_offset < 2 * segment + 100:
-        master_log.append(topic="T", body=b"x" * 300)
+        master_log.append(NewMessage(topic="T", body=b"x" * 300))
     epochs = EpochFile.open(tmp_path / "master-epochs")
     epochs.append(1, 0)
     cfg = epoch_config(segment, sync_from_last_file=True)

@@ -15,7 +15,7 @@ from tests.net.test_client import connector
 from trioha import BrokerConfig, ConfigError, StorageError, StoreLayoutError
 from trioha.net import HAClient, HAService, Wakeup
 from trioha.net._client import Divergence
-from trioha.store import EpochFile, MemoryCommitLog
+from trioha.store import EpochFile, MemoryCommitLog, NewMessage
 from trioha.testing import Breakage, FaultyLink, faulty_stream_pair
 
 SEG = 4096
@@ -86,7 +86,7 @@ def _master(**changes: object) -> tuple[MemoryCommitLog, BrokerConfig, HAService
     """A master log of 20 messages, its service, and the config a slave of it uses."""
     master_log = MemoryCommitLog(segment_size=SEG)
     for i in range(20):
-        master_log.append(topic="T", body=b"%d" % i)
+        master_log.append(NewMessage(topic="T", body=b"%d" % i))
     cfg = BrokerConfig(
         ha_listen_port=0,
         mapped_file_size_commit_log=SEG,
@@ -184,7 +184,7 @@ async def test_a_slave_that_must_ack_flushed_bytes_stops_acking_while_fsync_fail
         assert client.last_close_reason == "cannot flush what was appended: fsync 2 failed"
         for more in (0, 5):
             for i in range(more):
-                master_log.append(topic="T", body=b"later %d" % i)
+                master_log.append(NewMessage(topic="T", body=b"later %d" % i))
             service.notify_log_grew()
             with trio.fail_after(600):
                 while service.replicated_offset() < master_log.max_offset:  # noqa: ASYNC110
@@ -296,8 +296,8 @@ def _longer_slave(master_log: MemoryCommitLog) -> MemoryCommitLog:
     """A slave holding the master's log and two messages more (a history it never had)."""
     slave_log = MemoryCommitLog(segment_size=SEG)
     slave_log.append_raw(0, master_log.read(0, master_log.max_offset))
-    slave_log.append(topic="T", body=b"not the master's")
-    slave_log.append(topic="T", body=b"nor this")
+    slave_log.append(NewMessage(topic="T", body=b"not the master's"))
+    slave_log.append(NewMessage(topic="T", body=b"nor this"))
     return slave_log
 
 
@@ -506,3 +506,36 @@ async def test_a_slave_that_cannot_flush_at_the_start_of_a_session_asks_for_noth
         (logging.ERROR, "slave cannot flush its commit log: fsync 1 failed; retrying every 2 s"),
         (logging.WARNING, "slave flushes its commit log again (after: fsync 1 failed)"),
     ]
+
+
+async def test_a_slave_whose_next_bytes_were_deleted_says_so_once_and_stops(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RocketMQ #3388, answered: the master pushes its oldest offset as a heartbeat past the
+    slave's end; the slave logs one ERROR naming both offsets and re-seeding, and does not
+    reconnect (Java's master would heartbeat such a slave forever)."""
+    master_log, cfg, service = _master()
+    while master_log.max_offset < 3 * SEG:
+        master_log.append(NewMessage(topic="T", body=b"x" * 500))
+    slave_log = MemoryCommitLog(segment_size=SEG)
+    slave_log.append_raw(0, bytes(master_log.read(0, 100)))  # what it copied long ago
+    assert master_log.delete_segments_before(2 * SEG) == 2
+    async with trio.open_nursery() as nursery:
+        client = HAClient(cfg, slave_log, connect=connector(nursery, service))
+        with caplog.at_level(logging.ERROR, logger="trioha.ha"):
+            await nursery.start(client.run)
+            assert await client.wait_fell_behind(trio.current_time() + 60)
+            await trio.sleep(120)  # no reconnect loop, no repeated line
+        stats = client.statistics()
+        assert (stats.state, stats.connects, stats.needs_reseed) == ("fell_behind", 1, True)
+        assert stats.fell_behind_master_offset == 2 * SEG
+        assert stats.closed_by_reason == {"deleted": 1}
+        assert slave_log.max_offset == 100  # nothing appended
+        nursery.cancel_scope.cancel()
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1
+    assert errors[0].startswith(
+        f"fell behind master 127.0.0.1:1: this slave's log ends at 100, but the master's now "
+        f"begins at {2 * SEG}; the master deleted [100, {2 * SEG})"
+    )
+    assert "re-seed this slave" in errors[0]

@@ -1,5 +1,5 @@
 """One master-side connection (``HAConnection``) over memory streams: why it closed, in the
-words the service logs and counts (``close_category``), and what a refused slave is told."""
+words the service logs and the kind it counts (``CloseKind``), and what a refused slave is told."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import trio
 import trio.testing
 
 from trioha.net._connection import WRITE_BATCH, HAConnection
-from trioha.net._service import close_category, close_level
 from trioha.proto import (
     EPOCH_TRANSFER_HEADER_SIZE,
     HEADER_SIZE,
+    CloseKind,
     EpochTransferHeader,
     MasterOptions,
     SlaveHandshake,
@@ -26,7 +26,7 @@ from trioha.proto import (
     encode_report,
 )
 from trioha.proto._epochs import entries_of
-from trioha.store import EpochFile, MemoryCommitLog, SentOffsets
+from trioha.store import EpochFile, MemoryCommitLog, NewMessage, SentOffsets
 
 SEG = 4096
 
@@ -42,7 +42,7 @@ class _Acks:
 def make_log(messages: int) -> MemoryCommitLog:
     log = MemoryCommitLog(segment_size=SEG)
     for i in range(messages):
-        log.append(topic="FooBar", body=b"x" * 100, queue_id=i % 2)
+        log.append(NewMessage(topic="FooBar", body=b"x" * 100, queue_id=i % 2))
     return log
 
 
@@ -95,7 +95,7 @@ async def test_a_slave_hanging_up_is_named_as_routine(autojump_clock: trio.abc.C
         await trio.testing.wait_all_tasks_blocked()
         await slave_end.aclose()
     assert conn.close_reason == "slave closed the connection"
-    assert close_category(conn.close_reason) == "peer_closed"
+    assert conn.close_kind is CloseKind.PEER_CLOSED
 
 
 async def test_a_silent_slave_is_dropped_at_the_configured_interval_and_says_so(
@@ -107,8 +107,8 @@ async def test_a_silent_slave_is_dropped_at_the_configured_interval_and_says_so(
     await conn.run()
     assert trio.current_time() - start == pytest.approx(7.5)
     assert conn.close_reason == "nothing read from the slave for 7.5 s (housekeeping)"
-    assert close_category(conn.close_reason) == "timeout"
-    assert close_level(conn.close_reason) == logging.INFO
+    assert conn.close_kind is CloseKind.TIMEOUT
+    assert conn.close_kind.level == logging.INFO
 
 
 async def test_a_protocol_close_keeps_the_cores_reason_and_refuses_nobody(
@@ -126,6 +126,7 @@ async def test_a_protocol_close_keeps_the_cores_reason_and_refuses_nobody(
         f"{end}); the ack is not trusted (RocketMQ #3015)"
     )
     assert not conn.refused  # an untrusted ack is not a diverged history
+    assert conn.close_kind is CloseKind.PROTOCOL_ERROR
     await conn.stream.aclose()  # as HAService does once run() returns
     assert await slave_end.receive_some() == b""  # nothing was written before the close
 
@@ -140,6 +141,7 @@ async def test_a_refused_slave_is_told_where_the_master_ends_and_the_operator_wh
         await slave_end.send_all(encode_report(end + 100))
     reason = beyond_the_end(end + 100, end)
     assert conn.refused and conn.close_reason == reason
+    assert conn.close_kind is CloseKind.DIVERGED and conn.close_kind.level == logging.WARNING
     # The refusal: a heartbeat header at the master's end, which the slave's offset check
     # rejects (HAClient.dispatchReadRequest), and nothing more.
     data = await slave_end.receive_some()
@@ -195,7 +197,7 @@ async def test_a_broken_transport_is_named_and_counted_as_broken(
     conn = connection(stream, make_log(1))
     await conn.run()
     assert conn.close_reason == f"connection broken while reading: {said}"
-    assert close_category(conn.close_reason) == "broken"
+    assert conn.close_kind is CloseKind.BROKEN
 
 
 async def test_a_transport_broken_under_a_write_is_named(autojump_clock: trio.abc.Clock) -> None:
@@ -208,7 +210,7 @@ async def test_a_transport_broken_under_a_write_is_named(autojump_clock: trio.ab
     conn = connection(stream, make_log(1))
     await conn.run()
     assert conn.close_reason == "connection broken while writing: BrokenResourceError"
-    assert close_category(conn.close_reason) == "broken"
+    assert conn.close_kind is CloseKind.BROKEN
 
 
 async def test_an_epoch_mode_close_found_by_the_writer_is_named_and_counts_the_handshake(
@@ -227,9 +229,10 @@ async def test_an_epoch_mode_close_found_by_the_writer_is_named_and_counts_the_h
         await slave_end.send_all(SlaveHandshake().to_bytes() + encode_epoch_report(end))
         await trio.testing.wait_all_tasks_blocked()
         received += await slave_end.receive_some()
-        commitlog.append(topic="FooBar", body=b"y" * 100, queue_id=0)
+        commitlog.append(NewMessage(topic="FooBar", body=b"y" * 100, queue_id=0))
         conn.wakeup.notify()
     assert conn.close_reason == f"no epoch of the master holds offset {end}"
+    assert conn.close_kind is CloseKind.PROTOCOL_ERROR  # decided by the writer's core call
     assert not conn.refused
     assert received[:20] == encode_master_handshake(end, epochs.history)[:20]
     assert conn.bytes_sent == len(received) == len(encode_master_handshake(end, epochs.history))
@@ -259,7 +262,7 @@ async def test_a_long_catch_up_goes_out_in_writes_of_about_a_mebibyte_counted_ex
 ) -> None:
     commitlog = MemoryCommitLog(segment_size=8 << 20)
     for i in range(300):
-        commitlog.append(topic="FooBar", body=bytes([i % 251]) * 10_000, queue_id=0)
+        commitlog.append(NewMessage(topic="FooBar", body=bytes([i % 251]) * 10_000, queue_id=0))
     end = commitlog.max_offset
     frame = HEADER_SIZE + 32 * 1024
     stream, writes = _reported_zero()
@@ -375,7 +378,7 @@ async def test_a_write_that_reaches_the_batch_size_exactly_goes_out_alone(
 ) -> None:
     commitlog = MemoryCommitLog(segment_size=8 << 20)
     while commitlog.max_offset < 2 * WRITE_BATCH + 1000:
-        commitlog.append(topic="FooBar", body=b"z" * 50_000, queue_id=0)
+        commitlog.append(NewMessage(topic="FooBar", body=b"z" * 50_000, queue_id=0))
     stream, writes = _reported_zero()
     conn = HAConnection(
         stream,

@@ -18,7 +18,7 @@ from trioha.net._divergence import (
     open_master_history,
     promotion_end,
 )
-from trioha.store import DEFAULT_RESERVE_STEP, MemoryCommitLog, SentOffsets, open_store
+from trioha.store import DEFAULT_RESERVE_STEP, MemoryCommitLog, NewMessage, SentOffsets, open_store
 
 SEG = 4096
 
@@ -26,7 +26,7 @@ SEG = 4096
 def filled(records: int) -> MemoryCommitLog:
     log = MemoryCommitLog(segment_size=SEG)
     for i in range(records):
-        log.append(topic="T", body=b"m%d" % i)
+        log.append(NewMessage(topic="T", body=b"m%d" % i))
     return log
 
 
@@ -77,7 +77,8 @@ def damaged_store(root: Path) -> tuple[list[int], int]:
     the offsets of its records and its end."""
     with open_store(root, segment_size=SEG) as store:
         offsets = [
-            store.commitlog.append(topic="T", body=b"x" * 100).physical_offset for _ in range(80)
+            store.commitlog.append(NewMessage(topic="T", body=b"x" * 100)).physical_offset
+            for _ in range(80)
         ]
         end = store.commitlog.max_offset
         assert end > 2 * SEG
@@ -189,7 +190,7 @@ def test_ranges_lost_in_earlier_crashes_are_recalled_at_every_start(
 ) -> None:
     log, first_end, sent = sent_past_the_end(tmp_path, 1)
     check_master_history(log, sent)  # first crash: [first_end, first_end + 11) lost
-    log.append(topic="T", body=b"after")
+    log.append(NewMessage(topic="T", body=b"after"))
     second_end = log.max_offset
     sent = SentOffsets.open(tmp_path, step=10)
     sent.reserve(second_end + 1)
@@ -254,7 +255,7 @@ def test_a_store_opened_as_master_passes_on_what_the_operator_accepts_and_the_mo
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with open_store(tmp_path, segment_size=SEG) as store:
-        store.commitlog.append(topic="T", body=b"x" * 100)
+        store.commitlog.append(NewMessage(topic="T", body=b"x" * 100))
         end = store.commitlog.max_offset
     marks = SentOffsets.open(tmp_path, step=10)
     marks.reserve(end + 100)  # sent past the end: a lost tail

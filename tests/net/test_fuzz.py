@@ -54,7 +54,7 @@ from trioha.net import HAClient, HAService
 from trioha.net._client import _Session
 from trioha.net._connection import HAConnection
 from trioha.net._divergence import check_master_history
-from trioha.store import MemoryCommitLog, SentOffsets
+from trioha.store import MemoryCommitLog, NewMessage, SentOffsets
 from trioha.testing import Breakage, Faults, FaultyLink, FaultyStream, faulty_stream_pair, log_bytes
 
 SEGMENT = 2048
@@ -302,7 +302,7 @@ async def run_plan(plan: Plan, events: list[str]) -> None:
     master_log = MemoryCommitLog(segment_size=SEGMENT, clock_ms=lambda: 0)
     slave_log = MemoryCommitLog(segment_size=SEGMENT, clock_ms=lambda: 0)
     for i in range(plan.preload):
-        master_log.append(topic="Preload", body=bytes([i]) * (50 + 37 * i))
+        master_log.append(NewMessage(topic="Preload", body=bytes([i]) * (50 + 37 * i)))
     base = BrokerConfig(
         mapped_file_size_commit_log=SEGMENT,
         ha_send_heartbeat_interval=int(HEARTBEAT * 1000),
@@ -380,7 +380,7 @@ async def run_plan(plan: Plan, events: list[str]) -> None:
         await nursery.start(client.run)
         for p in plan.puts:
             await trio.sleep(p.wait)
-            result = master_log.append(topic="Fuzz", body=bytes(p.size))
+            result = master_log.append(NewMessage(topic="Fuzz", body=bytes(p.size)))
             service.notify_log_grew()
             if p.sync:
                 record = PutRecord(result.physical_offset, result.end_offset)
@@ -421,7 +421,7 @@ async def run_plan(plan: Plan, events: list[str]) -> None:
         assert bytes(slave_log.read(start, SEGMENT)) == bytes(master_log.read(start, SEGMENT))
         # The sync path works once the network does: a put is acked (perhaps after its own
         # slave_timeout, when the faults' delays are long) and then answered PUT_OK.
-        final = master_log.append(topic="Fuzz", body=b"final")
+        final = master_log.append(NewMessage(topic="Fuzz", body=b"final"))
         service.notify_log_grew()
         span = {"end": final.end_offset, "start": final.physical_offset}
         if await service.wait_replicated(**span) is not PutStatus.PUT_OK:
@@ -677,7 +677,7 @@ async def run_power_loss(case: PowerLoss, root: Path, events: list[str]) -> None
 
     async def produce_then_cut(_nursery: trio.Nursery) -> None:
         for i, size in enumerate(case.before):
-            master_log.append(topic="Before", body=bytes([i]) * size)
+            master_log.append(NewMessage(topic="Before", body=bytes([i]) * size))
             if i + 1 == case.flushed:
                 master_log.flush()
             service.notify_log_grew()
@@ -700,7 +700,7 @@ async def run_power_loss(case: PowerLoss, root: Path, events: list[str]) -> None
 
     async def produce_and_watch(_nursery: trio.Nursery) -> None:
         for i, size in enumerate(case.after):
-            master_log.append(topic="After", body=bytes([100 + i]) * size)
+            master_log.append(NewMessage(topic="After", body=bytes([100 + i]) * size))
             service.notify_log_grew()
             await trio.lowlevel.checkpoint()
         with trio.fail_after(CATCH_UP):

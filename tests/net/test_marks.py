@@ -20,7 +20,7 @@ from tests.net.test_connection import inline
 from tests.net.test_service import FakeSlave, config
 from trioha._errors import StorageError
 from trioha.net import HAService, MarkKeeper
-from trioha.store import SENT_MARK, DiskGuard, MemoryCommitLog, SentOffsets
+from trioha.store import SENT_MARK, DiskGuard, MemoryCommitLog, NewMessage, SentOffsets
 
 SEG = 4096
 
@@ -45,7 +45,7 @@ class FlakyMarks(SentOffsets):
 def make_log(messages: int) -> MemoryCommitLog:
     log = MemoryCommitLog(segment_size=SEG)
     for i in range(messages):
-        log.append(topic="T", body=b"m%03d" % i)
+        log.append(NewMessage(topic="T", body=b"m%03d" % i))
     return log
 
 

@@ -16,10 +16,9 @@ import trio
 from trioha._config import BrokerConfig, BrokerRole
 from trioha.namesrv import serve_namesrv
 from trioha.net._client import HAClient, not_ha_sign
-from trioha.net._service import close_level
 from trioha.remoting import RemotingCommand, encode, serve_remoting
 from trioha.remoting._connection import RejectAllRequests
-from trioha.store import MemoryCommitLog
+from trioha.store import MemoryCommitLog, NewMessage
 
 MESSAGE = (
     "does not speak RocketMQ HA (is that the broker port? the HA port is usually listenPort+1)"
@@ -131,30 +130,6 @@ async def test_a_slave_pointed_at_a_non_ha_port_says_so_and_backs_off(
     assert 2 <= client.connects <= 8
 
 
-@pytest.mark.parametrize(
-    ("reason", "level"),
-    [
-        ("slave closed the connection", logging.INFO),
-        ("connection broken while reading: reset", logging.INFO),
-        ("nothing read from the slave for 20 s (housekeeping)", logging.INFO),
-        ("cancelled", logging.INFO),
-        (
-            "slave requests offset 9 but the master's log ends at 4: the slave holds data this "
-            "master does not (diverged history or a wrong master)",
-            logging.WARNING,
-        ),
-        (
-            "slave requests offset 0, which no longer exists on the master (oldest offset 9); "
-            "the slave cannot catch up and must be re-seeded (RocketMQ #3388)",
-            logging.WARNING,
-        ),
-        ("master pushed offset 5 but the slave's log ends at 3; nothing appended", logging.WARNING),
-    ],
-)
-def test_close_reasons_that_need_an_operator_are_warnings(reason: str, level: int) -> None:
-    assert close_level(reason) == level
-
-
 async def test_a_diverged_slave_is_not_mistaken_for_a_wrong_port(
     tmp_path: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -168,7 +143,7 @@ async def test_a_diverged_slave_is_not_mistaken_for_a_wrong_port(
         assert master.ha_address is not None
         host, port = master.ha_address
         slave_log = MemoryCommitLog(segment_size=1 << 20)
-        slave_log.append(topic="T", body=b"only on the slave")
+        slave_log.append(NewMessage(topic="T", body=b"only on the slave"))
         config = BrokerConfig(
             broker_role=BrokerRole.SLAVE,
             ha_master_address=f"{host}:{port}",
@@ -219,7 +194,7 @@ async def test_a_master_in_the_other_mode_is_named_by_enable_controller_mode(
     caplog.set_level(logging.INFO)
     master = master_config(tmp_path / "m", enable_controller_mode=not slave_epoch_mode)
     async with open_broker(master) as broker, trio.open_nursery() as nursery:
-        await broker.put(topic="T", body=b"x")
+        await broker.put(NewMessage(topic="T", body=b"x"))
         assert broker.ha_address is not None
         host, port = broker.ha_address
         config = BrokerConfig(

@@ -18,10 +18,9 @@ from trioha import BrokerConfig, ConfigError
 from trioha._status import PutStatus
 from trioha.net import HAClient, HAService, Wakeup
 from trioha.net._connection import HAConnection
-from trioha.net._service import close_category
 from trioha.net._timeline import LogTimeline
 from trioha.proto import HEADER_SIZE, MasterOptions, Timing, TransferHeader, encode_report
-from trioha.store import MemoryCommitLog
+from trioha.store import MemoryCommitLog, NewMessage
 
 SEG = 4096
 
@@ -29,7 +28,7 @@ SEG = 4096
 def make_log(messages: int = 0, body: bytes = b"x" * 100) -> MemoryCommitLog:
     log = MemoryCommitLog(segment_size=SEG)
     for i in range(messages):
-        log.append(topic="FooBar", body=body, queue_id=i % 2)
+        log.append(NewMessage(topic="FooBar", body=body, queue_id=i % 2))
     return log
 
 
@@ -116,7 +115,7 @@ async def test_the_writer_wakes_the_moment_the_log_grows(autojump_clock: trio.ab
         await trio.testing.wait_all_tasks_blocked()
         before = trio.current_time()
         end = commitlog.max_offset
-        commitlog.append(topic="FooBar", body=b"new")
+        commitlog.append(NewMessage(topic="FooBar", body=b"new"))
         service.notify_log_grew()
         header, _ = await slave.frame()
         assert header.offset == end
@@ -225,7 +224,7 @@ async def test_a_put_waits_for_a_connected_slaves_first_report(
     async with running(service) as nursery:
         slave = await serve_one(service, nursery)
         caught_up = commitlog.max_offset
-        put = commitlog.append(topic="FooBar", body=b"during the silence")
+        put = commitlog.append(NewMessage(topic="FooBar", body=b"during the silence"))
         service.notify_log_grew()
         started = trio.current_time()
         results: list[PutStatus] = []
@@ -356,7 +355,7 @@ async def test_a_slave_replicates_byte_for_byte_over_memory_streams(
             while slave_log.max_offset < master_log.max_offset:
                 await appended.wait()
         for i in range(30):
-            master_log.append(topic="Later", body=b"%d" % i)
+            master_log.append(NewMessage(topic="Later", body=b"%d" % i))
             service.notify_log_grew()
         with trio.fail_after(10):
             while slave_log.max_offset < master_log.max_offset:
@@ -393,7 +392,7 @@ async def test_a_body_shorter_than_its_header_is_never_put_on_the_wire(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     commitlog = _ShortReads(segment_size=SEG)
-    commitlog.append(topic="FooBar", body=b"x" * 100, queue_id=0)
+    commitlog.append(NewMessage(topic="FooBar", body=b"x" * 100, queue_id=0))
     master_end, slave_end = trio.testing.memory_stream_pair()
     conn = HAConnection(
         master_end,
@@ -502,7 +501,7 @@ async def test_an_unexpected_error_ends_that_connection_only_and_is_logged(
 ) -> None:
     caplog.set_level(logging.INFO, logger="trioha.ha")
     commitlog = _BrokenReads(segment_size=SEG)
-    commitlog.append(topic="FooBar", body=b"x" * 100, queue_id=0)
+    commitlog.append(NewMessage(topic="FooBar", body=b"x" * 100, queue_id=0))
     service = HAService(config(), commitlog)
     async with trio.open_nursery() as nursery:
         slave = await serve_one(service, nursery)
@@ -530,29 +529,6 @@ async def test_an_unexpected_error_ends_that_connection_only_and_is_logged(
 
 
 # --- what the operator reads about closes ------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("reason", "category"),
-    [
-        ("slave closed the connection", "peer_closed"),
-        ("connection broken while reading: reset", "broken"),
-        ("nothing read from the slave for 20 s (housekeeping)", "timeout"),
-        ("refusal write timed out", "timeout"),
-        ("slave's log diverged from the master's", "diverged"),
-        ("refusing the slave: DIVERGED history", "diverged"),  # the first phrase wins
-        ("slave refused: wrong master", "refused"),
-        ("disk full while serving", "disk"),
-        ("internal error", "internal_error"),
-        ("cancelled", "shutdown"),
-        (None, "shutdown"),  # still open when the service stopped
-        ("", "shutdown"),
-        ("bytes that are not the HA protocol", "protocol_error"),
-        ("Connection Broken by a Housekeeping bug", "broken"),  # case does not matter
-    ],
-)
-def test_each_close_reason_is_counted_under_one_category(reason: str | None, category: str) -> None:
-    assert close_category(reason) == category
 
 
 async def test_statistics_count_closes_by_category(autojump_clock: trio.abc.Clock) -> None:
@@ -604,7 +580,7 @@ async def test_a_put_wakes_the_writers_itself(autojump_clock: trio.abc.Clock) ->
         slave = await serve_one(service, nursery)
         await slave.report(commitlog.max_offset)
         await trio.testing.wait_all_tasks_blocked()
-        put = commitlog.append(topic="FooBar", body=b"no notify")
+        put = commitlog.append(NewMessage(topic="FooBar", body=b"no notify"))
         results: list[PutStatus] = []
 
         async def wait() -> None:
@@ -783,7 +759,7 @@ async def test_the_logs_growth_is_forgotten_once_every_slave_holds_it(
 
         async def grow(acking: tuple[FakeSlave, ...]) -> None:
             await trio.sleep(1.0)
-            commitlog.append(topic="FooBar", body=b"y" * 10)
+            commitlog.append(NewMessage(topic="FooBar", body=b"y" * 10))
             service.notify_log_grew()
             for slave in acking:
                 header, _ = await slave.frame()

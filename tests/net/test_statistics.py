@@ -17,7 +17,7 @@ import trio.testing
 from trioha import BrokerConfig, ConfigError
 from trioha.net import HAClient, HAService, Wakeup
 from trioha.proto import HEADER_SIZE, encode_report
-from trioha.store import EpochFile, MemoryCommitLog, SentOffsets
+from trioha.store import EpochFile, MemoryCommitLog, NewMessage, SentOffsets
 
 SEG = 4096
 
@@ -25,7 +25,7 @@ SEG = 4096
 def make_log(messages: int) -> MemoryCommitLog:
     log = MemoryCommitLog(segment_size=SEG)
     for i in range(messages):
-        log.append(topic="Stats", body=b"s" * 100, queue_id=i % 2)
+        log.append(NewMessage(topic="Stats", body=b"s" * 100, queue_id=i % 2))
     return log
 
 
@@ -195,7 +195,9 @@ def test_seconds_behind_is_zero_when_caught_up_else_the_age_of_the_last_message(
     t0 = 1_700_000_000_000  # the master's clock, in ms, when the first message was put
     master = MemoryCommitLog(segment_size=SEG)
     offsets = [
-        master.append(topic="T", body=b"x" * 100, store_timestamp=t0 + 1000 * i).physical_offset
+        master.append(
+            NewMessage(topic="T", body=b"x" * 100, store_timestamp=t0 + 1000 * i)
+        ).physical_offset
         for i in range(5)
     ]
     slave_log = MemoryCommitLog(segment_size=SEG)
@@ -214,7 +216,7 @@ def test_seconds_behind_is_zero_when_caught_up_else_the_age_of_the_last_message(
     assert client.statistics().behind_seconds == pytest.approx(13.0)  # it grows while stuck
     slave_log.append_raw(slave_log.max_offset, master.read(slave_log.max_offset, SEG))
     assert client.statistics().behind_seconds == 0.0  # caught up with the master's known end
-    master.append(topic="T", body=b"y", store_timestamp=t0 + 14_000)
+    master.append(NewMessage(topic="T", body=b"y", store_timestamp=t0 + 14_000))
     client.learn_master_end(master.max_offset)
     assert client.statistics().behind_seconds == pytest.approx(11.0)  # now: t0 + 15 s
     now[0] -= 60  # a clock behind the master's: never negative

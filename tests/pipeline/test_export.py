@@ -94,3 +94,19 @@ def test_numeric_topic_names_stay_strings(spark: SparkSession, tmp_path: Path) -
     df = read_export(spark, str(out))
     assert dict(df.dtypes)["topic"] == "string"
     assert sorted(r.topic for r in df.select("topic").collect()) == ["007", "2024", "a"]
+
+
+def test_stats_of_a_log_whose_head_retention_deleted(spark: SparkSession, tmp_path: Path) -> None:
+    """The first files gone (retention): the pipeline reads from the first file left."""
+    from tests.pipeline._logs import SEGMENT, varied_messages, write_log
+    from trioha.pipeline import log_stats
+    from trioha.store import open_store
+
+    root = tmp_path / "store"
+    written = write_log(root, varied_messages(300))
+    with open_store(root, segment_size=SEGMENT) as store:
+        assert store.commitlog.delete_segments_before(2 * SEGMENT) == 2
+    kept = [m for m in written if m.physical_offset >= 2 * SEGMENT]
+    stats = log_stats(spark, str(root))
+    assert (stats.min_offset, stats.messages) == (2 * SEGMENT, len(kept))
+    assert stats.bytes == sum(m.total_size for m in kept)

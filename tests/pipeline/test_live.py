@@ -19,8 +19,8 @@ import trio
 
 from trioha import BrokerConfig
 from trioha._config import BrokerRole
-from trioha.broker import Broker, open_broker
-from trioha.store import open_store
+from trioha.broker import Broker, open_broker, producer_properties
+from trioha.store import NewMessage, open_store
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -97,10 +97,12 @@ class LiveBroker:
         async def puts() -> None:
             for i in range(first, first + count):
                 result = await broker.put(
-                    topic=f"{i % 3:03d}",
-                    body=bytes([i % 251]) * (200 + i % 700),
-                    keys=f"k{i}",
-                    queue_id=i % 4,
+                    NewMessage(
+                        topic=f"{i % 3:03d}",
+                        body=bytes([i % 251]) * (200 + i % 700),
+                        queue_id=i % 4,
+                        properties=producer_properties(keys=f"k{i}"),
+                    )
                 )
                 assert result.status.name == "PUT_OK", result
 

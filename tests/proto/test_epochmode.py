@@ -21,6 +21,7 @@ from trioha.proto import (
     AckAdvanced,
     Append,
     Close,
+    CloseKind,
     EpochHistory,
     EpochTransferHeader,
     HeaderReceived,
@@ -513,7 +514,9 @@ def test_bytes_the_master_wrote_outside_every_epoch_are_never_sent() -> None:
     assert not conn.closed
     grown = LogView(0, 40, SEG, epochs=entries_of([(3, 50)]))
     close = conn.next_send(now=0.0, log=grown)
-    assert close == Close("no epoch of the master holds offset 10", False)
+    assert close == Close(
+        "no epoch of the master holds offset 10", False, kind=CloseKind.PROTOCOL_ERROR
+    )
 
 
 def transferring(expected: int, history: Sequence[tuple[int, int]]) -> SlaveState:

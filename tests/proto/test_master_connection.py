@@ -7,6 +7,7 @@ import pytest
 from trioha import ProtocolError
 from trioha.proto import (
     Close,
+    CloseKind,
     EpochTransferHeader,
     LogView,
     MasterConnection,
@@ -68,7 +69,9 @@ def test_a_bad_report_closes_naming_it_and_clears_the_pending_write() -> None:
     bad = (-5).to_bytes(8, "big", signed=True)
     with pytest.raises(ProtocolError) as excinfo:
         Report.from_bytes(bad)
-    assert conn.receive_data(bad, now=0.0, log=LOG) == (Close(str(excinfo.value)),)
+    assert conn.receive_data(bad, now=0.0, log=LOG) == (
+        Close(str(excinfo.value), kind=CloseKind.PROTOCOL_ERROR),
+    )
     assert conn.state.phase is MasterPhase.CLOSED
     assert conn.state.write_pending is False
 

@@ -8,6 +8,7 @@ from trioha import ProtocolError
 from trioha.proto import (
     Append,
     Close,
+    CloseKind,
     EpochTransferHeader,
     SlaveConnection,
     SlavePhase,
@@ -50,7 +51,7 @@ def test_a_bad_header_closes_naming_it_and_keeps_where_the_log_ends() -> None:
     with pytest.raises(ProtocolError) as excinfo:
         TransferHeader.from_bytes(bad, max_body=conn.max_body)
     actions = conn.receive_data(bad + b"more", now=0.0)
-    assert actions == [Close(str(excinfo.value))]
+    assert actions == [Close(str(excinfo.value), kind=CloseKind.PROTOCOL_ERROR)]
     assert conn.state.phase is SlavePhase.DISCONNECTED
     assert conn.state.expected == 100
     assert conn.buffered == 0
@@ -67,7 +68,10 @@ def test_a_master_at_another_epoch_than_etcd_names_is_refused_before_any_cut(
     actions = conn.receive_data(encode_master_handshake(40, entries_of(master_epochs)), now=0.0)
     last = master_epochs[-1][0]
     assert actions == [
-        Close(f"refused master m:1: its last epoch is {last}, not 2 as the master etcd names")
+        Close(
+            f"refused master m:1: its last epoch is {last}, not 2 as the master etcd names",
+            kind=CloseKind.PROTOCOL_ERROR,
+        )
     ]
     assert conn.state.phase is SlavePhase.DISCONNECTED
 

@@ -170,6 +170,28 @@ def test_a_segment_deleted_under_a_streaming_slave_closes() -> None:
     conn.frame_written(now=0.0)
     action = conn.next_send(now=0.0, log=view(2500, 2000))
     assert isinstance(action, Close) and "#3388" in action.reason
+    assert action.oldest == 2000  # the IO layer pushes it to the slave
+
+
+def test_a_deleted_request_offset_names_the_masters_oldest_offset() -> None:
+    conn = master()
+    (action,) = conn.receive_data(encode_report(500), now=0.0, log=view(2500, 1000))
+    assert isinstance(action, Close) and action.oldest == 1000 and action.diverged_at is None
+
+
+def test_a_heartbeat_past_the_slaves_end_says_its_next_bytes_were_deleted() -> None:
+    conn = slave(1500)
+    (action,) = conn.receive_data(encode_header(4096, 0), now=0.0)
+    assert isinstance(action, Close) and action.oldest == 4096
+    assert action.diverged_at is None
+    assert "[1500, 4096)" in action.reason and "deleted on the master" in action.reason
+    assert conn.closed
+
+
+def test_a_heartbeat_before_the_slaves_end_is_a_divergence_not_a_deletion() -> None:
+    conn = slave(1500)
+    (action,) = conn.receive_data(encode_header(1000, 0), now=0.0)
+    assert isinstance(action, Close) and action.oldest is None and action.diverged_at == 1000
 
 
 def test_reports_going_backwards_close() -> None:
@@ -238,6 +260,7 @@ def test_slave_offset_mismatch_closes_with_nothing_appended() -> None:
     actions = conn.receive_data(frame(1600, b"xyz"), now=0.0)
     assert len(actions) == 1 and isinstance(actions[0], Close)
     assert "master pushed offset 1600" in actions[0].reason
+    assert actions[0].oldest is None  # data past the end: not the deletion signal
     assert conn.closed and conn.buffered == 0
 
 

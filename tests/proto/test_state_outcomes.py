@@ -19,6 +19,7 @@ from trioha.proto import (
     SLAVE_TABLE,
     BodyReceived,
     Close,
+    CloseKind,
     ConnectionLost,
     EpochHistory,
     FrameWritten,
@@ -76,13 +77,18 @@ def test_a_close_mid_write_leaves_nothing_pending() -> None:
             "slave acks offset 2301, beyond what was sent to it (2300; master's log ends at "
             "2900); the ack is not trusted (RocketMQ #3015)",
             remote=True,
+            kind=CloseKind.PROTOCOL_ERROR,
         ),
     )
     lost, actions = master_step(state, ConnectionLost(), OPTIONS)
     assert lost == closed and actions == ()
     idle, actions = master_step(state, ReadIdle(), OPTIONS)
     assert idle == closed
-    assert actions == (Close("nothing read from the slave within the housekeeping interval"),)
+    assert actions == (
+        Close(
+            "nothing read from the slave within the housekeeping interval", kind=CloseKind.TIMEOUT
+        ),
+    )
 
 
 def test_a_frame_written_clears_exactly_the_pending_write() -> None:
@@ -105,6 +111,7 @@ def test_first_reports_refused_say_why_and_what_to_do() -> None:
                 "slave, stopped: `trioha slave --store-dir <its store> --truncate-to 1500`) or "
                 "re-seed it",
                 diverged_at=1500,
+                kind=CloseKind.DIVERGED,
             ),
         ),
         (
@@ -117,6 +124,7 @@ def test_first_reports_refused_say_why_and_what_to_do() -> None:
                 "slave, stopped: `trioha slave --store-dir <its store> --truncate-to 2500`) or "
                 "re-seed it",
                 diverged_at=2500,
+                kind=CloseKind.DIVERGED,
             ),
         ),
         (
@@ -132,6 +140,7 @@ def test_first_reports_refused_say_why_and_what_to_do() -> None:
                 "`trioha slave --truncate-to-master`; a Java slave, stopped: `trioha slave "
                 "--store-dir <its store> --truncate-to 5000`) or re-seed it",
                 diverged_at=5000,
+                kind=CloseKind.DIVERGED,
             ),
         ),
         (
@@ -139,7 +148,9 @@ def test_first_reports_refused_say_why_and_what_to_do() -> None:
             500,
             Close(
                 "slave requests offset 500, which no longer exists on the master (oldest "
-                "offset 1000); the slave cannot catch up and must be re-seeded (RocketMQ #3388)"
+                "offset 1000); the slave cannot catch up and must be re-seeded (RocketMQ #3388)",
+                oldest=1000,
+                kind=CloseKind.DELETED,
             ),
         ),
     ]
@@ -177,7 +188,8 @@ def test_a_master_with_no_epoch_at_all_refuses_a_request_and_says_so() -> None:
     data = SlaveHandshake().to_bytes() + encode_epoch_report(40)
     actions = conn.receive_data(data, now=0.0, log=log)
     assert actions[-1] == Close(
-        "slave requests offset 40, which no epoch of the master holds (its first epoch: none)"
+        "slave requests offset 40, which no epoch of the master holds (its first epoch: none)",
+        kind=CloseKind.PROTOCOL_ERROR,
     )
 
 
@@ -195,7 +207,12 @@ def test_a_second_handshake_while_transferring_closes_and_says_why() -> None:
     state = streaming(LogView(0, 2900, SEG), 2000)
     closed, actions = master_step(state, HandshakeReceived(LogView(0, 2900, SEG)), OPTIONS)
     assert closed == attrs.evolve(state, phase=MasterPhase.CLOSED, write_pending=False)
-    assert actions == (Close("slave sent a handshake on a connection already transferring"),)
+    assert actions == (
+        Close(
+            "slave sent a handshake on a connection already transferring",
+            kind=CloseKind.PROTOCOL_ERROR,
+        ),
+    )
 
 
 # --- the slave side ------------------------------------------------------------------------
@@ -215,7 +232,12 @@ def test_every_slave_close_keeps_where_the_log_ends() -> None:
     assert slave_step(state, ConnectionLost()) == (gone, ())
     assert slave_step(state, ReadIdle()) == (
         gone,
-        (Close("nothing read from the master within the housekeeping interval"),),
+        (
+            Close(
+                "nothing read from the master within the housekeeping interval",
+                kind=CloseKind.TIMEOUT,
+            ),
+        ),
     )
     assert slave_step(state, HeaderReceived(1600, 3)) == (
         gone,
@@ -223,6 +245,7 @@ def test_every_slave_close_keeps_where_the_log_ends() -> None:
             Close(
                 "master pushed offset 1600 but the slave's log ends at 1500; nothing appended",
                 diverged_at=1600,
+                kind=CloseKind.DIVERGED,
             ),
         ),
     )
@@ -263,6 +286,7 @@ def test_no_consistent_point_shows_both_histories(
             f"no consistent point: the slave's epochs {shown} (log end 60); the slave must be "
             "re-seeded",
             diverged_at=0,
+            kind=CloseKind.DIVERGED,
         ),
     )
 
@@ -277,6 +301,7 @@ def test_a_log_without_epoch_history_is_refused_with_what_to_do() -> None:
             "bytes are the master's; re-seed it (or truncate it) before it replicates in "
             "epoch mode",
             diverged_at=0,
+            kind=CloseKind.DIVERGED,
         ),
     )
 
@@ -315,7 +340,9 @@ def test_a_frame_contradicting_the_history_names_both_epochs(
     new, actions = slave_step(state, HeaderReceived(offset, 4, epoch, start))
     assert new == SlaveState(phase=SlavePhase.DISCONNECTED, expected=expected)
     where = f"master's frame at {offset} is in epoch {epoch} from {start}"
-    assert actions == (Close(f"{where}, {reason}", diverged_at=diverged_at),)
+    assert actions == (
+        Close(f"{where}, {reason}", diverged_at=diverged_at, kind=CloseKind.DIVERGED),
+    )
 
 
 # --- errors only a bug in the IO layer can cause: the message names the misuse ----------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 import trio
@@ -12,11 +12,11 @@ import trio.testing
 from trioha import RemotingError
 from trioha.remoting._client import RemotingClientPool, open_client_pool, open_remoting_client
 from trioha.remoting._codec import FrameDecoder, HeaderError, RemotingCommand, encode
-from trioha.remoting._connection import NO_RESPONSE, Burst, RemotingConnection
+from trioha.remoting._connection import NO_RESPONSE, Burst, NoBursts, RemotingConnection
 from trioha.remoting._server import serve_remoting
 
 
-class Echo:
+class Echo(NoBursts):
     """Answers code 1 with the body reversed after ``delay``; code 2 raises; 3 waits forever."""
 
     def __init__(self) -> None:
@@ -290,7 +290,7 @@ async def test_client_closes_on_a_hostile_server(garbage: bytes, reason: str) ->
             nursery.cancel_scope.cancel()
 
 
-class Oversized:
+class Oversized(NoBursts):
     async def handle_request(
         self, request: RemotingCommand, connection: RemotingConnection
     ) -> RemotingCommand | None:
@@ -322,7 +322,7 @@ class Bursty(Echo):
         self.bursts: list[list[int]] = []
 
     def take_burst(
-        self, requests: list[RemotingCommand], connection: RemotingConnection
+        self, requests: Sequence[RemotingCommand], connection: RemotingConnection
     ) -> Burst | None:
         taken = [r for r in requests if r.code == 5]
         if not taken:
@@ -368,7 +368,7 @@ async def test_a_failing_burst_answers_each_request_with_system_error(
 ) -> None:
     class Broken(Bursty):
         def take_burst(
-            self, requests: list[RemotingCommand], connection: RemotingConnection
+            self, requests: Sequence[RemotingCommand], connection: RemotingConnection
         ) -> Burst | None:
             async def finish() -> list[RemotingCommand | None]:
                 raise RuntimeError("store bug")

@@ -24,7 +24,7 @@ from trioha.remoting import (
     serve_remoting,
 )
 from trioha.remoting._codec import FrameDecoder
-from trioha.remoting._connection import RejectAllRequests, RemotingConnection
+from trioha.remoting._connection import NoBursts, RejectAllRequests, RemotingConnection
 from trioha.remoting._limits import Admission, SlowFrame, ThrottledLog, address_key
 
 MIB = 1 << 20
@@ -106,7 +106,7 @@ def test_a_throttled_log_says_once_a_minute_what_it_held_back(
 # --- the deadline on a connection -----------------------------------------------------------
 
 
-class _Held:
+class _Held(NoBursts):
     """Answers code 1 at once; code 2 only after ``hold`` seconds (back pressure)."""
 
     def __init__(self, hold: float = 0.0) -> None:

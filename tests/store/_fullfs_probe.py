@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from tests.broker._diskfaults import fill_until_full
-from trioha.store import open_store
+from trioha.store import NewMessage, open_store
 from trioha.store._consumequeue import ConsumeQueueStore
 from trioha.store._index import IndexService
 
@@ -61,13 +61,15 @@ def main(root: Path) -> None:
     with open_store(store_dir, segment_size=SEG) as store:
         log = store.commitlog
         for i in range(70):  # segment 0 closed by a blank record, segment 1 begun
-            log.append(topic=TOPIC, body=b"m%04d" % i * 200, properties={"KEYS": f"k{i}"})
+            log.append(
+                NewMessage(topic=TOPIC, body=b"m%04d" % i * 200, properties={"KEYS": f"k{i}"})
+            )
         # A lost range: END_OF_FILE records pad the rest of segment 1 and all of 2 and 3.
         padded_to = log.skip_past(log.max_offset + 2 * SEG)
         # A record ending exactly on a page: the next header would lie in a hole.
-        probe = log.append(topic=TOPIC, body=b"")
+        probe = log.append(NewMessage(topic=TOPIC, body=b""))
         body = mmap.PAGESIZE - 2 * probe.size  # the same overhead, plus the body
-        log.append(topic=TOPIC, body=b"p" * body)
+        log.append(NewMessage(topic=TOPIC, body=b"p" * body))
         assert log.max_offset % mmap.PAGESIZE == 0, log.max_offset
         end = log.max_offset
         messages = list(log.iter_messages())

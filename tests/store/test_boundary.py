@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from trioha import NotAMessageBoundaryError
+from trioha.store import NewMessage
 from trioha.store._logcore import LogCore
 
 from .conftest import LogFactory
@@ -15,7 +16,9 @@ Log = LogCore[Any]
 
 
 def fill(log: Log, n: int) -> list[int]:
-    return [log.append(topic="FooBar", body=b"b" * 100).physical_offset for _ in range(n)]
+    return [
+        log.append(NewMessage(topic="FooBar", body=b"b" * 100)).physical_offset for _ in range(n)
+    ]
 
 
 def test_one_byte_into_a_segment_is_inside_its_first_record(make_log: LogFactory) -> None:

@@ -17,6 +17,7 @@ from trioha import StorageError, StoreLayoutError
 from trioha.store import (
     FileCommitLog,
     HostAddress,
+    NewMessage,
     PropertiesForm,
     RecoveryReport,
     SetAside,
@@ -58,7 +59,7 @@ def data_syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def _log_over(directory: Path, end: int, segment_size: int = 1024) -> FileCommitLog:
     log = FileCommitLog.open(directory, segment_size=segment_size, clock_ms=FakeClock())
     while log.max_offset < end:
-        log.append(topic="FooBar", body=b"b" * 100)
+        log.append(NewMessage(topic="FooBar", body=b"b" * 100))
     return log
 
 
@@ -160,7 +161,7 @@ def test_a_new_segment_file_is_made_durable_by_the_next_flush(
     log.flush()
     dir_syncs.clear()
     while log.max_offset < 1024:
-        log.append(topic="FooBar", body=b"b" * 100)
+        log.append(NewMessage(topic="FooBar", body=b"b" * 100))
     assert len(list(directory.iterdir())) == 2
     log.flush()
     assert dir_syncs == [directory]  # the new name, not only the bytes in it
@@ -170,8 +171,8 @@ def test_a_new_segment_file_is_made_durable_by_the_next_flush(
 def test_an_aside_directory_is_created_with_its_parents(tmp_path: Path) -> None:
     aside = tmp_path / "kept" / "by" / "operator"
     log = FileCommitLog.open(tmp_path / "commitlog", segment_size=1024, aside_dir=aside)
-    first = log.append(topic="FooBar", body=b"a" * 100)
-    log.append(topic="FooBar", body=b"b" * 100)
+    first = log.append(NewMessage(topic="FooBar", body=b"a" * 100))
+    log.append(NewMessage(topic="FooBar", body=b"b" * 100))
     log.truncate(first.end_offset)
     assert [p.name for p in aside.iterdir()] == [f"{first.end_offset:020d}-truncated.bin"]
     log.close()
@@ -361,7 +362,7 @@ def test_a_flush_with_standard_input_closed_syncs_and_closes_descriptor_0(
     # fsync is then 0, and is synced and closed like any other.
     log = _log_over(tmp_path / "commitlog", 300)
     log.flush()
-    log.append(topic="FooBar", body=b"c" * 100)
+    log.append(NewMessage(topic="FooBar", body=b"c" * 100))
     dir_syncs.clear()
     data_syncs.clear()
     saved = os.dup(0)
@@ -441,7 +442,7 @@ def test_the_store_host_and_properties_form_given_to_open_are_what_appends_write
     with FileCommitLog.open(
         directory, segment_size=1024, store_host=host, properties_form=PropertiesForm.V5
     ) as log:
-        r = log.append(topic="FooBar", body=b"x", properties=(("TAGS", "a"),))
+        r = log.append(NewMessage(topic="FooBar", body=b"x", properties=(("TAGS", "a"),)))
         record = bytes(log.read(r.physical_offset, r.size))
         (stored,) = log.iter_messages()
     assert stored.store_host == host

@@ -39,7 +39,10 @@ REC = 197  # an appended record: topic FooBar, 100-byte body, no properties
 
 
 def fill(log: Log, n: int, *, body: bytes = b"b" * 100, topic: str = "FooBar") -> list[int]:
-    return [log.append(topic=topic, body=body, queue_id=i % 2).physical_offset for i in range(n)]
+    return [
+        log.append(NewMessage(topic=topic, body=body, queue_id=i % 2)).physical_offset
+        for i in range(n)
+    ]
 
 
 def all_bytes(log: Log) -> bytes:
@@ -70,10 +73,10 @@ def test_an_empty_log(make_log: LogFactory) -> None:
 def test_append_assigns_offsets_queue_offsets_and_store_time(make_log: LogFactory) -> None:
     clock = FakeClock(1000)
     log = make_log(clock_ms=clock)
-    a = log.append(topic="A", body=b"one", queue_id=3, properties={"TAGS": "x"})
-    b = log.append(topic="A", body=b"two", queue_id=3)
-    c = log.append(topic="B", body=b"three", queue_id=3, store_timestamp=42)
-    d = log.append(topic="A", body=b"four", queue_id=4)
+    a = log.append(NewMessage(topic="A", body=b"one", queue_id=3, properties={"TAGS": "x"}))
+    b = log.append(NewMessage(topic="A", body=b"two", queue_id=3))
+    c = log.append(NewMessage(topic="B", body=b"three", queue_id=3, store_timestamp=42))
+    d = log.append(NewMessage(topic="A", body=b"four", queue_id=4))
     assert [r.physical_offset for r in (a, b, c, d)] == [
         0,
         a.end_offset,
@@ -96,7 +99,7 @@ def test_append_assigns_offsets_queue_offsets_and_store_time(make_log: LogFactor
 def test_hosts_and_sysflag(make_log: LogFactory) -> None:
     log = make_log()
     born = HostAddress("2001:db8::7", 5555)
-    r = log.append(topic="t", body=b"", born_host=born, sysflag=0x4)
+    r = log.append(NewMessage(topic="t", body=b"", born_host=born, sysflag=0x4))
     (m,) = log.iter_messages()
     assert (m.born_host, m.sysflag, m.total_size) == (born, 0x14, r.size)
 
@@ -123,7 +126,7 @@ def test_a_full_segment_counts_as_full(make_log: LogFactory) -> None:
     log = make_log(segment_size=1024)
     fill(log, 5)
     end = log.max_offset
-    log.append(topic="FooBar", body=b"b" * 100)
+    log.append(NewMessage(topic="FooBar", body=b"b" * 100))
     assert log.max_offset == 1024 + REC
     assert end == 5 * REC
     assert len(log.read(end, 4096)) == 1024 - end
@@ -140,7 +143,7 @@ def test_append_batch_is_consecutive_and_in_one_segment(make_log: LogFactory) ->
     assert before == 3 * REC
     assert [r.physical_offset for r in results] == [1024, 1024 + REC, 1024 + 2 * REC]
     assert [r.queue_offset for r in results] == [2, 3, 4]
-    mixed = log.append_batch([{"topic": "X", "body": b"1"}, {"topic": "X", "body": b"2"}])
+    mixed = log.append_batch([NewMessage(topic="X", body=b"1"), NewMessage(topic="X", body=b"2")])
     assert [r.queue_offset for r in mixed] == [0, 1]
     assert mixed[1].physical_offset == mixed[0].end_offset
     assert log.append_batch([]) == []
@@ -165,10 +168,10 @@ def test_a_batch_fails_whole(make_log: LogFactory) -> None:
 def test_limits(make_log: LogFactory) -> None:
     log = make_log(segment_size=1024)
     with pytest.raises(MessageTooLargeError, match="message of 1116 bytes does not fit a segment"):
-        log.append(topic="t", body=b"x" * 1024)
+        log.append(NewMessage(topic="t", body=b"x" * 1024))
     with pytest.raises(MessageTooLargeError, match="properties are 32770 bytes"):
-        log.append(topic="t", body=b"", properties={"k": "v" * 32768})
-    long_topic = log.append(topic="t" * 200, body=b"")  # V2 record
+        log.append(NewMessage(topic="t", body=b"", properties={"k": "v" * 32768}))
+    long_topic = log.append(NewMessage(topic="t" * 200, body=b""))  # V2 record
     assert next(log.iter_messages()).topic == "t" * 200
     assert long_topic.queue_offset == 0
     assert log.max_offset == long_topic.end_offset
@@ -220,7 +223,7 @@ def test_replicating_through_read_and_append_raw_gives_identical_bytes(
     assert list(slave.iter_messages()) == list(master.iter_messages())
     assert slave.next_queue_offset("FooBar", 0) == 15
     # A promoted slave continues the queues.
-    assert slave.append(topic="FooBar", body=b"x", queue_id=1).queue_offset == 15
+    assert slave.append(NewMessage(topic="FooBar", body=b"x", queue_id=1)).queue_offset == 15
 
 
 def test_append_raw_elsewhere_than_the_end_is_refused(make_log: LogFactory) -> None:
@@ -354,7 +357,7 @@ def test_truncate_drops_the_tail_keeps_it_aside_and_rolls_back_queues(
         (offsets[6], "truncated"),
         (2048, "truncated"),
     ]
-    again = log.append(topic="FooBar", body=b"b" * 100, queue_id=0)
+    again = log.append(NewMessage(topic="FooBar", body=b"b" * 100, queue_id=0))
     assert (again.physical_offset, again.queue_offset) == (offsets[6], 3)
     assert all_bytes(log)[: offsets[6]] == before[: offsets[6]]
 
@@ -434,7 +437,9 @@ def test_boundaries_around_a_blank_record_and_segment_ends(make_log: LogFactory)
     assert log.max_offset == 1024
     log.truncate_to_boundary(blank_at)
     assert log.max_offset == blank_at
-    assert log.append(topic="FooBar", body=b"").physical_offset == 1024  # a new marker first
+    assert (
+        log.append(NewMessage(topic="FooBar", body=b"")).physical_offset == 1024
+    )  # a new marker first
     assert decode_record(bytes(log.read(blank_at, 1024))) == DecodedBlank(0, 1024 - blank_at)
 
 
@@ -490,7 +495,7 @@ def test_skip_past_closes_segments_with_end_of_file_records(make_log: LogFactory
     assert log.skip_past(1500) == 2048  # the first segment boundary beyond 1500
     assert decode_record(bytes(log.read(end, 1024))) == DecodedBlank(0, 1024 - end)
     assert decode_record(bytes(log.read(1024, 1024))) == DecodedBlank(0, 1024)
-    after = log.append(topic="FooBar", body=b"b" * 100, queue_id=0)
+    after = log.append(NewMessage(topic="FooBar", body=b"b" * 100, queue_id=0))
     assert (after.physical_offset, after.queue_offset) == (2048, 2)
     assert [m.physical_offset for m in log.iter_messages()] == [*offsets, 2048]
     assert log.boundaries_around(1500) == (1024, 2048)
@@ -500,7 +505,7 @@ def test_skip_past_closes_segments_with_end_of_file_records(make_log: LogFactory
 def test_skip_past_a_segment_boundary_goes_one_segment_further(make_log: LogFactory) -> None:
     log = make_log(segment_size=1024)
     assert log.skip_past(1024) == 2048  # an empty log too: its first record starts at 2048
-    assert log.append(topic="t", body=b"x").physical_offset == 2048
+    assert log.append(NewMessage(topic="t", body=b"x")).physical_offset == 2048
     assert [m.physical_offset for m in log.iter_messages()] == [2048]
 
 
@@ -517,7 +522,7 @@ def test_delete_segments_before(make_log: LogFactory) -> None:
     assert [m.physical_offset for m in log.iter_messages()] == offsets[20:]
     with pytest.raises(StorageError, match="outside"):
         log.read(0, 10)
-    assert log.append(topic="FooBar", body=b"", queue_id=0).queue_offset == 11
+    assert log.append(NewMessage(topic="FooBar", body=b"", queue_id=0)).queue_offset == 11
 
 
 # --- close ----------------------------------------------------------------------------
@@ -533,34 +538,45 @@ def test_close_is_final_and_idempotent(make_log: LogFactory) -> None:
     assert log.max_offset == end
     assert log.flushed_offset == end
     with pytest.raises(StorageError, match="closed"):
-        log.append(topic="t", body=b"")
+        log.append(NewMessage(topic="t", body=b""))
     with pytest.raises(StorageError, match="closed"):
         log.read(0, 1)
 
 
 def test_iteration_gives_stored_messages(make_log: LogFactory) -> None:
     log = make_log()
-    r = log.append(topic="T", body=b"payload", properties=[("KEYS", "a b"), ("TAGS", "t")])
+    r = log.append(
+        NewMessage(topic="T", body=b"payload", properties=[("KEYS", "a b"), ("TAGS", "t")])
+    )
     (m,) = log.iter_messages()
     assert isinstance(m, StoredMessage)
     assert (m.keys, m.tags, m.end_offset, m.queue_offset) == ("a b", "t", r.end_offset, 0)
     assert list(log.iter_messages(r.end_offset)) == []
 
 
-def test_a_new_message_takes_hosts_as_pairs_and_properties_as_a_mapping() -> None:
-    message = NewMessage(
-        "T",
-        bytearray(b"abc"),
-        born_host=("10.0.0.2", 5000),
-        store_host=HostAddress("10.0.0.1", 10911),
-        properties={"KEYS": "7"},
+def test_a_new_message_takes_hosts_as_pairs_and_properties_as_a_mapping(
+    make_log: LogFactory,
+) -> None:
+    # NewMessage keeps its fields as given (a send builds one per message); the log's
+    # prepare makes them a record's, which is where they are checked.
+    log = make_log()
+    log.append(
+        NewMessage(
+            "T",
+            bytearray(b"abc"),
+            born_host=("10.0.0.2", 5000),
+            store_host=HostAddress("10.0.0.1", 10911),
+            properties={"KEYS": "7"},
+        )
     )
+    (message,) = log.iter_messages()
     assert message.born_host == HostAddress("10.0.0.2", 5000)
     assert message.store_host == HostAddress("10.0.0.1", 10911)
     assert message.body == b"abc" and type(message.body) is bytes
     assert message.properties == (("KEYS", "7"),)
     with pytest.raises(ValueError, match="not an IPv4 or IPv6 address"):
-        NewMessage("T", b"", born_host=("localhost", 1))
+        log.append(NewMessage("T", b"", born_host=("localhost", 1)))
+    assert log.max_offset == message.end_offset
 
 
 def test_a_memory_log_refuses_a_segment_below_the_minimum() -> None:

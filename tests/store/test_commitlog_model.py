@@ -39,7 +39,8 @@ class Rec:
 
 
 def record_size(msg: NewMessage) -> int:
-    props = sum(len(k) + len(v) + 2 for k, v in msg.properties) - (1 if msg.properties else 0)
+    pairs = dict(msg.properties).items()
+    props = sum(len(k) + len(v) + 2 for k, v in pairs) - (1 if pairs else 0)
     return message_length(0, len(msg.body), len(msg.topic), props)
 
 

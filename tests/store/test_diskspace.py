@@ -260,8 +260,8 @@ def above_line(
     return (
         f"disk of the commit log (/cl) is {ratio} used, above {ratio_name} {threshold}"
         + ("; puts are accepted again" if again else "")
-        + f"; trioha deletes no old commit log files, so free space before it passes {warning} "
-        "and puts are refused"
+        + "; retention deletes old commit log files at its next run; puts are refused above "
+        + warning
     )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from trioha.store import open_store
+from trioha.store import NewMessage, open_store
 from trioha.store._segment import SegmentFile
 
 SEG = 64 * 1024
@@ -44,10 +44,10 @@ def _build(root: Path) -> tuple[int, int, list[bytes]]:
     with open_store(root, segment_size=SEG) as store:
         log = store.commitlog
         for i in range(70):
-            log.append(topic="T", body=b"m%04d" % i * 200)
+            log.append(NewMessage(topic="T", body=b"m%04d" % i * 200))
         padded_to = log.skip_past(log.max_offset + 2 * SEG)
-        probe = log.append(topic="T", body=b"")
-        log.append(topic="T", body=b"p" * (mmap.PAGESIZE - 2 * probe.size))
+        probe = log.append(NewMessage(topic="T", body=b""))
+        log.append(NewMessage(topic="T", body=b"p" * (mmap.PAGESIZE - 2 * probe.size)))
         assert log.max_offset % mmap.PAGESIZE == 0
         return padded_to, log.max_offset, [m.body for m in log.iter_messages()]
 
@@ -94,8 +94,8 @@ def test_a_torn_record_running_into_a_hole_is_cut_as_torn(
     """A record whose head was written but whose rest never was (a power cut between the
     pages of one write): recovery cuts it, and names it what it is."""
     with open_store(tmp_path, segment_size=SEG) as store:
-        first = store.commitlog.append(topic="T", body=b"a")
-        torn = store.commitlog.append(topic="T", body=b"b" * 3 * mmap.PAGESIZE)
+        first = store.commitlog.append(NewMessage(topic="T", body=b"a"))
+        torn = store.commitlog.append(NewMessage(topic="T", body=b"b" * 3 * mmap.PAGESIZE))
     segment = tmp_path / "commitlog" / f"{0:020d}"
     with segment.open("r+b") as f:  # punch the record's last page out: a hole again
         data = bytearray(f.read())

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from trioha.store import _boundary
+from trioha.store import NewMessage, _boundary
 from trioha.store._logcore import LogCore
 from trioha.store._message import BLANK_MAGIC, MESSAGE_MAGIC, MESSAGE_MAGIC_V2
 
@@ -18,7 +18,7 @@ MAGICS = b"".join(m.to_bytes(4, "big") for m in (MESSAGE_MAGIC, MESSAGE_MAGIC_V2
 
 def put(log: Log, stamps: list[int], *, body: bytes = b"b" * 100) -> list[int]:
     return [
-        log.append(topic="FooBar", body=body, store_timestamp=stamp).physical_offset
+        log.append(NewMessage(topic="FooBar", body=body, store_timestamp=stamp)).physical_offset
         for stamp in stamps
     ]
 

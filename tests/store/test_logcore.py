@@ -35,7 +35,10 @@ REC = 100 + OVERHEAD  # what fill() appends
 
 
 def fill(log: Log, n: int, *, body: bytes = b"b" * 100) -> list[int]:
-    return [log.append(topic="FooBar", body=body, queue_id=i % 2).physical_offset for i in range(n)]
+    return [
+        log.append(NewMessage(topic="FooBar", body=body, queue_id=i % 2)).physical_offset
+        for i in range(n)
+    ]
 
 
 # --- prepare (the send path's messages) ------------------------------------------------
@@ -48,7 +51,7 @@ def test_a_prepared_message_is_stored_with_its_request_fields_and_the_logs_host_
     host = HostAddress("10.0.0.9", 10911)
     log = make_log(clock_ms=clock, store_host=host, properties_form=PropertiesForm.V5)
     client = HostAddress("10.0.0.2", 40000)
-    sent = log.prepare(
+    sent = NewMessage(
         topic="Orders",
         body=b"payload",
         queue_id=5,
@@ -59,7 +62,7 @@ def test_a_prepared_message_is_stored_with_its_request_fields_and_the_logs_host_
         reconsume_times=2,
         properties={"KEYS": "k1", "TAGS": "paid"},
     )
-    anonymous = log.prepare(
+    anonymous = NewMessage(
         topic="Orders",
         body=b"",
         queue_id=5,
@@ -102,11 +105,11 @@ def test_a_prepared_message_over_the_logs_size_limit_is_refused_before_anything_
         "reconsume_times": 0,
         "properties": {},
     }
-    log.prepare(body=b"x" * 300, **fields)
+    log.prepare(NewMessage(body=b"x" * 300, **fields), 0)
     with pytest.raises(MessageTooLargeError, match="301 bytes, more than maxMessageSize 300"):
-        log.prepare(body=b"x" * 301, **fields)
+        log.prepare(NewMessage(body=b"x" * 301, **fields), 0)
     with pytest.raises(MessageTooLargeError, match="301 bytes, more than maxMessageSize 300"):
-        log.append(topic="T", body=b"x" * 301)
+        log.append(NewMessage(topic="T", body=b"x" * 301))
     assert log.max_offset == 0
 
 
@@ -114,7 +117,7 @@ def test_an_append_with_only_a_topic_and_body_stores_rocketmqs_defaults(
     make_log: LogFactory,
 ) -> None:
     log = make_log(properties_form=PropertiesForm.V5)
-    log.append(topic="T", body=b"x", properties={"TAGS": "a"})
+    log.append(NewMessage(topic="T", body=b"x", properties={"TAGS": "a"}))
     (m,) = log.iter_messages()
     assert (m.queue_id, m.flag, m.sysflag, m.reconsume_times) == (0, 0, 0, 0)
     assert m.prepared_transaction_offset == 0
@@ -130,15 +133,19 @@ def test_a_message_fits_a_segment_only_with_room_for_the_end_marker(
         r"\(a segment keeps 8 bytes for its end marker\)"
     )
     with pytest.raises(MessageTooLargeError, match=refused):
-        log.append(topic="FooBar", body=b"x" * (1020 - OVERHEAD))
-    assert log.append(topic="FooBar", body=b"x" * (1016 - OVERHEAD)).physical_offset == 0
+        log.append(NewMessage(topic="FooBar", body=b"x" * (1020 - OVERHEAD)))
+    assert (
+        log.append(NewMessage(topic="FooBar", body=b"x" * (1016 - OVERHEAD))).physical_offset == 0
+    )
     assert log.max_offset == 1016
 
 
 def test_a_message_moves_on_when_it_would_leave_less_than_a_marker(make_log: LogFactory) -> None:
     log = make_log(segment_size=1024)
-    log.append(topic="FooBar", body=b"x" * (1024 - REC - 4 - OVERHEAD))  # REC + 4 bytes left
-    assert log.append(topic="FooBar", body=b"b" * 100).physical_offset == 1024
+    log.append(
+        NewMessage(topic="FooBar", body=b"x" * (1024 - REC - 4 - OVERHEAD))
+    )  # REC + 4 bytes left
+    assert log.append(NewMessage(topic="FooBar", body=b"b" * 100)).physical_offset == 1024
     assert decode_record(bytes(log.read(1024 - REC - 4, 1024))) == DecodedBlank(0, REC + 4)
 
 
@@ -146,8 +153,8 @@ def test_a_message_after_exactly_a_markers_room_closes_the_segment_with_it(
     make_log: LogFactory,
 ) -> None:
     log = make_log(segment_size=1024)
-    log.append(topic="FooBar", body=b"x" * (1016 - OVERHEAD))
-    assert log.append(topic="FooBar", body=b"").physical_offset == 1024
+    log.append(NewMessage(topic="FooBar", body=b"x" * (1016 - OVERHEAD)))
+    assert log.append(NewMessage(topic="FooBar", body=b"")).physical_offset == 1024
     assert decode_record(bytes(log.read(1016, 8))) == DecodedBlank(0, 8)
 
 
@@ -158,7 +165,7 @@ def test_a_promoted_slave_closes_a_segment_too_short_for_a_marker_without_writin
     fill(master, 6)  # five records and the blank record closing the segment at 985
     slave = make_log(segment_size=1024)
     slave.append_raw(0, master.read(0, 1020))  # all but the last 4 bytes of the blank record
-    assert slave.append(topic="FooBar", body=b"b" * 100).physical_offset == 1024
+    assert slave.append(NewMessage(topic="FooBar", body=b"b" * 100)).physical_offset == 1024
     assert bytes(slave.read(985, 1024)) == bytes(master.read(985, 1024))
 
 
@@ -174,7 +181,7 @@ def test_a_batch_keeps_the_store_time_each_message_brings(make_log: LogFactory) 
 def test_a_batch_stores_every_field_each_new_message_brings(make_log: LogFactory) -> None:
     log = make_log(clock_ms=FakeClock(1000))
     assert log.closed is False
-    log.append(topic="Other", body=b"before")  # the batch starts past 0
+    log.append(NewMessage(topic="Other", body=b"before"))  # the batch starts past 0
     client = HostAddress("10.0.0.2", 40000)
     results = log.append_batch(
         [
@@ -206,7 +213,7 @@ def test_a_batch_stores_every_field_each_new_message_brings(make_log: LogFactory
     assert first.properties_form is PropertiesForm.V5  # the message's own form wins
     assert second.properties_form is PropertiesForm.V4_9  # else the log's
     assert (second.queue_offset, second.born_timestamp) == (1, 1002)
-    log.append(topic="T", body=b"z", born_timestamp=5)
+    log.append(NewMessage(topic="T", body=b"z", born_timestamp=5))
     assert [m.born_timestamp for m in log.iter_messages()][-1] == 5
 
 
@@ -276,7 +283,7 @@ def test_retention_says_how_many_segments_went_and_where_the_log_now_starts(
         assert log.delete_segments_before(2100) == 2
         assert log.delete_segments_before(2100) == 0  # nothing more: no second line
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
-        ("INFO", "deleted 2 commit log segment(s) below 2100; the log now starts at 2048")
+        ("INFO", "deleted 2 commit log segment(s) [0, 2048); the log now starts at 2048")
     ]
 
 
@@ -294,7 +301,9 @@ def test_a_truncate_says_where_it_cut_and_where_the_log_ended(
 
 def test_a_cut_inside_a_record_recounts_the_queues_from_the_start(make_log: LogFactory) -> None:
     log = make_log(segment_size=1024)
-    offsets = [log.append(topic="FooBar", body=b"b" * 100).physical_offset for _ in range(4)]
+    offsets = [
+        log.append(NewMessage(topic="FooBar", body=b"b" * 100)).physical_offset for _ in range(4)
+    ]
     log.truncate(offsets[2] + 10)  # what is left ends with 10 bytes of a record
     assert log.next_queue_offset("FooBar", 0) == 2
     log.truncate(5)  # inside the first record: no message is left
@@ -306,14 +315,16 @@ def test_a_cut_below_replicated_bytes_not_counted_yet_rolls_the_queues_back(
     make_log: LogFactory,
 ) -> None:
     master = make_log(segment_size=1024)
-    offsets = [master.append(topic="FooBar", body=b"b" * 100).physical_offset for _ in range(8)]
+    offsets = [
+        master.append(NewMessage(topic="FooBar", body=b"b" * 100)).physical_offset for _ in range(8)
+    ]
     slave = make_log(segment_size=1024)
     slave.append_raw(0, master.read(0, offsets[4]))
     assert slave.next_queue_offset("FooBar", 0) == 4  # counts up to offsets[4]
     slave.append_raw(offsets[4], master.read(offsets[4], offsets[7] - offsets[4]))  # uncounted
     slave.truncate(offsets[2])
     assert slave.next_queue_offset("FooBar", 0) == 2
-    assert slave.append(topic="FooBar", body=b"x").queue_offset == 2
+    assert slave.append(NewMessage(topic="FooBar", body=b"x")).queue_offset == 2
 
 
 def damaged_log(directory: Path, bad: list[int]) -> tuple[FileCommitLog, list[int]]:
@@ -321,7 +332,9 @@ def damaged_log(directory: Path, bad: list[int]) -> tuple[FileCommitLog, list[in
     CRC, reopened without CRC checks (RocketMQ's ``checkCRCOnRecover=false``): recovery
     counts every one."""
     log = FileCommitLog.open(directory, segment_size=4096, clock_ms=FakeClock())
-    offsets = [log.append(topic="T", body=b"body-%d" % i).physical_offset for i in range(8)]
+    offsets = [
+        log.append(NewMessage(topic="T", body=b"body-%d" % i)).physical_offset for i in range(8)
+    ]
     log.close()
     segment = directory / f"{0:020d}"
     data = bytearray(segment.read_bytes())
@@ -340,7 +353,7 @@ def test_a_cut_rolls_queue_offsets_back_without_recounting_what_recovery_counted
     log, offsets = damaged_log(tmp_path / "a" / "commitlog", bad=[1, 5])
     log.truncate(offsets[4])  # the cut holds a damaged body too
     assert log.next_queue_offset("T", 0) == 4
-    assert log.append(topic="T", body=b"again").queue_offset == 4
+    assert log.append(NewMessage(topic="T", body=b"again")).queue_offset == 4
     log.close()
     log, offsets = damaged_log(tmp_path / "b" / "commitlog", bad=[1])
     whole = bytes(log.read(offsets[7], 1 << 20))
@@ -423,9 +436,9 @@ def test_queue_offsets_stop_at_a_replicated_record_with_a_bad_crc_and_say_so(
 
 def test_the_last_store_timestamp_is_the_last_appended_messages(make_log: LogFactory) -> None:
     log = make_log(clock_ms=FakeClock(1000))
-    log.append(topic="T", body=b"", store_timestamp=42)
+    log.append(NewMessage(topic="T", body=b"", store_timestamp=42))
     assert log.last_store_timestamp == 42
-    log.append_batch([{"topic": "T", "body": b""}, {"topic": "T", "body": b""}])
+    log.append_batch([NewMessage(topic="T", body=b""), NewMessage(topic="T", body=b"")])
     assert log.last_store_timestamp == 1002  # one clock reading for the batch
 
 
@@ -479,11 +492,13 @@ def test_skip_past_closes_a_segment_with_exactly_room_for_the_marker(
     make_log: LogFactory,
 ) -> None:
     log = make_log(segment_size=1024)
-    log.append(topic="FooBar", body=b"b" * (1016 - OVERHEAD))  # 8 bytes left: the marker's size
+    log.append(
+        NewMessage(topic="FooBar", body=b"b" * (1016 - OVERHEAD))
+    )  # 8 bytes left: the marker's size
     assert log.max_offset == 1016
     assert log.skip_past(0) == 1024
     assert decode_record(bytes(log.read(1016, 8))) == DecodedBlank(0, 8)
-    assert log.append(topic="FooBar", body=b"x").physical_offset == 1024
+    assert log.append(NewMessage(topic="FooBar", body=b"x")).physical_offset == 1024
 
 
 def test_skip_past_leaves_a_tail_too_short_for_a_marker_as_it_was(make_log: LogFactory) -> None:
@@ -497,5 +512,8 @@ def test_skip_past_leaves_a_tail_too_short_for_a_marker_as_it_was(make_log: LogF
     slave.append_raw(0, master.read(0, 1020))
     assert slave.skip_past(1020) == 1024
     assert bytes(slave.read(blank_at, 1024)) == bytes(master.read(blank_at, 1024))
-    assert slave.append(topic="FooBar", body=b"b" * 100, queue_id=1).physical_offset == 1024
+    assert (
+        slave.append(NewMessage(topic="FooBar", body=b"b" * 100, queue_id=1)).physical_offset
+        == 1024
+    )
     assert [m.physical_offset for m in slave.iter_messages()] == offsets

@@ -614,7 +614,7 @@ def test_a_body_given_as_a_bytearray_is_copied_when_prepared() -> None:
     # The commit log prepares a batch before it writes it: later changes by the caller
     # must not reach the log.
     body = bytearray(b"abc")
-    prepared = PreparedMessage(topic="t", body=body, born_host=BORN, store_host=STORE)  # type: ignore[arg-type]
+    prepared = PreparedMessage(topic="t", body=body, born_host=BORN, store_host=STORE)
     body[0] = ord("X")
     buf = bytearray(prepared.length)
     prepared.write_into(buf, 0, queue_offset=0, physical_offset=0, store_timestamp=0)

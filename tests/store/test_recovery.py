@@ -170,7 +170,7 @@ def test_a_torn_tail_is_cut_at_the_last_complete_record(
             assert report.cut_bytes == cut
             assert sorted(report.kept_aside) == kept
             # The log goes on from there, and a second recovery finds nothing to do.
-            r = log.append(topic="after", body=b"z")
+            r = log.append(NewMessage(topic="after", body=b"z"))
             assert r.physical_offset >= expected_end
         finally:
             log.close()
@@ -262,7 +262,9 @@ def test_a_slaves_half_received_message_is_cut_and_kept(tmp_path: Path) -> None:
     master = FileCommitLog.open(
         tmp_path / "m" / "commitlog", segment_size=4096, clock_ms=FakeClock()
     )
-    offsets = [master.append(topic="FooBar", body=b"q" * 50).physical_offset for _ in range(3)]
+    offsets = [
+        master.append(NewMessage(topic="FooBar", body=b"q" * 50)).physical_offset for _ in range(3)
+    ]
     directory = tmp_path / "s" / "commitlog"
     slave = FileCommitLog.open(directory, segment_size=4096)
     half = offsets[2] + 60
@@ -285,7 +287,9 @@ def test_a_slaves_half_received_message_is_cut_and_kept(tmp_path: Path) -> None:
 def test_later_segments_are_moved_aside_and_empty_ones_deleted(tmp_path: Path) -> None:
     directory = tmp_path / "commitlog"
     log = FileCommitLog.open(directory, segment_size=1024)
-    offsets = [log.append(topic="FooBar", body=b"b" * 100).physical_offset for _ in range(12)]
+    offsets = [
+        log.append(NewMessage(topic="FooBar", body=b"b" * 100)).physical_offset for _ in range(12)
+    ]
     log.close()
     (directory / f"{3072:020d}").write_bytes(bytes(1024))  # pre-created, empty
     seg1 = segment_path(directory, 1024)
@@ -337,7 +341,7 @@ def _corrupt_first_body(directory: Path) -> None:
 def _five_segments(directory: Path) -> int:
     log = FileCommitLog.open(directory, segment_size=1024)
     for _ in range(23):
-        log.append(topic="FooBar", body=b"b" * 100)
+        log.append(NewMessage(topic="FooBar", body=b"b" * 100))
     end = log.max_offset
     log.close()
     return end
@@ -382,13 +386,13 @@ def test_queue_offsets_continue_after_restart(tmp_path: Path) -> None:
     directory = tmp_path / "commitlog"
     log = FileCommitLog.open(directory, segment_size=1024)
     for i in range(13):
-        log.append(topic=f"T{i % 3}", body=b"b" * 90, queue_id=i % 2)
+        log.append(NewMessage(topic=f"T{i % 3}", body=b"b" * 90, queue_id=i % 2))
     log.close()
     log = FileCommitLog.open(directory)
     assert log.recovery.messages == 13
     assert log.next_queue_offset("T0", 0) == 3  # i = 0, 6, 12
     assert log.next_queue_offset("T0", 1) == 2  # i = 3, 9
-    assert log.append(topic="T1", body=b"", queue_id=1).queue_offset == 2  # i = 1, 7
+    assert log.append(NewMessage(topic="T1", body=b"", queue_id=1)).queue_offset == 2  # i = 1, 7
     log.close()
 
 
@@ -396,7 +400,7 @@ def test_a_last_segment_closed_by_a_blank_stays_full(tmp_path: Path) -> None:
     directory = tmp_path / "commitlog"
     master = FileCommitLog.open(tmp_path / "m" / "commitlog", segment_size=1024)
     for _ in range(6):
-        master.append(topic="FooBar", body=b"b" * 100)
+        master.append(NewMessage(topic="FooBar", body=b"b" * 100))
     slave = FileCommitLog.open(directory, segment_size=1024)
     blank_at = 5 * 197
     slave.append_raw(0, master.read(0, blank_at + 8))  # the blank, not all its padding
@@ -412,7 +416,9 @@ def test_a_last_segment_closed_by_a_blank_stays_full(tmp_path: Path) -> None:
 
 def test_a_log_started_inside_a_segment_keeps_its_start(tmp_path: Path) -> None:
     master = FileCommitLog.open(tmp_path / "m" / "commitlog", segment_size=1024)
-    offsets = [master.append(topic="FooBar", body=b"b" * 100).physical_offset for _ in range(9)]
+    offsets = [
+        master.append(NewMessage(topic="FooBar", body=b"b" * 100)).physical_offset for _ in range(9)
+    ]
     directory = tmp_path / "s" / "commitlog"
     slave = FileCommitLog.open(directory, segment_size=1024)
     slave.append_raw(offsets[6], master.read(offsets[6], 4096))
@@ -469,7 +475,7 @@ def test_a_commitlog_written_by_rocketmq_opens_and_iterates(tmp_path: Path) -> N
         assert msgs[1].properties_dict() == {"KEYS": "1700000000001", "TAGS": "TAG1"}
         for b in blanks:
             assert bytes(log.read(b, 8))[4:] == b"\xcb\xd4\x31\x94"
-        r = log.append(topic="FooBar", body=b"next", queue_id=1)
+        r = log.append(NewMessage(topic="FooBar", body=b"next", queue_id=1))
         assert r.queue_offset == sum(1 for m in java if m.topic == "FooBar" and m.queue_id == 1)
     # Opening changed nothing that RocketMQ wrote; the new record went after it.
     after = {p.name: p.read_bytes() for p in (root / "commitlog").iterdir()}
@@ -505,7 +511,7 @@ def test_a_start_marker_outside_the_first_segment_is_ignored_and_removed(
 ) -> None:
     directory = tmp_path / "commitlog"
     log = FileCommitLog.open(directory, segment_size=1024)
-    log.append(topic="FooBar", body=b"b" * 100)
+    log.append(NewMessage(topic="FooBar", body=b"b" * 100))
     log.close()
     marker = tmp_path / "commitlog.start"
     marker.write_text("5000\n")  # not inside segment [0, 1024)
@@ -540,8 +546,8 @@ def test_an_aside_directory_that_cannot_be_made_stops_the_cut_before_it_starts(
     log = FileCommitLog.open(
         tmp_path / "commitlog", segment_size=1024, aside_dir=tmp_path / "file" / "lost+found"
     )
-    first = log.append(topic="FooBar", body=b"b" * 100)
-    log.append(topic="FooBar", body=b"c" * 100)
+    first = log.append(NewMessage(topic="FooBar", body=b"b" * 100))
+    log.append(NewMessage(topic="FooBar", body=b"c" * 100))
     end = log.max_offset
     (tmp_path / "file").write_text("not a directory")
     with pytest.raises(StorageError, match=r"cannot create .*lost\+found"):
@@ -559,9 +565,9 @@ def _eio(*args: object) -> None:
 
 def _two_segments(tmp_path: Path) -> tuple[FileCommitLog, int, bytes]:
     log = FileCommitLog.open(tmp_path / "commitlog", segment_size=1024)
-    first = log.append(topic="FooBar", body=b"a" * 100)
+    first = log.append(NewMessage(topic="FooBar", body=b"a" * 100))
     while log.max_offset < 1500:
-        log.append(topic="FooBar", body=b"b" * 100)
+        log.append(NewMessage(topic="FooBar", body=b"b" * 100))
     log.flush()
     cut = first.physical_offset + first.size
     return log, cut, bytes(log.read(0, 1024)) + bytes(log.read(1024, 1024))
@@ -607,7 +613,7 @@ def test_a_failed_fsync_is_an_error_and_leaks_no_descriptor(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = FileCommitLog.open(tmp_path / "commitlog", segment_size=1024)
-    log.append(topic="FooBar", body=b"a" * 100)
+    log.append(NewMessage(topic="FooBar", body=b"a" * 100))
     open_fds = len(os.listdir("/proc/self/fd"))
     monkeypatch.setattr(os, "fdatasync", _eio)
     with pytest.raises(StorageError, match=r"fsync of the commit log .*commitlog failed"):
@@ -620,7 +626,9 @@ def test_a_failed_fsync_is_an_error_and_leaks_no_descriptor(
 
 def test_a_start_marker_that_cannot_be_written_stops_the_first_append(tmp_path: Path) -> None:
     master = FileCommitLog.open(tmp_path / "m" / "commitlog", segment_size=1024)
-    offsets = [master.append(topic="FooBar", body=b"b" * 100).physical_offset for _ in range(9)]
+    offsets = [
+        master.append(NewMessage(topic="FooBar", body=b"b" * 100)).physical_offset for _ in range(9)
+    ]
     slave = FileCommitLog.open(tmp_path / "s" / "commitlog", segment_size=1024)
     (tmp_path / "s" / "commitlog.start.tmp").mkdir()
     with pytest.raises(StorageError, match=r"cannot update .*commitlog\.start"):
@@ -635,7 +643,8 @@ def test_the_report_names_what_earlier_cuts_kept_aside_past_the_end(tmp_path: Pa
     there is nothing left to cut."""
     with open_store(tmp_path, segment_size=4096) as store:
         offsets = [
-            store.commitlog.append(topic="T", body=b"x" * 100).physical_offset for _ in range(60)
+            store.commitlog.append(NewMessage(topic="T", body=b"x" * 100)).physical_offset
+            for _ in range(60)
         ]
         store.commitlog.truncate(offsets[50])  # kept aside: <offsets[50]>-truncated.bin
         store.commitlog.truncate(offsets[10])

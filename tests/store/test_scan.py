@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import trioha.store._scan as scan_module
-from trioha.store import FileCommitLog, MemoryCommitLog
+from trioha.store import FileCommitLog, MemoryCommitLog, NewMessage
 from trioha.store._contract import SegmentLike
 from trioha.store._scan import PageBudget, QueueOffsets, RecordScan
 
@@ -18,7 +18,7 @@ SEG = 4096
 def test_recovery_reports_its_progress_once_per_segment(tmp_path: Path) -> None:
     with FileCommitLog.open(tmp_path / "commitlog", segment_size=SEG) as log:
         while len(log._segments) < 3:
-            log.append(topic="FooBar", body=b"x" * 300)
+            log.append(NewMessage(topic="FooBar", body=b"x" * 300))
     seen: list[tuple[int, int]] = []
     with FileCommitLog.open(
         tmp_path / "commitlog", segment_size=SEG, progress=lambda done, of: seen.append((done, of))
@@ -41,7 +41,7 @@ def test_a_long_walk_gives_back_what_it_read_in_steps_of_the_budget(
 ) -> None:
     log = MemoryCommitLog(segment_size=SEG)
     for _ in range(40):
-        log.append(topic="FooBar", body=b"x" * 200)
+        log.append(NewMessage(topic="FooBar", body=b"x" * 200))
     record = log.read(0, SEG)[:4]
     size = int.from_bytes(record, "big")  # every record is the same size
     monkeypatch.setattr(scan_module, "DROP_PAGES_EVERY", 3 * size)
@@ -60,7 +60,7 @@ def test_a_long_walk_gives_back_what_it_read_in_steps_of_the_budget(
 
 def test_counting_nothing_new_keeps_the_last_store_timestamp() -> None:
     log = MemoryCommitLog(segment_size=SEG)
-    log.append(topic="FooBar", body=b"x")
+    log.append(NewMessage(topic="FooBar", body=b"x"))
     queues = QueueOffsets(log.max_offset)
     queues.last_store_timestamp = 1234
     walked = RecordScan(log._segments, log.max_offset, SEG, check_crc_from=0)
@@ -73,7 +73,7 @@ def test_a_walk_stopped_by_a_torn_record_says_where_and_still_accounts_for_it(
 ) -> None:
     log = MemoryCommitLog(segment_size=SEG)
     for _ in range(46):  # four segments, the last holding several records before the torn one
-        log.append(topic="FooBar", body=b"x" * 200)
+        log.append(NewMessage(topic="FooBar", body=b"x" * 200))
     size = int.from_bytes(log.read(0, 4), "big")
     good_end = log.max_offset
     log.append_raw(good_end, bytes(log.read(0, size))[: size // 2])  # a slave mid-record
@@ -131,7 +131,7 @@ def test_a_walk_left_early_ends_where_the_record_it_stopped_at_begins() -> None:
     # counted) reads where that record begins: everything before it was walked.
     log = MemoryCommitLog(segment_size=SEG)
     for _ in range(10):
-        log.append(topic="FooBar", body=b"x" * 200)
+        log.append(NewMessage(topic="FooBar", body=b"x" * 200))
     size = int.from_bytes(log.read(0, 4), "big")
     walked = RecordScan(log._segments, 0, SEG, check_crc_from=0)
     for n, (_buf, pos, base, _layout) in enumerate(walked, 1):

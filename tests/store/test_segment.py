@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from trioha import StorageError, StoreLayoutError
-from trioha.store import FileCommitLog
+from trioha.store import FileCommitLog, NewMessage
 from trioha.store._scan import DROP_PAGES_EVERY
 from trioha.store._segment import (
     DEFAULT_SEGMENT_SIZE,
@@ -253,7 +253,7 @@ def test_streaming_a_log_through_read_keeps_rss_flat(tmp_path: Path) -> None:
     log = FileCommitLog.open(tmp_path / "commitlog", segment_size=16 << 20)
     body = os.urandom(60_000)
     while log.max_offset < 96 << 20:
-        log.append(topic="Pages", body=body)
+        log.append(NewMessage(topic="Pages", body=body))
     before = _rss_file_kib()
     assert before is not None
     offset, peak = log.min_offset, before

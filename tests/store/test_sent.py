@@ -11,7 +11,7 @@ import pytest
 
 from trioha import DamagedLogError, StorageError, StoreLayoutError
 from trioha.net import open_master_history
-from trioha.store import open_store
+from trioha.store import NewMessage, open_store
 from trioha.store._sent import SENT_OFFSET_FILE, SentOffsets
 
 SEG = 4096
@@ -57,7 +57,7 @@ def test_the_flushed_mark_is_written_at_most_once_a_second(tmp_path: Path) -> No
 def fill(root: Path, n: int) -> list[int]:
     with open_store(root, segment_size=SEG) as store:
         return [
-            store.commitlog.append(topic="FooBar", body=b"x" * 100).physical_offset
+            store.commitlog.append(NewMessage(topic="FooBar", body=b"x" * 100)).physical_offset
             for _ in range(n)
         ]
 
@@ -76,7 +76,9 @@ def test_a_master_that_lost_sent_bytes_starts_its_new_history_past_them(
         assert store.commitlog.max_offset == SEG  # the next segment boundary past the range
         assert f"[{offsets[8]}, {offsets[12] + 10})" in caplog.text
         assert "--truncate-to-master" in caplog.text
-        assert store.commitlog.append(topic="FooBar", body=b"new").physical_offset == SEG
+        assert (
+            store.commitlog.append(NewMessage(topic="FooBar", body=b"new")).physical_offset == SEG
+        )
     with open_store(tmp_path, segment_size=SEG) as store:  # a restart: nothing new lost
         history = open_master_history(store)
         assert history.lost == ((offsets[8], offsets[12] + 10),)

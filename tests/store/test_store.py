@@ -22,6 +22,7 @@ from trioha.store import (
     Checkpoint,
     FlushDiskType,
     FlushPolicy,
+    NewMessage,
     open_store,
     read_checkpoint,
     segment_name,
@@ -50,7 +51,7 @@ def test_a_new_store_has_rocketmqs_layout(tmp_path: Path) -> None:
         assert (root / "abort").exists()  # while running
         assert (root / "lock").exists()
         assert store.recovery.clean_shutdown
-        store.commitlog.append(topic="FooBar", body=b"x")
+        store.commitlog.append(NewMessage(topic="FooBar", body=b"x"))
         assert os.listdir(root / "commitlog") == [segment_name(0)]
         assert store.flush_disk_type is FlushDiskType.ASYNC_FLUSH
     assert not (root / "abort").exists()  # a clean stop
@@ -60,8 +61,8 @@ def test_a_new_store_has_rocketmqs_layout(tmp_path: Path) -> None:
 def test_the_checkpoint_records_the_last_flushed_message_time(tmp_path: Path) -> None:
     clock = FakeClock(1_700_000_000_000)
     with open_store(tmp_path, segment_size=4096, clock_ms=clock) as store:
-        store.commitlog.append(topic="t", body=b"1")
-        store.commitlog.append(topic="t", body=b"2", store_timestamp=1_700_000_000_500)
+        store.commitlog.append(NewMessage(topic="t", body=b"1"))
+        store.commitlog.append(NewMessage(topic="t", body=b"2", store_timestamp=1_700_000_000_500))
         assert store.flush() == store.commitlog.max_offset
         raw = (tmp_path / "checkpoint").read_bytes()
         assert struct.unpack_from(">q", raw, 0) == (1_700_000_000_500,)
@@ -73,7 +74,7 @@ def test_checkpoint_fields_we_do_not_own_are_kept(tmp_path: Path) -> None:
     raw = struct.pack(">qqqqq", 5, 6, 7, 8, 9) + b"\x11" * 100
     (tmp_path / "checkpoint").write_bytes(raw)
     with open_store(tmp_path, segment_size=4096, clock_ms=FakeClock(10_000)) as store:
-        store.commitlog.append(topic="t", body=b"1")
+        store.commitlog.append(NewMessage(topic="t", body=b"1"))
     cp = read_checkpoint(tmp_path / "checkpoint")
     assert cp == Checkpoint(10_001, 6, 7, 8, 9)
     assert (tmp_path / "checkpoint").read_bytes()[40:140] == b"\x11" * 100
@@ -86,10 +87,10 @@ def test_a_crash_leaves_the_abort_file_and_recovery_says_so(tmp_path: Path) -> N
     script = textwrap.dedent(
         f"""
         import os
-        from trioha.store import open_store
+        from trioha.store import NewMessage, open_store
         store = open_store({str(tmp_path)!r}, segment_size=4096)
         for i in range(30):
-            store.commitlog.append(topic="FooBar", body=b"m" * 100)
+            store.commitlog.append(NewMessage(topic="FooBar", body=b"m" * 100))
         store.commitlog.append_raw(store.commitlog.max_offset, b"\\x00\\x00\\x01\\x00half")
         os._exit(0)
         """
@@ -112,7 +113,7 @@ def test_a_second_opener_in_this_process_is_refused(tmp_path: Path) -> None:
     with open_store(tmp_path, segment_size=4096) as store:
         with pytest.raises(StoreLockedError, match=f"{tmp_path / 'lock'} is locked"):
             open_store(tmp_path, segment_size=4096)
-        store.commitlog.append(topic="t", body=b"still mine")
+        store.commitlog.append(NewMessage(topic="t", body=b"still mine"))
     with open_store(tmp_path) as again:
         assert again.commitlog.recovery.messages == 1
 
@@ -177,7 +178,7 @@ def test_the_posix_lock_rocketmq_takes_is_also_respected(tmp_path: Path) -> None
 def _store_with_data(root: Path) -> None:
     with open_store(root, segment_size=1024, clock_ms=FakeClock()) as store:
         for _ in range(12):
-            store.commitlog.append(topic="FooBar", body=b"b" * 100)
+            store.commitlog.append(NewMessage(topic="FooBar", body=b"b" * 100))
 
 
 @pytest.mark.parametrize(
@@ -346,7 +347,7 @@ def test_a_commitlog_elsewhere_keeps_the_stores_markers_in_the_root(tmp_path: Pa
     disk.parent.mkdir()
     with open_store(root, segment_size=1024, commitlog_dir=disk) as store:
         for _ in range(3):
-            store.commitlog.append(topic="FooBar", body=b"b" * 100)
+            store.commitlog.append(NewMessage(topic="FooBar", body=b"b" * 100))
         store.commitlog.append_raw(store.commitlog.max_offset, b"\x00\x00\x01\x00half")
         end = store.commitlog.max_offset
     assert os.listdir(disk) == [segment_name(0)]
@@ -389,7 +390,7 @@ def test_open_options_reach_the_commit_log(tmp_path: Path) -> None:
         with pytest.raises(
             StorageError, match="message body is 513 bytes, more than maxMessageSize 512"
         ):
-            store.commitlog.append(topic="t", body=b"x" * 513)
+            store.commitlog.append(NewMessage(topic="t", body=b"x" * 513))
     with open_store(tmp_path) as store:
         assert store.flush_policy == FlushPolicy(FlushDiskType.ASYNC_FLUSH, 500)
 
@@ -427,7 +428,7 @@ def test_a_second_opener_here_is_refused_before_it_touches_the_lock(tmp_path: Pa
             assert str(info.value) == (
                 f"{tmp_path / 'lock'} is locked: the store is already open here"
             )
-        store.commitlog.append(topic="t", body=b"still mine")
+        store.commitlog.append(NewMessage(topic="t", body=b"still mine"))
     open_store(tmp_path, segment_size=4096).close()
 
 
@@ -459,10 +460,10 @@ def test_a_lock_on_descriptor_zero_is_released(tmp_path: Path) -> None:
 
 def test_closing_again_leaves_other_descriptors_and_a_later_opener_alone(tmp_path: Path) -> None:
     first = open_store(tmp_path, segment_size=4096, clock_ms=FakeClock(1_000))
-    first.commitlog.append(topic="t", body=b"1")
+    first.commitlog.append(NewMessage(topic="t", body=b"1"))
     first.close()
     with open_store(tmp_path, segment_size=4096, clock_ms=FakeClock(5_000)) as second:
-        second.commitlog.append(topic="t", body=b"2")
+        second.commitlog.append(NewMessage(topic="t", body=b"2"))
         checkpoint = (tmp_path / "checkpoint").read_bytes()
         first.close()  # a stale handle: must not end the running store's session
         first._lock.release()
@@ -477,7 +478,7 @@ def test_closing_again_leaves_other_descriptors_and_a_later_opener_alone(tmp_pat
 
 def test_an_abort_file_removed_by_hand_does_not_stop_close(tmp_path: Path) -> None:
     store = open_store(tmp_path, segment_size=4096, clock_ms=FakeClock(7_000))
-    store.commitlog.append(topic="t", body=b"1")
+    store.commitlog.append(NewMessage(topic="t", body=b"1"))
     (tmp_path / "abort").unlink()
     store.close()
     assert read_checkpoint(tmp_path / "checkpoint").physic_msg_timestamp == 7_001
@@ -489,7 +490,7 @@ def test_an_abort_file_removed_by_hand_does_not_stop_close(tmp_path: Path) -> No
 def test_check_crc_false_trusts_the_bodies_even_after_a_crash(tmp_path: Path) -> None:
     with open_store(tmp_path, segment_size=4096, clock_ms=FakeClock()) as store:
         for body in (b"first", b"second", b"third-body"):
-            store.commitlog.append(topic="t", body=body)
+            store.commitlog.append(NewMessage(topic="t", body=body))
     segment = tmp_path / "commitlog" / segment_name(0)
     raw = segment.read_bytes()
     segment.write_bytes(raw.replace(b"third-body", b"THIRD-body"))

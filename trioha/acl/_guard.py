@@ -6,7 +6,9 @@
   server.
 * :class:`AclGuard` wraps a server's :class:`~trioha.remoting.RequestHandler` and runs the
   check before every request, as RocketMQ's RPC hook does (``BrokerController.initialAcl``);
-  a refusal is logged once per client address and reason.
+  a refusal is logged once per client address and reason. The requests it allows in a read
+  go on to the guarded handler's bursts, so a broker with ACL on takes its sends together
+  as one without.
 * :class:`RequestSigner` signs outgoing requests (``AclClientRPCHook``).
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -26,7 +28,13 @@ from trioha._errors import ConfigError
 from trioha.acl._plainacl import AclTable, acl_files, load_table
 from trioha.acl._signature import sign_fields
 from trioha.acl._validator import AccessValidator, Denial, Role, client_ip
-from trioha.remoting import RemotingCommand, RemotingConnection, RequestHandler, ResponseCode
+from trioha.remoting import (
+    Burst,
+    RemotingCommand,
+    RemotingConnection,
+    RequestHandler,
+    ResponseCode,
+)
 
 log = logging.getLogger("trioha.acl")
 
@@ -174,6 +182,25 @@ class AclGuard:
             denial.message,
         )
         return request.response(ResponseCode.SYSTEM_ERROR, denial.remark)
+
+    def take_burst(
+        self, requests: Sequence[RemotingCommand], connection: RemotingConnection
+    ) -> Burst | None:
+        """The guarded handler's burst among the requests this guard allows.
+
+        A refused request is left to :meth:`handle_request`, which answers and logs it as
+        for any request; so is an allowed one the handler does not take, which is checked
+        again there (a read mixing sends with other requests is rare; a producer's reads are
+        its sends).
+        """
+        check, peer = self.validator.check, connection.peer
+        allowed = [request for request in requests if check(request, peer) is None]
+        if not allowed:
+            return None
+        burst = self.handler.take_burst(allowed, connection)
+        if burst is not None:
+            self.allowed += len(burst.requests)
+        return burst
 
     def statistics(self) -> GuardStatistics:
         return GuardStatistics(allowed=self.allowed, denied=self.denied)

@@ -14,23 +14,27 @@ from trioha.broker._broker import Broker, BrokerStatistics, open_broker
 from trioha.broker._clientside import free_port_pair
 from trioha.broker._failover import (
     FailoverStatistics,
+    HandoverOutcome,
     ReplicaManager,
     describe_group,
+    hand_over,
     read_group,
 )
 from trioha.broker._reput import CHECKPOINT_FILE, truncate_replica
-from trioha.broker._types import new_message
+from trioha.broker._types import producer_properties
 
 __all__ = [
     "CHECKPOINT_FILE",
     "Broker",
     "BrokerStatistics",
     "FailoverStatistics",
+    "HandoverOutcome",
     "ReplicaManager",
     "describe_group",
     "free_port_pair",
-    "new_message",
+    "hand_over",
     "open_broker",
+    "producer_properties",
     "read_group",
     "truncate_replica",
 ]

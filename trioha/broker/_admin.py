@@ -659,7 +659,7 @@ class AdminBrokerProcessor:
         request: RemotingCommand, name: str, hook: Callable[[], bool]
     ) -> RemotingCommand:
         """Call a retention hook, logged as RocketMQ logs it; SYSTEM_ERROR saying so while the
-        broker has no retention service (the hook answers False)."""
+        broker's retention service is not running yet (the hook answers False)."""
         log.warning("invoke %s start.", name)
         done = hook()
         log.warning("invoke %s end.", name)
@@ -667,8 +667,8 @@ class AdminBrokerProcessor:
             return request.response(ResponseCode.SUCCESS)
         return request.response(
             ResponseCode.SYSTEM_ERROR,
-            "this broker has no retention service: commit log files are never deleted "
-            "(docs/operations.md)",
+            f"{name}: retention is not running on this broker yet (it starts with the broker "
+            "port); try again",
         )
 
     async def update_broker_config(

@@ -23,13 +23,14 @@ import collections
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import attrs
 import trio
 
+from trioha._build import build_info
 from trioha._config import BrokerConfig, BrokerRole
 from trioha._errors import ConfigError, StorageError
 from trioha._histogram import HistogramSnapshot, LatencyHistogram
@@ -44,7 +45,7 @@ from trioha.broker._failover import (
     failover_options,
     open_replica_manager,
 )
-from trioha.broker._types import new_message
+from trioha.broker._retention import RetentionService, RetentionStatistics
 from trioha.failover import MasterRecord, Unsafe
 from trioha.net import (
     DIVERGED_FILE,
@@ -69,7 +70,6 @@ from trioha.store import (
     FlushDiskType,
     HostAddress,
     NewMessage,
-    PreparedMessage,
     SentOffsets,
     Store,
     forget_master_marks,
@@ -92,11 +92,15 @@ class BrokerStatistics:
     client: HAClientStatistics | None
     #: Whether puts are taken and why not (disk usage, failing writers).
     disk: DiskStatistics
+    #: Which build runs: ``pure Python`` or ``compiled (mypyc: N modules)`` (trioha/_build.py).
+    build: str
     #: Messages answered so far, by ``PutStatus`` name.
     put_results: dict[str, int] = attrs.field(factory=dict)
     #: Time from a put's arrival to its answer: ``sync`` (a SYNC_MASTER waiting for slaves)
     #: or ``async``.
     put_latency: dict[str, HistogramSnapshot] = attrs.field(factory=dict)
+    #: What retention has done (None until it runs).
+    retention: RetentionStatistics | None = None
     #: Automatic failover: the replica manager's state (None without failover).
     failover: FailoverStatistics | None = None
 
@@ -143,14 +147,15 @@ class _GroupFlusher:
                 self.waiters.release(flushed)
 
 
-def _appended(result: AppendResult) -> PutResult:
-    """A stored message's result before the flush and replication policies are waited for."""
+def _appended(first: AppendResult, last: AppendResult) -> PutResult:
+    """A stored put's result (its first and last record) before the flush and replication
+    policies are waited for."""
     return PutResult(
         PutStatus.PUT_OK,
-        offset=result.physical_offset,
-        end_offset=result.end_offset,
-        queue_offset=result.queue_offset,
-        msg_id=result.msg_id,
+        first.physical_offset,
+        last.physical_offset + last.size,
+        first.queue_offset,
+        first.msg_id,
     )
 
 
@@ -178,6 +183,8 @@ class Broker:
         #: The client side (broker port, consume queues, name server registration, metadata
         #: sync), once started; ``client_side.broker_addr`` is the bound broker address.
         self.client_side: ClientSide | None = None
+        #: Deletes old files (``cleanFilesPeriodically``), once the client side runs.
+        self.retention: RetentionService | None = None
         self._client_side_ready = trio.Event()
         #: Epoch mode (``enable_controller_mode``): the store's epoch history.
         self.epoch_file: EpochFile | None = None
@@ -237,43 +244,11 @@ class Broker:
             self.disk.master = False
 
     # --- the put API ------------------------------------------------------------------------
-    async def put(
-        self,
-        *,
-        topic: str,
-        body: bytes,
-        tags: str | None = None,
-        keys: str | Sequence[str] | None = None,
-        properties: Mapping[str, str] | None = None,
-        queue_id: int = 0,
-        flag: int = 0,
-        sysflag: int = 0,
-        born_timestamp: int | None = None,
-        born_host: tuple[str, int] | None = None,
-        reconsume_times: int = 0,
-    ) -> PutResult:
+    async def put(self, message: NewMessage) -> PutResult:
         """Store one message; returns when the flush and replication policies are satisfied.
 
         Never raises for a refused message: the status says why (see :meth:`put_batch`).
         """
-        try:
-            message = new_message(
-                topic=topic,
-                body=body,
-                tags=tags,
-                keys=keys,
-                properties=properties,
-                queue_id=queue_id,
-                flag=flag,
-                sysflag=sysflag,
-                born_timestamp=born_timestamp,
-                born_host=born_host,
-                reconsume_times=reconsume_times,
-            )
-        except ValueError as exc:  # a born host that is no address
-            log.warning("put refused: %s", exc)
-            self.count_puts(PutStatus.MESSAGE_ILLEGAL, 1, 0.0)
-            return PutResult(PutStatus.MESSAGE_ILLEGAL)
         return await self.put_batch([message])
 
     def count_puts(self, status: PutStatus, messages: int, seconds: float) -> None:
@@ -330,27 +305,44 @@ class Broker:
             msg_id=first.msg_id,
         )
 
-    def append_each(self, messages: Sequence[NewMessage | PreparedMessage]) -> list[PutResult]:
-        """Append independent messages now, without waiting; one result per message.
+    def append_each(self, puts: Sequence[Sequence[NewMessage]]) -> list[PutResult]:
+        """Append independent puts now, without waiting; one result per put.
 
-        What a burst of sends from one read needs: the valid messages are appended in one
-        write (a refused one is appended alone to find it), and the log's growth is announced
-        once. A stored message's result says PUT_OK and where it is; the flush and
-        replication policies are still to be waited for, once, with :meth:`wait_stored` up
-        to the last one's ``end_offset``. A refused message's result carries its status.
+        What the sends of one read need: each put is one message, or a batch's messages as
+        consecutive records of one segment. Every valid put is appended in one write (when
+        one of them is refused, each is appended alone to find it), and the log's growth is
+        announced once. A stored put's result says PUT_OK and where it is (its first
+        record's offset, queue offset and message id, its last record's end); the flush and
+        replication policies are still to be waited for, once, with :meth:`wait_stored` up to
+        the last one's ``end_offset``. A refused put's result carries its status.
         """
         refused = self._refusal()
         if refused is not None:
-            return [PutResult(refused) for _ in messages]
-        together = self._append(messages) if len(messages) > 1 else None
+            return [PutResult(refused) for _ in puts]
+        together: list[AppendResult] | PutStatus | None = None
+        if len(puts) > 1:
+            together = self._append([message for put in puts for message in put])
+        out: list[PutResult] = []
         if isinstance(together, list):
-            out = [_appended(r) for r in together]
+            if len(together) == len(puts):  # a message each: the usual read of sends
+                out = [_appended(result, result) for result in together]
+            else:
+                i = 0
+                for put in puts:
+                    n = len(put)
+                    out.append(_appended(together[i], together[i + n - 1]))
+                    i += n
+            grew = True
         else:
-            out = []
-            for message in messages:
-                one = self._append([message])
-                out.append(PutResult(one) if isinstance(one, PutStatus) else _appended(one[0]))
-        if any(result.offset >= 0 for result in out):
+            grew = False
+            for put in puts:
+                alone = self._append(put)
+                if isinstance(alone, PutStatus):
+                    out.append(PutResult(alone))
+                else:
+                    out.append(_appended(alone[0], alone[-1]))
+                    grew = True
+        if grew:
             self._on_log_grew()
         return out
 
@@ -359,7 +351,7 @@ class Broker:
         return await self._wait_policies(start, end)
 
     def _append(
-        self, messages: Sequence[NewMessage | PreparedMessage], *, delivery: bool = False
+        self, messages: Sequence[NewMessage], *, delivery: bool = False
     ) -> list[AppendResult] | PutStatus:
         """Append messages as one batch; the refusal's status when they cannot be stored.
 
@@ -376,7 +368,7 @@ class Broker:
             if not delivery:
                 messages = apply_delay_levels(messages, self._max_delay_level)
             results = self.store.commitlog.append_batch(messages)
-        except (StorageError, ValueError) as exc:  # ValueError: a topic that is no UTF-8
+        except (StorageError, ValueError) as exc:  # ValueError: no UTF-8 topic, no host address
             status = refusal_status(exc)
             if isinstance(exc.__cause__, OSError):  # the disk, not the request
                 self.disk.failed(COMMIT_LOG, exc)
@@ -509,19 +501,27 @@ class Broker:
         self.store.commitlog.max_message_size = config.max_message_size
         if self.ha_service is not None:
             self.ha_service.config = config  # reads ha_slave_fallbehind_max on every put
+        if self.retention is not None:
+            self.retention.config = config  # reads fileReservedTime, deleteWhen every run
 
     # --- retention hooks (mqadmin deleteExpiredCommitLog, cleanExpiredCQ) ---------------------
     def delete_expired_commitlog(self) -> bool:
         """``DefaultMessageStore.executeDeleteFilesManually`` (DELETE_EXPIRED_COMMITLOG): have
         the retention service delete expired commit log files at its next runs, whatever the
-        hour (``deleteWhen``). False: this broker has no retention service yet."""
-        return False
+        hour (``deleteWhen``), the first at once. False while retention does not run."""
+        if self.retention is None:
+            return False
+        self.retention.delete_now()
+        return True
 
     def clean_expired_consume_queues(self) -> bool:
         """``DefaultMessageStore.cleanExpiredConsumerQueue`` (CLEAN_EXPIRED_CONSUMEQUEUE):
         destroy every consume queue whose messages are all below the commit log's min offset.
-        False: this broker has no retention service yet."""
-        return False
+        False while retention does not run."""
+        if self.retention is None:
+            return False
+        self.retention.clean_expired_queues()
+        return True
 
     # --- running ----------------------------------------------------------------------------
     async def _run_async_flusher(self) -> None:
@@ -598,6 +598,10 @@ class Broker:
             self.ha_client = self._new_ha_client(self.config)
             await nursery.start(self.ha_client.run)
         self.client_side = await nursery.start(serve_client_side, self)
+        self.retention = RetentionService(
+            self.config, self.store.commitlog, self.disk, self.client_side.reput
+        )
+        await nursery.start(self.retention.run)
         self._client_side_ready.set()
         if self.config.failover:
             await nursery.start(self._run_replica_manager)
@@ -848,10 +852,12 @@ class Broker:
             ha=self.ha_service.statistics() if self.ha_service and self.role.is_master else None,
             client=self.ha_client.statistics() if self.ha_client else None,
             disk=self.disk.statistics(),
+            build=build_info().describe(),
             put_results=dict(self._put_results),
             put_latency={self._put_mode: self._put_latency.snapshot()}
             if self.role.is_master
             else {},
+            retention=self.retention.statistics() if self.retention is not None else None,
             failover=self.replica_manager.statistics() if self.replica_manager else None,
         )
 
@@ -930,11 +936,12 @@ async def open_broker(
         async with trio.open_nursery() as nursery:
             await broker._start(nursery)
             log.info(
-                "%s started: store %s, log [%d, %d)",
+                "%s started: store %s, log [%d, %d), %s",
                 "failover replica" if config.failover else config.broker_role.value,
                 config.store_root,
                 store.commitlog.min_offset,
                 store.commitlog.max_offset,
+                build_info().describe(),
             )
             try:
                 yield broker

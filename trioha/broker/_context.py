@@ -205,15 +205,7 @@ class BrokerContext:
 
 def queue_min_offset(queue: ConsumeQueue, commitlog_min: int) -> int:
     """First queue offset whose message is still in the commit log (``getMinOffsetInQueue``)."""
-    lo, hi = queue.min_offset, queue.max_offset
-    while lo < hi:  # units are in commit log order: binary search the first one still there
-        mid = (lo + hi) // 2
-        unit = queue.get(mid)
-        if unit is not None and (unit.is_blank or unit.commitlog_offset < commitlog_min):
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+    return queue.first_offset_held(commitlog_min)
 
 
 def json_body(request: RemotingCommand) -> dict[str, Any]:

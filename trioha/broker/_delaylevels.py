@@ -15,7 +15,6 @@ level) reads them from here.
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping, Sequence
-from typing import TypeVar
 
 import attrs
 
@@ -26,11 +25,8 @@ from trioha.store import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     NewMessage,
-    PreparedMessage,
     java_string_hash,
 )
-
-M = TypeVar("M", NewMessage, NewMessage | PreparedMessage)
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 DEFAULT_MAX_DELAY_LEVEL = 18
@@ -128,25 +124,16 @@ def java_hashmap_order(items: Sequence[tuple[str, str]]) -> list[tuple[str, str]
     return [items[i] for _bucket, i in ranked]
 
 
-def apply_delay_levels(messages: Sequence[M], max_level: int) -> Sequence[M]:
+def apply_delay_levels(messages: Sequence[NewMessage], max_level: int) -> Sequence[NewMessage]:
     """:func:`schedule_rewrite` over a put's messages (those without ``DELAY`` unchanged);
-    a rewritten message's properties take the order RocketMQ's re-serialisation gives.
-
-    Messages already encoded (:class:`~trioha.store._message.PreparedMessage`, the send
-    path's undelayed ones) pass unchanged.
-    """
-    if not any(
-        key == PROPERTY_DELAY_TIME_LEVEL
-        for m in messages
-        if isinstance(m, NewMessage)
-        for key, _ in m.properties
-    ):
-        return messages
-    out: list[M] = []
+    a rewritten message's properties take the order RocketMQ's re-serialisation gives."""
     for message in messages:
-        if not isinstance(message, NewMessage):
-            out.append(message)
-            continue
+        if message.get_property(PROPERTY_DELAY_TIME_LEVEL) is not None:
+            break
+    else:
+        return messages
+    out: list[NewMessage] = []
+    for message in messages:
         props = dict(message.properties)
         topic, queue_id = schedule_rewrite(
             message.topic, message.queue_id, message.sysflag, props, max_level=max_level

@@ -35,7 +35,13 @@ from typing import Protocol, assert_never
 import attrs
 import trio
 
-from trioha._errors import ConfigError, CoordinatorError, ProtocolError, StorageError
+from trioha._errors import (
+    ConfigError,
+    CoordinatorError,
+    HandoverRefusedError,
+    ProtocolError,
+    StorageError,
+)
 from trioha._status import PutStatus
 from trioha.etcd import EtcdClientStatistics, open_etcd_client
 from trioha.failover import (
@@ -50,6 +56,10 @@ from trioha.failover import (
     Fence,
     GroupKeys,
     GroupView,
+    HandoverState,
+    LeaseGrant,
+    LeaseGrantResponse,
+    LeaseRevoke,
     LogChanged,
     MasterRecord,
     Phase,
@@ -67,11 +77,14 @@ from trioha.failover import (
     Shutdown,
     StartWatch,
     Tick,
+    TxnResponse,
     Unfence,
     WatchBroken,
     Watched,
     WatchEvent,
     failover_step,
+    handover_refusal,
+    handover_txn,
 )
 
 __all__ = [
@@ -79,8 +92,10 @@ __all__ = [
     "DataPlane",
     "EtcdLike",
     "FailoverStatistics",
+    "HandoverOutcome",
     "ReplicaManager",
     "describe_group",
+    "hand_over",
     "open_replica_manager",
     "read_group",
     "run_replica_manager",
@@ -222,10 +237,22 @@ class ReplicaManager:
         for action in actions:
             self._carry_out(action)
         self._note_master()
+        if any(isinstance(action, Fence) for action in actions):
+            # The log cannot grow once fenced (a put is refused or appended without a
+            # checkpoint in between): its end now is final, and a handover waits for it.
+            self._log_facts()
+
+    def _log_facts(self) -> tuple[int, int, int]:
+        """Feed the data plane's log facts if they changed since last fed; return them."""
+        facts = self.plane.log_facts()
+        if facts != self._facts:
+            self._facts = facts
+            self.feed(LogChanged(*facts))
+        return facts
 
     def replica_acked(self, broker_id: int, acked: int, caught_up: bool) -> None:
         """The HA service: slave *broker_id*'s connection vouches up to *acked*."""
-        confirm = self.plane.log_facts()[2]
+        confirm = self._log_facts()[2]
         self.feed(ReplicaAcked(broker_id, acked, caught_up, confirm))
 
     def replica_gone(self, broker_id: int) -> None:
@@ -330,10 +357,7 @@ class ReplicaManager:
     # --- running ------------------------------------------------------------------------------
     async def _tick(self) -> None:
         while True:
-            facts = self.plane.log_facts()
-            if facts != self._facts:
-                self._facts = facts
-                self.feed(LogChanged(*facts))
+            facts = self._log_facts()
             self.feed(Tick())
             self._replicas_now(facts[0])
             await trio.sleep(TICK)
@@ -342,7 +366,7 @@ class ReplicaManager:
         """Every streaming slave's standing, now and then, not only when its ack moves: an
         idle master gets no new acks, and a slave that registered after its last ack must
         still be judged for the SyncStateSet (RocketMQ's slaves report every heartbeat)."""
-        if self.state.phase not in (Phase.MASTER, Phase.FENCED):
+        if self.state.phase not in (Phase.MASTER, Phase.FENCED, Phase.HANDING_OVER):
             return
         for broker_id, acked in self.plane.replica_acks().items():
             self.replica_acked(broker_id, acked, acked >= end)
@@ -408,7 +432,7 @@ class ReplicaManager:
         now = trio.current_time()
         record = state.view.master.current
         sss = state.view.sss.current
-        master = state.phase in (Phase.MASTER, Phase.FENCED)
+        master = state.phase in (Phase.MASTER, Phase.FENCED, Phase.HANDING_OVER)
         fenced = self._fenced_total + (
             now - self._fenced_at if self._fenced_at is not None else 0.0
         )
@@ -550,6 +574,17 @@ def describe_group(keys: GroupKeys, revision: int, view: GroupView) -> list[str]
             f"SyncStateSet: {sorted(sss.current.members)}, version {sss.current.version}, "
             f"written by the master of epoch {sss.current.master_epoch}"
         )
+    handover = view.handover
+    if handover.present:
+        request = handover.current
+        if request is None:
+            lines.append(f"handover: unreadable ({handover.error})")
+        else:
+            why = f": {request.reason}" if request.reason else ""
+            lines.append(
+                f"handover: {request.state.value}, to broker {request.target}, addressed to "
+                f"the master of epoch {request.epoch}{why}"
+            )
     live = view.live()
     lines.append(f"brokers registered (alive): {len(live)}")
     for bid, entry in sorted(live.items()):
@@ -562,3 +597,109 @@ def describe_group(keys: GroupKeys, revision: int, view: GroupView) -> list[str]
                 f"broker port {reg.broker_addr}, HA {reg.ha_addr}"
             )
     return lines
+
+
+# --- handing the master role over (``python -m trioha failover-elect``) -----------------------
+
+
+@attrs.frozen
+class HandoverOutcome:
+    """What a handover did: the new master and its epoch, the old one, and how long it took
+    (*seconds*, from the request to the new master key). *already*: the target was master."""
+
+    master_id: int
+    epoch: int
+    old_master_id: int
+    old_epoch: int
+    seconds: float
+    already: bool = False
+
+
+async def hand_over(
+    client: EtcdLike, keys: GroupKeys, target: int, *, catch_up: float, lease_ttl: int
+) -> HandoverOutcome:
+    """Hand the master role of the group at *keys* to broker *target* (docs/failover.md,
+    "Handing the master role over"): check the request against etcd's keys, write it bound
+    to a lease of its own (so an abandoned request goes by itself), and watch until a master
+    key of a later epoch appears or the master refuses.
+
+    *catch_up* (seconds) is how long the master may stay fenced waiting for the target to
+    catch up (it caps it at ``haMaxTimeSlaveNotCatchup``); the whole call waits that long
+    plus two of the group's lease TTLs at most. Raises :class:`HandoverRefusedError` with the
+    reason, and :class:`CoordinatorError` when etcd cannot be used.
+    """
+    start = trio.current_time()
+    revision, view = await read_group(client, keys)
+    old = view.master.current
+    if view.master.present and old is not None and old.broker_id == target:
+        return HandoverOutcome(target, old.epoch, target, old.epoch, 0.0, already=True)
+    why = handover_refusal(keys, view, target)
+    if why:
+        raise HandoverRefusedError(why)
+    assert old is not None
+    grant = await client.request(LeaseGrant(math.ceil(catch_up) + 2 * lease_ttl))
+    if not isinstance(grant, LeaseGrantResponse):
+        raise CoordinatorError(f"etcd refused a lease for the handover request: {grant}")
+    try:
+        txn = handover_txn(keys, view, target, lease=grant.lease, timeout_ms=int(catch_up * 1000))
+        reply = await client.request(txn)
+        if not isinstance(reply, TxnResponse):
+            raise CoordinatorError(f"etcd refused the handover request: {reply}")
+        if not reply.succeeded:
+            now = view
+            for read in reply.responses:
+                if isinstance(read, RangeResponse):
+                    now = GroupView().snapshot(keys, read.revision, read.kvs)
+            record = now.master.current
+            who = f"broker {record.broker_id} at epoch {record.epoch}" if record else "none"
+            raise HandoverRefusedError(
+                handover_refusal(keys, now, target)
+                or f"the master changed while the request was written (now {who}); try again"
+            )
+        wait = catch_up + 2 * lease_ttl
+        result: HandoverOutcome | str = (
+            f"no master of a later epoch than {old.epoch} within {wait:g} s; the request is "
+            "withdrawn (see failover-state)"
+        )
+        with trio.move_on_after(wait):
+            async with client.open_watch(Range.prefix(keys.prefix), revision + 1) as watch:
+                async for events in watch:
+                    view = view.events(keys, events)
+                    found = _handover_outcome(view, reply.revision, old, target, start)
+                    if found is not None:
+                        result = found
+                        break
+        if isinstance(result, str):
+            raise HandoverRefusedError(result)
+        return result
+    finally:
+        # The request goes with its lease: answered, refused or abandoned.
+        with trio.CancelScope(shield=True), trio.move_on_after(2.0):
+            try:
+                await client.request(LeaseRevoke(grant.lease))
+            except CoordinatorError as exc:
+                log.info("could not revoke the handover request's lease: %s", exc)
+
+
+def _handover_outcome(
+    view: GroupView, requested_at: int, old: MasterRecord, target: int, start: float
+) -> HandoverOutcome | str | None:
+    """The end of a handover as the watch shows it: what it did, why it did not happen, or
+    None (not yet)."""
+    record = view.master.current
+    if view.master.present and record is not None and record.epoch > old.epoch:
+        if record.broker_id != target:
+            return (
+                f"broker {record.broker_id} became master of epoch {record.epoch} instead of "
+                f"broker {target} (the master was lost before it released the key)"
+            )
+        took = trio.current_time() - start
+        return HandoverOutcome(target, record.epoch, old.broker_id, old.epoch, took)
+    answer = view.handover.current
+    if (
+        answer is not None
+        and answer.state is HandoverState.REFUSED
+        and view.handover.mod_revision > requested_at
+    ):
+        return f"broker {old.broker_id} refused: {answer.reason}"
+    return None

@@ -19,7 +19,11 @@ RocketMQ's response codes and remarks, because clients branch on them:
 
 Where trioha differs, the handler says so: a slave refuses sends before any topic is
 auto-created (its tables come from its master). :class:`VipChannelProcessor` serves the VIP
-channel (``listen_port - 2``) with the same processors minus pulls, as RocketMQ registers them.
+channel (``listen_port - 2``) with the same processors minus pulls, as RocketMQ registers them,
+and takes a read's sends together as the broker port does.
+
+Requests are counted here (served, latency by code) except sends, which
+``SendMessageProcessor`` counts where it answers them, alone or a read's together.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from trioha.broker._offsets import ConsumerManageProcessor
 from trioha.broker._pull import PullMessageProcessor
 from trioha.broker._query import QueryMessageProcessor
 from trioha.broker._reput import ReputService
-from trioha.broker._send import SendMessageProcessor
+from trioha.broker._send import SENDS, SendMessageProcessor
 from trioha.broker._types import BrokerLike
 from trioha.remoting import Burst, RemotingCommand, RemotingConnection, RequestCode, ResponseCode
 
@@ -59,18 +63,6 @@ _POOLS: dict[int, str] = {
     RequestCode.VIEW_MESSAGE_BY_ID: "query",
     RequestCode.END_TRANSACTION: "transaction",
 }
-_SENDS = frozenset(
-    {RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE}
-)
-#: ``PutMessageResult.isOk``: stored, whatever the flush or replica outcome.
-_STORED = frozenset(
-    {
-        ResponseCode.SUCCESS,
-        ResponseCode.FLUSH_DISK_TIMEOUT,
-        ResponseCode.FLUSH_SLAVE_TIMEOUT,
-        ResponseCode.SLAVE_NOT_AVAILABLE,
-    }
-)
 
 
 class BrokerProcessor:
@@ -168,18 +160,13 @@ class BrokerProcessor:
             result = await handler(request, connection)
         else:
             in_flight = self.ctx.in_flight[pool]
-            task, started = trio.lowlevel.current_task(), time.monotonic()
-            in_flight[task] = started
+            task = trio.lowlevel.current_task()
+            in_flight[task] = time.monotonic()
             try:
                 result = await handler(request, connection)
             finally:
                 in_flight.pop(task, None)
-            if request.code in _SENDS:
-                self.ctx.stats.record_put(
-                    (time.monotonic() - started) * 1000,
-                    ok=result is not None and result.code in _STORED,
-                )
-        if result is not None:
+        if result is not None and request.code not in SENDS:  # sends count themselves
             name = RequestCode(request.code).name
             self.ctx.served[f"{name}.{result.code}"] += 1
             self.ctx.latency[name].observe(time.perf_counter() - begun)
@@ -188,7 +175,7 @@ class BrokerProcessor:
     def take_burst(
         self, requests: Sequence[RemotingCommand], connection: RemotingConnection
     ) -> Burst | None:
-        """The plain sends of one read, answered together (``SendMessageProcessor``)."""
+        """The sends of one read, answered together (``SendMessageProcessor.take_sends``)."""
         return self.send.take_sends(requests, connection)
 
     def connection_closed(self, connection: Hashable) -> None:
@@ -219,3 +206,9 @@ class VipChannelProcessor:
                 f" request type {request.code} not supported",
             )
         return await self.processor.handle_request(request, connection)
+
+    def take_burst(
+        self, requests: Sequence[RemotingCommand], connection: RemotingConnection
+    ) -> Burst | None:
+        """The sends of one read, answered together, as on the broker port."""
+        return self.processor.take_burst(requests, connection)

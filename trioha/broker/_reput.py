@@ -175,6 +175,9 @@ class ReputService:
         self._arrivals: dict[tuple[str, int], trio.Event] = {}
         self._any_arrival = trio.Event()
         self._stuck_at: int | None = None
+        #: Held while the index is flushed in a worker thread, so its files are not deleted
+        #: under it (:meth:`delete_expired_index`).
+        self._index_lock = trio.Lock()
 
     # --- start --------------------------------------------------------------------------
     def recover(self) -> None:
@@ -199,6 +202,11 @@ class ReputService:
             # The index is derived data too: build what it lacks (all of it, the first time).
             start = min(start, self.index.end_phy_offset)
         self.reput_from = min(max(start, commitlog.min_offset), commitlog.max_offset)
+        # recoverTopicQueueTable: a queue whose messages retention deleted goes on from its
+        # consume queue's end, never from 0 again.
+        commitlog.floor_queue_offsets(self.queues.ends())
+        for queue in self.queues:
+            queue.correct_min_offset(commitlog.min_offset)
         log.info(
             "consume queues resume from commit log offset %d (log [%d, %d))",
             self.reput_from,
@@ -286,7 +294,15 @@ class ReputService:
         indexed: list[_Indexed] = []
         while done < max_records and self.reput_from < commitlog.max_offset:
             if self.reput_from < commitlog.min_offset:
-                self.reput_from = commitlog.min_offset  # old segments were deleted
+                log.warning(
+                    "consume queues were built up to commit log offset %d, below the log's "
+                    "start %d: the messages in between were deleted before they were indexed "
+                    "(retention); building goes on from %d",
+                    self.reput_from,
+                    commitlog.min_offset,
+                    commitlog.min_offset,
+                )
+                self.reput_from = commitlog.min_offset
                 continue
             offset = self.reput_from
             # One copy per read: bytes can be searched in place (properties) and sliced.
@@ -489,8 +505,8 @@ class ReputService:
         try:
             while self.dispatch_available():
                 await trio.lowlevel.checkpoint()
-        except _IndexRefused as exc:
-            self.disk.failed(MESSAGE_INDEX, exc.error)
+        except _IndexRefused as refused:  # one name per type: compiled, a name has one type
+            self.disk.failed(MESSAGE_INDEX, refused.error)
             return False
         except OSError as exc:
             self.disk.failed(CONSUME_QUEUE, exc)
@@ -527,8 +543,8 @@ class ReputService:
         await trio.to_thread.run_sync(_sync_all, fds)
         try:
             if self.index is not None:
-                await trio.to_thread.run_sync(self.index.flush)
-                self.index.delete_expired(self.commitlog.min_offset)
+                async with self._index_lock:
+                    await trio.to_thread.run_sync(self.index.flush)
             await trio.to_thread.run_sync(
                 write_config_file, self.checkpoint, dumps({"dispatchedOffset": dispatched})
             )
@@ -538,6 +554,14 @@ class ReputService:
         if self.disk.failing(CONSUME_QUEUE_CHECKPOINT):
             self.disk.succeeded(CONSUME_QUEUE_CHECKPOINT)
         return dispatched
+
+    async def delete_expired_index(self, commitlog_min: int) -> int:
+        """``IndexService.deleteExpiredFile``: the index files wholly below the commit log's
+        start, never the newest (not while a flush of the index runs); returns how many."""
+        if self.index is None:
+            return 0
+        async with self._index_lock:
+            return self.index.delete_expired(commitlog_min)
 
 
 class _IndexRefused(Exception):

@@ -25,7 +25,7 @@ import trio
 from trioha._status import PutStatus
 from trioha.broker._delaylevels import SCHEDULE_TOPIC
 from trioha.broker._metadata import DelayOffsets
-from trioha.broker._types import BrokerLike, new_message
+from trioha.broker._types import BrokerLike
 from trioha.store import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
@@ -166,15 +166,14 @@ class ScheduleMessageService:
             queue_id = int(props.get(PROPERTY_REAL_QUEUE_ID, "0"))
         except ValueError:
             queue_id = 0
-        born_host = message.born_host
-        return new_message(
+        return NewMessage(
             topic=topic,
             queue_id=queue_id,
             body=message.body,
             flag=message.flag,
             sysflag=message.sysflag,
-            born_timestamp=message.born_timestamp,
-            born_host=(born_host.host, born_host.port) if born_host is not None else None,
+            born_timestamp=message.born_timestamp or None,  # 0: now, as a producer's would be
+            born_host=message.born_host,
             reconsume_times=message.reconsume_times,
             properties=props,
         )

@@ -1,16 +1,32 @@
-"""``SendMessageProcessor``: sends, batches and consumers' send-backs."""
+"""``SendMessageProcessor``: sends, batches and consumers' send-backs.
+
+Every send takes the same three steps, whether it arrived alone or in a read with others
+(``RemotingConnection`` hands a read's sends over together, :meth:`SendMessageProcessor.
+take_sends`; the dispatcher one, :meth:`SendMessageProcessor.send_message`):
+
+1. **accept** (:meth:`~SendMessageProcessor._accept`): the header typed once
+   (:class:`~trioha.broker._sendheader.SendMessageHeader`), the checks of ``msgCheck`` and
+   ``handleRetryAndDLQ``, and the records to store (one, or a batch's), or the response
+   refusing the send before the store;
+2. **store**: every accepted send of the read appended now, in arrival order, with one write
+   (``Broker.append_each``), and one wait for the flush and replication policies up to the
+   last one's end (``Broker.wait_stored``), as RocketMQ's group commit would answer them;
+3. **answer** (:meth:`~SendMessageProcessor._answer`): ``handlePutMessageResult``'s response
+   code, header fields and remarks; the figures of every answered send recorded in one place
+   (:meth:`~SendMessageProcessor._record`: the served counters and latencies, the runtime
+   info's ``StoreStatsService`` figures, the broker's put statistics).
+"""
 
 from __future__ import annotations
 
 import collections
 import logging
 import random
-import time
 from collections.abc import Sequence
 
 import attrs
+import trio
 
-from trioha._errors import StorageError
 from trioha._status import PutResult, PutStatus
 from trioha.broker._batch import BatchError, decode_batch
 from trioha.broker._context import (
@@ -22,7 +38,7 @@ from trioha.broker._context import (
 )
 from trioha.broker._delaylevels import is_delayed
 from trioha.broker._metadata import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, TopicConfig
-from trioha.broker._types import new_message
+from trioha.broker._sendheader import SendMessageHeader
 from trioha.remoting import (
     AUTO_CREATE_TOPIC,
     PERM_READ,
@@ -34,7 +50,6 @@ from trioha.remoting import (
     RequestCode,
     ResponseCode,
     encode_response,
-    int_field,
 )
 from trioha.store import (
     MAX_PROPERTIES_SIZE,
@@ -44,7 +59,6 @@ from trioha.store import (
     PROPERTY_WAIT_STORE_MSG_OK,
     HostAddress,
     NewMessage,
-    PreparedMessage,
     string_to_properties,
 )
 
@@ -53,59 +67,14 @@ log = logging.getLogger("trioha.broker")
 #: ``MixAll.PROPERTY_CLUSTER`` and the region/trace fields a 4.9 broker adds to responses.
 PROPERTY_CLUSTER = "CLUSTER"
 DEFAULT_REGION = "DefaultRegion"
-#: ``subscriptionGroupConfig.retryMaxTimes`` default when the request does not say.
-MAX_RECONSUME_TIMES = 16
-_PLAIN_SENDS = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2})
-_SEND_NAMES: dict[int, str] = {code: RequestCode(code).name for code in _PLAIN_SENDS}
-
-
-#: SendMessageRequestHeaderV2's one-letter fields and SendMessageRequestHeader's names for them.
-_V2_NAMES = {
-    "a": "producerGroup",
-    "b": "topic",
-    "c": "defaultTopic",
-    "d": "defaultTopicQueueNums",
-    "e": "queueId",
-    "f": "sysFlag",
-    "g": "bornTimestamp",
-    "h": "flag",
-    "i": "properties",
-    "j": "reconsumeTimes",
-    "k": "unitMode",
-    "l": "maxReconsumeTimes",
-    "m": "batch",
-}
-_V2_LETTERS = {name: letter for letter, name in _V2_NAMES.items()}
-#: SendMessageRequestHeader's ``@CFNotNull`` fields, in their declaration order.
-_REQUIRED_SEND_ORDER = (
-    "producerGroup",
-    "topic",
-    "defaultTopic",
-    "defaultTopicQueueNums",
-    "queueId",
-    "sysFlag",
-    "bornTimestamp",
-    "flag",
+#: The request codes of a send (a consumer's send-back is a request of its own).
+SENDS = frozenset(
+    {RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE}
 )
-_REQUIRED_SEND_FIELDS = frozenset(_REQUIRED_SEND_ORDER)
-_REQUIRED_V2_FIELDS = frozenset(_V2_LETTERS[name] for name in _REQUIRED_SEND_ORDER)
-
-
-def _require_send_fields(fields: dict[str, str], letters: dict[str, str]) -> None:
-    """Raise :class:`HeaderError` naming the first ``@CFNotNull`` field of a send's header that
-    is missing (*letters*: the one-letter names of SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE).
-
-    A 4.9.7 broker logs the missing field while decoding the header, goes on with null, and
-    fails where it unboxes the null (a NullPointerException): SYSTEM_ERROR. trioha answers the
-    same code and says which field it was, in the words of ``decodeCommandCustomHeader``;
-    nothing is stored or auto-created (docs/rocketmq-protocol.md §19: unlike 4.9.7, trioha also
-    refuses a header lacking only ``producerGroup``, which no client sends).
-    """
-    for name in _REQUIRED_SEND_ORDER:
-        key = letters.get(name, name)
-        if key not in fields:
-            named = f"<{key}> ({name})" if key != name else f"<{name}>"
-            raise HeaderError(f"the custom field {named} is null")
+_SEND_NAMES: dict[int, str] = {code: RequestCode(code).name for code in SENDS}
+#: Response codes of a stored message (``PutMessageResult.isOk``, whatever the flush or
+#: replica outcome): the runtime info counts the others as failed puts.
+_STORED = frozenset(status.response_code for status in PutStatus if status.is_stored)
 
 
 def _stored_fields(result: PutResult, queue_id: int) -> dict[str, str]:
@@ -121,27 +90,13 @@ def _stored_fields(result: PutResult, queue_id: int) -> dict[str, str]:
 
 
 @attrs.frozen
-class _Checked:
-    """A send that passed the checks: what its records are built from."""
+class _Read:
+    """What the sends of one read share, looked up once for all of them."""
 
-    header: dict[str, str]
-    target: str
-    queue_id: int
-    properties: dict[str, str]
-    reconsume_times: int
+    peer: str
+    slave: bool
+    cluster: str
     born_host: HostAddress | None
-    #: A ``DELAY`` property, valid or not: the put path rewrites (or refuses) the message.
-    has_delay: bool
-    is_batch: bool
-
-
-@attrs.frozen
-class _Prepared:
-    """A checked send on its way to the store: its records and the queue they go to."""
-
-    records: list[NewMessage]
-    queue_id: int
-    is_batch: bool
 
 
 class SendMessageProcessor:
@@ -174,238 +129,157 @@ class SendMessageProcessor:
             RequestCode.CONSUMER_SEND_MSG_BACK: self.consumer_send_msg_back,
         }
 
-    @staticmethod
-    def _send_header(request: RemotingCommand) -> dict[str, str]:
-        """SendMessageRequestHeaderV2's one-letter fields as SendMessageRequestHeader's names,
-        every ``@CFNotNull`` field present (:func:`_require_send_fields`)."""
-        fields = request.ext_fields
-        if request.code == RequestCode.SEND_MESSAGE or ("b" not in fields and "topic" in fields):
-            # SendMessageRequestHeader (a C++ client's send, or a batch with the long header)
-            if not fields.keys() >= _REQUIRED_SEND_FIELDS:
-                _require_send_fields(fields, {})
-            return fields
-        if not fields.keys() >= _REQUIRED_V2_FIELDS:
-            _require_send_fields(fields, _V2_LETTERS)
-        return {_V2_NAMES.get(k, k): v for k, v in fields.items()}
+    # --- the two ways in ----------------------------------------------------------------
+    def take_sends(
+        self, requests: Sequence[RemotingCommand], connection: RemotingConnection
+    ) -> Burst | None:
+        """Take the sends of one read (every send code, batches too): accepted and appended
+        now, together, before this returns (so they are stored in the order they arrived),
+        answered by one wait (the module docstring's steps)."""
+        sends = [request for request in requests if request.code in SENDS]
+        return self._serve(sends, connection, frames=True) if sends else None
 
-    def _check(
+    async def send_message(
         self, request: RemotingCommand, connection: RemotingConnection
-    ) -> RemotingCommand | _Checked:
-        """Everything a send does before building its records: checks, topic, queue.
+    ) -> RemotingCommand:
+        """``SendMessageProcessor.asyncSendMessage`` / ``asyncSendBatchMessage`` for one send
+        handed over on its own: the same steps as a read's sends, for one."""
+        (response,) = await self._serve([request], connection, frames=False).finish()
+        assert isinstance(response, RemotingCommand)
+        return response
 
-        A response when the send is refused before reaching the store, else what the
-        records are built from.
-        """
-        header = self._send_header(request)
-        topic = header["topic"]
-        if self.ctx.is_slave:
+    def _serve(
+        self, sends: Sequence[RemotingCommand], connection: RemotingConnection, *, frames: bool
+    ) -> Burst:
+        """Accept and append *sends* now; the burst's ``finish`` waits and answers them
+        (response frames with *frames*, commands without)."""
+        started = trio.current_time()  # the run's clock: a test's MockClock decides it
+        ctx = self.ctx
+        slave = ctx.is_slave
+        read = _Read(
+            connection.peer,
+            slave,
+            ctx.config.broker_cluster_name,
+            None if slave else self._born_host(connection),
+        )
+        accepted = [self._accept(request, read) for request in sends]
+        puts = [records for records in accepted if not isinstance(records, RemotingCommand)]
+        broker = ctx.broker
+        results = broker.append_each(puts) if puts else []
+
+        async def finish() -> list[RemotingCommand | bytes | None]:
+            stored = [result for result in results if result.offset >= 0]
+            status = PutStatus.PUT_OK
+            if stored:
+                status = await broker.wait_stored(stored[0].offset, stored[-1].end_offset)
+            responses: list[RemotingCommand | bytes | None] = []
+            codes: collections.Counter[tuple[int, int]] = collections.Counter()
+            put = 0
+            for request, records in zip(sends, accepted, strict=True):
+                if isinstance(records, RemotingCommand):
+                    response: RemotingCommand | bytes = records
+                    code = records.code
+                else:
+                    response, code = self._answer(
+                        request, results[put], status, records[0].queue_id, frames=frames
+                    )
+                    put += 1
+                codes[request.code, code] += 1
+                responses.append(response)
+            self._record(codes, puts, results, status, trio.current_time() - started)
+            return responses
+
+        return Burst(sends, finish)
+
+    # --- 1. accept ----------------------------------------------------------------------
+    def _accept(
+        self, request: RemotingCommand, read: _Read
+    ) -> Sequence[NewMessage] | RemotingCommand:
+        """The records a send asks to store (one, or a batch's), or the response refusing it
+        before the store: ``msgCheck``, ``handleRetryAndDLQ`` and the message built as
+        ``asyncSendMessage``/``asyncSendBatchMessage`` build it (``WAIT`` dropped unless the
+        message is delayed, ``CLUSTER`` added)."""
+        try:
+            header = SendMessageHeader.from_command(request)
+        except HeaderError as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        if read.slave:
             # The store would refuse anyway (SERVICE_NOT_AVAILABLE); refusing first keeps a
             # slave from auto-creating topics its master does not have.
             return request.response(
                 ResponseCode.SERVICE_NOT_AVAILABLE, SERVICE_NOT_AVAILABLE_REMARK
             )
+        topic = header.topic
         config = self._check_topic(request, topic, header)
         if isinstance(config, RemotingCommand):
             return config
-        queue_id = int_field(header, "queueId", -1)
+        queue_id = header.queue_id
         if queue_id >= max(config.read_queue_nums, config.write_queue_nums):
             return request.response(
                 ResponseCode.SYSTEM_ERROR,
-                f"request queueId[{queue_id}] is illegal, {config} Producer: {connection.peer}",
+                f"request queueId[{queue_id}] is illegal, {config} Producer: {read.peer}",
             )
         if queue_id < 0:
             queue_id = random.randrange(config.write_queue_nums)
-        reconsume_times = int_field(header, "reconsumeTimes", 0)
-        properties = dict(string_to_properties(header.get("properties") or ""))
-        target = topic
-        if topic.startswith(RETRY_TOPIC_PREFIX):
-            max_times = int_field(header, "maxReconsumeTimes", MAX_RECONSUME_TIMES)
-            if reconsume_times >= max_times:  # handleRetryAndDLQ: on to the dead-letter queue
-                group = topic[len(RETRY_TOPIC_PREFIX) :]
-                target = DLQ_TOPIC_PREFIX + group
-                self.ctx.meta.topics.create_in_send_back(target, 1, PERM_WRITE)
-                self.ctx.on_topics_changed()
-                queue_id = 0
-                properties[PROPERTY_DELAY_TIME_LEVEL] = "0"  # setDelayTimeLevel(0)
-        if not is_delayed(properties):  # a delayed one is re-serialised with it, as in Java
-            properties.pop(PROPERTY_WAIT_STORE_MSG_OK, None)  # not stored (RocketMQ #2883)
-        properties[PROPERTY_CLUSTER] = self.ctx.config.broker_cluster_name
-        # Java clients send batches as SEND_BATCH_MESSAGE; the C++ client sends SEND_MESSAGE
-        # with batch=1, which a Java broker (Boolean.parseBoolean) would store as one
-        # message holding the encoded batch. trioha reads it as the batch it is.
-        batch_flag = header.get("batch") or ""
-        if batch_flag != "false":  # what every plain send says
-            batch_flag = batch_flag.strip().lower()
-        return _Checked(
-            header,
-            target,
-            queue_id,
-            properties,
-            reconsume_times,
-            self._born_host(connection),
-            PROPERTY_DELAY_TIME_LEVEL in properties,
-            request.code == RequestCode.SEND_BATCH_MESSAGE or batch_flag in {"true", "1"},
-        )
-
-    def _prepare(
-        self, request: RemotingCommand, connection: RemotingConnection
-    ) -> RemotingCommand | _Prepared:
-        """:meth:`_check`, then the records to put (one, or a batch's)."""
-        checked = self._check(request, connection)
-        if isinstance(checked, RemotingCommand):
-            return checked
-        if checked.is_batch:
+        reconsume_times = header.reconsume_times
+        target, dead_letter = topic, False
+        if topic.startswith(RETRY_TOPIC_PREFIX) and reconsume_times >= header.max_reconsume_times:
+            # handleRetryAndDLQ: on to the dead-letter queue
+            target = DLQ_TOPIC_PREFIX + topic[len(RETRY_TOPIC_PREFIX) :]
+            self.ctx.meta.topics.create_in_send_back(target, 1, PERM_WRITE)
+            self.ctx.on_topics_changed()
+            queue_id, dead_letter = 0, True
+        sysflag, born_timestamp = header.sys_flag, header.born_timestamp or None
+        cluster, born_host = read.cluster, read.born_host
+        if header.batch:
             try:
                 items = decode_batch(request.body)
             except BatchError as exc:
                 return request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
             if not items:
                 return request.response(ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
-            batch = []
+            records = []
             for item in items:
                 props = dict(string_to_properties(item.properties))
                 props.pop(PROPERTY_WAIT_STORE_MSG_OK, None)
-                props[PROPERTY_CLUSTER] = self.ctx.config.broker_cluster_name
-                batch.append(self._new_message(checked, item.body, item.flag, props))
-            return _Prepared(batch, checked.queue_id, is_batch=True)
-        flag = int_field(checked.header, "flag", 0)
-        record = self._new_message(checked, request.body, flag, checked.properties)
-        return _Prepared([record], checked.queue_id, is_batch=False)
-
-    @staticmethod
-    def _new_message(
-        checked: _Checked, body: bytes, flag: int, properties: dict[str, str]
-    ) -> NewMessage:
-        header = checked.header
-        return new_message(
-            topic=checked.target,
-            queue_id=checked.queue_id,
-            sysflag=int_field(header, "sysFlag", 0),
-            born_timestamp=int_field(header, "bornTimestamp", 0) or None,
-            born_host=checked.born_host,
-            reconsume_times=checked.reconsume_times,
-            body=body,
-            flag=flag,
-            properties=properties,
+                props[PROPERTY_CLUSTER] = cluster
+                records.append(
+                    NewMessage(
+                        target,
+                        item.body,
+                        queue_id,
+                        item.flag,
+                        props,
+                        sysflag,
+                        born_timestamp,
+                        born_host,
+                        reconsume_times=reconsume_times,
+                    )
+                )
+            return records
+        properties = dict(string_to_properties(header.properties))
+        if dead_letter:
+            properties[PROPERTY_DELAY_TIME_LEVEL] = "0"  # setDelayTimeLevel(0)
+        if PROPERTY_DELAY_TIME_LEVEL not in properties or not is_delayed(properties):
+            # A delayed message is re-serialised with it, as in Java (RocketMQ #2883).
+            properties.pop(PROPERTY_WAIT_STORE_MSG_OK, None)
+        properties[PROPERTY_CLUSTER] = cluster
+        return (
+            NewMessage(
+                target,
+                request.body,
+                queue_id,
+                header.flag,
+                properties,
+                sysflag,
+                born_timestamp,
+                born_host,
+                reconsume_times=reconsume_times,
+            ),
         )
 
-    def _record(self, checked: _Checked, request: RemotingCommand) -> NewMessage | PreparedMessage:
-        """A plain send's record, encoded here for the log (no :class:`NewMessage` between,
-        the properties joined once); a delayed one, or one the log would refuse, as a
-        :class:`NewMessage`, which the put path rewrites or refuses with its status."""
-        header = checked.header
-        flag = int_field(header, "flag", 0)
-        if not checked.has_delay:
-            try:
-                return self.ctx.broker.store.commitlog.prepare(
-                    topic=checked.target,
-                    body=request.body,
-                    queue_id=checked.queue_id,
-                    flag=flag,
-                    sysflag=int_field(header, "sysFlag", 0),
-                    born_timestamp=int_field(header, "bornTimestamp", 0) or int(time.time() * 1000),
-                    born_host=checked.born_host,
-                    reconsume_times=checked.reconsume_times,
-                    properties=checked.properties,
-                )
-            except (StorageError, ValueError):
-                pass  # refused below, by the put path, with the status it gives
-        return self._new_message(checked, request.body, flag, checked.properties)
-
-    async def send_message(
-        self, request: RemotingCommand, connection: RemotingConnection
-    ) -> RemotingCommand:
-        """``SendMessageProcessor.asyncSendMessage`` / ``asyncSendBatchMessage``."""
-        prepared = self._prepare(request, connection)
-        if isinstance(prepared, RemotingCommand):
-            return prepared
-        result = await self.ctx.broker.put_batch(prepared.records)
-        return self._send_response(request, result, prepared.queue_id)
-
-    def take_sends(
-        self, requests: Sequence[RemotingCommand], connection: RemotingConnection
-    ) -> Burst | None:
-        """Take the plain sends of one read: appended now, together, answered by one wait.
-
-        Each send is checked as :meth:`send_message` checks it and gets the same response;
-        the valid ones are appended in one write (``Broker.append_each``) before this
-        returns, so they are stored in the order they arrived, and one wait for the flush and
-        replication policies up to the last one's end answers them all, as RocketMQ's group
-        commit would. Batches and sends on a slave are left to :meth:`send_message`.
-        """
-        if self.ctx.is_slave:
-            return None
-        taken: list[RemotingCommand] = []
-        answers: list[RemotingCommand | int] = []  # a response, or an index into records
-        queues: list[int] = []
-        records: list[NewMessage | PreparedMessage] = []
-        for request in requests:
-            if request.code not in _PLAIN_SENDS:
-                continue
-            try:
-                checked = self._check(request, connection)
-            except HeaderError as exc:
-                checked = request.response(ResponseCode.SYSTEM_ERROR, str(exc))
-            if isinstance(checked, _Checked):
-                if checked.is_batch:
-                    continue  # the C++ client's batch flag: send_message takes it
-                try:
-                    record = self._record(checked, request)
-                except HeaderError as exc:
-                    answers.append(request.response(ResponseCode.SYSTEM_ERROR, str(exc)))
-                else:
-                    answers.append(len(records))
-                    queues.append(checked.queue_id)
-                    records.append(record)
-            else:
-                answers.append(checked)
-            taken.append(request)
-        if not taken:
-            return None
-        started = time.perf_counter()
-        broker = self.ctx.broker
-        results = broker.append_each(records) if records else []
-        stored = [r for r in results if r.offset >= 0]
-        for refused in results:
-            if refused.offset < 0:
-                broker.count_puts(refused.status, 1, 0.0)
-
-        async def finish() -> list[RemotingCommand | bytes | None]:
-            status = PutStatus.PUT_OK
-            if stored:
-                status = await broker.wait_stored(stored[0].offset, stored[-1].end_offset)
-                broker.count_puts(status, len(stored), time.perf_counter() - started)
-            responses: list[RemotingCommand | bytes | None] = []
-            codes: collections.Counter[tuple[int, int]] = collections.Counter()
-            for request, answer in zip(taken, answers, strict=True):
-                if isinstance(answer, RemotingCommand):
-                    response: RemotingCommand | bytes = answer
-                    code = answer.code
-                else:
-                    result = results[answer]
-                    if result.offset >= 0 and status is not PutStatus.PUT_OK:
-                        result = attrs.evolve(result, status=status)
-                    if result.status.is_stored:
-                        code = result.status.response_code
-                        response = encode_response(
-                            request, code, _stored_fields(result, queues[answer])
-                        )
-                    else:
-                        response = self._send_response(request, result, queues[answer])
-                        code = response.code
-                codes[request.code, code] += 1
-                responses.append(response)
-            seconds = time.perf_counter() - started
-            for (request_code, code), count in codes.items():
-                name = _SEND_NAMES[request_code]
-                self.ctx.served[f"{name}.{code}"] += count
-                self.ctx.latency[name].observe(seconds, count)
-            return responses
-
-        return Burst(taken, finish)
-
     def _check_topic(
-        self, request: RemotingCommand, topic: str, header: dict[str, str]
+        self, request: RemotingCommand, topic: str, header: SendMessageHeader
     ) -> TopicConfig | RemotingCommand:
         """``AbstractSendMessageProcessor.msgCheck``: find or auto-create the topic.
 
@@ -422,11 +296,11 @@ class SendMessageProcessor:
         if config is None:
             config = self.ctx.meta.topics.create_in_send(
                 topic,
-                header.get("defaultTopic") or AUTO_CREATE_TOPIC,
-                int_field(
-                    header, "defaultTopicQueueNums", self.ctx.config.default_topic_queue_nums
-                ),
-                int_field(header, "topicSysFlag", 0),
+                header.default_topic or AUTO_CREATE_TOPIC,
+                self.ctx.config.default_topic_queue_nums
+                if header.default_topic_queue_nums is None
+                else header.default_topic_queue_nums,
+                header.topic_sys_flag,
             )
             if config is None and topic.startswith(RETRY_TOPIC_PREFIX):
                 group = self.ctx.meta.groups.find(topic[len(RETRY_TOPIC_PREFIX) :])
@@ -445,13 +319,30 @@ class SendMessageProcessor:
             )
         return config
 
-    def _send_response(
-        self, request: RemotingCommand, result: PutResult, queue_id: int
-    ) -> RemotingCommand:
-        """``handlePutMessageResult``: PutStatus → response code, and the header fields."""
-        status = result.status
+    # --- 3. answer ----------------------------------------------------------------------
+    def _answer(
+        self,
+        request: RemotingCommand,
+        result: PutResult,
+        waited: PutStatus,
+        queue_id: int,
+        *,
+        frames: bool,
+    ) -> tuple[RemotingCommand | bytes, int]:
+        """``handlePutMessageResult``: the put's status as a response code, the stored
+        message's header fields or the refusal's remark; and the response code.
+
+        A stored message's status is what the wait for the policies gave (*waited*). With
+        *frames* a stored message's response is its frame, formatted straight from the
+        fields (``encode_response``).
+        """
+        status = waited if result.offset >= 0 else result.status
+        code = status.response_code
         if status.is_stored:
-            return request.response(status.response_code, None, _stored_fields(result, queue_id))
+            fields = _stored_fields(result, queue_id)
+            if frames:
+                return encode_response(request, code, fields), code
+            return request.response(code, None, fields), code
         remarks = {
             PutStatus.SERVICE_NOT_AVAILABLE: self.ctx.service_not_available_remark(),
             PutStatus.CREATE_MAPPED_FILE_FAILED: (
@@ -464,8 +355,40 @@ class SendMessageProcessor:
                 "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
             ),
         }
-        return request.response(status.response_code, remarks.get(status, status.value))
+        return request.response(code, remarks.get(status, status.value)), code
 
+    def _record(
+        self,
+        codes: collections.Counter[tuple[int, int]],
+        puts: Sequence[Sequence[NewMessage]],
+        results: Sequence[PutResult],
+        waited: PutStatus,
+        seconds: float,
+    ) -> None:
+        """The one place the figures of answered sends are recorded, however they arrived:
+        requests served and their latency by request and response code (``status``,
+        ``/metrics``), ``StoreStatsService``'s put figures (the runtime info's
+        ``putMessageEntireTimeMax``, ``putMessageDistributeTime``, failed puts) and the
+        broker's put results and latency by message."""
+        ctx = self.ctx
+        for (request_code, code), count in codes.items():
+            name = _SEND_NAMES[request_code]
+            ctx.served[f"{name}.{code}"] += count
+            ctx.latency[name].observe(seconds, count)
+            ctx.stats.record_put(seconds * 1000, ok=code in _STORED, count=count)
+        stored = 0
+        refused: collections.Counter[PutStatus] = collections.Counter()
+        for records, result in zip(puts, results, strict=True):
+            if result.offset >= 0:
+                stored += len(records)
+            else:
+                refused[result.status] += len(records)
+        if stored:
+            ctx.broker.count_puts(waited, stored, seconds)
+        for status, count in refused.items():
+            ctx.broker.count_puts(status, count, seconds)
+
+    # --- the checks ---------------------------------------------------------------------
     def _illegal_remark(self, request: RemotingCommand) -> str:
         """Why a send was refused as MESSAGE_ILLEGAL, with the limits this broker runs with.
 
@@ -535,15 +458,17 @@ class SendMessageProcessor:
             props[PROPERTY_ORIGIN_MESSAGE_ID] = message.msg_id
         props[PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)  # setDelayTimeLevel
         result = await self.ctx.broker.put(
-            topic=topic,
-            body=message.body,
-            properties=props,
-            queue_id=random.randrange(config.write_queue_nums),
-            flag=message.flag,
-            sysflag=message.sysflag,
-            born_timestamp=message.born_timestamp,
-            born_host=peer_address(connection),
-            reconsume_times=reconsume_times + 1,
+            NewMessage(
+                topic=topic,
+                body=message.body,
+                queue_id=random.randrange(config.write_queue_nums),
+                flag=message.flag,
+                properties=props,
+                sysflag=message.sysflag,
+                born_timestamp=message.born_timestamp or None,
+                born_host=peer_address(connection),
+                reconsume_times=reconsume_times + 1,
+            )
         )
         if result.status.is_stored:
             return request.response(ResponseCode.SUCCESS)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import itertools
 import math
 import os
 import time
@@ -161,14 +162,16 @@ class BrokerStats:
     def put_times_total(self) -> int:
         return self._puts_total()
 
-    def record_put(self, elapsed_ms: float, *, ok: bool) -> None:
-        """One send request answered after ``elapsed_ms`` (``setPutMessageEntireTimeMax``)."""
+    def record_put(self, elapsed_ms: float, *, ok: bool, count: int = 1) -> None:
+        """*count* send requests answered after ``elapsed_ms`` each, stored or not (*ok*)
+        (``setPutMessageEntireTimeMax``, ``putMessageDistributeTime``, the failed puts):
+        a burst of sends answered by one wait is *count* requests with one latency."""
         self._roll_minute()
         if not ok:
-            self.put_failed += 1
+            self.put_failed += count
         self.put_max_ms = max(self.put_max_ms, math.ceil(elapsed_ms))
-        self._buckets[_latency_bucket(elapsed_ms)] += 1
-        self._latencies.append(elapsed_ms)
+        self._buckets[_latency_bucket(elapsed_ms)] += count
+        self._latencies.extend(itertools.repeat(elapsed_ms, count))
 
     def record_get(
         self,

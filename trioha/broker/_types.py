@@ -1,7 +1,8 @@
 """What the client side needs from a broker: exactly this, and nothing more.
 
-A message crosses this boundary typed, as the store's :class:`~trioha.store.NewMessage`;
-:func:`new_message` builds one the way a producer describes a message (tags, keys).
+A message crosses this boundary typed, as the store's :class:`~trioha.store.NewMessage`, and
+only so; :func:`producer_properties` gives its properties the way a producer describes them
+(tags, keys).
 
 ``trioha.broker.Broker`` satisfies :class:`BrokerLike`; the tests use a small fake over a real
 commit log. Keeping the surface this narrow lets the remoting layer be tested without HA.
@@ -9,14 +10,13 @@ commit log. Keeping the surface this narrow lets the remoting layer be tested wi
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from trioha._config import BrokerConfig
 from trioha._status import PutResult, PutStatus
-from trioha.store import PROPERTY_KEYS, PROPERTY_TAGS, HostAddress, NewMessage, PreparedMessage
+from trioha.store import PROPERTY_KEYS, PROPERTY_TAGS, NewMessage
 
 
 class CommitLogLike(Protocol):
@@ -37,20 +37,8 @@ class CommitLogLike(Protocol):
     def read(self, offset: int, max_bytes: int) -> memoryview | bytes:
         """Up to ``max_bytes`` written bytes from ``offset``, within one segment."""
 
-    def prepare(
-        self,
-        *,
-        topic: str,
-        body: bytes,
-        queue_id: int,
-        flag: int,
-        sysflag: int,
-        born_timestamp: int,
-        born_host: HostAddress | None,
-        reconsume_times: int,
-        properties: Mapping[str, str],
-    ) -> PreparedMessage:
-        """A message encoded for this log, for ``append_each`` (raises if it is refused)."""
+    def floor_queue_offsets(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Raise the next queue offsets to at least these (the consume queues' ends)."""
 
 
 class StoreLike(Protocol):
@@ -82,34 +70,24 @@ class BrokerLike(Protocol):
         """Run with *config* from now on (UPDATE_BROKER_CONFIG; ``_liveconfig.LIVE_KEYS``)."""
 
     def delete_expired_commitlog(self) -> bool:
-        """Delete expired commit log files now; False without a retention service."""
+        """Have retention delete expired commit log files now (its next 20 runs); False while
+        retention does not run."""
 
     def clean_expired_consume_queues(self) -> bool:
-        """Destroy consume queues whose messages are gone; False without a retention service."""
+        """Destroy consume queues whose messages are all gone; False while retention does not
+        run."""
 
-    async def put(
-        self,
-        *,
-        topic: str,
-        body: bytes,
-        tags: str | None = None,
-        keys: str | None = None,
-        properties: Mapping[str, str] | None = None,
-        queue_id: int = 0,
-        flag: int = 0,
-        sysflag: int = 0,
-        born_timestamp: int | None = None,
-        born_host: tuple[str, int] | None = None,
-        reconsume_times: int = 0,
-    ) -> PutResult: ...
+    async def put(self, message: NewMessage) -> PutResult:
+        """Store one message; the status says whether and how (see ``Broker.put``)."""
 
     async def put_batch(
         self, messages: Sequence[NewMessage], *, delivery: bool = False
     ) -> PutResult:
         """Store messages; ``delivery``: a delayed message's delivery (see ``Broker``)."""
 
-    def append_each(self, messages: Sequence[NewMessage | PreparedMessage]) -> list[PutResult]:
-        """Append independent messages without waiting; one result per message."""
+    def append_each(self, puts: Sequence[Sequence[NewMessage]]) -> list[PutResult]:
+        """Append independent puts (a message, or a batch's messages) without waiting; one
+        result per put."""
 
     async def wait_stored(self, start: int, end: int) -> PutStatus:
         """Wait for the flush and replication policies to cover ``[start, end)``."""
@@ -124,38 +102,17 @@ class BrokerLike(Protocol):
         """A frozen attrs record of the broker's figures (reported by ``status``)."""
 
 
-def new_message(
+def producer_properties(
+    properties: Mapping[str, str] | None = None,
     *,
-    topic: str,
-    body: bytes,
     tags: str | None = None,
     keys: str | Sequence[str] | None = None,
-    properties: Mapping[str, str] | None = None,
-    queue_id: int = 0,
-    flag: int = 0,
-    sysflag: int = 0,
-    born_timestamp: int | None = None,
-    born_host: HostAddress | tuple[str, int] | None = None,
-    reconsume_times: int = 0,
-) -> NewMessage:
-    """A message as a producer describes it, as the store appends it.
-
-    ``tags`` and ``keys`` become RocketMQ's TAGS and KEYS properties (several keys joined by
-    spaces, as ``Message.setKeys``); the born timestamp defaults to now.
-    """
+) -> dict[str, str]:
+    """A message's properties as a producer sets them: ``Message.setTags`` and
+    ``Message.setKeys`` (several keys joined by spaces) over *properties*."""
     props = dict(properties or {})
     if keys:
         props[PROPERTY_KEYS] = keys if isinstance(keys, str) else " ".join(keys)
     if tags:
         props[PROPERTY_TAGS] = tags
-    return NewMessage(
-        topic=topic,
-        body=body,
-        queue_id=queue_id,
-        flag=flag,
-        sysflag=sysflag,
-        properties=props,
-        born_timestamp=born_timestamp or int(time.time() * 1000),
-        born_host=born_host,
-        reconsume_times=reconsume_times,
-    )
+    return props

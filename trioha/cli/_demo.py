@@ -32,7 +32,9 @@ import trio
 from trioha._config import BrokerConfig, BrokerRole
 from trioha._errors import RemotingError
 from trioha._status import PutStatus
+from trioha.broker import producer_properties
 from trioha.cli._shared import size
+from trioha.store import NewMessage
 
 if TYPE_CHECKING:
     from trioha.broker import Broker
@@ -133,11 +135,12 @@ async def _demo(args: argparse.Namespace, base: Path) -> int:
                 for i in remaining:
                     t0 = time.perf_counter()
                     result = await master.put(
-                        topic="TriohaDemo",
-                        body=body,
-                        tags=f"T{i % 4}",
-                        keys=f"k{i}",
-                        queue_id=pid % 4,
+                        NewMessage(
+                            "TriohaDemo",
+                            body,
+                            queue_id=pid % 4,
+                            properties=producer_properties(tags=f"T{i % 4}", keys=f"k{i}"),
+                        )
                     )
                     latencies.append(time.perf_counter() - t0)
                     statuses[result.status] += 1

@@ -91,6 +91,13 @@ COMMAND_HELP: dict[str, tuple[str, str]] = {
         "its epoch, the epoch counter, the SyncStateSet and every live broker's log end.",
         "trioha failover-state -c /etc/trioha/broker-a-1.conf",
     ),
+    "failover-elect": (
+        "Hand a failover group's master role to a chosen broker of its SyncStateSet "
+        "(docs/failover.md, RocketMQ's mqadmin electMaster): the master stops acknowledging, "
+        "waits until the target holds its whole log and gives it the master key; prints the "
+        "new master, its epoch and the time taken, or exits 1 with the reason for a refusal.",
+        "trioha failover-elect -c /etc/trioha/broker-a-1.conf --broker-id 2",
+    ),
     # The pipeline's commands carry their own descriptions; these add the examples.
     "audit": ("", "trioha audit /var/lib/trioha/m /var/lib/trioha/s1 /var/lib/trioha/s2"),
     "export": ("", "trioha export /var/lib/trioha/m /data/orders-parquet --mode overwrite"),

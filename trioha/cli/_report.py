@@ -101,6 +101,15 @@ class BrokerReport:
                     stats.max_offset,
                     extra={"offset": stats.max_offset},
                 )
+        elif stats.client is not None and stats.client.fell_behind_master_offset >= 0:
+            log.error(
+                "not replicating: master %s deleted what this slave needs (its log begins at "
+                "%d, this slave's ends at %d); re-seed this slave",
+                stats.client.master,
+                stats.client.fell_behind_master_offset,
+                stats.max_offset,
+                extra={"peer": stats.client.master, "reason": "fell_behind"},
+            )
         elif stats.client is not None and stats.client.needs_reseed:
             log.error(
                 "not replicating: diverged from master %s at %d (this slave holds up to "

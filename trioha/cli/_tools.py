@@ -12,7 +12,10 @@
   G from its committed offsets, print each message, commit offsets every 5 s; when a master
   is gone it reads from the slave (the route lists it);
 * ``status HOST:PORT``: a broker's runtime figures (GET_BROKER_RUNTIME_INFO): role, offsets,
-  slaves and their lag, metadata versions.
+  slaves and their lag, metadata versions;
+* ``failover-state -c broker.conf``: a failover group's keys as etcd has them;
+* ``failover-elect -c broker.conf --broker-id ID [--timeout S]``: hand the group's master
+  role to a chosen member of its SyncStateSet (docs/failover.md).
 
 ``put``, ``tail`` and ``status`` sign their requests with ``TRIOHA_ACCESS_KEY`` and
 ``TRIOHA_SECRET_KEY`` when those are set (the ACL, docs/security.md; ``status`` needs an admin
@@ -33,7 +36,7 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from functools import partial
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import trio
 
@@ -61,6 +64,11 @@ from trioha.remoting import (
     send_message,
     update_consumer_offset,
 )
+
+if TYPE_CHECKING:
+    from trioha.broker import HandoverOutcome
+    from trioha.etcd import EtcdClient
+    from trioha.failover import GroupKeys
 
 log = logging.getLogger("trioha.cli")
 
@@ -129,6 +137,29 @@ def register_commands(subparsers: Any) -> None:
     add_config_options(state, "broker.conf", "failoverEtcdEndpoints=http://127.0.0.1:2379")
     state.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     state.set_defaults(handler=_run_failover_state)
+
+    elect = subparsers.add_parser(
+        "failover-elect",
+        help="hand a failover group's master role to a chosen in-sync broker (mqadmin electMaster)",
+    )
+    add_config_options(elect, "broker.conf", "failoverEtcdEndpoints=http://127.0.0.1:2379")
+    elect.add_argument(
+        "--broker-id",
+        type=int,
+        required=True,
+        metavar="ID",
+        help="the failoverBrokerId of the broker to become master (a SyncStateSet member)",
+    )
+    elect.add_argument(
+        "--timeout",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds the master may stay fenced waiting for the target to catch up "
+        "(default 5; the master caps it at haMaxTimeSlaveNotCatchup)",
+    )
+    elect.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    elect.set_defaults(handler=_run_failover_elect)
 
 
 # --- namesrv ---------------------------------------------------------------------------------
@@ -482,25 +513,36 @@ async def broker_status(broker: str, *, out: TextIO = sys.stdout) -> dict[str, s
     return table
 
 
-async def failover_state(config: BrokerConfig, *, out: TextIO = sys.stdout) -> list[str]:
-    """Print and return a failover group's state, read from the etcd *config* names."""
-    from trioha.broker import describe_group, read_group
-    from trioha.etcd import open_etcd_client
+def _group_of(config: BrokerConfig, command: str) -> GroupKeys:
+    """The failover group *config* names (its etcd endpoints must be set)."""
     from trioha.failover import GroupKeys
 
     if not config.failover_etcd_endpoints:
-        raise ConfigError("failover-state needs failoverEtcdEndpoints (in -c or --set)")
+        raise ConfigError(f"{command} needs failoverEtcdEndpoints (in -c or --set)")
     try:
-        keys = GroupKeys.of(
+        return GroupKeys.of(
             config.broker_cluster_name, config.broker_name, root=config.failover_etcd_root
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    async with open_etcd_client(
-        config.failover_etcd_endpoints,
+
+
+def _open_group_etcd(config: BrokerConfig) -> AbstractAsyncContextManager[EtcdClient]:
+    from trioha.etcd import open_etcd_client
+
+    return open_etcd_client(
+        config.failover_etcd_endpoints or "",  # _group_of refused a config without them
         user=config.failover_etcd_user,
         password=config.failover_etcd_password,
-    ) as client:
+    )
+
+
+async def failover_state(config: BrokerConfig, *, out: TextIO = sys.stdout) -> list[str]:
+    """Print and return a failover group's state, read from the etcd *config* names."""
+    from trioha.broker import describe_group, read_group
+
+    keys = _group_of(config, "failover-state")
+    async with _open_group_etcd(config) as client:
         revision, view = await read_group(client, keys)
     lines = describe_group(keys, revision, view)
     for line in lines:
@@ -511,6 +553,39 @@ async def failover_state(config: BrokerConfig, *, out: TextIO = sys.stdout) -> l
 def _run_failover_state(args: argparse.Namespace) -> int:
     config = BrokerConfig.from_properties(args.config, settings=args.settings)
     run(lambda: failover_state(config))
+    return 0
+
+
+async def failover_elect(
+    config: BrokerConfig, broker_id: int, *, catch_up: float = 5.0, out: TextIO = sys.stdout
+) -> HandoverOutcome:
+    """Hand the master role of *config*'s group to broker *broker_id* and print one line
+    (``trioha.broker.hand_over``; a refusal raises :class:`HandoverRefusedError`)."""
+    from trioha.broker import hand_over
+
+    keys = _group_of(config, "failover-elect")
+    if broker_id < 1:
+        raise ConfigError(f"--broker-id must be a failover broker id (1 and up), got {broker_id}")
+    if not 0 < catch_up <= 3600:
+        raise ConfigError(f"--timeout must be between 0 and 3600 seconds, got {catch_up:g}")
+    async with _open_group_etcd(config) as client:
+        done = await hand_over(
+            client, keys, broker_id, catch_up=catch_up, lease_ttl=config.failover_lease_ttl
+        )
+    if done.already:
+        line = f"broker {done.master_id} is master of epoch {done.epoch} already; nothing to do"
+    else:
+        line = (
+            f"broker {done.master_id} is master of epoch {done.epoch} (was broker "
+            f"{done.old_master_id} at epoch {done.old_epoch}), handed over in {done.seconds:.2f} s"
+        )
+    print(f"failover-elect: {line}", file=out)
+    return done
+
+
+def _run_failover_elect(args: argparse.Namespace) -> int:
+    config = BrokerConfig.from_properties(args.config, settings=args.settings)
+    run(lambda: failover_elect(config, args.broker_id, catch_up=args.timeout))
     return 0
 
 

@@ -8,7 +8,8 @@ os or time (a test walks its imports), and ``model/`` explores its transition fu
 * :mod:`._keys`: the group's keys under ``<root>/<cluster>/<brokerName>/`` and their values;
 * :mod:`._view`: what a broker knows of those keys, merged from replies and watch events;
 * :mod:`._rules`: fencing, ranking and SyncStateSet maintenance, as small pure functions;
-* :mod:`._core`: the replica manager's transition table (:func:`failover_step`).
+* :mod:`._core`: the replica manager's transition table (:func:`failover_step`);
+* :mod:`._handover`: what an operator's handover request may ask, and its transaction.
 
 The ack rule itself (``allAckInSyncStateSet``, ``minInSyncReplicas``) lives with the data
 plane's other one, in ``trioha.proto.InSyncQuorum``.
@@ -25,6 +26,7 @@ from trioha.failover._core import (
     Failed,
     FailInFlight,
     Fence,
+    Handing,
     LogChanged,
     Outstanding,
     Phase,
@@ -76,8 +78,11 @@ from trioha.failover._etcd import (
     WatchEvent,
     prefix_end,
 )
+from trioha.failover._handover import handover_refusal, handover_txn
 from trioha.failover._keys import (
     GroupKeys,
+    Handover,
+    HandoverState,
     MasterRecord,
     Registration,
     SyncStateSet,
@@ -124,6 +129,9 @@ __all__ = [
     "Fence",
     "GroupKeys",
     "GroupView",
+    "Handing",
+    "Handover",
+    "HandoverState",
     "KeyValue",
     "LeaseGrant",
     "LeaseGrantResponse",
@@ -173,6 +181,8 @@ __all__ = [
     "failover_step",
     "failover_table_mermaid",
     "fence_deadline",
+    "handover_refusal",
+    "handover_txn",
     "keepalive_interval",
     "prefix_end",
     "rank",

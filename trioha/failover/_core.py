@@ -42,6 +42,20 @@ new set; a shrink takes effect only once committed. A reply that never comes lea
 in force and the same change is sent again: either copy landing ends it, and the other then
 fails its compare, so a late copy can never land afterwards.
 
+*Handover.* An operator hands the master role to a chosen member on purpose (RocketMQ's
+``mqadmin electMaster``) by writing the ``handover`` key (``REQUESTED``, naming the target and
+the master's epoch, compared against the master key's ``create_revision``). The master judges
+it at once: a target outside its SyncStateSet, not registered, or the master itself is
+refused in the key (``REFUSED`` with the reason). Otherwise it fences itself and fails the
+puts in flight (:class:`Fence`, :class:`FailInFlight`: phase ``HANDING_OVER``), waits until
+the target's live connection vouches for its whole log, then in one transaction (fenced by
+its token, the request's and the target's registration's ``mod_revision``) deletes the master
+key and marks the request ``RELEASED``. While a released request names a live broker, only
+that broker campaigns, at once; its campaign deletes the request. So the new master holds
+everything the old one had, acknowledged or not, and takes the next epoch as in any
+election. A target that does not catch up within the request's time (at most
+``haMaxTimeSlaveNotCatchup``) is refused, and the master acknowledges again.
+
 The table at the bottom lists every (phase, event) pair and the phases it may lead to;
 anything else is a :class:`~trioha._errors.LocalProtocolError`. ``failover_table_mermaid``
 draws it for docs/failover.md.
@@ -59,6 +73,7 @@ from trioha._errors import LocalProtocolError
 from trioha._status import PutStatus
 from trioha.failover._etcd import (
     Compare,
+    DeleteRange,
     ErrorCode,
     EtcdError,
     EventType,
@@ -79,6 +94,8 @@ from trioha.failover._etcd import (
 )
 from trioha.failover._keys import (
     GroupKeys,
+    Handover,
+    HandoverState,
     MasterRecord,
     Registration,
     SyncStateSet,
@@ -106,6 +123,7 @@ __all__ = [
     "FailInFlight",
     "Failed",
     "Fence",
+    "Handing",
     "LogChanged",
     "Outstanding",
     "Phase",
@@ -145,6 +163,8 @@ class Phase(enum.Enum):
     MASTER = "MASTER"
     #: Holds the master key as far as it knows, but its lease deadline passed: no acks.
     FENCED = "FENCED"
+    #: Holds the master key and acknowledges nothing: handing it to a chosen member.
+    HANDING_OVER = "HANDING_OVER"
     #: Shut down (the lease revoked); nothing more happens.
     STOPPED = "STOPPED"
 
@@ -160,6 +180,7 @@ class Purpose(enum.Enum):
     CAMPAIGN = "campaign"
     ALTER = "alter SyncStateSet"
     REVOKE = "revoke"
+    HANDOVER = "handover"
 
 
 # --- events -----------------------------------------------------------------------------------
@@ -357,7 +378,8 @@ class Outstanding:
     sent_at: int
     #: CAMPAIGN: the epoch it asks for; ALTER: the set's version it writes.
     epoch: int = 0
-    #: CAMPAIGN: the set the new master starts with; ALTER: the set it writes.
+    #: CAMPAIGN: the set the new master starts with; ALTER: the set it writes; HANDOVER: the
+    #: target when it releases the master key (empty: it answers a refusal).
     members: frozenset[int] = frozenset()
     #: CAMPAIGN: bytes an unclean election loses at least (-1: a clean one).
     unclean_lost: int = -1
@@ -373,6 +395,16 @@ class Proposal:
     version: int
     #: The set's ``mod_revision`` the change compares against (0: the key does not exist).
     base_revision: int
+
+
+@attrs.frozen
+class Handing:
+    """A handover this master accepted: the target, the request's ``mod_revision`` (it must
+    stay that one) and when (ms) the master gives up waiting for the target."""
+
+    target: int
+    revision: int
+    until: int
 
 
 @attrs.frozen(cache_hash=True)
@@ -407,6 +439,10 @@ class ReplicaState:
     replicas: tuple[Replica, ...] = ()
     #: Why the core holds back from campaigning ("" when it does not), alerted once.
     blocked: str = ""
+    #: HANDING_OVER: the handover in hand.
+    handing: Handing | None = None
+    #: The ``mod_revision`` of the last handover request this master answered.
+    judged: int = 0
 
     def outstanding(self, purpose: Purpose) -> Outstanding | None:
         for out in self.requests:
@@ -511,7 +547,16 @@ def _replica_id(replica: Replica) -> int:
 
 
 def _not_master(state: ReplicaState) -> ReplicaState:
-    return attrs.evolve(state, epoch=0, token=0, sss=frozenset(), proposal=None, replicas=())
+    return attrs.evolve(
+        state,
+        epoch=0,
+        token=0,
+        sss=frozenset(),
+        proposal=None,
+        replicas=(),
+        handing=None,
+        judged=0,
+    )
 
 
 def _block(state: ReplicaState, c: _Ctx, reason: str) -> ReplicaState:
@@ -542,7 +587,7 @@ def _keepalive_due(state: ReplicaState, c: _Ctx) -> ReplicaState:
 def _lease_lost(state: ReplicaState, c: _Ctx, reason: str) -> ReplicaState:
     """The lease is gone, and with it the registration and any master key: start over, at
     once (a new lease is asked for now, not at the next tick)."""
-    if state.phase in (Phase.MASTER, Phase.FENCED):
+    if state.phase in (Phase.MASTER, Phase.FENCED, Phase.HANDING_OVER):
         c.fence(f"lost the master key of epoch {state.epoch}: {reason}")
     state = attrs.evolve(
         _not_master(state), phase=Phase.STARTING, lease=0, ttl=0, deadline_at=0, requests=()
@@ -623,6 +668,13 @@ def _follow(state: ReplicaState, c: _Ctx) -> ReplicaState:
             f"{view.counter()}: refusing to be master (was etcd's data lost?)",
         )
     state = _block(state, c, "")
+    handover = view.handover.current
+    if handover is not None and handover.state is HandoverState.RELEASED:
+        if handover.target == me:
+            # The master handed the role to this broker: it holds the whole log, go now.
+            return _campaign(state, c, bootstrap=bootstrap, unclean=unclean)
+        if view.broker(handover.target).present:
+            return state  # the operator's choice goes first while it lives
     rivals = {
         bid: e.current
         for bid, e in view.live().items()
@@ -651,6 +703,7 @@ def _campaign(state: ReplicaState, c: _Ctx, *, bootstrap: bool, unclean: bool) -
         Compare.absent(keys.master),
         _unchanged(keys.sync_state_set, view.sss),
         _unchanged(keys.epoch, view.epoch),
+        _unchanged(keys.handover, view.handover),
     )
     puts = [Put(keys.master, record.encode(), state.lease), Put(keys.epoch, encode_epoch(epoch))]
     lost = -1
@@ -664,7 +717,9 @@ def _campaign(state: ReplicaState, c: _Ctx, *, bootstrap: bool, unclean: bool) -
             lost = _unclean_loss(state, sss.members if sss is not None else frozenset())
     else:
         members = sss.members
-    txn = Txn(compares, tuple(puts), (Range.prefix(keys.prefix),))
+    # A handover request (served, or left from an earlier term) ends with the election.
+    ends = (DeleteRange(keys.handover),) if view.handover.present else ()
+    txn = Txn(compares, (*puts, *ends), (Range.prefix(keys.prefix),))
     state = c.send(
         state,
         Purpose.CAMPAIGN,
@@ -740,7 +795,8 @@ NEVER = 1 << 62
 
 
 def _step_down(state: ReplicaState, c: _Ctx, why: str) -> ReplicaState:
-    c.fence(f"no longer master of epoch {state.epoch}: {why}")
+    if state.phase is not Phase.HANDING_OVER:  # handing over, it fenced itself already
+        c.fence(f"no longer master of epoch {state.epoch}: {why}")
     return _follow(attrs.evolve(_not_master(state), phase=Phase.FOLLOWER), c)
 
 
@@ -776,6 +832,11 @@ def _master(state: ReplicaState, c: _Ctx, confirm: int | None) -> ReplicaState:
             )
             state = attrs.evolve(state, sss=sss.members)
             c.acts.append(SetSyncStateSet(effective_members(state, c.o)))
+    state = _judge_handover(state, c)
+    if state.phase is Phase.HANDING_OVER:
+        # Judged on the next event, not this one: the data plane's log end as of the fence
+        # (it cannot grow after it) comes first.
+        return state
     return _maintain(state, c, confirm)
 
 
@@ -843,6 +904,157 @@ def _commit(state: ReplicaState, c: _Ctx) -> ReplicaState:
     return state
 
 
+# --- handing the master role over ------------------------------------------------------------
+
+
+def _judge_handover(state: ReplicaState, c: _Ctx) -> ReplicaState:
+    """MASTER or FENCED: answer a handover request not answered yet (module docstring).
+
+    Accepting it fences the master; whether the target holds the whole log is asked from the
+    next event on (``_handing``), once the Trio layer has fed the log's end as of the fence
+    (``LogChanged``): a put appended just before it must be counted.
+    """
+    entry = state.view.handover
+    request = entry.current
+    if (
+        request is None
+        or request.state is not HandoverState.REQUESTED
+        or entry.mod_revision == state.judged
+    ):
+        return state
+    if state.proposal is not None or state.outstanding(Purpose.ALTER):
+        return state  # judged once the SyncStateSet change in hand is settled
+    state = attrs.evolve(state, judged=entry.mod_revision)
+    why = _handover_refusal(state, c, request)
+    if why:
+        return _answer_handover(state, c, why)
+    c.fence(f"handing the master role of epoch {state.epoch} over to broker {request.target}")
+    wait = max(0, min(request.timeout_ms, c.o.ha_max_time_slave_not_catchup))
+    handing = Handing(request.target, entry.mod_revision, c.now + wait)
+    return attrs.evolve(state, phase=Phase.HANDING_OVER, handing=handing)
+
+
+def _handover_refusal(state: ReplicaState, c: _Ctx, request: Handover) -> str:
+    """Why this master will not hand over to the request's target ("" when it will)."""
+    target = request.target
+    if request.epoch != state.epoch:
+        return (
+            f"the request is addressed to the master of epoch {request.epoch}; broker "
+            f"{c.o.broker_id} is master of epoch {state.epoch}"
+        )
+    if target == c.o.broker_id:
+        return f"broker {target} is the master already"
+    if target not in state.sss:
+        return (
+            f"broker {target} is not in the SyncStateSet {sorted(state.sss)}: it may not hold "
+            "every acknowledged message"
+        )
+    if not state.view.broker(target).present:
+        return f"broker {target} is not registered in etcd (not running, or cut off from etcd)"
+    return ""
+
+
+def _answer_handover(state: ReplicaState, c: _Ctx, reason: str) -> ReplicaState:
+    """Mark the request REFUSED with *reason*, if it is still the one this master judged."""
+    entry = state.view.handover
+    request = entry.current
+    if request is None:
+        return state
+    keys = c.o.keys
+    refused = attrs.evolve(request, state=HandoverState.REFUSED, reason=reason)
+    compares = (
+        Compare.created_at(keys.master, state.token),
+        Compare.modified_at(keys.handover, entry.mod_revision),
+    )
+    put = Put(keys.handover, refused.encode(), entry.lease)
+    c.acts.append(Alert(f"handover to broker {request.target} refused: {reason}"))
+    txn = Txn(compares, (put,), (Range.prefix(keys.prefix),))
+    return c.send(state, Purpose.HANDOVER, txn, writes=(put,))
+
+
+def _handing(state: ReplicaState, c: _Ctx) -> ReplicaState:
+    """HANDING_OVER, after news: release the key once the target holds the whole log."""
+    why = _still_mine(state)
+    if why:
+        return _step_down(state, c, why)
+    handing = state.handing
+    assert handing is not None
+    entry = state.view.handover
+    request = entry.current
+    if (
+        request is None
+        or entry.mod_revision != handing.revision
+        or request.state is not HandoverState.REQUESTED
+    ):
+        return _resume(state, c)  # withdrawn (the requester gave up, its lease expired)
+    if state.outstanding(Purpose.HANDOVER):
+        return state
+    target = handing.target
+    if not state.view.broker(target).present:
+        return _answer_handover(_resume(state, c), c, f"broker {target} left etcd meanwhile")
+    replica = next((r for r in state.replicas if r.broker_id == target), None)
+    acked = replica.acked if replica is not None else -1
+    if acked >= state.max_offset:
+        return _release(state, c)
+    if c.now >= handing.until:
+        return _answer_handover(
+            _resume(state, c),
+            c,
+            f"broker {target} did not catch up in time (it vouches for "
+            f"{max(acked, 0)} of the master's {state.max_offset} bytes)",
+        )
+    return state
+
+
+def _resume(state: ReplicaState, c: _Ctx) -> ReplicaState:
+    """Back from HANDING_OVER: acknowledge again if the lease deadline still lies ahead."""
+    acting = c.now < state.deadline_at or c.o.unsafe.no_self_fence
+    state = attrs.evolve(state, phase=Phase.MASTER if acting else Phase.FENCED, handing=None)
+    if acting:
+        c.acts.append(Unfence(_ack_until(state, c.o)))
+    return state
+
+
+def _release(state: ReplicaState, c: _Ctx) -> ReplicaState:
+    """Delete the master key and mark the request RELEASED, in one fenced transaction."""
+    handing = state.handing
+    assert handing is not None
+    keys, view = c.o.keys, state.view
+    entry = view.handover
+    request = entry.current
+    assert request is not None
+    released = attrs.evolve(request, state=HandoverState.RELEASED, reason="")
+    compares = (
+        Compare.created_at(keys.master, state.token),
+        Compare.modified_at(keys.handover, handing.revision),
+        Compare.modified_at(keys.broker(handing.target), view.broker(handing.target).mod_revision),
+    )
+    put = Put(keys.handover, released.encode(), entry.lease)
+    txn = Txn(compares, (DeleteRange(keys.master), put), (Range.prefix(keys.prefix),))
+    return c.send(state, Purpose.HANDOVER, txn, members=frozenset({handing.target}), writes=(put,))
+
+
+def _on_handover(
+    state: ReplicaState, out: Outstanding, response: Response, c: _Ctx
+) -> ReplicaState:
+    releasing = bool(out.members) and state.phase is Phase.HANDING_OVER
+    if not isinstance(response, TxnResponse):
+        if releasing:
+            # The request's lease is gone, or etcd refused the write: acknowledge again.
+            why = response.message if isinstance(response, EtcdError) else str(response)
+            c.acts.append(Alert(f"could not hand the master key over: {why}"))
+            return _react(_resume(state, c), c)
+        return state
+    if not response.succeeded:
+        return _react(_snapshot(state, c, response), c)
+    state = _my_writes(state, c, response.revision, out.writes)
+    if out.members:
+        gone = KeyValue(c.o.keys.master, mod_revision=response.revision)
+        view = state.view.event(c.o.keys, WatchEvent(EventType.DELETE, gone))
+        state = attrs.evolve(state, view=view)
+    return _react(state, c)
+
+
 # --- the rules: one per (phase, event) ----------------------------------------------------------
 
 
@@ -852,6 +1064,8 @@ def _react(state: ReplicaState, c: _Ctx, confirm: int | None = None) -> ReplicaS
             return _follow(state, c)
         case Phase.MASTER | Phase.FENCED:
             return _master(state, c, confirm)
+        case Phase.HANDING_OVER:
+            return _handing(state, c)
         case _:
             return state
 
@@ -991,6 +1205,7 @@ _REPLY_HANDLERS: dict[Purpose, _ReplyHandler] = {
     Purpose.CAMPAIGN: _on_campaign,
     Purpose.ALTER: _on_alter,
     Purpose.REVOKE: _on_revoke,
+    Purpose.HANDOVER: _on_handover,
 }
 
 
@@ -1017,6 +1232,10 @@ def _failed(state: ReplicaState, event: Failed, c: _Ctx) -> ReplicaState:
             if state.proposal is not None and state.phase in (Phase.MASTER, Phase.FENCED):
                 return _send_proposal(state, c)
             return state
+        case Purpose.HANDOVER:
+            # A release may have landed: read the keys, and go on from what they show. A
+            # refusal that got lost leaves the request to its requester's deadline.
+            return _read(state, c) if state.phase is Phase.HANDING_OVER else state
     assert_never(out.purpose)
 
 
@@ -1041,18 +1260,27 @@ def _log_changed(state: ReplicaState, event: LogChanged, c: _Ctx) -> ReplicaStat
     return _react(_facts(state, event), c)
 
 
-def _replica_acked(state: ReplicaState, event: ReplicaAcked, c: _Ctx) -> ReplicaState:
+def _with_ack(state: ReplicaState, event: ReplicaAcked, c: _Ctx) -> ReplicaState:
+    """The master's knowledge of the slave after its ack (and the confirm offset then)."""
     ha_max = c.o.ha_max_time_slave_not_catchup
     old = next((r for r in state.replicas if r.broker_id == event.broker_id), None)
     caught_up_at = c.now if event.caught_up else (old.caught_up_at if old else c.now - ha_max)
     replica = Replica(event.broker_id, event.acked, caught_up_at)
     others = tuple(r for r in state.replicas if r.broker_id != event.broker_id)
-    state = attrs.evolve(
+    return attrs.evolve(
         state,
         replicas=tuple(sorted((*others, replica), key=_replica_id)),
         confirm_offset=event.confirm_offset,
     )
-    return _master(state, c, event.confirm_offset)
+
+
+def _replica_acked(state: ReplicaState, event: ReplicaAcked, c: _Ctx) -> ReplicaState:
+    return _master(_with_ack(state, event, c), c, event.confirm_offset)
+
+
+def _handing_acked(state: ReplicaState, event: ReplicaAcked, c: _Ctx) -> ReplicaState:
+    """HANDING_OVER: a slave's ack (no SyncStateSet judgement meanwhile); the target's?"""
+    return _handing(_with_ack(state, event, c), c)
 
 
 def _replica_gone(state: ReplicaState, event: ReplicaGone, c: _Ctx) -> ReplicaState:
@@ -1105,13 +1333,14 @@ class Rule:
     targets: tuple[Phase, ...]
 
 
-_S, _R, _F, _C, _M, _X, _Z = (
+_S, _R, _F, _C, _M, _X, _H, _Z = (
     Phase.STARTING,
     Phase.REGISTERING,
     Phase.FOLLOWER,
     Phase.CAMPAIGNING,
     Phase.MASTER,
     Phase.FENCED,
+    Phase.HANDING_OVER,
     Phase.STOPPED,
 )
 _EVENTS = (
@@ -1172,28 +1401,39 @@ FAILOVER_TABLE: dict[tuple[Phase, type], Rule] = {
     (_C, ReplicaGone): Rule(_ignore, (_C,)),
     (_C, RoleChangeFailed): Rule(_ignore, (_C,)),
     (_C, Shutdown): Rule(_shutdown, (_Z,)),
-    # MASTER: acknowledging until the deadline.
-    (_M, Tick): Rule(_tick, (_M, _X)),
-    (_M, Replied): Rule(_replied, (_M, _S, _F, _C)),
+    # MASTER: acknowledging until the deadline (or until it hands the role over).
+    (_M, Tick): Rule(_tick, (_M, _X, _H)),
+    (_M, Replied): Rule(_replied, (_M, _S, _F, _C, _H)),
     (_M, Failed): Rule(_failed, (_M,)),
-    (_M, Watched): Rule(_watched, (_M, _F, _C)),
+    (_M, Watched): Rule(_watched, (_M, _F, _C, _H)),
     (_M, WatchBroken): Rule(_watch_broken, (_M,)),
-    (_M, LogChanged): Rule(_log_changed, (_M,)),
-    (_M, ReplicaAcked): Rule(_replica_acked, (_M,)),
+    (_M, LogChanged): Rule(_log_changed, (_M, _H)),
+    (_M, ReplicaAcked): Rule(_replica_acked, (_M, _H)),
     (_M, ReplicaGone): Rule(_replica_gone, (_M,)),
     (_M, RoleChangeFailed): Rule(_role_change_failed, (_S,)),
     (_M, Shutdown): Rule(_shutdown, (_Z,)),
     # FENCED: past the deadline; a keepalive in time brings it back.
-    (_X, Tick): Rule(_tick, (_X,)),
-    (_X, Replied): Rule(_replied, (_X, _M, _S, _F, _C)),
+    (_X, Tick): Rule(_tick, (_X, _H)),
+    (_X, Replied): Rule(_replied, (_X, _M, _S, _F, _C, _H)),
     (_X, Failed): Rule(_failed, (_X,)),
-    (_X, Watched): Rule(_watched, (_X, _F, _C)),
+    (_X, Watched): Rule(_watched, (_X, _F, _C, _H)),
     (_X, WatchBroken): Rule(_watch_broken, (_X,)),
-    (_X, LogChanged): Rule(_log_changed, (_X,)),
-    (_X, ReplicaAcked): Rule(_replica_acked, (_X,)),
+    (_X, LogChanged): Rule(_log_changed, (_X, _H)),
+    (_X, ReplicaAcked): Rule(_replica_acked, (_X, _H)),
     (_X, ReplicaGone): Rule(_replica_gone, (_X,)),
     (_X, RoleChangeFailed): Rule(_role_change_failed, (_S,)),
     (_X, Shutdown): Rule(_shutdown, (_Z,)),
+    # HANDING_OVER: fenced, waiting for the target; then the key goes (or the master resumes).
+    (_H, Tick): Rule(_tick, (_H, _M, _X, _F, _C)),
+    (_H, Replied): Rule(_replied, (_H, _M, _X, _S, _F, _C)),
+    (_H, Failed): Rule(_failed, (_H,)),
+    (_H, Watched): Rule(_watched, (_H, _M, _X, _F, _C)),
+    (_H, WatchBroken): Rule(_watch_broken, (_H,)),
+    (_H, LogChanged): Rule(_log_changed, (_H, _M, _X, _F, _C)),
+    (_H, ReplicaAcked): Rule(_handing_acked, (_H, _M, _X, _F, _C)),
+    (_H, ReplicaGone): Rule(_replica_gone, (_H,)),
+    (_H, RoleChangeFailed): Rule(_role_change_failed, (_S,)),
+    (_H, Shutdown): Rule(_shutdown, (_Z,)),
     # STOPPED: nothing more happens.
     **{(_Z, event): Rule(_ignore, (_Z,)) for event in _EVENTS},
 }

@@ -13,6 +13,9 @@ key                    value                                        bound to
                        set's own version
 ``brokers/<id>``       :class:`Registration`: a broker's            that broker's lease
                        addresses, last epoch and max offset
+``handover``           :class:`Handover`: an operator's request     the requester's lease
+                       to hand the master role to one member, and
+                       how far it got
 =====================  ===========================================  =========================
 
 Values are compact JSON with RocketMQ's camelCase names (the epoch counter is a bare decimal),
@@ -24,6 +27,7 @@ cannot read).
 
 from __future__ import annotations
 
+import enum
 import json
 import re
 from collections.abc import Iterable
@@ -35,6 +39,8 @@ from trioha._errors import CoordinatorDataError
 
 __all__ = [
     "GroupKeys",
+    "Handover",
+    "HandoverState",
     "MasterRecord",
     "Registration",
     "SyncStateSet",
@@ -82,6 +88,10 @@ class GroupKeys:
     @property
     def sync_state_set(self) -> bytes:
         return self.prefix + b"syncStateSet"
+
+    @property
+    def handover(self) -> bytes:
+        return self.prefix + b"handover"
 
     @property
     def brokers(self) -> bytes:
@@ -232,6 +242,66 @@ class Registration:
             {"brokerId": int, "epoch": int, "maxOffset": int, "brokerAddr": str, "haAddr": str},
         )
         return cls(v["brokerId"], v["epoch"], v["maxOffset"], v["brokerAddr"], v["haAddr"])
+
+
+class HandoverState(enum.Enum):
+    """How far a handover got (the ``state`` field of the ``handover`` key)."""
+
+    #: Written by the operator's command: the master of *epoch* is asked to hand over.
+    REQUESTED = "requested"
+    #: Written by that master: it stopped acknowledging, the target holds its whole log, and
+    #: the master key is gone; only the target campaigns while this stands.
+    RELEASED = "released"
+    #: Written by that master: it will not hand over (``reason`` says why) and acknowledges
+    #: again.
+    REFUSED = "refused"
+
+
+@attrs.frozen
+class Handover:
+    """The ``handover`` key: hand the master role of *epoch* to broker *target* on purpose.
+
+    Mirrors what ``mqadmin electMaster`` asks of RocketMQ 5.x's controller, in etcd's terms
+    (docs/failover.md, "Handing the master role over"). *timeout_ms* bounds how long the
+    master may stay fenced waiting for the target to catch up.
+    """
+
+    target: int
+    epoch: int
+    state: HandoverState = HandoverState.REQUESTED
+    timeout_ms: int = 5000
+    reason: str = ""
+
+    def encode(self) -> bytes:
+        return _dump(
+            {
+                "target": self.target,
+                "epoch": self.epoch,
+                "state": self.state.value,
+                "timeoutMs": self.timeout_ms,
+                "reason": self.reason,
+            }
+        )
+
+    @classmethod
+    def decode(cls, key: bytes, raw: bytes) -> Handover:
+        v = _load(
+            key,
+            raw,
+            {"target": int, "epoch": int, "state": str, "timeoutMs": int, "reason": str},
+        )
+        try:
+            state = HandoverState(v["state"])
+        except ValueError:
+            where = key.decode(errors="replace")
+            known = ", ".join(s.value for s in HandoverState)
+            raise CoordinatorDataError(
+                f"etcd key {where}: state must be one of {known}, got {v['state']!r}"
+            ) from None
+        if v["target"] == 0:
+            where = key.decode(errors="replace")
+            raise CoordinatorDataError(f"etcd key {where}: target must be a broker id (1 and up)")
+        return cls(v["target"], v["epoch"], state, v["timeoutMs"], v["reason"])
 
 
 def encode_epoch(epoch: int) -> bytes:

@@ -19,6 +19,7 @@ from trioha._errors import CoordinatorDataError
 from trioha.failover._etcd import EventType, KeyValue, WatchEvent
 from trioha.failover._keys import (
     GroupKeys,
+    Handover,
     MasterRecord,
     Registration,
     SyncStateSet,
@@ -92,6 +93,8 @@ class GroupView:
     sss: Entry[SyncStateSet] = attrs.field(factory=_empty)
     #: Registrations by broker id, in id order (deleted ones kept, as deleted).
     brokers: tuple[tuple[int, Entry[Registration]], ...] = ()
+    #: An operator's request to hand the master role over (``_keys.Handover``).
+    handover: Entry[Handover] = attrs.field(factory=_empty)
 
     def broker(self, broker_id: int) -> Entry[Registration]:
         for bid, entry in self.brokers:
@@ -116,6 +119,13 @@ class GroupView:
             bid = keys.broker_id_of(key)
             if bid is not None:
                 brokers.setdefault(bid, _empty())
+        handover = self.handover
+        if keys.handover in found or handover.as_of:
+            # A group that never saw a handover keeps the empty entry: reading the key absent
+            # tells nothing new, and the view stays the same value it always was. (A stale
+            # watch event could then show a request that a later event withdraws; the key
+            # only decides who goes first, and every campaign compares it.)
+            handover = handover.news(revision, found.get(keys.handover), Handover.decode)
         return GroupView(
             self.master.news(revision, found.get(keys.master), MasterRecord.decode),
             self.epoch.news(revision, found.get(keys.epoch), decode_epoch),
@@ -124,6 +134,7 @@ class GroupView:
                 (bid, e.news(revision, found.get(keys.broker(bid)), Registration.decode))
                 for bid, e in sorted(brokers.items())
             ),
+            handover,
         )
 
     def event(self, keys: GroupKeys, event: WatchEvent) -> GroupView:
@@ -137,6 +148,8 @@ class GroupView:
             return attrs.evolve(self, epoch=self.epoch.news(revision, kv, decode_epoch))
         if key == keys.sync_state_set:
             return attrs.evolve(self, sss=self.sss.news(revision, kv, SyncStateSet.decode))
+        if key == keys.handover:
+            return attrs.evolve(self, handover=self.handover.news(revision, kv, Handover.decode))
         bid = keys.broker_id_of(key)
         if bid is None:
             return self

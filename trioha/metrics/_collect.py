@@ -55,7 +55,7 @@ def _failover(stats: Any) -> Iterator[Metric]:
     yield _gauge(
         "trioha_failover_phase_info",
         "The replica manager's phase (value 1): STARTING, REGISTERING, FOLLOWER, CAMPAIGNING, "
-        "MASTER, FENCED, STOPPED.",
+        "MASTER, FENCED, HANDING_OVER, STOPPED.",
         1,
         phase=stats.phase,
     )
@@ -143,6 +143,23 @@ class BrokerCollector:
                 "trioha_disk_used_ratio",
                 "Share of the commit log's file system in use (0-1).",
                 ratio,
+            )
+        retention = getattr(stats, "retention", None)
+        if retention is not None:
+            yield _counts(
+                "trioha_retention_deleted_files",
+                "Files retention deleted, by kind.",
+                "kind",
+                {
+                    "commitlog": retention.segments_deleted,
+                    "consumequeue": retention.consume_queue_files_deleted,
+                    "index": retention.index_files_deleted,
+                },
+            )
+            yield _counter(
+                "trioha_retention_deleted_bytes",
+                "Commit log bytes retention deleted.",
+                retention.bytes_deleted,
             )
 
     def _master(self, ha: Any, max_offset: int) -> Iterator[Metric]:

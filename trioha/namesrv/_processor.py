@@ -25,6 +25,7 @@ from trioha.namesrv._routes import (
 )
 from trioha.remoting import (
     DataVersion,
+    NoBursts,
     RemotingCommand,
     RemotingConnection,
     RequestCode,
@@ -47,8 +48,8 @@ log = logging.getLogger("trioha.namesrv")
 CONFIG_PATH_KEYS = frozenset({"kvConfigPath", "configStorePath"})
 
 
-class NamesrvProcessor:
-    """``DefaultRequestProcessor``: the name server's request codes.
+class NamesrvProcessor(NoBursts):
+    """``DefaultRequestProcessor``: the name server's request codes, each answered on its own.
 
     *settings* gives the ``key -> value`` properties GET_NAMESRV_CONFIG answers
     (``Configuration.getAllConfigsFormatString``); when None, :func:`serve_namesrv` fills in

@@ -21,7 +21,11 @@ Mirrors ``HAService.HAClient`` (4.x) / ``DefaultHAClient`` (5.x) (docs/rocketmq-
   ``proto.Close.diverged_at``) puts the client in a sticky *diverged* state, logged at ERROR
   with both offsets, recorded in ``<store>/haDiverged`` so that a restart remembers it, and
   shown by ``statistics()``: it stops replicating (no reconnect loop) until the operator cuts
-  the log back (``trioha slave --truncate-to-master``, which reads that file) or re-seeds it.
+  the log back (``trioha slave --truncate-to-master``, which reads that file) or re-seeds it;
+* a master whose retention deleted what the slave needs next says so with a heartbeat past the
+  slave's end (``proto.Close.oldest``; RocketMQ's master heartbeats forever instead, #3388):
+  one ERROR names both offsets and says to re-seed, and the client stops (*fell behind*,
+  shown by ``statistics()``) until the slave is restarted, re-seeded.
 
 In epoch mode (``enable_controller_mode``, RocketMQ 5.x ``AutoSwitchHAClient``) a session
 starts with the handshake; the slave cuts its log (commit log, consume queues, epoch file) to
@@ -40,7 +44,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, assert_never
 
 import attrs
 import trio
@@ -53,11 +57,11 @@ from trioha._errors import (
     StorageError,
     StoreLayoutError,
 )
-from trioha.net._service import close_category, close_level
 from trioha.net._wakeup import Wakeup
 from trioha.proto import (
     Append,
     Close,
+    CloseKind,
     RecordEpoch,
     SendReport,
     SendSlaveHandshake,
@@ -148,6 +152,28 @@ class Divergence:
 
 
 @attrs.frozen
+class FellBehind:
+    """What this slave needs next was deleted on its master (the sticky state)."""
+
+    #: Where the master's log now begins.
+    master_offset: int
+    #: Where this slave's log ends.
+    slave_offset: int
+    master: str
+
+    def describe(self) -> str:
+        return (
+            f"fell behind master {self.master}: this slave's log ends at {self.slave_offset}, "
+            f"but the master's now begins at {self.master_offset}; the master deleted "
+            f"[{self.slave_offset}, {self.master_offset}) (retention: fileReservedTime or a "
+            "full disk) before this slave fetched it, so it can never catch up (RocketMQ "
+            "#3388). Replication is stopped: re-seed this slave (stop it, empty its store or "
+            "copy the master's, start it again; an empty slave copies from the master's last "
+            "file, or from its oldest with haSyncFromOldest=true on the master)"
+        )
+
+
+@attrs.frozen
 class HAClientStatistics:
     master: str
     connected: bool
@@ -163,6 +189,9 @@ class HAClientStatistics:
     diverged_master_offset: int = -1
     #: Where this slave's log ended when it was told; -1 if not diverged.
     diverged_slave_offset: int = -1
+    #: Sticky until a restart: the master deleted what this slave needs next; where the
+    #: master's log begins now (-1: not so).
+    fell_behind_master_offset: int = -1
     #: Epoch mode: the newest epoch this slave holds (0: none yet; -1: classic mode).
     last_epoch: int = -1
     #: Epoch mode: cuts to a consistent point, as ``(from, to)`` offsets, oldest first.
@@ -171,7 +200,7 @@ class HAClientStatistics:
     bytes_appended: int = 0
     #: Connections to the master that ended (or could not be made), by kind of reason.
     closed_by_reason: dict[str, int] = attrs.field(factory=dict)
-    #: ``connected``, ``connecting``, ``disk_full``, ``diverged`` or ``refused``.
+    #: ``connected``, ``connecting``, ``disk_full``, ``diverged`` or ``fell_behind``.
     state: str = "connecting"
     #: The master's log end as last learned (metadata sync), and how far this log is behind
     #: it; None until learned.
@@ -194,6 +223,8 @@ class _Session:
         self.report: int | None = None
         self.handshake_pending = False
         self.close_reason: str | None = None
+        #: The kind of the close, decided with ``close_reason`` (None: cancelled).
+        self.close_kind: CloseKind | None = None
         self.received_data = False
         #: The first bytes the master sent (what :func:`not_ha_sign` looks at).
         self.first_bytes = b""
@@ -209,29 +240,75 @@ class _Session:
         #: The master pushed this offset where the slave's log does not end (a divergence).
         #: Epoch mode: where the histories part, when the master's says the slave diverged.
         self.diverged_at: int | None = None
+        #: The master's oldest offset, past this slave's end: what it needs was deleted.
+        self.deleted_to: int | None = None
 
-    def _end(self, reason: str, scope: trio.CancelScope) -> None:
+    def _end(self, kind: CloseKind, reason: str, scope: trio.CancelScope) -> None:
         if self.close_reason is None:
-            self.close_reason = reason
+            self.close_reason, self.close_kind = reason, kind
         scope.cancel()
 
     def _apply(
         self, actions: tuple[SlaveAction, ...] | list[SlaveAction], scope: trio.CancelScope
     ) -> bool:
-        """Queue reports and note closes; returns False when the session must end."""
+        """Queue reports and note closes; returns False when the session must end.
+
+        These are the actions of the core's answers that touch no store (its first
+        actions, a tick, an append confirmed); the store's actions come only from a read,
+        which :meth:`_reader` executes.
+        """
         for action in actions:
-            if isinstance(action, SendReport):
-                self.report = action.offset
-                self.wakeup.notify()
-            elif isinstance(action, SendSlaveHandshake):
-                self.handshake_pending = True
-                self.wakeup.notify()
-            elif isinstance(action, Close):
-                if action.diverged_at is not None:
-                    self.diverged_at = action.diverged_at
-                self._end(action.reason, scope)
-                return False
+            match action:
+                case SendReport():
+                    self.report = action.offset
+                    self.wakeup.notify()
+                case SendSlaveHandshake():
+                    self.handshake_pending = True
+                    self.wakeup.notify()
+                case Close():
+                    if action.diverged_at is not None:
+                        self.diverged_at = action.diverged_at
+                    if action.oldest is not None:
+                        self.deleted_to = action.oldest
+                    self._end(action.kind, action.reason, scope)
+                    return False
+                case Append() | Truncate() | RecordEpoch():
+                    raise AssertionError(f"a store action outside a read: {action}")
+                case _:
+                    assert_never(action)
         return True
+
+    def _disk_failed(self, exc: StorageError) -> CloseKind:
+        """A write or flush the store refused: a disk error (ENOSPC, EIO, kept in
+        ``disk_error``: replication pauses) when an OSError is its cause."""
+        if isinstance(exc.__cause__, OSError):
+            self.disk_error = exc
+            return CloseKind.DISK
+        return CloseKind.PROTOCOL_ERROR
+
+    def _store_failed(
+        self, action: Truncate | RecordEpoch, exc: StorageError | ProtocolError
+    ) -> tuple[CloseKind, str]:
+        """A cut or an epoch record that failed: said at ERROR; the close's kind and reason.
+
+        A consistent point inside one of this slave's records (RocketMQ's truncateFiles
+        "need manual fix") cannot be reached by any cut at a boundary that keeps only the
+        master's bytes; retrying cannot help: the slave stops, as a refused slave does,
+        until it is re-seeded. A store that refused is the disk's; an epoch the history
+        refuses (EpochError), the protocol's.
+        """
+        if isinstance(action, Truncate):
+            what = f"cut the log back to the consistent point {action.offset}"
+        else:
+            what = f"record epoch {action.epoch} from {action.start_offset}"
+        log.error("cannot %s (master %s): %s", what, self.client.master, exc)
+        reason = f"cannot {what}: {exc}"
+        if isinstance(action, Truncate) and isinstance(exc, NotAMessageBoundaryError):
+            self.diverged_at = action.offset
+            return CloseKind.DIVERGED, reason
+        if isinstance(exc, StorageError):
+            return CloseKind.DISK, reason
+        return CloseKind.PROTOCOL_ERROR, reason
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -245,13 +322,14 @@ class _Session:
             while True:
                 data = await self.stream.receive_some(READ_SIZE)
                 if not data:
-                    self._end("master closed the connection", scope)
+                    self._end(CloseKind.PEER_CLOSED, "master closed the connection", scope)
                     return
                 if len(self.first_bytes) < _SNIFF:
                     self.first_bytes += bytes(data[: _SNIFF - len(self.first_bytes)])
                 actions = self.proto.receive_data(data, now=trio.current_time())
                 if not self.received_data and any(
-                    isinstance(a, Close) and a.diverged_at is None for a in actions
+                    isinstance(a, Close) and a.diverged_at is None and a.oldest is None
+                    for a in actions
                 ):
                     self.protocol_error = True  # bytes that are no HA frame, not a refusal
                 elif self.proto.bytes_received > self.proto.buffered and not any(
@@ -260,47 +338,37 @@ class _Session:
                     self.spoke_ha = True  # a whole header or handshake parsed and accepted
                 appended = ended = False
                 for action in actions:
-                    if isinstance(action, Truncate | RecordEpoch):
-                        try:
-                            await self.client.execute(action)
-                        except (StorageError, ProtocolError) as exc:  # ProtocolError: EpochError
-                            if isinstance(action, Truncate):
-                                what = f"cut the log back to the consistent point {action.offset}"
-                            else:
-                                what = f"record epoch {action.epoch} from {action.start_offset}"
-                            log.error("cannot %s (master %s): %s", what, self.client.master, exc)
-                            if isinstance(action, Truncate) and isinstance(
-                                exc, NotAMessageBoundaryError
-                            ):
-                                # RocketMQ's truncateFiles "need manual fix": the histories
-                                # part inside one of this slave's records, so no cut at a
-                                # boundary keeps only the master's bytes. Retrying cannot
-                                # help: stop, as a refused slave does, until it is re-seeded.
-                                self.diverged_at = action.offset
-                            self._end(f"cannot {what}: {exc}", scope)
-                            ended = True
-                            break
-                    elif isinstance(action, Append):
-                        try:
-                            if not self.client.replicating:
-                                await self.client.become_replica()
-                            commitlog.append_raw(action.offset, action.data)
-                        except StorageError as exc:
-                            if isinstance(exc.__cause__, OSError):
-                                self.disk_error = exc
-                            self._end(
-                                f"cannot append {action.size} bytes at {action.offset}: {exc}",
-                                scope,
-                            )
-                            ended = True
-                            break
-                        appended = True
-                        self.client.bytes_appended += action.size
-                        self.received_data = True
-                        self.client.append_worked()
-                    elif not self._apply((action,), scope):
-                        ended = True
-                        break
+                    match action:
+                        case Truncate() | RecordEpoch():
+                            try:
+                                await self.client.execute(action)
+                            except (StorageError, ProtocolError) as exc:  # EpochError
+                                self._end(*self._store_failed(action, exc), scope)
+                                ended = True
+                                break
+                        case Append():
+                            try:
+                                if not self.client.replicating:
+                                    await self.client.become_replica()
+                                commitlog.append_raw(action.offset, action.data)
+                            except StorageError as exc:
+                                self._end(
+                                    self._disk_failed(exc),
+                                    f"cannot append {action.size} bytes at {action.offset}: {exc}",
+                                    scope,
+                                )
+                                ended = True
+                                break
+                            appended = True
+                            self.client.bytes_appended += action.size
+                            self.received_data = True
+                            self.client.append_worked()
+                        case SendReport() | SendSlaveHandshake() | Close():
+                            if not self._apply((action,), scope):
+                                ended = True
+                                break
+                        case _:
+                            assert_never(action)
                 if appended:
                     # Also when the batch ended the session (a bad frame after good ones): the
                     # bytes appended are in the log, and whoever waits for it to grow is told.
@@ -311,14 +379,18 @@ class _Session:
                     try:
                         ack = await self.client.ack_offset()
                     except StorageError as exc:  # ha_slave_ack_flushed: the fsync failed
-                        if isinstance(exc.__cause__, OSError):
-                            self.disk_error = exc
-                        self._end(f"cannot flush what was appended: {exc}", scope)
+                        self._end(
+                            self._disk_failed(exc), f"cannot flush what was appended: {exc}", scope
+                        )
                         return
                     if not self._apply(self.proto.appended(ack, now=trio.current_time()), scope):
                         return
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            self._end(f"connection broken while reading: {str(exc) or type(exc).__name__}", scope)
+            self._end(
+                CloseKind.BROKEN,
+                f"connection broken while reading: {str(exc) or type(exc).__name__}",
+                scope,
+            )
 
     async def _writer(self, scope: trio.CancelScope) -> None:
         try:
@@ -340,7 +412,11 @@ class _Session:
                     deadline = min(self.proto.heartbeat_deadline, self.proto.read_deadline)
                     await self.wakeup.wait(deadline)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            self._end(f"connection broken while writing: {str(exc) or type(exc).__name__}", scope)
+            self._end(
+                CloseKind.BROKEN,
+                f"connection broken while writing: {str(exc) or type(exc).__name__}",
+                scope,
+            )
 
 
 class HAClient:
@@ -390,6 +466,9 @@ class HAClient:
         #: Where the sticky divergence is recorded (None: kept in memory only).
         self.diverged_file = diverged_file
         self.divergence = Divergence.read(diverged_file) if diverged_file is not None else None
+        #: Set when the master deleted what this slave needs next; kept until a restart (a
+        #: re-seed restarts the slave anyway).
+        self.fell_behind: FellBehind | None = None
         if config.enable_controller_mode and epoch_file is None:
             raise ConfigError("epoch mode (enable_controller_mode) needs the store's epoch file")
         #: Epoch mode: this slave's epoch history (None: classic mode).
@@ -468,12 +547,14 @@ class HAClient:
         while True:
             if self.divergence is not None:
                 await self._stay_diverged()
+            while self.fell_behind is not None:  # nothing to fetch ever again from this master
+                await self._state_change.park()
             try:
                 with trio.fail_after(CONNECT_TIMEOUT):
                     stream = await self._connect(self.master_host, self.master_port)
             except (OSError, trio.TooSlowError) as exc:
                 reason = "timed out" if isinstance(exc, trio.TooSlowError) else str(exc)
-                self._count_close("connect_failed")
+                self._count_close(CloseKind.CONNECT_FAILED)
                 log.warning(
                     "cannot connect to master %s: %s; retrying in %.1f s",
                     self.master,
@@ -541,15 +622,21 @@ class HAClient:
                 self._set_connected(False)
                 self.last_close_reason = session.close_reason
                 reason = session.close_reason or "cancelled"
-                self._count_close(
-                    "disk" if session.disk_error is not None else close_category(reason)
-                )
+                kind = session.close_kind or CloseKind.SHUTDOWN
+                self._count_close(kind)
                 if session.disk_error is None:
-                    log.log(
-                        close_level(reason), "disconnected from master %s: %s", self.master, reason
-                    )
+                    log.log(kind.level, "disconnected from master %s: %s", self.master, reason)
             if session.diverged_at is not None:
                 self._diverged(session.diverged_at, log_max, session.close_reason or "")
+            if session.deleted_to is not None:
+                end = self.commitlog.max_offset
+                self.fell_behind = FellBehind(session.deleted_to, end, self.master)
+                log.error(
+                    "%s",
+                    self.fell_behind.describe(),
+                    extra={"peer": self.master, "offset": end, "reason": "fell_behind"},
+                )
+                self._state_change.unpark_all()
             self._after_session(session)
             return session.received_data
         finally:
@@ -580,7 +667,12 @@ class HAClient:
                     self.disk_retry,
                 )
             self.append_error = str(session.disk_error)
-        if session.received_data or session.diverged_at is not None or session.spoke_ha:
+        if (
+            session.received_data
+            or session.diverged_at is not None
+            or session.deleted_to is not None
+            or session.spoke_ha
+        ):
             # An HA master: it sent data or frames, or said we diverged.
             self._not_ha_warned = False
             self._spoke_ha = True
@@ -594,7 +686,7 @@ class HAClient:
             log.log(level, "the master at %s %s", self.master, mismatch)
             self._not_ha_warned = True
             return
-        closed_by_peer = session.close_reason == "master closed the connection"
+        closed_by_peer = session.close_kind is CloseKind.PEER_CLOSED
         if closed_by_peer and self._spoke_ha and not session.first_bytes:
             # It answered as an HA master before: a restart, a cut connection, a refusal.
             return
@@ -641,13 +733,20 @@ class HAClient:
             self.diverged_file.unlink(missing_ok=True)
         self._state_change.unpark_all()
 
-    async def wait_diverged(self, deadline: float = math.inf) -> bool:
-        """Wait until the client is in the diverged state; False at *deadline*."""
+    async def _wait_state(self, reached: Callable[[], bool], deadline: float) -> bool:
         with trio.move_on_at(deadline):
-            while self.divergence is None:
+            while not reached():
                 await self._state_change.park()
             return True
         return False
+
+    async def wait_fell_behind(self, deadline: float = math.inf) -> bool:
+        """Wait until the master said it deleted what this slave needs; False at *deadline*."""
+        return await self._wait_state(lambda: self.fell_behind is not None, deadline)
+
+    async def wait_diverged(self, deadline: float = math.inf) -> bool:
+        """Wait until the client is in the diverged state; False at *deadline*."""
+        return await self._wait_state(lambda: self.divergence is not None, deadline)
 
     def _set_connected(self, value: bool) -> None:
         self.connected = value
@@ -655,13 +754,12 @@ class HAClient:
 
     async def wait_connected(self, deadline: float = math.inf, *, connects: int = 1) -> bool:
         """Wait until connected for (at least) the *connects*-th time; False at *deadline*."""
-        with trio.move_on_at(deadline):
-            while not self.connected or self.connects < connects:
-                await self._state_change.park()
-            return True
-        return False
+        return await self._wait_state(
+            lambda: self.connected and self.connects >= connects, deadline
+        )
 
-    def _count_close(self, category: str) -> None:
+    def _count_close(self, kind: CloseKind) -> None:
+        category = kind.category
         self._closed_by_reason[category] = self._closed_by_reason.get(category, 0) + 1
 
     def learn_master_end(self, end: int) -> None:
@@ -674,15 +772,12 @@ class HAClient:
         """What the slave is doing, in one word (``/metrics``, ``status``)."""
         if self.divergence is not None:
             return "diverged"
+        if self.fell_behind is not None:
+            return "fell_behind"
         if self.append_error is not None:
             return "disk_full"
         if self.connected:
             return "connected"
-        if (
-            self.last_close_reason is not None
-            and close_category(self.last_close_reason) == "refused"
-        ):
-            return "refused"
         return "connecting"
 
     def behind_seconds(self, behind_bytes: int | None) -> float | None:
@@ -713,9 +808,12 @@ class HAClient:
             connects=self.connects,
             last_close_reason=self.last_close_reason,
             append_error=self.append_error,
-            needs_reseed=self.divergence is not None,
+            needs_reseed=self.divergence is not None or self.fell_behind is not None,
             diverged_master_offset=self.divergence.master_offset if self.divergence else -1,
             diverged_slave_offset=self.divergence.slave_offset if self.divergence else -1,
+            fell_behind_master_offset=(
+                self.fell_behind.master_offset if self.fell_behind is not None else -1
+            ),
             last_epoch=-1 if self.epoch_file is None else self.epoch_file.history.last_epoch,
             truncations=tuple(self.truncations),
             bytes_appended=self.bytes_appended,

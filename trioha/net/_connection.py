@@ -12,16 +12,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, assert_never
 
 import attrs
 import trio
 
 from trioha.net._marks import MarkKeeper
+from trioha.net._sendparts import send_parts
 from trioha.net._wakeup import Wakeup
 from trioha.proto import (
     AckAdvanced,
     Close,
+    CloseKind,
     LogView,
     MasterConnection,
     MasterOptions,
@@ -101,6 +103,9 @@ class HAConnection:
         )
         self.wakeup = Wakeup()
         self.close_reason: str | None = None
+        #: The kind of the close, decided with ``close_reason`` (None while open, or when
+        #: the service stopped it: a shutdown).
+        self.close_kind: CloseKind | None = None
         self.bytes_sent = 0
         self.frames_sent = 0
         self.heartbeats_sent = 0
@@ -125,9 +130,9 @@ class HAConnection:
         finally:
             self.proto.connection_lost()
 
-    def _end(self, reason: str, scope: trio.CancelScope) -> None:
+    def _end(self, kind: CloseKind, reason: str, scope: trio.CancelScope) -> None:
         if self.close_reason is None:
-            self.close_reason = reason
+            self.close_reason, self.close_kind = reason, kind
         scope.cancel()
 
     async def _reader(self, scope: trio.CancelScope) -> None:
@@ -138,33 +143,46 @@ class HAConnection:
                 while True:
                     data = await self.stream.receive_some(READ_SIZE)
                     if not data:
-                        self._end("slave closed the connection", scope)
+                        self._end(CloseKind.PEER_CLOSED, "slave closed the connection", scope)
                         return
                     awaiting = not self.transferring
                     actions = self.proto.receive_data(
                         data, now=trio.current_time(), log=self.view()
                     )
                     for action in actions:
-                        if isinstance(action, SendMasterHandshake):
-                            self.handshake_out = self.proto.handshake_bytes(action)
-                            self.wakeup.notify()
-                        elif isinstance(action, AckAdvanced):
-                            self.listener.on_ack(self, action.offset)
-                        elif isinstance(action, Close):
-                            if action.diverged_at is not None and self.epoch_file is None:
-                                await self._refuse(action.diverged_at, action.reason)
-                            self._end(action.reason, scope)
-                            return
+                        match action:
+                            case SendMasterHandshake():
+                                self.handshake_out = self.proto.handshake_bytes(action)
+                                self.wakeup.notify()
+                            case AckAdvanced():
+                                self.listener.on_ack(self, action.offset)
+                            case Close():
+                                if action.diverged_at is not None and self.epoch_file is None:
+                                    await self._refuse(action.diverged_at, action.reason)
+                                elif action.oldest is not None:
+                                    await self._push_offset(action.oldest)
+                                self._end(action.kind, action.reason, scope)
+                                return
+                            case SendTransfer() | SendHeartbeat():
+                                # Frames are the writer's: the core hands them to next_send.
+                                raise AssertionError(f"a frame to send from a read: {action}")
+                            case _:
+                                assert_never(action)
                     if awaiting and self.transferring:
                         self.wakeup.notify()  # the first report lets the writer start
                     idle.deadline = self.proto.read_deadline
             self._end(
+                CloseKind.TIMEOUT,
                 f"nothing read from the slave for {self.proto.timing.housekeeping:g} s "
                 "(housekeeping)",
                 scope,
             )
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            self._end(f"connection broken while reading: {str(exc) or type(exc).__name__}", scope)
+            self._end(
+                CloseKind.BROKEN,
+                f"connection broken while reading: {str(exc) or type(exc).__name__}",
+                scope,
+            )
 
     async def _refuse(self, diverged_at: int, reason: str) -> None:
         """Tell a diverged slave so in its own protocol, then let the connection close.
@@ -179,9 +197,33 @@ class HAConnection:
             self.peer,
             reason,
         )
+        await self._push_offset(diverged_at)
+
+    async def _push_offset(self, offset: int) -> None:
+        """Send a heartbeat header at *offset*, for a refusal the slave's offset check turns
+        into an error naming both offsets (``proto.Close``): where the histories part, or the
+        master's oldest offset when what the slave needs was deleted (RocketMQ #3388).
+
+        Only before the writer sends anything (the reader's refusals, taken on a first
+        report) or from the writer itself, so that frames never interleave. In epoch mode the
+        header carries the epoch holding *offset*; none does: nothing is sent.
+        """
+        if self.epoch_file is None:
+            header = frame_header(SendHeartbeat(offset))
+        else:
+            found = self.epoch_file.history.find_by_offset(offset)
+            if found is None:
+                return
+            entry = found[1]
+            header = self.proto.header(
+                SendHeartbeat(offset, entry.epoch, entry.start_offset),
+                confirm_offset=self.commitlog.max_offset,
+            )
         with trio.move_on_after(1.0):
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await self.stream.send_all(frame_header(SendHeartbeat(diverged_at)))
+            with contextlib.suppress(
+                trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError
+            ):
+                await self.stream.send_all(header)
 
     def view(self) -> LogView:
         return log_view(self.commitlog, self.sent, self.epoch_file)
@@ -223,17 +265,23 @@ class HAConnection:
                     continue
                 view = await self._sendable_view()
                 now = trio.current_time()
-                action = self.proto.next_send(now=now, log=view)
-                if isinstance(action, Close):
-                    self._end(action.reason, scope)
-                    return
-                if action is None:
-                    deadline = self.proto.heartbeat_deadline if self.transferring else math.inf
-                    marks = self.marks
-                    if marks is not None and marks.sending_paused:
-                        deadline = min(deadline, marks.sent_retry_at)  # try the mark again
-                    await self.wakeup.wait(deadline)
-                    continue
+                match self.proto.next_send(now=now, log=view):
+                    case Close() as close:
+                        if close.oldest is not None:
+                            await self._push_offset(close.oldest)
+                        self._end(close.kind, close.reason, scope)
+                        return
+                    case None:
+                        deadline = self.proto.heartbeat_deadline if self.transferring else math.inf
+                        marks = self.marks
+                        if marks is not None and marks.sending_paused:
+                            deadline = min(deadline, marks.sent_retry_at)  # try the mark again
+                        await self.wakeup.wait(deadline)
+                        continue
+                    case SendTransfer() | SendHeartbeat() as action:
+                        pass
+                    case unknown:
+                        assert_never(unknown)
                 # Gather consecutive frames into one write (the bytes on the wire are the same).
                 # Nothing awaits until the write, so the log and the clock stand still meanwhile.
                 parts: list[bytes | memoryview] = []
@@ -250,6 +298,7 @@ class HAConnection:
                     if len(body) != action.size:
                         # Never put a header on the wire that its body would contradict.
                         self._end(
+                            CloseKind.INTERNAL_ERROR,
                             f"commit log returned {len(body)} bytes at {action.offset}, "
                             f"expected {action.size}",
                             scope,
@@ -272,10 +321,14 @@ class HAConnection:
                     # Covered by the durable mark (the view stops there), and claimed before
                     # the send with no checkpoint since the view was taken.
                     sent.note_sent(upto)
-                await self.stream.send_all(parts[0] if len(parts) == 1 else b"".join(parts))
+                await send_parts(self.stream, parts)  # no join over plain TCP
                 self.frames_sent += frames
                 self.heartbeats_sent += heartbeats
                 self.bytes_sent += pending
                 self.proto.frame_written(now=trio.current_time())
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            self._end(f"connection broken while writing: {str(exc) or type(exc).__name__}", scope)
+            self._end(
+                CloseKind.BROKEN,
+                f"connection broken while writing: {str(exc) or type(exc).__name__}",
+                scope,
+            )

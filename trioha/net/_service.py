@@ -38,6 +38,7 @@ from trioha.net._marks import MarkKeeper
 from trioha.net._timeline import LogTimeline
 from trioha.net._waiters import OffsetWaiters
 from trioha.proto import (
+    CloseKind,
     InSyncQuorum,
     MasterOptions,
     Quorum,
@@ -84,7 +85,7 @@ class HAServiceStatistics:
     slaves_refused: int = 0
     #: Ranges ``(from, to)`` this master may have sent and then lost in a crash.
     lost_ranges: tuple[tuple[int, int], ...] = ()
-    #: Connections closed so far, by :func:`close_category`.
+    #: Connections closed so far, by kind (:attr:`~trioha.proto.CloseKind.category`).
     closed_by_reason: dict[str, int] = attrs.field(factory=dict)
 
 
@@ -95,43 +96,8 @@ ReplicaAckSink = Callable[[int, int, bool], None]
 ReplicaGoneSink = Callable[[int], None]
 
 
-#: Close reasons that are part of normal life (a restart, a network blip); any other reason
-#: (a diverged or deleted offset, an untrusted ack, bytes that are not the HA protocol) needs
-#: an operator and is logged at WARNING.
-_ROUTINE_CLOSES = ("cancelled", "closed the connection", "connection broken", "housekeeping")
-
-
-def close_level(reason: str) -> int:
-    """The log level for a connection closed for *reason*."""
-    return logging.INFO if any(r in reason for r in _ROUTINE_CLOSES) else logging.WARNING
-
-
-#: Close reasons by kind, for counting (a metric label must take few values; the reasons
-#: themselves carry peers and offsets). The first matching phrase wins.
-_CLOSE_CATEGORIES = (
-    ("closed the connection", "peer_closed"),
-    ("connection broken", "broken"),
-    ("housekeeping", "timeout"),
-    ("timed out", "timeout"),
-    ("diverg", "diverged"),
-    ("refus", "refused"),
-    ("disk", "disk"),
-    ("internal error", "internal_error"),
-    ("cancelled", "shutdown"),
-)
-
-
 #: Samples of the log's growth kept before those every slave acked are dropped.
 _TIMELINE_KEEP = 32
-
-
-def close_category(reason: str | None) -> str:
-    """A connection's close reason as one of a few kinds (``protocol_error`` for the rest)."""
-    text = (reason or "cancelled").lower()
-    for phrase, category in _CLOSE_CATEGORIES:
-        if phrase in text:
-            return category
-    return "protocol_error"
 
 
 class HAService:
@@ -342,7 +308,8 @@ class HAService:
             with scope:
                 await conn.run()
         except Exception:
-            conn.close_reason = conn.close_reason or "internal error"
+            if conn.close_reason is None:
+                conn.close_reason, conn.close_kind = "internal error", CloseKind.INTERNAL_ERROR
             log.exception("HA connection with %s failed", peer)
         finally:
             del self.connections[conn_id]
@@ -356,9 +323,10 @@ class HAService:
             self._refused += conn.refused
             self._connection_change.unpark_all()
             reason = conn.close_reason or "cancelled"
-            self._closed_by_reason[close_category(reason)] += 1
+            kind = conn.close_kind or CloseKind.SHUTDOWN
+            self._closed_by_reason[kind.category] += 1
             log.log(
-                close_level(reason),
+                kind.level,
                 "slave %s disconnected: %s",
                 peer,
                 reason,

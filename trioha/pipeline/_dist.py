@@ -43,6 +43,7 @@ from pathlib import Path
 
 import attrs
 
+from trioha._build import PURE_ENV
 from trioha._errors import PipelineError
 
 #: The package whose every module is shipped (see the module docstring for why every one).
@@ -105,7 +106,8 @@ def shipped_modules() -> tuple[str, ...]:
 def _loaded_files() -> dict[str, str]:
     root = Path(__file__).resolve().parents[2]
     paths = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    # The sources, never a compiled build's extensions: the executors run the pure package.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), PURE_ENV: "1"}
     out = subprocess.run(
         [
             sys.executable,

@@ -4,6 +4,7 @@ Nothing in this package imports trio, socket, os or time (a test walks the impor
 """
 
 from trioha.proto._buffer import ReceiveBuffer, ReportWords
+from trioha.proto._close import CloseKind
 from trioha.proto._epochframes import (
     EPOCH_REPORT_SIZE,
     EPOCH_TRANSFER_HEADER_SIZE,
@@ -114,6 +115,7 @@ __all__ = [
     "AppendConfirmed",
     "BodyReceived",
     "Close",
+    "CloseKind",
     "Connected",
     "ConnectionLost",
     "EpochEntry",

@@ -12,6 +12,7 @@ import attrs
 
 from trioha._errors import ProtocolError
 from trioha.proto._buffer import ReceiveBuffer, ReportWords
+from trioha.proto._close import CloseKind
 from trioha.proto._epochframes import (
     EPOCH_REPORT_SIZE,
     SLAVE_HANDSHAKE_SIZE,
@@ -205,7 +206,7 @@ class MasterConnection:
     # --- helpers ----------------------------------------------------------------------------
     def _close(self, reason: str) -> tuple[MasterAction, ...]:
         self.state = attrs.evolve(self.state, phase=MasterPhase.CLOSED, write_pending=False)
-        return (Close(reason),)
+        return (Close(reason, kind=CloseKind.PROTOCOL_ERROR),)
 
     def _step(self, event: MasterEvent) -> tuple[MasterAction, ...]:
         self.state, actions = master_step(self.state, event, self.options)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from trioha._errors import ProtocolError
 from trioha.proto._buffer import ReceiveBuffer
+from trioha.proto._close import CloseKind
 from trioha.proto._epochframes import (
     EPOCH_TRANSFER_HEADER_SIZE,
     MASTER_HANDSHAKE_HEADER_SIZE,
@@ -224,7 +225,7 @@ class SlaveConnection:
     def _close(self, reason: str) -> Close:
         self._buffer.clear()
         self.state = SlaveState(phase=SlavePhase.DISCONNECTED, expected=self.state.expected)
-        return Close(reason)
+        return Close(reason, kind=CloseKind.PROTOCOL_ERROR)
 
     def _step(self, event: SlaveEvent) -> tuple[SlaveAction, ...]:
         self.state, actions = slave_step(self.state, event)

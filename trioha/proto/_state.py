@@ -53,7 +53,10 @@ Where trioha deliberately differs from RocketMQ (docs/replication.md says why):
   the 4.9 check);
 * a first report beyond the master's end (the slave holds data the master does not) and a
   request offset that no longer exists on the master (RocketMQ #3388) close the connection with
-  a reason that says so, instead of heartbeating forever;
+  a reason that says so, instead of heartbeating forever; the deleted case carries
+  ``Close.oldest``, which the IO layer pushes as a heartbeat header past the slave's end, and
+  a slave that reads a heartbeat past its end stops for good (``Close.oldest`` again): it must be
+  re-seeded;
 * classic mode's divergence check: a first report inside a range the master may have sent and
   then lost in a crash, or, promoted from a slave, a range of the history it took over that it
   never had (``LogView.lost``, kept by ``trioha.store.SentOffsets``) is refused,
@@ -71,6 +74,7 @@ from typing import Generic, TypeAlias, TypeVar
 import attrs
 
 from trioha._errors import LocalProtocolError
+from trioha.proto._close import CloseKind
 from trioha.proto._epochs import EpochHistory, find_consistent_point
 
 # --- inputs the core needs to know about the log --------------------------------------------
@@ -326,6 +330,15 @@ class Close:
     reason: str
     remote: bool = True
     diverged_at: int | None = None
+    #: The master's oldest offset, past where the slave needs to continue: what the slave needs
+    #: was deleted on the master (retention, RocketMQ #3388). On the master the IO layer
+    #: pushes it as a heartbeat header ``(oldest, 0)`` before closing, which every slave's
+    #: offset check rejects (Java's names both offsets); on the slave it is that offset, and
+    #: the client stops for good instead of reconnecting: only a re-seed helps.
+    oldest: int | None = None
+    #: What kind of close this is (:class:`~trioha.proto.CloseKind`: the metric category
+    #: and the log level), decided here, where the close is decided.
+    kind: CloseKind = attrs.field(kw_only=True)
 
 
 @attrs.frozen
@@ -432,10 +445,16 @@ def _epochs_of(log: LogView) -> EpochHistory:
 
 
 def _closed(
-    state: MasterState, reason: str, *, remote: bool = True, diverged_at: int | None = None
+    state: MasterState,
+    kind: CloseKind,
+    reason: str,
+    *,
+    remote: bool = True,
+    diverged_at: int | None = None,
+    oldest: int | None = None,
 ) -> MasterStep:
     return attrs.evolve(state, phase=MasterPhase.CLOSED, write_pending=False), (
-        Close(reason, remote, diverged_at),
+        Close(reason, remote, diverged_at, oldest, kind=kind),
     )
 
 
@@ -456,6 +475,7 @@ def _master_first_report(
         if lost_from < offset <= lost_to:
             return _closed(
                 state,
+                CloseKind.DIVERGED,
                 f"slave requests offset {offset}, inside [{lost_from}, {lost_to}): bytes this "
                 "master may have sent before it crashed and lost them, or, promoted from a "
                 "slave, bytes of the history it took over that it never had (its log was "
@@ -470,6 +490,7 @@ def _master_first_report(
         where = "" if at == log.max_offset else f" (from {at}, where its latest history begins)"
         return _closed(
             state,
+            CloseKind.DIVERGED,
             f"slave requests offset {offset} but the master's log ends at {log.max_offset}: "
             "the slave holds data this master does not (diverged history or a wrong "
             f"master){where}. {_cut_back(at)}",
@@ -482,6 +503,7 @@ def _master_first_report(
             first = epochs.entries[0].to_line() if epochs else "none"
             return _closed(
                 state,
+                CloseKind.PROTOCOL_ERROR,
                 f"slave requests offset {offset}, which no epoch of the master holds (its "
                 f"first epoch: {first})",
             )
@@ -490,9 +512,11 @@ def _master_first_report(
     if start < log.min_offset:
         return _closed(
             state,
+            CloseKind.DELETED,
             f"slave requests offset {offset}, which no longer exists on the master "
             f"(oldest offset {log.min_offset}); the slave cannot catch up and must be "
             "re-seeded (RocketMQ #3388)",
+            oldest=log.min_offset,
         )
     new = attrs.evolve(
         state,
@@ -518,13 +542,21 @@ def _master_handshake(
 def _master_early_report(
     state: MasterState, event: ReportReceived, options: MasterOptions
 ) -> MasterStep:
-    return _closed(state, f"slave reported offset {event.offset} before its handshake")
+    return _closed(
+        state,
+        CloseKind.PROTOCOL_ERROR,
+        f"slave reported offset {event.offset} before its handshake",
+    )
 
 
 def _master_extra_handshake(
     state: MasterState, event: HandshakeReceived, options: MasterOptions
 ) -> MasterStep:
-    return _closed(state, "slave sent a handshake on a connection already transferring")
+    return _closed(
+        state,
+        CloseKind.PROTOCOL_ERROR,
+        "slave sent a handshake on a connection already transferring",
+    )
 
 
 def _master_report(state: MasterState, event: ReportReceived, options: MasterOptions) -> MasterStep:
@@ -532,12 +564,17 @@ def _master_report(state: MasterState, event: ReportReceived, options: MasterOpt
     if offset > state.next_transfer:
         return _closed(
             state,
+            CloseKind.PROTOCOL_ERROR,
             f"slave acks offset {offset}, beyond what was sent to it ({state.next_transfer}; "
             f"master's log ends at {event.log.max_offset}); the ack is not trusted "
             "(RocketMQ #3015)",
         )
     if offset < state.ack_offset:
-        return _closed(state, f"slave's report went backwards from {state.ack_offset} to {offset}")
+        return _closed(
+            state,
+            CloseKind.PROTOCOL_ERROR,
+            f"slave's report went backwards from {state.ack_offset} to {offset}",
+        )
     if offset == state.ack_offset:
         return state, ()
     return attrs.evolve(state, ack_offset=offset), (AckAdvanced(offset),)
@@ -555,15 +592,22 @@ def _master_send(state: MasterState, event: SendReady, options: MasterOptions) -
     if start < log.min_offset:
         return _closed(
             state,
+            CloseKind.DELETED,
             f"offset {start} was deleted on the master while the slave still needed it "
             f"(oldest offset now {log.min_offset}); the slave must be re-seeded (RocketMQ #3388)",
+            oldest=log.min_offset,
         )
     epoch = epoch_start = -1
     end = log.readable_end(start)
     if options.epoch_mode:
         found = _epochs_of(log).find_by_offset(start)
         if found is None:
-            return _closed(state, f"no epoch of the master holds offset {start}", remote=False)
+            return _closed(
+                state,
+                CloseKind.PROTOCOL_ERROR,
+                f"no epoch of the master holds offset {start}",
+                remote=False,
+            )
         index, entry = found
         epoch, epoch_start = entry.epoch, entry.start_offset
         # A frame never crosses the end of its epoch: the slave records each epoch's start
@@ -585,7 +629,9 @@ def _master_written(state: MasterState, event: FrameWritten, options: MasterOpti
 
 
 def _master_idle(state: MasterState, event: ReadIdle, options: MasterOptions) -> MasterStep:
-    return _closed(state, "nothing read from the slave within the housekeeping interval")
+    return _closed(
+        state, CloseKind.TIMEOUT, "nothing read from the slave within the housekeeping interval"
+    )
 
 
 def _master_lost(state: MasterState, event: ConnectionLost, options: MasterOptions) -> MasterStep:
@@ -605,7 +651,7 @@ def _slave_connected(state: SlaveState, event: Connected) -> SlaveStep:
 
 def _diverged(state: SlaveState, reason: str, at: int = 0) -> SlaveStep:
     return SlaveState(phase=SlavePhase.DISCONNECTED, expected=state.expected), (
-        Close(reason, diverged_at=at),
+        Close(reason, diverged_at=at, kind=CloseKind.DIVERGED),
     )
 
 
@@ -701,14 +747,28 @@ def _slave_header(state: SlaveState, event: HeaderReceived) -> SlaveStep:
     if state.expected not in (0, event.offset):
         # HAClient.dispatchReadRequest: "master pushed offset not equal the max phy offset in
         # slave"; nothing of this frame is appended.
-        # A classic master never does this to a healthy slave (it serves from the slave's
-        # report), so it is the master's divergence signal (``Close.diverged_at``) or a
-        # different master's history: either way the logs are not one history.
+        # A master never does this to a healthy slave (it serves from the slave's report).
+        # A heartbeat (no body) past the slave's end is the master's "deleted" signal
+        # (``Close.oldest``): what the slave needs next is gone there. Otherwise the master's
+        # divergence signal (``Close.diverged_at``) or a different master's history: either
+        # way the logs are not one history.
+        if event.size == 0 and event.offset > state.expected:
+            return SlaveState(phase=SlavePhase.DISCONNECTED, expected=state.expected), (
+                Close(
+                    f"the master's log now begins at {event.offset}, past this slave's end "
+                    f"{state.expected}: the bytes [{state.expected}, {event.offset}) it needs "
+                    "next were deleted on the master (retention, RocketMQ #3388); nothing "
+                    "appended",
+                    oldest=event.offset,
+                    kind=CloseKind.DELETED,
+                ),
+            )
         return SlaveState(phase=SlavePhase.DISCONNECTED, expected=state.expected), (
             Close(
                 f"master pushed offset {event.offset} but the slave's log ends at "
                 f"{state.expected}; nothing appended",
                 diverged_at=event.offset,
+                kind=CloseKind.DIVERGED,
             ),
         )
     recorded: tuple[SlaveAction, ...] = ()
@@ -747,7 +807,10 @@ def _slave_heartbeat(state: SlaveState, event: HeartbeatDue) -> SlaveStep:
 
 def _slave_idle(state: SlaveState, event: ReadIdle) -> SlaveStep:
     return SlaveState(phase=SlavePhase.DISCONNECTED, expected=state.expected), (
-        Close("nothing read from the master within the housekeeping interval"),
+        Close(
+            "nothing read from the master within the housekeeping interval",
+            kind=CloseKind.TIMEOUT,
+        ),
     )
 
 

@@ -38,7 +38,7 @@ from trioha.remoting._codes import (
 from trioha.remoting._connection import (
     NO_RESPONSE,
     Burst,
-    BurstHandler,
+    NoBursts,
     RemotingConnection,
     RequestHandler,
 )
@@ -74,13 +74,13 @@ __all__ = [
     "VERSION_4_9_7",
     "BrokerRoute",
     "Burst",
-    "BurstHandler",
     "ConnectionCounters",
     "ConnectionReserve",
     "DataVersion",
     "FrameDeadline",
     "FrameDecoder",
     "HeaderError",
+    "NoBursts",
     "RemotingClientPool",
     "RemotingCommand",
     "RemotingConnection",

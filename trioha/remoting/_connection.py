@@ -9,10 +9,12 @@ cancelled, pending requests fail with :class:`RemotingError` (code :data:`NO_RES
 the ``on_close`` callback runs in a ``finally``.
 
 Work is done per read, not per request: every complete command of a read is decoded first,
-and a handler that implements :class:`BurstHandler` may take some of them (a broker takes
-its plain sends) and answer them all with one task, one store append and one wait; their
+and the handler's :meth:`~RequestHandler.take_burst` may take some of them (a broker takes
+its sends) and answer them all with one task, one store append and one wait; their
 responses go out as one write. The writer, too, writes everything queued at once. A burst
-is one :data:`MAX_IN_FLIGHT` slot.
+is one :data:`MAX_IN_FLIGHT` slot. Taking bursts is part of every handler's contract, so a
+handler that wraps another (the ACL guard, the VIP channel) says what it does with them
+instead of silently turning them off; one that takes none inherits :class:`NoBursts`.
 
 A peer that sends a broken or hostile frame gets its connection closed with one log line; the
 error never leaves :meth:`RemotingConnection.run`. With a ``frame_deadline``
@@ -51,18 +53,10 @@ _WRITE_COALESCE = 1 << 20
 _opaque_counter = itertools.count(1)
 
 
-class RequestHandler(Protocol):
-    """Answers the requests that arrive on a connection (a ``NettyRequestProcessor``)."""
-
-    async def handle_request(
-        self, request: RemotingCommand, connection: RemotingConnection
-    ) -> RemotingCommand | None:
-        """The response, or None to send none (a oneway request's response is dropped)."""
-
-
 @attrs.frozen(eq=False)  # compared and hashed by identity: a limiter borrower
 class Burst:
-    """Requests a :class:`BurstHandler` took from one read, and how to answer them.
+    """Requests a handler took from one read (:meth:`RequestHandler.take_burst`), and how to
+    answer them.
 
     ``finish`` returns one response per request in ``requests`` (None: no response; bytes:
     the response's frame, already encoded); it runs in one task, and its responses are
@@ -73,19 +67,34 @@ class Burst:
     finish: Callable[[], Awaitable[Sequence[RemotingCommand | bytes | None]]]
 
 
-class BurstHandler(RequestHandler, Protocol):
-    """A handler that answers some requests of a read together (see the module docstring)."""
+class RequestHandler(Protocol):
+    """Answers the requests that arrive on a connection (a ``NettyRequestProcessor``)."""
+
+    async def handle_request(
+        self, request: RemotingCommand, connection: RemotingConnection
+    ) -> RemotingCommand | None:
+        """The response, or None to send none (a oneway request's response is dropped)."""
 
     def take_burst(
         self, requests: Sequence[RemotingCommand], connection: RemotingConnection
     ) -> Burst | None:
-        """Take some of *requests* (in order; the rest go to :meth:`handle_request`).
+        """Take some of a read's *requests* to answer together (see the module docstring);
+        the rest go to :meth:`handle_request`, one task each.
 
         Runs in the reader, between reads: it must not block. None takes nothing.
         """
 
 
-class RejectAllRequests:
+class NoBursts:
+    """For a handler that answers every request on its own: :meth:`take_burst` takes none."""
+
+    def take_burst(
+        self, requests: Sequence[RemotingCommand], connection: RemotingConnection
+    ) -> Burst | None:
+        return None
+
+
+class RejectAllRequests(NoBursts):
     """The handler of a pure client: every inbound request is answered "not supported"."""
 
     async def handle_request(
@@ -229,15 +238,13 @@ class RemotingConnection:
 
     async def _dispatch(self, requests: list[RemotingCommand], nursery: trio.Nursery) -> None:
         """Hand a read's requests to the handler: a burst in one task, the rest one each."""
-        burst: Burst | None = None
-        take_burst = getattr(self._handler, "take_burst", None)
-        if take_burst is not None:
-            try:
-                burst = take_burst(requests, self)
-            except Exception:
-                # A bug in the fast path must not lose requests: they go the usual way.
-                log.exception("%s: taking a burst of %d requests failed", self.peer, len(requests))
-                burst = None
+        burst: Burst | None
+        try:
+            burst = self._handler.take_burst(requests, self)
+        except Exception:
+            # A bug in the fast path must not lose requests: they go the usual way.
+            log.exception("%s: taking a burst of %d requests failed", self.peer, len(requests))
+            burst = None
         if burst is not None and burst.requests:
             taken = {id(request) for request in burst.requests}
             await self._limiter.acquire_on_behalf_of(burst)

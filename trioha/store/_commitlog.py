@@ -385,9 +385,12 @@ class FileCommitLog(LogCore[SegmentFile]):
         seg.close()
         try:
             seg.path.unlink()
+        except FileNotFoundError:
+            log.warning("commit log file %s was already gone when deleted", seg.path)
         except OSError as exc:
             raise StorageError(f"cannot delete {seg.path}: {exc}") from None
-        self._dir_dirty = True
+        with self._lock:  # retention deletes from a worker thread; a flush reads the flag
+            self._dir_dirty = True
 
     def _record_start(self, offset: int | None) -> None:
         marker = self.start_marker

@@ -346,6 +346,89 @@ class ConsumeQueue:
         self.min_offset = min(self.min_offset, self.max_offset)
         return removed
 
+    # --- retention ----------------------------------------------------------------------
+    def delete_expired(self, commitlog_min: int) -> int:
+        """Delete the oldest files whose units all point below ``commitlog_min``, never the
+        last file, then correct the queue's min offset (``ConsumeQueue.deleteExpiredFile``:
+        ``deleteExpiredFileByOffset`` and ``correctMinOffset``). Returns how many files went.
+
+        A file is judged by its last unit, as RocketMQ does (units are in commit log order); a
+        file of pre-blank units goes too. Closed and unlinked at once: a file is small, and
+        every read of a queue happens in the thread that calls this.
+        """
+        self.write_pending()
+        deleted = 0
+        while len(self._files) > 1:
+            first = self._files[0]
+            data = os.pread(first.fd, CQ_UNIT_SIZE, self.file_size - CQ_UNIT_SIZE)
+            if len(data) < CQ_UNIT_SIZE:
+                break
+            last = CQUnit(*_UNIT.unpack(data))
+            if last.size <= 0 or last.commitlog_offset >= commitlog_min:
+                break
+            log.info(
+                "consume queue %s/%d: %s ends with commit log offset %d, below the log's start "
+                "%d; deleted",
+                self.topic,
+                self.queue_id,
+                first.path.name,
+                last.commitlog_offset,
+                commitlog_min,
+            )
+            self._files.pop(0)
+            os.close(first.fd)
+            first.path.unlink(missing_ok=True)
+            deleted += 1
+        self.correct_min_offset(commitlog_min)
+        return deleted
+
+    def first_offset_held(
+        self, commitlog_min: int, lo: int | None = None, hi: int | None = None
+    ) -> int:
+        """The first queue offset in ``[lo, hi)`` (default: the whole queue) whose message is
+        at or after ``commitlog_min``, pre-blanks skipped; ``hi`` if none
+        (``getMinOffsetInQueue`` after a deletion). Units are in commit log order, so a
+        binary search."""
+        lo = self.min_offset if lo is None else lo
+        hi = self.max_offset if hi is None else hi
+        while lo < hi:
+            mid = (lo + hi) // 2
+            unit = self.get(mid)
+            if unit is not None and (unit.is_blank or unit.commitlog_offset < commitlog_min):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def correct_min_offset(self, commitlog_min: int) -> int:
+        """``correctMinOffset``: the queue now starts at its first unit whose message is at
+        or after ``commitlog_min`` (pre-blanks skipped), searched in the first file (past
+        its last unit when none is); returns the new min offset."""
+        if not self._files:
+            return self.min_offset
+        first = self._files[0]
+        lo = self.first_offset_held(
+            commitlog_min,
+            max(self.min_offset, first.start // CQ_UNIT_SIZE),
+            min(self.max_offset, (first.start + self.file_size) // CQ_UNIT_SIZE),
+        )
+        if lo != self.min_offset:
+            log.info(
+                "consume queue %s/%d: min offset now %d (the commit log starts at %d)",
+                self.topic,
+                self.queue_id,
+                lo,
+                commitlog_min,
+            )
+            self.min_offset = lo
+        return lo
+
+    def destroy(self) -> None:
+        """Close the queue and delete its files and directory (``ConsumeQueue.destroy``)."""
+        self._pending.clear()
+        self.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
     # --- reading ------------------------------------------------------------------------
     def _read_unit(self, byte_offset: int) -> CQUnit | None:
         if byte_offset >= self._readable_end():
@@ -467,6 +550,21 @@ class ConsumeQueueStore:
             self._queues.pop(key).close()
         shutil.rmtree(self.directory / topic, ignore_errors=True)
         return len(keys)
+
+    def destroy(self, topic: str, queue_id: int) -> bool:
+        """Close and delete one queue (``cleanExpiredConsumerQueue``), and its topic's
+        directory once it holds no queue; False if there was no such queue."""
+        queue = self._queues.pop((topic, queue_id), None)
+        if queue is None:
+            return False
+        queue.destroy()
+        if not any(t == topic for t, _ in self._queues):
+            shutil.rmtree(self.directory / topic, ignore_errors=True)
+        return True
+
+    def ends(self) -> dict[tuple[str, int], int]:
+        """Each queue's max offset (the next unit's), by ``(topic, queue id)``."""
+        return {key: queue.max_offset for key, queue in self._queues.items()}
 
     def queue_ids(self, topic: str) -> list[int]:
         """The queue ids of ``topic`` that have a consume queue here."""

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Final, Protocol
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Final, Protocol, TypeAlias
 
 import attrs
 
 from trioha.store._message import (
     HostAddress,
     PropertiesForm,
-    PropertiesInput,
     ReadableBuffer,
     StoredMessage,
     make_msg_id,
@@ -49,43 +48,67 @@ def system_clock_ms() -> int:
 
 # --- values ----------------------------------------------------------------------------
 
-
-def _to_host(value: HostAddress | tuple[str, int] | None) -> HostAddress | None:
-    if value is None or isinstance(value, HostAddress):
-        return value
-    host, port = value
-    return HostAddress(host, port)
+#: A message's properties as a producer gives them: a mapping (joined in one C call when the
+#: record is encoded) or ``(key, value)`` pairs in the order they are to be stored.
+MessageProperties: TypeAlias = Mapping[str, str] | Sequence[tuple[str, str]]
 
 
-def _to_properties(value: PropertiesInput) -> tuple[tuple[str, str], ...]:
-    items = value.items() if isinstance(value, Mapping) else value
-    return tuple((str(k), str(v)) for k, v in items)
-
-
-@attrs.frozen
+# Compared, never hashed (properties may be a dict). Without slots: a frozen attrs class with a
+# __dict__ is made in a third fewer instructions than a slotted one (its fields are written
+# straight into the dict, not each through object.__setattr__), and a send makes one per
+# message (docs/performance.md, "One send path").
+@attrs.frozen(slots=False, unsafe_hash=False)
 class NewMessage:
-    """A message to append (``MessageExtBrokerInner`` before the store fills in offsets).
+    """A message to append (``MessageExtBrokerInner`` before the store fills in offsets): the
+    one value every way into a commit log takes (``append``, ``append_batch``, a broker's
+    ``put``, a send's records).
 
     ``None`` means "the log decides": the born and store timestamps default to now, the
     born host to the store host, the store host and properties form to the log's own.
+
+    The fields are kept as given, without converters: a send builds one per message, and the
+    log's :meth:`~trioha.store._logcore.LogCore.prepare` is the one place that checks and
+    encodes them (a host tuple that is no address, a number outside Java's range, a body
+    above the size limit are refused there, as the put's status says).
     """
 
     topic: str
-    body: bytes = attrs.field(converter=bytes)
+    #: Copied into the record as it is written (a send's body is the request's bytes).
+    body: bytes | bytearray | memoryview
     queue_id: int = 0
     flag: int = 0
-    properties: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_to_properties)
+    properties: MessageProperties = ()
     sysflag: int = 0
     born_timestamp: int | None = None
-    born_host: HostAddress | None = attrs.field(default=None, converter=_to_host)
-    store_host: HostAddress | None = attrs.field(default=None, converter=_to_host)
+    born_host: HostAddress | tuple[str, int] | None = None
+    store_host: HostAddress | tuple[str, int] | None = None
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
     store_timestamp: int | None = None
     properties_form: PropertiesForm | None = None
 
+    def get_property(self, name: str) -> str | None:
+        """The property *name* (the last one given, as Java's map keeps it), None without."""
+        properties = self.properties
+        if type(properties) is dict or isinstance(properties, Mapping):
+            return properties.get(name)
+        found = None
+        for key, value in properties:
+            if key == name:
+                found = value
+        return found
 
-@attrs.frozen
+
+def to_host(value: HostAddress | tuple[str, int]) -> HostAddress:
+    """A host as :class:`NewMessage` may hold it, as a record stores it (ValueError: no
+    address)."""
+    if isinstance(value, HostAddress):
+        return value
+    host, port = value
+    return HostAddress(host, port)
+
+
+@attrs.frozen(slots=False)  # made per message appended: see NewMessage
 class AppendResult:
     """Where an appended message went (``AppendMessageResult``)."""
 
@@ -150,27 +173,10 @@ class CommitLog(Protocol):
     def flushed_offset(self) -> int:
         """Everything below this offset is durable."""
 
-    def append(
-        self,
-        *,
-        topic: str,
-        body: bytes,
-        queue_id: int = 0,
-        flag: int = 0,
-        properties: PropertiesInput = (),
-        sysflag: int = 0,
-        born_timestamp: int | None = None,
-        born_host: HostAddress | None = None,
-        store_host: HostAddress | None = None,
-        reconsume_times: int = 0,
-        prepared_transaction_offset: int = 0,
-        store_timestamp: int | None = None,
-    ) -> AppendResult:
+    def append(self, message: NewMessage) -> AppendResult:
         """Append one message at the end of the log."""
 
-    def append_batch(
-        self, messages: Iterable[NewMessage | Mapping[str, Any]]
-    ) -> list[AppendResult]:
+    def append_batch(self, messages: Iterable[NewMessage]) -> list[AppendResult]:
         """Append consecutive records with one write, all in one segment."""
 
     def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> int:
@@ -207,6 +213,19 @@ class CommitLog(Protocol):
     def delete_segments_before(self, offset: int) -> int:
         """Delete whole oldest segments that end at or before ``offset``; returns how many."""
 
+    def release_segments_before(self, offset: int) -> Released:
+        """Take whole oldest segments ending at or before ``offset`` out of the log (never the
+        last); their files go with :meth:`Released.destroy`."""
+
+    def segment_times(self) -> list[int]:
+        """Each segment's last-modified time (ms since the epoch), oldest first."""
+
+    def floor_queue_offsets(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Raise the next queue offsets to at least these (consume queues' ends)."""
+
+    def forget_queue(self, topic: str, queue_id: int) -> None:
+        """Count the queue's offsets from 0 again (its consume queue was destroyed)."""
+
     def close(self) -> None:
         """Flush and release the log; idempotent."""
 
@@ -222,12 +241,35 @@ class SegmentLike(Protocol):
     data_start: int
     backed: int
 
+    @property
+    def modified_ms(self) -> int:
+        """When the segment was last written (ms since the epoch)."""
+
     def buffer(self) -> ReadableBuffer: ...
     def write(self, pos: int, data: bytes | bytearray | memoryview) -> None: ...
     def view(self, pos: int, end: int) -> memoryview | bytes: ...
     def zero(self, pos: int, end: int) -> None: ...
     def drop_pages(self, pos: int = 0, end: int | None = None) -> None: ...
     def close(self) -> None: ...
+
+
+@attrs.define
+class Released:
+    """Segments retention took out of a log (``CommitLog.release_segments_before``), whose
+    files are not deleted yet: :meth:`destroy` deletes them, once."""
+
+    #: Where each released segment started, oldest first (empty: nothing was released).
+    starts: tuple[int, ...]
+    #: The log's first offset without them.
+    min_offset: int
+    _destroy: Callable[[], None] | None = attrs.field(default=None, repr=False)
+
+    def destroy(self) -> None:
+        """Close and delete the files (blocking IO, so any thread may run it; raises
+        ``StorageError`` naming the file that could not be deleted)."""
+        destroy, self._destroy = self._destroy, None
+        if destroy is not None:
+            destroy()
 
 
 @attrs.frozen

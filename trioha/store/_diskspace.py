@@ -8,9 +8,10 @@ Mirrors ``DefaultMessageStore``'s ``isSpaceFull`` check and ``RunningFlags``:
 * above ``diskSpaceWarningLevelRatio`` (0.90) the DISK_FULL flag is set and puts are refused
   with ``SERVICE_NOT_AVAILABLE``; at or below it the flag is cleared on the next check, with
   no restart and no admin command;
-* above ``diskSpaceCleanForciblyRatio`` (0.85) and ``diskMaxUsedSpaceRatio`` (0.75) RocketMQ
-  deletes old commit log files. trioha deletes none (it has no retention service), so it
-  says so once at WARNING: the operator has to free space.
+* above ``diskMaxUsedSpaceRatio`` (0.75) retention deletes expired commit log files at once,
+  and above ``diskSpaceCleanForciblyRatio`` (0.85) with ``cleanFileForciblyEnable`` the oldest
+  whatever their age (``trioha.broker._retention``, which also measures through this guard);
+  each crossing is said once at WARNING.
 
 A write that *fails* (``OSError``: ENOSPC, EIO, a read-only remount) is the other signal, the
 counterpart of RocketMQ's WRITE_LOGICS_QUEUE_ERROR bit: the writer reports it with
@@ -115,7 +116,8 @@ class DiskGuard:
         self.warning_ratio = warning_ratio
         self.clean_forcibly_ratio = clean_forcibly_ratio
         self.max_used_ratio = max_used_ratio
-        self._measure = measure
+        #: What measures one path's used fraction (``statvfs``; a test swaps in a fake).
+        self.probe = measure
         self.ratios: dict[str, float] = dict.fromkeys(self.paths, 0.0)
         self.level = DiskLevel.OK
         self._failures: dict[str, _Failure] = {}
@@ -157,7 +159,7 @@ class DiskGuard:
     # --- inputs -----------------------------------------------------------------------------
     def measure(self) -> dict[str, float]:
         """Measure every path (blocking ``statvfs``: call it from a worker thread)."""
-        return {name: self._measure(path) for name, path in self.paths.items()}
+        return {name: self.probe(path) for name, path in self.paths.items()}
 
     def check(self, ratios: Mapping[str, float]) -> None:
         """Apply a measurement (``isSpaceFull``) and open one retry for failing writers."""
@@ -199,8 +201,8 @@ class DiskGuard:
                 else self.max_used_ratio
             )
             log.warning(
-                "disk of the commit log (%s) is %.2f used, %s %.2f%s; trioha deletes no old "
-                "commit log files, so free space before it passes %.2f and puts are refused",
+                "disk of the commit log (%s) is %.2f used, %s %.2f%s; retention deletes old "
+                "commit log files at its next run; puts are refused above %.2f",
                 where,
                 ratio,
                 new.value,

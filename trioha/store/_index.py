@@ -564,8 +564,16 @@ class IndexService:
         """``deleteExpiredFile``: files wholly below the commit log's start, never the last."""
         removed = 0
         while len(self.files) > 1 and self.files[0].end_phy_offset < commitlog_min_offset:
-            self.files.pop(0).destroy()
+            gone = self.files.pop(0)
+            gone.destroy()
             removed += 1
+            log.info(
+                "deleted index file %s: its last entry (commit log offset %d) is below the "
+                "log's start %d",
+                gone.path.name,
+                gone.end_phy_offset,
+                commitlog_min_offset,
+            )
         return removed
 
     # --- building ---------------------------------------------------------------------------

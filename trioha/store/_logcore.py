@@ -17,6 +17,7 @@ import bisect
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import partial
 from typing import Any, Generic, Self, TypeVar
 
 from trioha._errors import CorruptLogError, MessageTooLargeError, OffsetMismatchError, StorageError
@@ -26,9 +27,11 @@ from trioha.store._contract import (
     DEFAULT_STORE_HOST,
     AppendResult,
     NewMessage,
+    Released,
     SegmentLike,
     SetAside,
     system_clock_ms,
+    to_host,
 )
 from trioha.store._message import (
     BLANK_RECORD_SIZE,
@@ -37,7 +40,6 @@ from trioha.store._message import (
     HostAddress,
     PreparedMessage,
     PropertiesForm,
-    PropertiesInput,
     StoredMessage,
     _decode_topic,
     build_message,
@@ -160,113 +162,61 @@ class LogCore(abc.ABC, Generic[S]):
 
     # --- appending ------------------------------------------------------------------------
 
-    def append(
-        self,
-        *,
-        topic: str,
-        body: bytes,
-        queue_id: int = 0,
-        flag: int = 0,
-        properties: PropertiesInput = (),
-        sysflag: int = 0,
-        born_timestamp: int | None = None,
-        born_host: HostAddress | None = None,
-        store_host: HostAddress | None = None,
-        reconsume_times: int = 0,
-        prepared_transaction_offset: int = 0,
-        store_timestamp: int | None = None,
-    ) -> AppendResult:
-        now = self._clock_ms()
-        store_host = store_host or self.store_host
-        prepared = PreparedMessage(
-            topic=topic,
-            body=body,
-            queue_id=queue_id,
-            flag=flag,
-            sysflag=sysflag,
-            born_timestamp=now if born_timestamp is None else born_timestamp,
-            born_host=born_host or store_host,
-            store_host=store_host,
-            reconsume_times=reconsume_times,
-            prepared_transaction_offset=prepared_transaction_offset,
-            properties=properties,
-            properties_form=self.properties_form,
-            max_body_size=self.max_message_size,
-        )
-        return self._append_prepared(
-            [prepared], [now if store_timestamp is None else store_timestamp]
-        )[0]
+    def append(self, message: NewMessage) -> AppendResult:
+        """Append one message at the end of the log (see :meth:`append_batch`)."""
+        return self.append_batch((message,))[0]
 
-    def prepare(
-        self,
-        *,
-        topic: str,
-        body: bytes,
-        queue_id: int,
-        flag: int,
-        sysflag: int,
-        born_timestamp: int,
-        born_host: HostAddress | None,
-        reconsume_times: int,
-        properties: Mapping[str, str],
-    ) -> PreparedMessage:
-        """A message encoded for this log (its store host, form and size limit), ready for
-        :meth:`append_batch`: what a send path builds straight from a request's fields,
-        without a :class:`NewMessage` between. Raises as :meth:`append_batch` would for a
-        message it refuses."""
+    def prepare(self, message: NewMessage, now: int) -> PreparedMessage:
+        """*message* encoded for this log, its offsets still to be placed: the one place a
+        record is made from a message.
+
+        What the message leaves to the log is decided here: born timestamp *now*, born host
+        the store host, store host and properties form the log's own, the body checked
+        against ``max_message_size``. Raises as :meth:`append_batch` does for a message it
+        refuses (``MessageIllegalError``, ``BodyTooLargeError``, ``TopicTooLongError``,
+        ``PropertiesTooLargeError``; ValueError for a host that is no address).
+        """
+        store_host = message.store_host
+        if store_host is None:
+            store_host = self.store_host
+        elif not isinstance(store_host, HostAddress):
+            store_host = to_host(store_host)
+        born_host = message.born_host
+        if born_host is None:
+            born_host = store_host
+        elif not isinstance(born_host, HostAddress):
+            born_host = to_host(born_host)
         return PreparedMessage(
-            topic=topic,
-            body=body,
-            queue_id=queue_id,
-            flag=flag,
-            sysflag=sysflag,
-            born_timestamp=born_timestamp,
-            born_host=born_host or self.store_host,
-            store_host=self.store_host,
-            reconsume_times=reconsume_times,
-            properties=properties,
-            properties_form=self.properties_form,
+            topic=message.topic,
+            body=message.body,
+            queue_id=message.queue_id,
+            flag=message.flag,
+            sysflag=message.sysflag,
+            born_timestamp=now if message.born_timestamp is None else message.born_timestamp,
+            born_host=born_host,
+            store_host=store_host,
+            reconsume_times=message.reconsume_times,
+            prepared_transaction_offset=message.prepared_transaction_offset,
+            properties=message.properties,
+            properties_form=message.properties_form or self.properties_form,
             max_body_size=self.max_message_size,
         )
 
-    def append_batch(
-        self, messages: Iterable[NewMessage | PreparedMessage | Mapping[str, Any]]
-    ) -> list[AppendResult]:
+    def append_batch(self, messages: Iterable[NewMessage]) -> list[AppendResult]:
         """Append a batch as consecutive records in one write (``MessageExtBatch``).
 
         As in RocketMQ the whole batch goes into one segment: if it does not fit the current
         one, a blank record closes it and the batch starts the next. Every message is
-        validated before anything is written. A :class:`PreparedMessage` (from
-        :meth:`prepare`) is placed as it is, stamped now.
+        prepared (:meth:`prepare`), and so validated, before anything is written; each is
+        stamped now unless it brings its own store timestamp.
         """
         now = self._clock_ms()
+        prepare = self.prepare
         prepared: list[PreparedMessage] = []
         stamps: list[int] = []
-        for m in messages:
-            if isinstance(m, PreparedMessage):
-                prepared.append(m)
-                stamps.append(now)
-                continue
-            msg = m if isinstance(m, NewMessage) else NewMessage(**m)
-            store_host = msg.store_host or self.store_host
-            prepared.append(
-                PreparedMessage(
-                    topic=msg.topic,
-                    body=msg.body,
-                    queue_id=msg.queue_id,
-                    flag=msg.flag,
-                    sysflag=msg.sysflag,
-                    born_timestamp=now if msg.born_timestamp is None else msg.born_timestamp,
-                    born_host=msg.born_host or store_host,
-                    store_host=store_host,
-                    reconsume_times=msg.reconsume_times,
-                    prepared_transaction_offset=msg.prepared_transaction_offset,
-                    properties=msg.properties,
-                    properties_form=msg.properties_form or self.properties_form,
-                    max_body_size=self.max_message_size,
-                )
-            )
-            stamps.append(now if msg.store_timestamp is None else msg.store_timestamp)
+        for message in messages:
+            prepared.append(prepare(message, now))
+            stamps.append(now if message.store_timestamp is None else message.store_timestamp)
         if not prepared:
             return []
         return self._append_prepared(prepared, stamps)
@@ -614,9 +564,45 @@ class LogCore(abc.ABC, Generic[S]):
         queues.next.update(first)
         queues.cursor = offset
 
-    def delete_segments_before(self, offset: int) -> int:
-        """Retention (``deleteExpiredFileByOffset``): delete whole segments ending at or
-        before ``offset``, oldest first, never the last one. Returns how many."""
+    def segment_times(self) -> list[int]:
+        """Each segment's last-modified time (ms since the epoch), oldest first
+        (``MappedFile.getLastModifiedTimestamp``): what retention compares with
+        ``fileReservedTime``. The last entry is the segment written now."""
+        self._check_open()
+        return [seg.modified_ms for seg in self._segments]
+
+    def floor_queue_offsets(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Make the next queue offset of each ``(topic, queue id)`` at least the one given.
+
+        ``recoverTopicQueueTable``: the log counts queue offsets from the records it holds,
+        so a queue whose messages retention deleted would start again at 0 after a restart,
+        at offsets its consume queue already holds. The broker passes each consume queue's
+        end here when it opens them.
+        """
+        self._catch_up()
+        nxt = self._queues.next
+        for key, offset in offsets.items():
+            if offset > nxt.get(key, 0):
+                nxt[key] = offset
+
+    def forget_queue(self, topic: str, queue_id: int) -> None:
+        """``CommitLog.removeQueueFromTopicQueueTable`` (``cleanExpiredConsumerQueue``): the
+        queue, whose consume queue was destroyed, counts from 0 again."""
+        self._check_open()
+        self._catch_up()
+        if self._queues.next.pop((topic, queue_id), None) is not None:
+            log.info("removeQueueFromTopicQueueTable OK Topic: %s QueueId: %d", topic, queue_id)
+
+    def release_segments_before(self, offset: int) -> Released:
+        """Retention's first half (``deleteExpiredFileByOffset``), in the owner thread: take
+        the whole segments ending at or before ``offset`` out of the log, oldest first,
+        never the last one. Readers see the new min offset at once; the files are deleted by
+        :meth:`Released.destroy` (blocking IO: any thread, e.g. a worker's).
+
+        A reader still holding a view of a released segment keeps its mapping alive until it
+        lets go (``_segment``'s note on lifetime): the bytes under a view never change or
+        fault, which is what ``destroyMapedFileIntervalForcibly`` waits for in RocketMQ.
+        """
         self._check_open()
         self._catch_up()
         size = self._segment_size
@@ -624,18 +610,33 @@ class LogCore(abc.ABC, Generic[S]):
         with self._lock:
             while len(self._segments) > 1 and self._segments[0].start + size <= offset:
                 doomed.append(self._segments.pop(0))
-        if doomed:
-            self._record_start(None)
-            for seg in doomed:
-                self._delete(seg)
-            self._queues.cursor = max(self._queues.cursor, self.min_offset)
-            log.info(
-                "deleted %d commit log segment(s) below %d; the log now starts at %d",
-                len(doomed),
-                offset,
-                self.min_offset,
-            )
-        return len(doomed)
+        if not doomed:
+            return Released((), self.min_offset)
+        self._queues.cursor = max(self._queues.cursor, self.min_offset)
+        starts = tuple(seg.start for seg in doomed)
+        return Released(starts, self.min_offset, partial(self._destroy, doomed, self.min_offset))
+
+    def delete_segments_before(self, offset: int) -> int:
+        """:meth:`release_segments_before` and :meth:`Released.destroy` at once; returns how
+        many segments went."""
+        released = self.release_segments_before(offset)
+        released.destroy()
+        return len(released.starts)
+
+    def _destroy(self, doomed: list[S], min_offset: int) -> None:
+        for seg in doomed:  # oldest first: a crash in between never leaves a hole
+            self._delete(seg)
+        # The start marker last: it may point into the first deleted segment, and one that
+        # points nowhere is ignored on open, while a first segment without it would be read
+        # from its very start.
+        self._record_start(None)
+        log.info(
+            "deleted %d commit log segment(s) [%d, %d); the log now starts at %d",
+            len(doomed),
+            doomed[0].start,
+            doomed[-1].start + self._segment_size,
+            min_offset,
+        )
 
     def __enter__(self) -> Self:
         return self

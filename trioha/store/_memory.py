@@ -27,9 +27,24 @@ __all__ = ["MemoryCommitLog"]
 class MemorySegment:
     """A segment whose written bytes live in a ``bytearray`` (unwritten bytes read as 0)."""
 
-    __slots__ = ("backed", "data", "data_start", "flushed", "size", "start", "wrote")
+    __slots__ = (
+        "_clock_ms",
+        "backed",
+        "data",
+        "data_start",
+        "flushed",
+        "modified_ms",
+        "size",
+        "start",
+        "wrote",
+    )
 
-    def __init__(self, start: int, size: int) -> None:
+    def __init__(
+        self, start: int, size: int, clock_ms: Callable[[], int] = system_clock_ms
+    ) -> None:
+        self._clock_ms = clock_ms
+        #: When the segment was last written (ms), as a file's mtime would say.
+        self.modified_ms = clock_ms()
         self.start = start
         self.size = size
         self.wrote = 0
@@ -46,6 +61,7 @@ class MemorySegment:
         if len(self.data) < end:
             self.data.extend(bytes(end - len(self.data)))
         self.data[pos:end] = data
+        self.modified_ms = self._clock_ms()
 
     def view(self, pos: int, end: int) -> bytes:
         chunk = bytes(self.data[pos:end])
@@ -58,6 +74,7 @@ class MemorySegment:
         end = min(end, len(self.data))
         if pos < end:
             self.data[pos:end] = bytes(end - pos)
+            self.modified_ms = self._clock_ms()
 
     def close(self) -> None:
         pass
@@ -74,6 +91,7 @@ class MemoryCommitLog(LogCore[MemorySegment]):
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         properties_form: PropertiesForm = PropertiesForm.V4_9,
         clock_ms: Callable[[], int] = system_clock_ms,
+        mtime_ms: Callable[[], int] = system_clock_ms,
     ) -> None:
         if segment_size < MIN_SEGMENT_SIZE:
             raise ValueError(f"segment_size {segment_size} is below {MIN_SEGMENT_SIZE}")
@@ -84,6 +102,9 @@ class MemoryCommitLog(LogCore[MemorySegment]):
             properties_form=properties_form,
             clock_ms=clock_ms,
         )
+        #: What a segment's "last modified" time is read from (a file's mtime is the
+        #: kernel's clock, not the log's ``clock_ms`` that stamps messages).
+        self._mtime_ms = mtime_ms
         self.kept_bytes: dict[str, bytes] = {}
         """The bytes behind each :attr:`set_aside` entry, by its ``where`` label."""
 
@@ -91,7 +112,7 @@ class MemoryCommitLog(LogCore[MemorySegment]):
         return f"<MemoryCommitLog [{self.min_offset}, {self.max_offset})>"
 
     def _create_segment(self, start: int) -> MemorySegment:
-        return MemorySegment(start, self._segment_size)
+        return MemorySegment(start, self._segment_size, self._mtime_ms)
 
     def _keep_aside(self, seg: MemorySegment, pos: int, end: int, reason: str) -> SetAside:
         data = seg.view(pos, end)

@@ -439,7 +439,7 @@ class PreparedMessage:
         self,
         *,
         topic: str,
-        body: bytes,
+        body: bytes | bytearray | memoryview,
         queue_id: int = 0,
         flag: int = 0,
         sysflag: int = 0,

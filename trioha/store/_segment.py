@@ -364,6 +364,14 @@ class SegmentFile:
     def sync(self) -> None:
         os.fdatasync(self.fd)
 
+    @property
+    def modified_ms(self) -> int:
+        """The file's mtime in ms (``File.lastModified``): a ``pwrite`` moves it."""
+        try:
+            return os.fstat(self.fd).st_mtime_ns // 1_000_000
+        except OSError as exc:
+            raise StorageError(f"cannot stat commit log file {self.path}: {exc}") from exc
+
     def close(self) -> None:
         """Close the file; a mapping still referenced by a caller's view stays until released."""
         if self._view is not None:

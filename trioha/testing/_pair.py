@@ -33,7 +33,7 @@ from __future__ import annotations
 import enum
 import itertools
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import Protocol, assert_never
 
 import attrs
 
@@ -272,8 +272,10 @@ def default_producer(log: ReplicaLog, body: bytes, now: float) -> tuple[int, int
     append = getattr(log, "append", None)
     if append is None:
         raise TypeError(f"{log!r} has no append(); pass a producer to ProtocolPair")
+    from trioha.store import NewMessage  # the store only when a real log is in use
+
     stamp = int(now * 1000)
-    result = append(topic="TopicTest", body=body, born_timestamp=stamp, store_timestamp=stamp)
+    result = append(NewMessage("TopicTest", body, born_timestamp=stamp, store_timestamp=stamp))
     return int(result.physical_offset), int(result.end_offset)
 
 
@@ -432,12 +434,16 @@ class ProtocolPair:
         if not link.master_open:
             return 0
         if not link.outbox:
-            action = link.master.next_send(now=self.now, log=self.master_view())
-            if action is None:
-                return 0
-            if isinstance(action, Close):
-                self._master_close(link, action.reason)
-                return 0
+            match link.master.next_send(now=self.now, log=self.master_view()):
+                case None:
+                    return 0
+                case Close() as close:
+                    self._master_close(link, close.reason)
+                    return 0
+                case SendTransfer() | SendHeartbeat() as action:
+                    pass
+                case unknown:
+                    assert_never(unknown)
             body = b""
             if isinstance(action, SendTransfer):
                 body = bytes(self.master_log.read(action.offset, action.size))
@@ -503,34 +509,38 @@ class ProtocolPair:
         actions = link.slave.receive_data(chunk, now=self.now)
         appended = False
         for action in actions:
-            if isinstance(action, Append):
-                try:
-                    self.slave_log.append_raw(action.offset, action.data)
-                except StorageError as exc:
-                    # HAClient: a failed append closes the connection, nothing appended.
-                    self._slave_close(link, f"cannot append at {action.offset}: {exc}")
-                    return k
-                appended = True
-            elif isinstance(action, Truncate):
-                try:
-                    truncate = getattr(self.slave_log, "truncate_to_boundary", None)
-                    if truncate is None or action.offset < self.slave_log.min_offset:
-                        self.slave_log.truncate(action.offset)
-                    else:
-                        truncate(action.offset)
-                except StorageError as exc:
-                    self._slave_close(link, f"cannot cut back to {action.offset}: {exc}")
-                    return k
-                self.slave_log.flush()
-                self.slave_epochs = self.slave_epochs.truncate_suffix(action.offset)
-                link.truncations.append(action.offset)
-                for put in self.puts:
-                    if put.lost is None and put.end > action.offset:
-                        put.lost = f"cut from the slave at the consistent point {action.offset}"
-            elif isinstance(action, RecordEpoch):
-                self.slave_epochs = self.slave_epochs.append(action.epoch, action.start_offset)
-            elif not self._slave_actions(link, (action,)):
-                return k
+            match action:
+                case Append():
+                    try:
+                        self.slave_log.append_raw(action.offset, action.data)
+                    except StorageError as exc:
+                        # HAClient: a failed append closes the connection, nothing appended.
+                        self._slave_close(link, f"cannot append at {action.offset}: {exc}")
+                        return k
+                    appended = True
+                case Truncate():
+                    try:
+                        truncate = getattr(self.slave_log, "truncate_to_boundary", None)
+                        if truncate is None or action.offset < self.slave_log.min_offset:
+                            self.slave_log.truncate(action.offset)
+                        else:
+                            truncate(action.offset)
+                    except StorageError as exc:
+                        self._slave_close(link, f"cannot cut back to {action.offset}: {exc}")
+                        return k
+                    self.slave_log.flush()
+                    self.slave_epochs = self.slave_epochs.truncate_suffix(action.offset)
+                    link.truncations.append(action.offset)
+                    for put in self.puts:
+                        if put.lost is None and put.end > action.offset:
+                            put.lost = f"cut from the slave at the consistent point {action.offset}"
+                case RecordEpoch():
+                    self.slave_epochs = self.slave_epochs.append(action.epoch, action.start_offset)
+                case SendReport() | SendSlaveHandshake() | Close():
+                    if not self._slave_actions(link, (action,)):
+                        return k
+                case _:
+                    assert_never(action)
         if appended:
             ack = self.slave_log.flushed_offset if self.options.ack_flushed else None
             self._slave_actions(
@@ -544,20 +554,23 @@ class ProtocolPair:
     def _slave_actions(self, link: Link, actions: Iterable[SlaveAction]) -> bool:
         """Write reports, obey a Close; False once the slave side is closed."""
         for action in actions:
-            if isinstance(action, SendReport | SendSlaveHandshake):
-                if not link.slave_open:
-                    raise AssertionError(f"{link!r}: a report after the slave side closed")
-                data = link.slave.encode(action)
-                if not link.dead:
-                    link.to_master += data
-                if isinstance(action, SendReport):
-                    link.reports.append(action.offset)
-                link.slave.report_written(now=self.now)
-            elif isinstance(action, Close):
-                self._slave_close(link, action.reason)
-                return False
-            else:
-                raise AssertionError(f"{link!r}: unexpected slave action {action!r}")
+            match action:
+                case SendReport() | SendSlaveHandshake():
+                    if not link.slave_open:
+                        raise AssertionError(f"{link!r}: a report after the slave side closed")
+                    data = link.slave.encode(action)
+                    if not link.dead:
+                        link.to_master += data
+                    if isinstance(action, SendReport):
+                        link.reports.append(action.offset)
+                    link.slave.report_written(now=self.now)
+                case Close():
+                    self._slave_close(link, action.reason)
+                    return False
+                case Append() | Truncate() | RecordEpoch():
+                    raise AssertionError(f"{link!r}: unexpected slave action {action!r}")
+                case _:
+                    assert_never(action)
         return link.slave_open
 
     # --- the master's reader ------------------------------------------------------------------
@@ -575,15 +588,20 @@ class ProtocolPair:
         chunk = bytes(link.to_master[:k])
         del link.to_master[:k]
         for action in link.master.receive_data(chunk, now=self.now, log=self.master_view()):
-            if isinstance(action, AckAdvanced):
-                link.acks.append(action.offset)
-            elif isinstance(action, SendMasterHandshake):
-                link.outbox += link.master.handshake_bytes(action)  # the writer sends it next
-            elif isinstance(action, Close):
-                if action.diverged_at is not None:  # HAConnection._refuse: the signal header
-                    link.to_slave += frame_header(SendHeartbeat(action.diverged_at))
-                self._master_close(link, action.reason)
-                break
+            match action:
+                case AckAdvanced():
+                    link.acks.append(action.offset)
+                case SendMasterHandshake():
+                    link.outbox += link.master.handshake_bytes(action)  # the writer sends it next
+                case Close():
+                    if action.diverged_at is not None:  # HAConnection._refuse: the signal header
+                        link.to_slave += frame_header(SendHeartbeat(action.diverged_at))
+                    self._master_close(link, action.reason)
+                    break
+                case SendTransfer() | SendHeartbeat():
+                    raise AssertionError(f"{link!r}: a frame to send from a read: {action!r}")
+                case _:
+                    assert_never(action)
         request = link.master.state.request_offset
         if request >= 0 and link.request_offset is None:
             link.request_offset = request
@@ -599,8 +617,15 @@ class ProtocolPair:
         for link in list(self.links):
             if link.master_open:
                 for action in link.master.tick(now=self.now):
-                    if isinstance(action, Close):
-                        self._master_close(link, action.reason)
+                    match action:
+                        case Close():
+                            self._master_close(link, action.reason)
+                        case (
+                            SendMasterHandshake() | SendTransfer() | SendHeartbeat() | AckAdvanced()
+                        ):
+                            raise AssertionError(f"{link!r}: a tick's {action!r}")
+                        case _:
+                            assert_never(action)
             if link.slave_open:
                 self._slave_actions(link, link.slave.tick(now=self.now))
         for put in self.puts:
