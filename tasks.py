@@ -13,6 +13,9 @@
     python3 tasks.py build-fast [--clean]      # compile the hot modules with mypyc (needs a C
                                                # compiler and Python's headers; --clean: back to
                                                # pure Python)
+    python3 tasks.py nemesis --runs N [--seconds S] [--seed K]  # failover under faults
+                              # (etcd, three broker processes, kills and pauses; a summary
+                              # line and a table per fault; docs/failover.md, "Nemesis runs")
 
 The environment lives in ``.venv`` and is reinstalled whenever ``pyproject.toml`` changes, so
 the two commands work the same on a fresh checkout and on one used for months.
@@ -110,6 +113,14 @@ def _ensure_etcd() -> None:
 def _apt_get(command: list[str]) -> int:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     return subprocess.run(command, env=env, stdout=subprocess.DEVNULL, check=False).returncode
+
+
+def nemesis(argv: list[str]) -> None:
+    _ensure_env("")
+    _ensure_etcd()
+    if not _has_etcd():
+        sys.exit(ETCD_HINT.partition("; ")[0])
+    _run(PY, "-m", "bench.nemesis", *argv)
 
 
 def test(argv: list[str]) -> None:
@@ -544,7 +555,13 @@ def build_fast(argv: list[str]) -> None:
 
 
 def main() -> None:
-    jobs = {"demo": demo, "test": test, "mutate": mutate, "build-fast": build_fast}
+    jobs = {
+        "demo": demo,
+        "test": test,
+        "mutate": mutate,
+        "build-fast": build_fast,
+        "nemesis": nemesis,
+    }
     if len(sys.argv) < 2 or sys.argv[1] not in jobs:
         sys.exit(f"usage: python3 tasks.py {{{'|'.join(jobs)}}} [args...]")
     jobs[sys.argv[1]](sys.argv[2:])

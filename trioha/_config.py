@@ -326,6 +326,12 @@ class BrokerConfig(RemotingServerConfig):
     #: trioha's own: this broker's stable id in its group (1 and up, unique in the group). It
     #: registers with the name servers under it as a slave, and as brokerId 0 while master.
     failover_broker_id: int = 0
+    #: trioha's own, **for tests only**: known-bad twins of the failover design switched on by
+    #: name (``failoverUnsafe=no_self_fence``; several with ``,``), the fields of
+    #: ``trioha.failover.Unsafe``. They exist so that the nemesis harness (bench/nemesis.py)
+    #: can show its checker catching a broker that loses or diverges; a broker with any of
+    #: them set can lose acknowledged messages and says so at start.
+    failover_unsafe: str = ""
 
     # --- trioha's own HA options (where it deliberately does better; docs/replication.md) ----
     #: Slave: report (ack) only what is flushed to disk, so an acked message survives a

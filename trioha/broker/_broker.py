@@ -46,7 +46,7 @@ from trioha.broker._failover import (
     open_replica_manager,
 )
 from trioha.broker._retention import RetentionService, RetentionStatistics
-from trioha.failover import MasterRecord
+from trioha.failover import MasterRecord, Unsafe
 from trioha.net import (
     DIVERGED_FILE,
     HAClient,
@@ -652,6 +652,13 @@ class Broker:
             )
         except ValueError as exc:
             raise ConfigError(f"automatic failover: {exc}") from None
+        if config.failover_unsafe:
+            options = attrs.evolve(options, unsafe=unsafe_twins(config.failover_unsafe))
+            log.warning(
+                "failoverUnsafe=%s: known-bad twins on, for tests only; this broker can lose "
+                "acknowledged messages",
+                config.failover_unsafe,
+            )
         ha = self.ha_service
 
         def started(manager: ReplicaManager) -> None:
@@ -990,3 +997,14 @@ async def _close_store(store: Store, config: BrokerConfig, *, raise_errors: bool
         )
         return
     log.info("%s stopped; store closed cleanly", config.broker_role.value)
+
+
+def unsafe_twins(names: str) -> Unsafe:
+    """``failoverUnsafe`` (test only): the known-bad twins named, ``,`` between them."""
+    known = {field.name for field in attrs.fields(Unsafe)}
+    chosen = {name.strip() for name in names.split(",") if name.strip()}
+    if unknown := chosen - known:
+        raise ConfigError(
+            f"failoverUnsafe: unknown twin(s) {sorted(unknown)}; known: {sorted(known)}"
+        )
+    return Unsafe(**dict.fromkeys(chosen, True))

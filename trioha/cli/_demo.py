@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -38,6 +39,7 @@ from trioha.store import NewMessage
 if TYPE_CHECKING:
     from trioha.broker import Broker
     from trioha.remoting import RemotingClientPool
+    from trioha.store import CommitLog
 
 
 def register_commands(sub: Any) -> None:
@@ -73,22 +75,12 @@ def _run(args: argparse.Namespace) -> int:
     return trio.run(run_failover_demo if args.failover else run_demo, args)
 
 
-def compare_logs(master: Broker, slave: Broker, chunk: int = 1 << 20) -> int | None:
+def compare_logs(master: Broker, slave: Broker) -> int | None:
     """The first offset where the two logs differ over the master's range, or None."""
     mlog, slog = master.store.commitlog, slave.store.commitlog
     if slog.min_offset != mlog.min_offset or slog.max_offset != mlog.max_offset:
         return max(mlog.min_offset, min(mlog.max_offset, slog.max_offset))
-    offset = mlog.min_offset
-    while offset < mlog.max_offset:
-        a = bytes(mlog.read(offset, chunk))
-        b = bytes(slog.read(offset, chunk))
-        if a != b:
-            for i, (x, y) in enumerate(zip(a, b, strict=False)):
-                if x != y:
-                    return offset + i
-            return offset + min(len(a), len(b))
-        offset += len(a)
-    return None
+    return first_difference(mlog, slog)
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -218,24 +210,53 @@ FAILOVER_GROUP = 3
 #: The topic every broker registers: its route names the group's master.
 _ROUTE_TOPIC = "TBW102"
 _DEMO_TOPIC = "TriohaFailover"
-_DEMO_BROKER_NAME = "broker-f"
+GROUP_BROKER_NAME = "broker-f"
 #: Seconds the failover demo waits for anything at most.
 _FAILOVER_WAIT = 60.0
+#: The commit log's segment size in a failover group's brokers.
+SEGMENT_SIZE = 1 << 20
 
 
 @attrs.define
 class DemoBroker:
-    """One broker process of the failover demo."""
+    """One broker process of a failover group (the demo's, the nemesis harness's)."""
 
     broker_id: int
     root: Path
     port: int
     log: Path
+    conf: Path | None = None
     process: subprocess.Popen[bytes] | None = None
 
     @property
     def addr(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        """Started and not exited (a paused process is running)."""
+        return self.process is not None and self.process.poll() is None
+
+    def start(self, *, log_format: str = "text") -> None:
+        """``python -m trioha master -c <conf>``, its output appended to :attr:`log`."""
+        assert self.conf is not None
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        command = [sys.executable, "-m", "trioha", "master", "-c", str(self.conf)]
+        if log_format != "text":
+            command += ["--log-format", log_format]
+        with open(self.log, "ab") as out:
+            self.process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.running:
+            assert self.process is not None
+            self.process.send_signal(sig)
+
+    def kill(self) -> None:
+        """SIGKILL and reap (a crash: no clean shutdown)."""
+        if self.process is not None:
+            self.signal(signal.SIGKILL)
+            self.process.wait()
 
 
 @attrs.frozen
@@ -270,18 +291,34 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start_demo_brokers(base: Path, etcd: str, namesrv: str, lease_ttl: int) -> list[DemoBroker]:
+def start_group_brokers(
+    base: Path,
+    etcd: str,
+    namesrv: str,
+    lease_ttl: int,
+    *,
+    size: int = FAILOVER_GROUP,
+    extra: Sequence[str] = (),
+    log_format: str = "text",
+) -> list[DemoBroker]:
+    """Write a ``broker.conf`` per broker of one failover group under *base* (plus the
+    *extra* lines) and start each as ``python -m trioha master -c``."""
     brokers: list[DemoBroker] = []
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    for bid in range(1, FAILOVER_GROUP + 1):
-        broker = DemoBroker(bid, base / f"broker-{bid}", _free_port_pair(), base / f"b{bid}.log")
-        conf = base / f"broker-{bid}.conf"
-        conf.write_text(
+    for bid in range(1, size + 1):
+        broker = DemoBroker(
+            bid,
+            base / f"broker-{bid}",
+            _free_port_pair(),
+            base / f"b{bid}.log",
+            conf=base / f"broker-{bid}.conf",
+        )
+        assert broker.conf is not None
+        broker.conf.write_text(
             "\n".join(
                 [
-                    f"brokerName={_DEMO_BROKER_NAME}",
+                    f"brokerName={GROUP_BROKER_NAME}",
                     f"storePathRootDir={broker.root}",
-                    f"mappedFileSizeCommitLog={1 << 20}",
+                    f"mappedFileSizeCommitLog={SEGMENT_SIZE}",
                     "brokerIP1=127.0.0.1",
                     f"listenPort={broker.port}",
                     f"haListenPort={_free_port()}",
@@ -290,25 +327,21 @@ def _start_demo_brokers(base: Path, etcd: str, namesrv: str, lease_ttl: int) -> 
                     f"failoverEtcdEndpoints={etcd}",
                     f"failoverBrokerId={bid}",
                     f"failoverLeaseTtl={lease_ttl}",
+                    *extra,
                     "",
                 ]
             )
         )
-        with open(broker.log, "wb") as out:
-            broker.process = subprocess.Popen(
-                [sys.executable, "-m", "trioha", "master", "-c", str(conf)],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        broker.start(log_format=log_format)
         brokers.append(broker)
     return brokers
 
 
-def _stop_demo_brokers(brokers: list[DemoBroker]) -> None:
+def stop_group_brokers(brokers: Sequence[DemoBroker]) -> None:
+    """SIGCONT and SIGTERM to each running broker, SIGKILL to one still there after 30 s."""
     for broker in brokers:
-        if broker.process is not None and broker.process.poll() is None:
-            broker.process.send_signal(signal.SIGTERM)
+        broker.signal(signal.SIGCONT)  # a paused process cannot act on SIGTERM
+        broker.signal(signal.SIGTERM)
     for broker in brokers:
         if broker.process is not None:
             try:
@@ -318,33 +351,62 @@ def _stop_demo_brokers(brokers: list[DemoBroker]) -> None:
                 broker.process.wait()
 
 
-async def _send_once(pool: RemotingClientPool, namesrv: str, i: int) -> tuple[str, int] | None:
-    """One sync send to the master the name server names: (broker, offset) if SEND_OK."""
+@attrs.frozen
+class SendOutcome:
+    """One sync send to the master the name server names. ``status`` is ``SEND_OK``,
+    another send status, ``NO_MASTER`` (the route names none: nothing was sent), or
+    ``ERROR`` (no answer: the message may or may not be stored)."""
+
+    status: str
+    broker: str = ""
+    offset: int = -1
+
+
+async def send_to_master(
+    pool: RemotingClientPool,
+    namesrv: str,
+    *,
+    topic: str,
+    body: bytes,
+    queue_id: int,
+    answer_within: float = 5.0,
+) -> SendOutcome:
+    """Ask the name server for the group's master and send *body* to it synchronously; the
+    offset of a SEND_OK is the msgId's last 8 bytes. Each of the two requests may take
+    *answer_within* seconds."""
     from trioha.remoting import get_route, send_message
 
     try:
-        with trio.fail_after(5):
+        with trio.fail_after(answer_within):
             route = await get_route(pool, namesrv, _ROUTE_TOPIC)
-            master = next((b.master for b in route.brokers if b.master), None)
-            if master is None:
-                return None
-            result = await send_message(
-                pool, master, topic=_DEMO_TOPIC, body=demo_body(i), queue_id=i % 4
-            )
     except (RemotingError, trio.TooSlowError, OSError):
-        return None
+        return SendOutcome("NO_MASTER")
+    master = next((b.master for b in route.brokers if b.master), None)
+    if master is None:
+        return SendOutcome("NO_MASTER")
+    try:
+        with trio.fail_after(answer_within):
+            result = await send_message(pool, master, topic=topic, body=body, queue_id=queue_id)
+    except (RemotingError, trio.TooSlowError, OSError):
+        return SendOutcome("ERROR", master)
     if result.status != "SEND_OK" or result.msg_id is None:
-        return None
-    return master, int(result.msg_id[-16:], 16)  # the msgId's last 8 bytes: the offset
+        return SendOutcome(result.status, master)
+    return SendOutcome("SEND_OK", master, int(result.msg_id[-16:], 16))
 
 
-async def _wait_in_sync(etcd: str, size: int) -> list[int]:
+async def _send_once(pool: RemotingClientPool, namesrv: str, i: int) -> tuple[str, int] | None:
+    """One sync send to the master the name server names: (broker, offset) if SEND_OK."""
+    got = await send_to_master(pool, namesrv, topic=_DEMO_TOPIC, body=demo_body(i), queue_id=i % 4)
+    return (got.broker, got.offset) if got.status == "SEND_OK" else None
+
+
+async def wait_in_sync(etcd: str, size: int) -> list[int]:
     """Wait until the demo group's SyncStateSet in etcd has *size* members; the members."""
     from trioha.broker import read_group
     from trioha.etcd import open_etcd_client
     from trioha.failover import GroupKeys
 
-    keys = GroupKeys.of(BrokerConfig().broker_cluster_name, _DEMO_BROKER_NAME)
+    keys = GroupKeys.of(BrokerConfig().broker_cluster_name, GROUP_BROKER_NAME)
     async with open_etcd_client(etcd) as client:
         with trio.move_on_after(_FAILOVER_WAIT):
             while True:
@@ -396,7 +458,7 @@ async def failover_demo(
             host, port = await nursery.start(serve_namesrv, "127.0.0.1", 0)
             namesrv = f"{host}:{port}"
             say(f"name server at {namesrv}")
-            brokers = _start_demo_brokers(base, etcd, namesrv, lease_ttl)
+            brokers = start_group_brokers(base, etcd, namesrv, lease_ttl)
             try:
                 async with open_client_pool() as pool:
                     half = messages // 2
@@ -408,7 +470,7 @@ async def failover_demo(
                     say(f"{half} sends acknowledged by broker {killed.broker_id} ({master})")
                     # Until a slave is in the SyncStateSet, the master is the only broker
                     # that holds every acknowledged send, and nobody may replace it.
-                    members = await _wait_in_sync(etcd, FAILOVER_GROUP)
+                    members = await wait_in_sync(etcd, FAILOVER_GROUP)
                     say(f"SyncStateSet {members}: every broker holds every acknowledged send")
                     killed.process.send_signal(signal.SIGKILL)
                     at = time.monotonic()
@@ -418,13 +480,30 @@ async def failover_demo(
                     for i in range(half + 1, messages):
                         await send(pool, namesrv, i, not_to=master)
             finally:
-                await trio.to_thread.run_sync(_stop_demo_brokers, brokers)
+                await trio.to_thread.run_sync(stop_group_brokers, brokers)
             nursery.cancel_scope.cancel()
     new_master = next(b for b in brokers if b.addr == new)
     return FailoverDemoResult(acked, tuple(brokers), killed, new_master, took, retries)
 
 
-def check_failover(result: FailoverDemoResult, *, segment_size: int = 1 << 20) -> list[str]:
+def first_difference(master: CommitLog, replica: CommitLog) -> int | None:
+    """Where *replica* stops being a byte prefix of *master* over their common range (the
+    first differing offset), or None."""
+    end = min(replica.max_offset, master.max_offset)
+    offset = max(master.min_offset, replica.min_offset)
+    while offset < end:
+        a = bytes(master.read(offset, min(end - offset, 1 << 20)))
+        b = bytes(replica.read(offset, len(a)))
+        if a != b:
+            return offset + next(
+                (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                min(len(a), len(b)),
+            )
+        offset += len(a)
+    return None
+
+
+def check_failover(result: FailoverDemoResult, *, segment_size: int = SEGMENT_SIZE) -> list[str]:
     """What is wrong after ``demo --failover`` (nothing: an empty list): every SEND_OK must be
     in the new master's log at its offset, and every surviving replica's log a byte prefix
     of the new master's."""
@@ -444,16 +523,9 @@ def check_failover(result: FailoverDemoResult, *, segment_size: int = 1 << 20) -
             if broker in (result.new_master, result.killed):
                 continue
             with open_store(broker.root, segment_size=segment_size) as replica:
-                rlog = replica.commitlog
-                end = min(rlog.max_offset, mlog.max_offset)
-                offset = 0
-                while offset < end:
-                    a = bytes(mlog.read(offset, end - offset))
-                    b = bytes(rlog.read(offset, len(a)))
-                    if a != b:
-                        problems.append(f"broker {broker.broker_id} differs before {offset + 1}")
-                        break
-                    offset += len(a)
+                differs = first_difference(mlog, replica.commitlog)
+                if differs is not None:
+                    problems.append(f"broker {broker.broker_id} differs before {differs + 1}")
     return problems
 
 
